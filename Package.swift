@@ -1,0 +1,78 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+    name: "Outpost",
+    platforms: [.macOS(.v14), .iOS(.v17)],
+    products: [
+        .library(name: "OutpostProtocol", targets: ["OutpostProtocol"]),
+        .library(name: "OutpostClient", targets: ["OutpostClient"]),
+        .library(name: "OutpostServer", targets: ["OutpostServer"]),
+        .executable(name: "outpost", targets: ["outpost"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-auth.git", from: "2.5.0"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.0"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.0.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+    ],
+    targets: [
+        .target(name: "OutpostProtocol"),
+        .target(
+            name: "OutpostClient",
+            dependencies: [
+                "OutpostProtocol",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "OutpostServer",
+            dependencies: [
+                "OutpostProtocol",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "HummingbirdAuth", package: "hummingbird-auth"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            resources: [.copy("Resources/openapi.yaml")]
+        ),
+        .executableTarget(
+            name: "outpost",
+            dependencies: [
+                "OutpostServer",
+                "OutpostClient",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .testTarget(name: "OutpostProtocolTests", dependencies: ["OutpostProtocol"]),
+        .testTarget(
+            name: "OutpostServerTests",
+            dependencies: [
+                "OutpostServer",
+                "OutpostClient",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+            ]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

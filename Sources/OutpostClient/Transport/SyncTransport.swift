@@ -1,0 +1,51 @@
+import OutpostProtocol
+
+/// How the device SDK reaches the server. The engine talks only to this protocol, so that tests can
+/// substitute an in-memory server and a simulated network.
+public protocol SyncTransport: Sendable {
+    /// Sends mutations; one result per mutation, in order.
+    func push(_ request: PushRequest) async throws -> PushResponse
+    /// Changes of `collection` after `cursor`.
+    func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse
+    /// One page of a reference collection.
+    func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        -> SnapshotResponse
+    /// Whether the server is reachable and its storage up.
+    func health() async throws -> HealthResponse
+}
+
+/// Why a transport call failed.
+public struct TransportError: Error, Sendable, CustomStringConvertible {
+    public enum Kind: Sendable, Hashable {
+        /// No answer: the connection failed, dropped or timed out. Retry later.
+        case network
+        /// The server answered with an error; `status` and `wire` say which.
+        case server
+        /// The server answered with something that is not Outpost's protocol.
+        case invalidResponse
+    }
+
+    public var kind: Kind
+    /// The HTTP status, when the server answered.
+    public var status: Int?
+    /// The server's error body, when it sent one.
+    public var wire: WireError?
+    public var message: String
+
+    public init(kind: Kind, status: Int? = nil, wire: WireError? = nil, message: String) {
+        self.kind = kind
+        self.status = status
+        self.wire = wire
+        self.message = message
+    }
+
+    /// Whether trying again later may succeed: a network failure or a 5xx (and 429).
+    public var isRetryable: Bool {
+        switch kind {
+        case .network: return true
+        case .server, .invalidResponse: return (status ?? 0) >= 500 || status == 429
+        }
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,100 @@
+/// A JSON value: the type of every record field on the wire and in storage.
+///
+/// Integers that fit in `Int64` stay exact (`.integer`); other numbers are `.number`.
+/// Money should travel as integer minor units or as a decimal string, never as a float.
+public enum JSONValue: Sendable, Hashable {
+    case null
+    case bool(Bool)
+    case integer(Int64)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+}
+
+extension JSONValue: Codable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Int64.self) {
+            self = .integer(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .number(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([JSONValue].self) {
+            self = .array(value)
+        } else if let value = try? container.decode([String: JSONValue].self) {
+            self = .object(value)
+        } else {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a JSON value")
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let value): try container.encode(value)
+        case .integer(let value): try container.encode(value)
+        case .number(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        }
+    }
+}
+
+extension JSONValue {
+    /// The string, when this value is one.
+    public var stringValue: String? {
+        if case .string(let value) = self { return value }
+        return nil
+    }
+
+    /// A plain rendering for scopes and terminals: strings unquoted, numbers and booleans as JSON.
+    public var displayText: String {
+        switch self {
+        case .null: return "null"
+        case .bool(let value): return String(value)
+        case .integer(let value): return String(value)
+        case .number(let value): return String(value)
+        case .string(let value): return value
+        case .array(let values): return "[" + values.map(\.displayText).joined(separator: ", ") + "]"
+        case .object(let object):
+            return "{" + object.keys.sorted().map { "\($0): \(object[$0]!.displayText)" }.joined(separator: ", ") + "}"
+        }
+    }
+
+    /// Whether any string or key anywhere inside holds a NUL character, which no SQL text column accepts.
+    public var containsNUL: Bool {
+        switch self {
+        case .null, .bool, .integer, .number: return false
+        case .string(let value): return value.utf8.contains(0)
+        case .array(let values): return values.contains { $0.containsNUL }
+        case .object(let object): return object.contains { $0.key.utf8.contains(0) || $0.value.containsNUL }
+        }
+    }
+
+    /// How deeply arrays and objects nest inside this value (a scalar is 0).
+    public var depth: Int {
+        switch self {
+        case .null, .bool, .integer, .number, .string: return 0
+        case .array(let values): return 1 + (values.map(\.depth).max() ?? 0)
+        case .object(let object): return 1 + (object.values.map(\.depth).max() ?? 0)
+        }
+    }
+}
+
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByStringInterpolation, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
+    ExpressibleByFloatLiteral, ExpressibleByNilLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .integer(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(floatLiteral value: Double) { self = .number(value) }
+    public init(nilLiteral: ()) { self = .null }
+}

@@ -1,0 +1,141 @@
+/// What a mutation does to its record.
+public enum MutationOperation: String, Sendable, Codable, CaseIterable {
+    /// Writes the given fields, leaving the others as they are.
+    case upsert
+    /// Deletes the record; the server keeps a tombstone.
+    case delete
+}
+
+/// One change to one record, as a device sends it in a push.
+public struct Mutation: Sendable, Hashable, Codable {
+    /// Unique per tenant; a key the server has seen before is never applied twice.
+    public var idempotencyKey: String
+    public var collection: String
+    public var recordId: String
+    public var op: MutationOperation
+    /// The fields to write (for `upsert`); empty for `delete`.
+    public var fields: [String: JSONValue]
+    /// When the action happened on the device.
+    public var clientTimestamp: Timestamp
+    /// The record version the device last saw; required to change a protected field that already has a value.
+    public var baseVersion: Int64?
+
+    public init(
+        idempotencyKey: String,
+        collection: String,
+        recordId: String,
+        op: MutationOperation,
+        fields: [String: JSONValue] = [:],
+        clientTimestamp: Timestamp,
+        baseVersion: Int64? = nil
+    ) {
+        self.idempotencyKey = idempotencyKey
+        self.collection = collection
+        self.recordId = recordId
+        self.op = op
+        self.fields = fields
+        self.clientTimestamp = clientTimestamp
+        self.baseVersion = baseVersion
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case idempotencyKey, collection, recordId, op, fields, clientTimestamp, baseVersion
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.idempotencyKey = try container.decode(String.self, forKey: .idempotencyKey)
+        self.collection = try container.decode(String.self, forKey: .collection)
+        self.recordId = try container.decode(String.self, forKey: .recordId)
+        self.op = try container.decode(MutationOperation.self, forKey: .op)
+        self.fields = try container.decodeIfPresent([String: JSONValue].self, forKey: .fields) ?? [:]
+        self.clientTimestamp = try container.decode(Timestamp.self, forKey: .clientTimestamp)
+        self.baseVersion = try container.decodeIfPresent(Int64.self, forKey: .baseVersion)
+    }
+}
+
+/// The body of `POST /v1/push`.
+public struct PushRequest: Sendable, Hashable, Codable {
+    public var deviceId: String
+    public var mutations: [Mutation]
+
+    public init(deviceId: String, mutations: [Mutation]) {
+        self.deviceId = deviceId
+        self.mutations = mutations
+    }
+}
+
+/// The answer to `POST /v1/push`: one result per mutation, in the order sent.
+public struct PushResponse: Sendable, Hashable, Codable {
+    public var results: [MutationResult]
+
+    public init(results: [MutationResult]) {
+        self.results = results
+    }
+}
+
+/// What the server did with one mutation.
+public struct MutationResult: Sendable, Hashable, Codable {
+    public enum Status: String, Sendable, Codable, CaseIterable {
+        /// Written; `version` is the record's version after it.
+        case applied
+        /// The key was processed before; nothing was written again. `originalStatus` says what happened then.
+        case duplicate
+        /// A protected field was not written because the device's `baseVersion` is older than that field's
+        /// last change. The unprotected fields were applied. `conflict` carries the server's values.
+        case conflict
+        /// Refused; `error` says why. Nothing was written and the key was not consumed.
+        case rejected
+    }
+
+    public var idempotencyKey: String
+    public var status: Status
+    /// The record's version after this mutation (absent when rejected).
+    public var version: Int64?
+    /// For `duplicate`: the status the key got when it was first processed (`applied` or `conflict`).
+    public var originalStatus: Status?
+    /// For `conflict`, and for a `duplicate` of one: what was not applied and the server's current values.
+    public var conflict: ConflictDetail?
+    /// For `rejected`.
+    public var error: WireError.Detail?
+
+    public init(
+        idempotencyKey: String,
+        status: Status,
+        version: Int64? = nil,
+        originalStatus: Status? = nil,
+        conflict: ConflictDetail? = nil,
+        error: WireError.Detail? = nil
+    ) {
+        self.idempotencyKey = idempotencyKey
+        self.status = status
+        self.version = version
+        self.originalStatus = originalStatus
+        self.conflict = conflict
+        self.error = error
+    }
+
+    /// A rejection with a stable code and a message safe to show to the user.
+    public static func rejected(_ key: String, _ code: WireError.Code, _ message: String) -> MutationResult {
+        MutationResult(idempotencyKey: key, status: .rejected, error: .init(code: code, message: message))
+    }
+}
+
+/// The protected fields a mutation could not change, and what the server holds for them.
+public struct ConflictDetail: Sendable, Hashable, Codable {
+    /// Identifies the conflict kept for review (`GET /v1/conflicts`).
+    public var conflictId: String
+    /// The protected fields that were not applied.
+    public var fields: [String]
+    /// The server's current value of each of those fields.
+    public var serverFields: [String: JSONValue]
+    /// The record version that last changed any of them.
+    public var serverVersion: Int64
+
+    public init(conflictId: String, fields: [String], serverFields: [String: JSONValue], serverVersion: Int64) {
+        self.conflictId = conflictId
+        self.fields = fields
+        self.serverFields = serverFields
+        self.serverVersion = serverVersion
+    }
+}

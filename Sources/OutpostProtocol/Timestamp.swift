@@ -1,0 +1,142 @@
+import Foundation
+
+/// An instant on the device's clock, with millisecond precision, as the wire carries it.
+///
+/// On the wire it is ISO 8601 with exactly three fractional digits and a zone,
+/// such as `2026-11-21T13:47:35.123Z` or `2026-11-21T15:47:35.123+02:00`.
+/// It always encodes in UTC with a `Z`.
+public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+    /// Milliseconds since 1970-01-01T00:00:00Z.
+    public var millisecondsSince1970: Int64
+
+    public init(millisecondsSince1970: Int64) {
+        self.millisecondsSince1970 = millisecondsSince1970
+    }
+
+    /// The instant of `date`, truncated to the millisecond.
+    public init(_ date: Date) {
+        self.millisecondsSince1970 = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+    }
+
+    /// Parses the strict wire form; `nil` for anything else.
+    public init?(iso8601 text: String) {
+        guard let value = Self.parse(Array(text.utf8)) else { return nil }
+        self.millisecondsSince1970 = value
+    }
+
+    public var date: Date { Date(timeIntervalSince1970: Double(millisecondsSince1970) / 1000) }
+
+    public static func < (lhs: Timestamp, rhs: Timestamp) -> Bool {
+        lhs.millisecondsSince1970 < rhs.millisecondsSince1970
+    }
+
+    public var description: String { iso8601 }
+
+    /// The wire form, in UTC: `YYYY-MM-DDTHH:MM:SS.sssZ`.
+    public var iso8601: String {
+        let ms = millisecondsSince1970
+        let days = floorDiv(ms, 86_400_000)
+        let msOfDay = ms - days * 86_400_000
+        let (year, month, day) = civil(fromDays: days)
+        let hour = msOfDay / 3_600_000
+        let minute = (msOfDay / 60_000) % 60
+        let second = (msOfDay / 1000) % 60
+        let milli = msOfDay % 1000
+        return pad(year, 4) + "-" + pad(month, 2) + "-" + pad(day, 2) + "T" + pad(hour, 2) + ":" + pad(minute, 2)
+            + ":" + pad(second, 2) + "." + pad(milli, 3) + "Z"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let text = try container.decode(String.self)
+        guard let value = Timestamp(iso8601: text) else {
+            throw DecodingError.dataCorruptedError(
+                in: container,
+                debugDescription: "expected ISO 8601 with milliseconds, such as 2026-11-21T13:47:35.123Z"
+            )
+        }
+        self = value
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(iso8601)
+    }
+
+    // MARK: Parsing
+
+    private static func parse(_ b: [UInt8]) -> Int64? {
+        // YYYY-MM-DDTHH:MM:SS.sss then Z or ±HH:MM
+        guard b.count == 24 || b.count == 29 else { return nil }
+        func digits(_ from: Int, _ count: Int) -> Int64? {
+            var value: Int64 = 0
+            for i in from..<(from + count) {
+                let c = b[i]
+                guard c >= 0x30, c <= 0x39 else { return nil }
+                value = value * 10 + Int64(c - 0x30)
+            }
+            return value
+        }
+        guard b[4] == 0x2D, b[7] == 0x2D, b[10] == 0x54 || b[10] == 0x74, b[13] == 0x3A, b[16] == 0x3A,
+            b[19] == 0x2E,
+            let year = digits(0, 4), let month = digits(5, 2), let day = digits(8, 2),
+            let hour = digits(11, 2), let minute = digits(14, 2), let second = digits(17, 2),
+            let milli = digits(20, 3)
+        else { return nil }
+        guard (1...12).contains(month), day >= 1, day <= daysIn(month: month, year: year),
+            hour < 24, minute < 60, second < 60
+        else { return nil }
+        var offsetMinutes: Int64 = 0
+        if b.count == 24 {
+            guard b[23] == 0x5A || b[23] == 0x7A else { return nil }
+        } else {
+            guard b[23] == 0x2B || b[23] == 0x2D, b[26] == 0x3A,
+                let oh = digits(24, 2), let om = digits(27, 2), oh < 24, om < 60
+            else { return nil }
+            offsetMinutes = (oh * 60 + om) * (b[23] == 0x2D ? -1 : 1)
+        }
+        let days = daysFromCivil(year: year, month: month, day: day)
+        let local = ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + milli
+        return local - offsetMinutes * 60_000
+    }
+}
+
+// Howard Hinnant's civil-calendar algorithms, proleptic Gregorian.
+private func daysFromCivil(year: Int64, month: Int64, day: Int64) -> Int64 {
+    let y = month <= 2 ? year - 1 : year
+    let era = floorDiv(y, 400)
+    let yoe = y - era * 400
+    let mp = (month + 9) % 12
+    let doy = (153 * mp + 2) / 5 + day - 1
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+    return era * 146_097 + doe - 719_468
+}
+
+private func civil(fromDays z0: Int64) -> (Int64, Int64, Int64) {
+    let z = z0 + 719_468
+    let era = floorDiv(z, 146_097)
+    let doe = z - era * 146_097
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+    let mp = (5 * doy + 2) / 153
+    let day = doy - (153 * mp + 2) / 5 + 1
+    let month = mp < 10 ? mp + 3 : mp - 9
+    return (yoe + era * 400 + (month <= 2 ? 1 : 0), month, day)
+}
+
+private func daysIn(month: Int64, year: Int64) -> Int64 {
+    switch month {
+    case 2: return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
+    case 4, 6, 9, 11: return 30
+    default: return 31
+    }
+}
+
+private func floorDiv(_ a: Int64, _ b: Int64) -> Int64 {
+    a >= 0 ? a / b : -((-a + b - 1) / b)
+}
+
+private func pad(_ value: Int64, _ width: Int) -> String {
+    let text = String(value)
+    return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+}

@@ -1,0 +1,65 @@
+/// The error body of every failed request: `{"error":{"code":"…","message":"…"}}`.
+///
+/// The server sends it; the client decodes the same type back. A message never holds a token, a payload or SQL.
+public struct WireError: Error, Sendable, Hashable, Codable, CustomStringConvertible {
+    /// A stable, machine-readable error code. Extensible: match on the constants, not on message text.
+    public struct Code: RawRepresentable, Sendable, Hashable, Codable, CustomStringConvertible {
+        public var rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public init(_ rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        public init(from decoder: any Decoder) throws {
+            self.rawValue = try decoder.singleValueContainer().decode(String.self)
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.singleValueContainer()
+            try container.encode(rawValue)
+        }
+
+        // Request-level
+        public static let invalidRequest = Code("invalid_request")
+        public static let invalidJSON = Code("invalid_json")
+        public static let payloadTooLarge = Code("payload_too_large")
+        public static let batchTooLarge = Code("batch_too_large")
+        public static let unauthorized = Code("unauthorized")
+        public static let invalidToken = Code("invalid_token")
+        public static let forbidden = Code("forbidden")
+        public static let notFound = Code("not_found")
+        public static let methodNotAllowed = Code("method_not_allowed")
+        public static let invalidCursor = Code("invalid_cursor")
+        public static let invalidContinuation = Code("invalid_continuation")
+        public static let unknownCollection = Code("unknown_collection")
+        public static let serviceUnavailable = Code("service_unavailable")
+        public static let internalError = Code("internal_error")
+        // Mutation-level
+        public static let invalidRecordId = Code("invalid_record_id")
+        public static let invalidIdempotencyKey = Code("invalid_idempotency_key")
+        public static let invalidTimestamp = Code("invalid_timestamp")
+        public static let invalidFields = Code("invalid_fields")
+        public static let invalidBaseVersion = Code("invalid_base_version")
+        public static let idempotencyKeyReused = Code("idempotency_key_reused")
+    }
+
+    /// The inner object: code and message.
+    public struct Detail: Sendable, Hashable, Codable {
+        public var code: Code
+        public var message: String
+
+        public init(code: Code, message: String) {
+            self.code = code
+            self.message = message
+        }
+    }
+
+    public var error: Detail
+
+    public init(code: Code, message: String) {
+        self.error = Detail(code: code, message: message)
+    }
+
+    public var code: Code { error.code }
+    public var message: String { error.message }
+    public var description: String { "\(error.message) (\(error.code))" }
+}

@@ -1,0 +1,56 @@
+import Foundation
+import Hummingbird
+import Logging
+import OutpostProtocol
+
+/// Builds the Outpost server. `main` and the tests call this same function.
+///
+/// - Parameters:
+///   - storage: the engine; it runs as one of the application's services.
+///   - now: the server's clock, for receive times and token expiry.
+///   - onListening: called with the bound port once the server accepts connections.
+package func buildApplication<Storage: SyncStorage>(
+    configuration: ServerConfiguration,
+    storage: Storage,
+    now: @escaping @Sendable () -> Date = { Date() },
+    logger: Logger,
+    onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+) -> some ApplicationProtocol {
+    let secrets = ServerSecrets()
+    let router = buildRouter(configuration: configuration, storage: storage, secrets: secrets, now: now)
+    var app = Application(
+        router: router,
+        configuration: .init(
+            address: .hostname(configuration.host, port: configuration.port), serverName: "outpost"),
+        services: [storage],
+        onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
+        logger: logger
+    )
+    app.beforeServerStarts {
+        try await storage.migrate()
+        if let secret = configuration.jwtSecret {
+            try await secrets.load(secret: secret)
+        } else {
+            try await secrets.load(
+                secret: try await storage.signingSecret(creatingWith: { TokenAuthority.generateSecret() }))
+        }
+    }
+    return app
+}
+
+/// The routes, with their middleware. Separate from ``buildApplication`` so that tests can list them.
+package func buildRouter<Storage: SyncStorage>(
+    configuration: ServerConfiguration,
+    storage: Storage,
+    secrets: ServerSecrets = ServerSecrets(),
+    now: @escaping @Sendable () -> Date = { Date() }
+) -> Router<OutpostRequestContext> {
+    let router = Router(context: OutpostRequestContext.self)
+    router.add(middleware: AccessLogMiddleware())
+    router.add(middleware: ErrorMiddleware())
+    MetaController(storage: storage).addRoutes(to: router)
+    let v1 = router.group("v1").add(middleware: AuthMiddleware(secrets: secrets, now: now))
+    SyncController(storage: storage, configuration: configuration, secrets: secrets, now: now).addRoutes(to: v1)
+    ReviewController(storage: storage, configuration: configuration).addRoutes(to: v1)
+    return router
+}

@@ -1,0 +1,67 @@
+import Foundation
+import JWTKit
+import OutpostProtocol
+
+/// Signs and verifies Outpost's bearer tokens: HS256 JWTs with the claims `tenant`, `sub`, `role`, `name`, `exp`.
+public struct TokenAuthority: Sendable {
+    /// The shortest secret accepted. Shorter HMAC keys are weak, and jwt-kit traps on them in debug builds.
+    public static let minimumSecretLength = 32
+
+    public struct Error: Swift.Error, Sendable, CustomStringConvertible {
+        public var description: String
+    }
+
+    private let keys: JWTKeyCollection
+
+    /// - Throws: `TokenAuthority.Error` when the secret is shorter than ``minimumSecretLength`` bytes.
+    public init(secret: [UInt8]) async throws {
+        guard secret.count >= Self.minimumSecretLength else {
+            throw Error(description: "the JWT secret must be at least \(Self.minimumSecretLength) bytes long")
+        }
+        self.keys = JWTKeyCollection()
+        await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
+    }
+
+    /// A signed token for `identity`, valid for `lifetime` from `now`.
+    public func token(for identity: Identity, lifetime: Duration, now: Date) async throws -> String {
+        let seconds = Double(lifetime.components.seconds) + Double(lifetime.components.attoseconds) / 1e18
+        let claims = Claims(
+            tenant: identity.tenant,
+            sub: SubjectClaim(value: identity.userId),
+            role: identity.role.rawValue,
+            name: identity.name,
+            iat: IssuedAtClaim(value: now),
+            exp: ExpirationClaim(value: now.addingTimeInterval(seconds))
+        )
+        return try await keys.sign(claims)
+    }
+
+    /// The identity a token proves, or `nil` when it is forged, malformed, expired or carries bad claims.
+    public func identity(fromToken token: String, now: Date) async -> Identity? {
+        guard let claims = try? await keys.verify(token, as: Claims.self) else { return nil }
+        guard claims.exp.value > now,
+            Identifier.isValid(claims.tenant),
+            Identifier.isValid(claims.sub.value),
+            let role = Role(rawValue: claims.role)
+        else { return nil }
+        return Identity(tenant: claims.tenant, userId: claims.sub.value, role: role, name: claims.name ?? claims.sub.value)
+    }
+
+    /// A fresh random secret of 32 bytes, for a server that was given none.
+    public static func generateSecret() -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+    }
+
+    struct Claims: JWTPayload {
+        var tenant: String
+        var sub: SubjectClaim
+        var role: String
+        var name: String?
+        var iat: IssuedAtClaim?
+        var exp: ExpirationClaim
+
+        // Expiry is checked against the injected clock in `identity(fromToken:now:)`.
+        func verify(using algorithm: some JWTAlgorithm) async throws {}
+    }
+}

@@ -1,0 +1,51 @@
+import Foundation
+import OutpostProtocol
+
+/// Everything an Outpost server needs to know at start-up. Read by the CLI; the library never reads the environment.
+public struct ServerConfiguration: Sendable {
+    public var host: String
+    public var port: Int
+    /// The most mutations one push may carry; a larger batch is refused with 413.
+    public var maxBatchSize: Int
+    /// The largest request body accepted, in bytes; a larger one is refused with 413.
+    public var maxBodyBytes: Int
+    public var snapshotDefaultPageSize: Int
+    public var snapshotMaxPageSize: Int
+    public var pullDefaultLimit: Int
+    public var pullMaxLimit: Int
+    /// How far ahead of the server's clock a device's timestamp may be before it is refused.
+    public var maxClockSkew: Duration
+    /// Timestamps before this are refused as far-past.
+    public var earliestTimestamp: Timestamp
+    /// The HS256 secret; when `nil` the storage generates one on first start and keeps it.
+    public var jwtSecret: [UInt8]?
+    public var collections: CollectionRegistry
+
+    public init(
+        host: String = "127.0.0.1",
+        port: Int = 8080,
+        maxBatchSize: Int = 500,
+        maxBodyBytes: Int = 8 * 1024 * 1024,
+        snapshotDefaultPageSize: Int = 500,
+        snapshotMaxPageSize: Int = 5000,
+        pullDefaultLimit: Int = 500,
+        pullMaxLimit: Int = 5000,
+        maxClockSkew: Duration = .seconds(24 * 3600),
+        earliestTimestamp: Timestamp = Timestamp(iso8601: "2000-01-01T00:00:00.000Z")!,
+        jwtSecret: [UInt8]? = nil,
+        collections: CollectionRegistry = .standard
+    ) {
+        self.host = host
+        self.port = port
+        self.maxBatchSize = maxBatchSize
+        self.maxBodyBytes = maxBodyBytes
+        self.snapshotDefaultPageSize = snapshotDefaultPageSize
+        self.snapshotMaxPageSize = snapshotMaxPageSize
+        self.pullDefaultLimit = pullDefaultLimit
+        self.pullMaxLimit = pullMaxLimit
+        self.maxClockSkew = maxClockSkew
+        self.earliestTimestamp = earliestTimestamp
+        self.jwtSecret = jwtSecret
+        self.collections = collections
+    }
+}

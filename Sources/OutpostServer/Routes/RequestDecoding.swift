@@ -1,0 +1,126 @@
+import Foundation
+import Hummingbird
+import OutpostProtocol
+
+/// Reads and decodes request bodies and query parameters, turning every failure into a clear 4xx.
+enum RequestDecoding {
+    /// Collects at most `maxBytes` of body and decodes it as `T`.
+    static func decodeBody<T: Decodable>(_ type: T.Type, from request: Request, maxBytes: Int) async throws -> T {
+        var request = request
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.collectBody(upTo: maxBytes)
+        } catch {
+            throw OutpostHTTPError(
+                .contentTooLarge, .payloadTooLarge, "the request body is larger than \(maxBytes) bytes")
+        }
+        guard buffer.readableBytes > 0 else {
+            throw OutpostHTTPError.badRequest("the request body is empty; expected JSON", code: .invalidJSON)
+        }
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(buffer: buffer))
+        } catch let error as DecodingError {
+            throw OutpostHTTPError.badRequest(describe(error), code: .invalidJSON)
+        } catch {
+            throw OutpostHTTPError.badRequest("the request body is not valid JSON", code: .invalidJSON)
+        }
+    }
+
+    /// Says where and what, never echoing the offending value.
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ codingPath: [any CodingKey]) -> String {
+            var text = ""
+            for key in codingPath {
+                if let index = key.intValue {
+                    text += "[\(index)]"
+                } else {
+                    text += text.isEmpty ? key.stringValue : "." + key.stringValue
+                }
+            }
+            return text.isEmpty ? "body" : text
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            let parent = path(context.codingPath)
+            return parent == "body" ? "missing field '\(key.stringValue)'" : "\(parent): missing field '\(key.stringValue)'"
+        case .typeMismatch(let type, let context):
+            return "\(path(context.codingPath)): expected \(describe(type))"
+        case .valueNotFound(let type, let context):
+            return "\(path(context.codingPath)): expected \(describe(type)), found null"
+        case .dataCorrupted(let context):
+            if context.codingPath.isEmpty { return "the request body is not valid JSON" }
+            return "\(path(context.codingPath)): \(context.debugDescription)"
+        @unknown default:
+            return "the request body does not match the schema"
+        }
+    }
+
+    private static func describe(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: return "a string"
+        case is Int64.Type, is Int.Type: return "an integer"
+        case is Double.Type: return "a number"
+        case is Bool.Type: return "a boolean"
+        case is [Any].Type: return "an array"
+        default:
+            let name = String(describing: type)
+            if name.hasPrefix("Array") { return "an array" }
+            if name.hasPrefix("Dictionary") { return "an object" }
+            return "a value of another type"
+        }
+    }
+
+    /// A required, non-empty query parameter.
+    static func required(_ name: String, in request: Request) throws -> String {
+        guard let value = request.uri.queryParameters[name[...]], !value.isEmpty else {
+            throw OutpostHTTPError.badRequest("the query parameter '\(name)' is required")
+        }
+        return String(value)
+    }
+
+    /// An optional query parameter; empty counts as absent.
+    static func optional(_ name: String, in request: Request) -> String? {
+        guard let value = request.uri.queryParameters[name[...]], !value.isEmpty else { return nil }
+        return String(value)
+    }
+
+    /// A page size between 1 and `max`, or `defaultValue` when absent.
+    static func limit(in request: Request, default defaultValue: Int, max: Int) throws -> Int {
+        guard let text = optional("limit", in: request) else { return defaultValue }
+        guard let value = Int(text), value >= 1, value <= max else {
+            throw OutpostHTTPError.badRequest("limit must be a whole number from 1 to \(max)")
+        }
+        return value
+    }
+
+    /// A known collection named by the `collection` query parameter.
+    static func collection(in request: Request, registry: CollectionRegistry) throws -> CollectionPolicy {
+        let name = try required("collection", in: request)
+        guard let policy = registry[name] else {
+            throw OutpostHTTPError(.notFound, .unknownCollection, "unknown collection")
+        }
+        return policy
+    }
+
+    /// A scope: an identifier, or absent.
+    static func scope(in request: Request) throws -> String? {
+        guard let scope = optional("scope", in: request) else { return nil }
+        guard Identifier.isValid(scope) else {
+            throw OutpostHTTPError.badRequest("scope must be an identifier (A-Z a-z 0-9 . _ : @ -)")
+        }
+        return scope
+    }
+}
+
+extension Response {
+    /// A JSON response with sorted keys, never cached.
+    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = try encoder.encode(value)
+        return Response(
+            status: status,
+            headers: [.contentType: "application/json; charset=utf-8", .cacheControl: "no-store"],
+            body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}

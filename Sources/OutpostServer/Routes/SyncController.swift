@@ -1,0 +1,110 @@
+import Foundation
+import Hummingbird
+import Logging
+import OutpostProtocol
+
+/// `POST /v1/push`, `GET /v1/pull` and `GET /v1/snapshot`.
+struct SyncController<Storage: SyncStorage> {
+    let storage: Storage
+    let configuration: ServerConfiguration
+    let secrets: ServerSecrets
+    let now: @Sendable () -> Date
+
+    func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
+        group.post("push", use: push)
+        group.get("pull", use: pull)
+        group.get("snapshot", use: snapshot)
+    }
+
+    @Sendable func push(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        let body = try await RequestDecoding.decodeBody(
+            PushRequest.self, from: request, maxBytes: configuration.maxBodyBytes)
+        guard Identifier.isValid(body.deviceId) else {
+            throw OutpostHTTPError.badRequest("deviceId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
+        }
+        guard body.mutations.count <= configuration.maxBatchSize else {
+            throw OutpostHTTPError(
+                .contentTooLarge, .batchTooLarge,
+                "a push carries at most \(configuration.maxBatchSize) mutations; split the batch")
+        }
+        let receivedAt = now()
+        let validator = MutationValidator(
+            collections: configuration.collections, earliest: configuration.earliestTimestamp,
+            maxClockSkew: configuration.maxClockSkew)
+        let items: [PushItem] = body.mutations.map { mutation in
+            if let rejection = validator.rejection(of: mutation, by: identity, now: receivedAt) {
+                return .rejected(rejection)
+            }
+            return .valid(mutation, contentHash: MutationValidator.contentHash(of: mutation))
+        }
+        let context = PushContext(
+            tenant: identity.tenant, deviceId: body.deviceId, userId: identity.userId, userName: identity.name,
+            receivedAt: Timestamp(receivedAt))
+        let results = try await storage.push(items, context: context, collections: configuration.collections)
+        return try .json(PushResponse(results: results))
+    }
+
+    @Sendable func pull(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
+        let scope = try RequestDecoding.scope(in: request)
+        let limit = try RequestDecoding.limit(
+            in: request, default: configuration.pullDefaultLimit, max: configuration.pullMaxLimit)
+        var cursor = PullCursor.start
+        if let token = RequestDecoding.optional("cursor", in: request) {
+            guard let parsed = PullCursor(token: token) else {
+                throw OutpostHTTPError.badRequest("the cursor is not one this server issued", code: .invalidCursor)
+            }
+            cursor = parsed
+        }
+        let page = try await storage.pull(
+            tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit)
+        return try .json(
+            PullResponse(changes: page.records.map(\.change), cursor: page.cursor.token, hasMore: page.hasMore))
+    }
+
+    @Sendable func snapshot(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
+        guard policy.kind == .reference else {
+            throw OutpostHTTPError.badRequest(
+                "snapshots serve reference collections; use /v1/pull for \(policy.name)")
+        }
+        let scope = try RequestDecoding.scope(in: request)
+        let limit = try RequestDecoding.limit(
+            in: request, default: configuration.snapshotDefaultPageSize, max: configuration.snapshotMaxPageSize)
+        let key = try secrets.continuationKey()
+
+        var state: SnapshotContinuation
+        if let token = RequestDecoding.optional("continuation", in: request) {
+            guard let parsed = SnapshotContinuation(token: token, key: key) else {
+                throw OutpostHTTPError.badRequest(
+                    "the continuation token is not one this server issued", code: .invalidContinuation)
+            }
+            guard parsed.tenant == identity.tenant, parsed.collection == policy.name, parsed.scope == scope else {
+                throw OutpostHTTPError.badRequest(
+                    "the continuation token belongs to another snapshot", code: .invalidContinuation)
+            }
+            state = parsed
+        } else {
+            let start = try await storage.snapshotStart(tenant: identity.tenant, collection: policy.name, scope: scope)
+            state = SnapshotContinuation(
+                tenant: identity.tenant, collection: policy.name, scope: scope, after: "",
+                cursor: start.cursor.token, total: start.total)
+        }
+        let records = try await storage.snapshotPage(
+            tenant: identity.tenant, collection: policy.name, scope: scope,
+            after: state.after.isEmpty ? nil : state.after, limit: limit)
+        let isLast = records.count < limit
+        var continuation: String?
+        if !isLast, let last = records.last {
+            state.after = last.recordId
+            continuation = try state.token(key: key)
+        }
+        return try .json(
+            SnapshotResponse(
+                records: records.map(\.change), total: state.total, continuation: continuation,
+                cursor: isLast ? state.cursor : nil))
+    }
+}

@@ -1,0 +1,77 @@
+extension PostgresStorage {
+    struct Migration {
+        var version: String
+        var statements: [String]
+    }
+
+    /// The versioned schema. Append new migrations; never edit a shipped one.
+    static let migrations: [Migration] = [
+        Migration(
+            version: "v1",
+            statements: [
+                "CREATE SEQUENCE change_seq",
+                """
+                CREATE TABLE records (
+                  tenant TEXT COLLATE "C" NOT NULL,
+                  collection TEXT COLLATE "C" NOT NULL,
+                  record_id TEXT COLLATE "C" NOT NULL,
+                  scope TEXT COLLATE "C" NOT NULL DEFAULT '',
+                  version BIGINT NOT NULL,
+                  tombstone BOOLEAN NOT NULL,
+                  fields TEXT NOT NULL,
+                  meta TEXT NOT NULL,
+                  created_at BIGINT NOT NULL,
+                  updated_at BIGINT NOT NULL,
+                  change_xid BIGINT NOT NULL,
+                  change_seq BIGINT NOT NULL,
+                  PRIMARY KEY (tenant, collection, record_id)
+                )
+                """,
+                "CREATE INDEX records_by_change ON records (tenant, collection, change_xid, change_seq)",
+                "CREATE INDEX records_by_scope_change ON records (tenant, collection, scope, change_xid, change_seq)",
+                "CREATE INDEX records_by_scope_id ON records (tenant, collection, scope, record_id)",
+                """
+                CREATE TABLE mutations (
+                  tenant TEXT NOT NULL,
+                  idempotency_key TEXT NOT NULL,
+                  content_hash TEXT NOT NULL,
+                  device_id TEXT NOT NULL,
+                  user_id TEXT NOT NULL,
+                  user_name TEXT NOT NULL,
+                  collection TEXT NOT NULL,
+                  record_id TEXT NOT NULL,
+                  op TEXT NOT NULL,
+                  fields TEXT NOT NULL,
+                  client_ts BIGINT NOT NULL,
+                  base_version BIGINT,
+                  received_at BIGINT NOT NULL,
+                  status TEXT NOT NULL,
+                  version BIGINT NOT NULL,
+                  conflict TEXT,
+                  PRIMARY KEY (tenant, idempotency_key)
+                )
+                """,
+                "CREATE INDEX mutations_by_record ON mutations (tenant, collection, record_id, client_ts)",
+                """
+                CREATE TABLE conflicts (
+                  tenant TEXT NOT NULL,
+                  conflict_id TEXT NOT NULL,
+                  collection TEXT NOT NULL,
+                  record_id TEXT NOT NULL,
+                  idempotency_key TEXT NOT NULL,
+                  device_id TEXT NOT NULL,
+                  user_id TEXT NOT NULL,
+                  attempted TEXT NOT NULL,
+                  server_fields TEXT NOT NULL,
+                  base_version BIGINT,
+                  server_version BIGINT NOT NULL,
+                  client_ts BIGINT NOT NULL,
+                  received_at BIGINT NOT NULL,
+                  PRIMARY KEY (tenant, conflict_id)
+                )
+                """,
+                "CREATE INDEX conflicts_by_time ON conflicts (tenant, received_at)",
+                "CREATE TABLE outpost_settings (name TEXT PRIMARY KEY, value BYTEA NOT NULL)",
+            ]),
+    ]
+}

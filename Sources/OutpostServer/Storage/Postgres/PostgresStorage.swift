@@ -1,0 +1,441 @@
+import Crypto
+import Foundation
+import Logging
+import OutpostProtocol
+import PostgresNIO
+import ServiceLifecycle
+
+/// The production engine: PostgreSQL, shared by any number of server processes.
+///
+/// No state that matters for correctness lives in the process: idempotency claims, records, the change
+/// order and the signing secret are all in the database.
+///
+/// Pulls are gap-free without serialising writers: each change row carries its transaction's id
+/// (`pg_current_xact_id()`), and a pull returns only rows of transactions older than the oldest one still
+/// running (`pg_snapshot_xmin`), ordered by (transaction id, sequence). A transaction that commits late
+/// therefore always lands after every cursor a reader could hold.
+package struct PostgresStorage: SyncStorage {
+    let client: PostgresClient
+    let location: PostgresLocation
+    let logger: Logger
+    /// Runs inside each push transaction just before it commits; tests use it to hold a writer open.
+    let beforeCommit: (@Sendable () async throws -> Void)?
+
+    /// How often a push is retried after a deadlock or a concurrent claim of the same key.
+    static let maxAttempts = 5
+
+    package init(location: PostgresLocation, logger: Logger) {
+        self.init(location: location, logger: logger, beforeCommit: nil)
+    }
+
+    init(location: PostgresLocation, logger: Logger, beforeCommit: (@Sendable () async throws -> Void)?) {
+        self.location = location
+        self.logger = logger
+        self.beforeCommit = beforeCommit
+        self.client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: logger)
+    }
+
+    package var summary: String { location.summary }
+
+    package func run() async throws {
+        await client.run()
+    }
+
+    package func migrate() async throws {
+        try await guarded {
+            try await client.withTransaction(logger: logger) { connection in
+                // One migrator at a time, across every process sharing the database.
+                try await connection.query("SELECT pg_advisory_xact_lock(7_081_981_001)", logger: logger)
+                try await connection.query(
+                    """
+                    CREATE TABLE IF NOT EXISTS outpost_migrations (
+                      version TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
+                    """, logger: logger)
+                var applied = Set<String>()
+                for try await version in try await connection.query(
+                    "SELECT version FROM outpost_migrations", logger: logger
+                ).decode(String.self) {
+                    applied.insert(version)
+                }
+                for migration in Self.migrations where !applied.contains(migration.version) {
+                    for statement in migration.statements {
+                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                    }
+                    try await connection.query(
+                        "INSERT INTO outpost_migrations (version) VALUES (\(migration.version))", logger: logger)
+                }
+            }
+        }
+    }
+
+    package func checkHealth() async throws {
+        try await guarded {
+            try await client.query("SELECT 1", logger: logger)
+        }
+    }
+
+    package func signingSecret(creatingWith make: @Sendable () -> [UInt8]) async throws -> [UInt8] {
+        let candidate = make()
+        return try await guarded {
+            // The first process to start stores its secret; every other one reads that one.
+            try await client.query(
+                """
+                INSERT INTO outpost_settings (name, value) VALUES ('jwt_secret', \(ByteBuffer(bytes: candidate)))
+                ON CONFLICT (name) DO NOTHING
+                """, logger: logger)
+            let rows = try await client.query(
+                "SELECT value FROM outpost_settings WHERE name = 'jwt_secret'", logger: logger)
+            for try await value in rows.decode(ByteBuffer.self) {
+                return Array(buffer: value)
+            }
+            throw StorageError(.corrupt, "the JWT secret is missing from outpost_settings")
+        }
+    }
+
+    // MARK: Push
+
+    package func push(_ items: [PushItem], context: PushContext, collections: CollectionRegistry) async throws
+        -> [MutationResult]
+    {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await guarded { try await pushOnce(items, context: context, collections: collections) }
+            } catch let error as StorageError where error.code == .concurrentClaim && attempt < Self.maxAttempts {
+                continue
+            }
+        }
+    }
+
+    private func pushOnce(_ items: [PushItem], context: PushContext, collections: CollectionRegistry) async throws
+        -> [MutationResult]
+    {
+        let tenant = context.tenant
+        let keys = Array(Set(items.compactMap(\.key)))
+        let recordKeys = Array(Set(items.compactMap(\.recordKey))).sorted()
+        return try await client.withTransaction(logger: logger) { connection in
+            // Per-record locks, taken in one order by every writer, make read-merge-write safe for records
+            // that do not exist yet; rows of other records are never blocked.
+            let locks = recordKeys.map { Self.lockKey(tenant: tenant, $0) }.sorted()
+            if !locks.isEmpty {
+                try await connection.query(
+                    """
+                    SELECT count(*) FROM (
+                      SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT k FROM unnest(\(locks)::bigint[]) AS t(k)
+                      ORDER BY k) AS ordered) AS locked
+                    """, logger: logger)
+            }
+            var processed: [String: ProcessedMutation] = [:]
+            if !keys.isEmpty {
+                let rows = try await connection.query(
+                    """
+                    SELECT idempotency_key, content_hash, status, version, conflict FROM mutations
+                    WHERE tenant = \(tenant) AND idempotency_key = ANY(\(keys)::text[])
+                    """, logger: logger)
+                for try await (key, hash, status, version, conflict) in rows.decode(
+                    (String, String, String, Int64, String?).self)
+                {
+                    processed[key] = ProcessedMutation(
+                        contentHash: hash, status: MutationResult.Status(rawValue: status) ?? .applied,
+                        version: version,
+                        conflict: try conflict.map { try StorageCoding.decode(ConflictDetail.self, from: $0) })
+                }
+            }
+            var records: [RecordKey: StoredRecord] = [:]
+            if !recordKeys.isEmpty {
+                let rows = try await connection.query(
+                    """
+                    SELECT \(unescaped: Self.recordColumns) FROM records
+                    WHERE tenant = \(tenant) AND (collection, record_id) IN (
+                      SELECT * FROM unnest(\(recordKeys.map(\.collection))::text[], \(recordKeys.map(\.recordId))::text[]))
+                    """, logger: logger)
+                for try await row in rows {
+                    let record = try Self.record(row)
+                    records[record.key] = record
+                }
+            }
+            let plan = PushPlanner.plan(
+                items, context: context, processed: processed, records: records, collections: collections)
+            try await write(plan, tenant: tenant, connection: connection)
+            try await beforeCommit?()
+            return plan.results
+        }
+    }
+
+    private func write(_ plan: PushPlan, tenant: String, connection: PostgresConnection) async throws {
+        if !plan.records.isEmpty {
+            let r = plan.records
+            try await connection.query(
+                """
+                INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
+                                     created_at, updated_at, change_xid, change_seq)
+                SELECT \(tenant), c, i, s, v, t, f, m, ca, ua, pg_current_xact_id()::text::bigint, nextval('change_seq')
+                FROM unnest(\(r.map(\.collection))::text[], \(r.map(\.recordId))::text[], \(r.map(\.scope))::text[],
+                            \(r.map(\.version))::bigint[], \(r.map(\.tombstone))::boolean[],
+                            \(try r.map { try StorageCoding.encode($0.fields) })::text[],
+                            \(try r.map { try StorageCoding.encode($0.meta) })::text[],
+                            \(r.map(\.createdAt))::bigint[], \(r.map(\.updatedAt))::bigint[])
+                     WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, n)
+                ORDER BY n
+                ON CONFLICT (tenant, collection, record_id) DO UPDATE SET
+                  scope = excluded.scope, version = excluded.version, tombstone = excluded.tombstone,
+                  fields = excluded.fields, meta = excluded.meta, created_at = excluded.created_at,
+                  updated_at = excluded.updated_at, change_xid = excluded.change_xid, change_seq = excluded.change_seq
+                """, logger: logger)
+        }
+        if !plan.mutations.isEmpty {
+            let rows = plan.mutations
+            let m = rows.map(\.mutation)
+            let inserted = try await connection.query(
+                """
+                INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name, collection,
+                                       record_id, op, fields, client_ts, base_version, received_at, status, version,
+                                       conflict)
+                SELECT \(tenant), k, h, d, u, un, c, i, o, f, ts, NULLIF(b, '')::bigint, ra, st, v, NULLIF(cf, '')
+                FROM unnest(\(m.map(\.idempotencyKey))::text[], \(rows.map(\.contentHash))::text[],
+                            \(rows.map(\.deviceId))::text[], \(rows.map(\.userId))::text[],
+                            \(rows.map(\.userName))::text[], \(m.map(\.collection))::text[], \(m.map(\.recordId))::text[],
+                            \(m.map(\.op.rawValue))::text[], \(try m.map { try StorageCoding.encode($0.fields) })::text[],
+                            \(m.map(\.clientTimestamp.millisecondsSince1970))::bigint[],
+                            \(m.map { $0.baseVersion.map(String.init) ?? "" })::text[],
+                            \(rows.map(\.receivedAt.millisecondsSince1970))::bigint[],
+                            \(rows.map(\.status.rawValue))::text[], \(rows.map(\.version))::bigint[],
+                            \(try rows.map { try $0.conflict.map { try StorageCoding.encode($0) } ?? "" })::text[])
+                     AS u(k, h, d, u, un, c, i, o, f, ts, b, ra, st, v, cf)
+                ON CONFLICT (tenant, idempotency_key) DO NOTHING
+                RETURNING idempotency_key
+                """, logger: logger)
+            var count = 0
+            for try await _ in inserted { count += 1 }
+            // Another transaction committed one of these keys after we looked: start again, and see it.
+            guard count == rows.count else {
+                throw StorageError(.concurrentClaim, "an idempotency key was claimed concurrently")
+            }
+        }
+        if !plan.conflicts.isEmpty {
+            let c = plan.conflicts
+            try await connection.query(
+                """
+                INSERT INTO conflicts (tenant, conflict_id, collection, record_id, idempotency_key, device_id, user_id,
+                                       attempted, server_fields, base_version, server_version, client_ts, received_at)
+                SELECT \(tenant), ci, c, i, k, d, u, a, sf, NULLIF(b, '')::bigint, sv, ts, ra
+                FROM unnest(\(c.map(\.conflictId))::text[], \(c.map(\.collection))::text[], \(c.map(\.recordId))::text[],
+                            \(c.map(\.idempotencyKey))::text[], \(c.map(\.deviceId))::text[], \(c.map(\.userId))::text[],
+                            \(try c.map { try StorageCoding.encode($0.attemptedFields) })::text[],
+                            \(try c.map { try StorageCoding.encode($0.serverFields) })::text[],
+                            \(c.map { $0.baseVersion.map(String.init) ?? "" })::text[],
+                            \(c.map(\.serverVersion))::bigint[], \(c.map(\.clientTimestamp.millisecondsSince1970))::bigint[],
+                            \(c.map(\.receivedAt.millisecondsSince1970))::bigint[])
+                     AS u(ci, c, i, k, d, u, a, sf, b, sv, ts, ra)
+                """, logger: logger)
+        }
+    }
+
+    // MARK: Reads
+
+    package func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int)
+        async throws -> PullPage
+    {
+        try await guarded {
+            try await client.withConnection { connection in
+                // Taken before the read: every transaction older than it has finished, so the read sees them all.
+                let horizon = try await Self.horizon(connection, logger: logger)
+                let query: PostgresQuery = """
+                    SELECT \(unescaped: Self.recordColumns), change_xid, change_seq FROM records
+                    WHERE tenant = \(tenant) AND collection = \(collection)
+                      AND (\(scope)::text IS NULL OR scope = \(scope)::text)
+                      AND (change_xid, change_seq) > (\(cursor.xid), \(cursor.seq)) AND change_xid < \(horizon)
+                    ORDER BY change_xid, change_seq LIMIT \(limit + 1)
+                    """
+                var records: [StoredRecord] = []
+                var last = cursor
+                var hasMore = false
+                for try await row in try await connection.query(query, logger: logger) {
+                    if records.count == limit {
+                        hasMore = true
+                        break
+                    }
+                    records.append(try Self.record(row))
+                    let columns = row.makeRandomAccess()
+                    last = PullCursor(
+                        xid: try columns["change_xid"].decode(Int64.self),
+                        seq: try columns["change_seq"].decode(Int64.self))
+                }
+                return PullPage(records: records, cursor: last, hasMore: hasMore)
+            }
+        }
+    }
+
+    package func snapshotStart(tenant: String, collection: String, scope: String?) async throws -> SnapshotStart {
+        try await guarded {
+            try await client.withConnection { connection in
+                let horizon = try await Self.horizon(connection, logger: logger)
+                let query: PostgresQuery = """
+                    SELECT count(*) FROM records WHERE tenant = \(tenant) AND collection = \(collection)
+                      AND NOT tombstone AND (\(scope)::text IS NULL OR scope = \(scope)::text)
+                    """
+                var total = 0
+                for try await count in try await connection.query(query, logger: logger).decode(Int64.self) {
+                    total = Int(count)
+                }
+                // Every change of a transaction at or after the horizon may be missing from the pages.
+                return SnapshotStart(cursor: PullCursor(xid: max(horizon - 1, 0), seq: Int64.max), total: total)
+            }
+        }
+    }
+
+    package func snapshotPage(tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int)
+        async throws -> [StoredRecord]
+    {
+        try await guarded {
+            let query: PostgresQuery = """
+                SELECT \(unescaped: Self.recordColumns) FROM records
+                WHERE tenant = \(tenant) AND collection = \(collection) AND NOT tombstone
+                  AND (\(scope)::text IS NULL OR scope = \(scope)::text)
+                  AND record_id > \(recordId ?? "")
+                ORDER BY record_id LIMIT \(limit)
+                """
+            var records: [StoredRecord] = []
+            for try await row in try await client.query(query, logger: logger) {
+                records.append(try Self.record(row))
+            }
+            return records
+        }
+    }
+
+    package func audit(tenant: String, collection: String, recordId: String) async throws -> [AuditEntry] {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT idempotency_key, collection, record_id, op, fields, device_id, user_id, user_name, client_ts,
+                       received_at, status, version
+                FROM mutations WHERE tenant = \(tenant) AND collection = \(collection) AND record_id = \(recordId)
+                ORDER BY client_ts, device_id, idempotency_key
+                """, logger: logger)
+            var entries: [AuditEntry] = []
+            for try await row in rows {
+                let c = row.makeRandomAccess()
+                entries.append(
+                    AuditEntry(
+                        idempotencyKey: try c["idempotency_key"].decode(String.self),
+                        collection: try c["collection"].decode(String.self),
+                        recordId: try c["record_id"].decode(String.self),
+                        op: MutationOperation(rawValue: try c["op"].decode(String.self)) ?? .upsert,
+                        fields: try StorageCoding.decode(
+                            [String: JSONValue].self, from: try c["fields"].decode(String.self)),
+                        deviceId: try c["device_id"].decode(String.self),
+                        userId: try c["user_id"].decode(String.self),
+                        userName: try c["user_name"].decode(String.self),
+                        clientTimestamp: Timestamp(millisecondsSince1970: try c["client_ts"].decode(Int64.self)),
+                        receivedAt: Timestamp(millisecondsSince1970: try c["received_at"].decode(Int64.self)),
+                        status: MutationResult.Status(rawValue: try c["status"].decode(String.self)) ?? .applied,
+                        version: try c["version"].decode(Int64.self)))
+            }
+            return entries
+        }
+    }
+
+    package func conflicts(tenant: String, collection: String?, limit: Int) async throws -> [ConflictRecord] {
+        try await guarded {
+            let query: PostgresQuery = """
+                SELECT conflict_id, collection, record_id, idempotency_key, device_id, user_id, attempted,
+                       server_fields, base_version, server_version, client_ts, received_at
+                FROM conflicts WHERE tenant = \(tenant)
+                  AND (\(collection)::text IS NULL OR collection = \(collection)::text)
+                ORDER BY received_at DESC, conflict_id LIMIT \(limit)
+                """
+            var conflicts: [ConflictRecord] = []
+            for try await row in try await client.query(query, logger: logger) {
+                let c = row.makeRandomAccess()
+                conflicts.append(
+                    ConflictRecord(
+                        conflictId: try c["conflict_id"].decode(String.self),
+                        collection: try c["collection"].decode(String.self),
+                        recordId: try c["record_id"].decode(String.self),
+                        idempotencyKey: try c["idempotency_key"].decode(String.self),
+                        deviceId: try c["device_id"].decode(String.self),
+                        userId: try c["user_id"].decode(String.self),
+                        attemptedFields: try StorageCoding.decode(
+                            [String: JSONValue].self, from: try c["attempted"].decode(String.self)),
+                        serverFields: try StorageCoding.decode(
+                            [String: JSONValue].self, from: try c["server_fields"].decode(String.self)),
+                        baseVersion: try c["base_version"].decode(Int64?.self),
+                        serverVersion: try c["server_version"].decode(Int64.self),
+                        clientTimestamp: Timestamp(millisecondsSince1970: try c["client_ts"].decode(Int64.self)),
+                        receivedAt: Timestamp(millisecondsSince1970: try c["received_at"].decode(Int64.self))))
+            }
+            return conflicts
+        }
+    }
+
+    // MARK: Helpers
+
+    static let recordColumns =
+        "collection, record_id, scope, version, tombstone, fields, meta, created_at, updated_at"
+
+    static func record(_ row: PostgresRow) throws -> StoredRecord {
+        let c = row.makeRandomAccess()
+        return StoredRecord(
+            collection: try c["collection"].decode(String.self),
+            recordId: try c["record_id"].decode(String.self),
+            scope: try c["scope"].decode(String.self),
+            version: try c["version"].decode(Int64.self),
+            tombstone: try c["tombstone"].decode(Bool.self),
+            fields: try StorageCoding.decode([String: JSONValue].self, from: try c["fields"].decode(String.self)),
+            meta: try StorageCoding.decode(StoredRecord.Meta.self, from: try c["meta"].decode(String.self)),
+            createdAt: try c["created_at"].decode(Int64.self),
+            updatedAt: try c["updated_at"].decode(Int64.self))
+    }
+
+    /// The oldest transaction id still running: every change below it is committed (or rolled back).
+    static func horizon(_ connection: PostgresConnection, logger: Logger) async throws -> Int64 {
+        let rows = try await connection.query(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint", logger: logger)
+        for try await value in rows.decode(Int64.self) { return value }
+        throw StorageError(.corrupt, "no transaction horizon")
+    }
+
+    /// A stable 64-bit lock id for one record of one tenant.
+    static func lockKey(tenant: String, _ key: RecordKey) -> Int64 {
+        var hasher = SHA256()
+        for part in [tenant, key.collection, key.recordId] {
+            hasher.update(data: Array(part.utf8))
+            hasher.update(data: [0])
+        }
+        return hasher.finalize().withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
+    }
+
+    /// Runs `body`, translating PostgreSQL failures into ``StorageError`` without SQL text or values.
+    func guarded<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as StorageError {
+            throw error
+        } catch let error as PostgresTransactionError {
+            if let inner = error.closureError as? StorageError { throw inner }
+            throw Self.translate(error.closureError ?? error.commitError ?? error.beginError ?? error)
+        } catch {
+            throw Self.translate(error)
+        }
+    }
+
+    static func translate(_ error: any Error) -> StorageError {
+        if let error = error as? StorageError { return error }
+        guard let error = error as? PSQLError else {
+            return StorageError(.unavailable, "PostgreSQL failed: \(type(of: error))")
+        }
+        guard error.code == .server, let state = error.serverInfo?[.sqlState] else {
+            return StorageError(.unavailable, "PostgreSQL is unreachable (\(error.code))")
+        }
+        switch state {
+        case "40P01", "40001", "23505":
+            // Deadlock, serialization failure, or a key claimed concurrently: the push is retried.
+            return StorageError(.concurrentClaim, "concurrent write (SQLSTATE \(state))")
+        case _ where state.hasPrefix("08") || state.hasPrefix("53") || state.hasPrefix("57"):
+            return StorageError(.unavailable, "PostgreSQL is unavailable (SQLSTATE \(state))")
+        default:
+            return StorageError(StorageError.Code(rawValue: "query_failed"), "a query failed (SQLSTATE \(state))")
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import GRDB
+
+extension SQLiteStorage {
+    /// The versioned schema. Append new migrations; never edit a shipped one.
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            // Every key starts with the tenant, so the schema can later be distributed by tenant.
+            try db.execute(
+                sql: """
+                    CREATE TABLE records (
+                      tenant TEXT NOT NULL,
+                      collection TEXT NOT NULL,
+                      record_id TEXT NOT NULL,
+                      scope TEXT NOT NULL DEFAULT '',
+                      version INTEGER NOT NULL,
+                      tombstone BOOLEAN NOT NULL,
+                      fields TEXT NOT NULL,
+                      meta TEXT NOT NULL,
+                      created_at INTEGER NOT NULL,
+                      updated_at INTEGER NOT NULL,
+                      change_seq INTEGER NOT NULL,
+                      PRIMARY KEY (tenant, collection, record_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX records_by_change ON records (tenant, collection, change_seq);
+                    CREATE INDEX records_by_scope_change ON records (tenant, collection, scope, change_seq);
+                    CREATE INDEX records_by_scope_id ON records (tenant, collection, scope, record_id);
+
+                    CREATE TABLE mutations (
+                      tenant TEXT NOT NULL,
+                      idempotency_key TEXT NOT NULL,
+                      content_hash TEXT NOT NULL,
+                      device_id TEXT NOT NULL,
+                      user_id TEXT NOT NULL,
+                      user_name TEXT NOT NULL,
+                      collection TEXT NOT NULL,
+                      record_id TEXT NOT NULL,
+                      op TEXT NOT NULL,
+                      fields TEXT NOT NULL,
+                      client_ts INTEGER NOT NULL,
+                      base_version INTEGER,
+                      received_at INTEGER NOT NULL,
+                      status TEXT NOT NULL,
+                      version INTEGER NOT NULL,
+                      conflict TEXT,
+                      PRIMARY KEY (tenant, idempotency_key)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX mutations_by_record ON mutations (tenant, collection, record_id, client_ts);
+
+                    CREATE TABLE conflicts (
+                      tenant TEXT NOT NULL,
+                      conflict_id TEXT NOT NULL,
+                      collection TEXT NOT NULL,
+                      record_id TEXT NOT NULL,
+                      idempotency_key TEXT NOT NULL,
+                      device_id TEXT NOT NULL,
+                      user_id TEXT NOT NULL,
+                      attempted TEXT NOT NULL,
+                      server_fields TEXT NOT NULL,
+                      base_version INTEGER,
+                      server_version INTEGER NOT NULL,
+                      client_ts INTEGER NOT NULL,
+                      received_at INTEGER NOT NULL,
+                      PRIMARY KEY (tenant, conflict_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX conflicts_by_time ON conflicts (tenant, received_at);
+
+                    CREATE TABLE change_counter (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL);
+                    INSERT INTO change_counter (id, seq) VALUES (1, 0);
+                    """)
+        }
+        return migrator
+    }
+}

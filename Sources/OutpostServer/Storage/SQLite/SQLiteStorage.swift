@@ -1,0 +1,280 @@
+import Foundation
+import GRDB
+import Logging
+import OutpostProtocol
+import ServiceLifecycle
+
+/// The embedded engine: one SQLite file in WAL mode, every commit flushed to disk (`synchronous=FULL`).
+///
+/// SQLite runs one writer at a time, so the change sequence is the commit order and pulls are gap-free.
+package struct SQLiteStorage: SyncStorage {
+    package static let databaseFileName = "outpost.sqlite"
+    static let secretFileName = "jwt-secret"
+
+    let pool: DatabasePool
+    let directory: URL
+
+    /// Opens (creating when needed) the store in `directory`.
+    ///
+    /// - Throws: ``StorageError`` with code `configuration` when the folder cannot be created or opened.
+    package init(directory: URL) throws {
+        self.directory = directory
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(10)
+            configuration.prepareDatabase { db in
+                try db.execute(sql: "PRAGMA synchronous = FULL")
+            }
+            self.pool = try DatabasePool(
+                path: directory.appendingPathComponent(Self.databaseFileName).path, configuration: configuration)
+        } catch {
+            throw StorageError(.configuration, "cannot open the SQLite store in \(directory.path)")
+        }
+    }
+
+    package var summary: String { "SQLite at \(directory.appendingPathComponent(Self.databaseFileName).path)" }
+
+    package func run() async throws {
+        try? await gracefulShutdown()
+    }
+
+    package func migrate() async throws {
+        try Self.migrator.migrate(pool)
+    }
+
+    package func checkHealth() async throws {
+        _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }
+    }
+
+    package func signingSecret(creatingWith make: @Sendable () -> [UInt8]) async throws -> [UInt8] {
+        let url = directory.appendingPathComponent(Self.secretFileName)
+        if let data = FileManager.default.contents(atPath: url.path) {
+            return Array(data)
+        }
+        let secret = make()
+        // Created with mode 0600 so that no other user can read it; never overwritten.
+        let created = FileManager.default.createFile(
+            atPath: url.path, contents: Data(secret), attributes: [.posixPermissions: 0o600])
+        guard created, let data = FileManager.default.contents(atPath: url.path) else {
+            throw StorageError(.configuration, "cannot write the JWT secret in \(directory.path)")
+        }
+        return Array(data)
+    }
+
+    // MARK: Push
+
+    package func push(_ items: [PushItem], context: PushContext, collections: CollectionRegistry) async throws
+        -> [MutationResult]
+    {
+        try await pool.write { db in
+            let keys = items.compactMap(\.key)
+            var processed: [String: ProcessedMutation] = [:]
+            for key in Set(keys) {
+                if let row = try Row.fetchOne(
+                    db,
+                    sql: """
+                        SELECT content_hash, status, version, conflict FROM mutations
+                        WHERE tenant = ? AND idempotency_key = ?
+                        """, arguments: [context.tenant, key])
+                {
+                    processed[key] = try Self.processedMutation(row)
+                }
+            }
+            var records: [RecordKey: StoredRecord] = [:]
+            for recordKey in Set(items.compactMap(\.recordKey)) {
+                if let row = try Row.fetchOne(
+                    db,
+                    sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ?",
+                    arguments: [context.tenant, recordKey.collection, recordKey.recordId])
+                {
+                    records[recordKey] = try Self.record(row)
+                }
+            }
+            let plan = PushPlanner.plan(
+                items, context: context, processed: processed, records: records, collections: collections)
+            try Self.write(plan, tenant: context.tenant, db: db)
+            return plan.results
+        }
+    }
+
+    private static func write(_ plan: PushPlan, tenant: String, db: Database) throws {
+        if !plan.records.isEmpty {
+            var seq = try Int64.fetchOne(db, sql: "SELECT seq FROM change_counter WHERE id = 1") ?? 0
+            for record in plan.records {
+                seq += 1
+                try db.execute(
+                    sql: """
+                        INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
+                                             created_at, updated_at, change_seq)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        ON CONFLICT (tenant, collection, record_id) DO UPDATE SET
+                          scope = excluded.scope, version = excluded.version, tombstone = excluded.tombstone,
+                          fields = excluded.fields, meta = excluded.meta, created_at = excluded.created_at,
+                          updated_at = excluded.updated_at, change_seq = excluded.change_seq
+                        """,
+                    arguments: [
+                        tenant, record.collection, record.recordId, record.scope, record.version, record.tombstone,
+                        try StorageCoding.encode(record.fields), try StorageCoding.encode(record.meta),
+                        record.createdAt, record.updatedAt, seq,
+                    ])
+            }
+            try db.execute(sql: "UPDATE change_counter SET seq = ? WHERE id = 1", arguments: [seq])
+        }
+        for row in plan.mutations {
+            let m = row.mutation
+            try db.execute(
+                sql: """
+                    INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name,
+                                           collection, record_id, op, fields, client_ts, base_version, received_at,
+                                           status, version, conflict)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    tenant, m.idempotencyKey, row.contentHash, row.deviceId, row.userId, row.userName,
+                    m.collection, m.recordId, m.op.rawValue, try StorageCoding.encode(m.fields),
+                    m.clientTimestamp.millisecondsSince1970, m.baseVersion, row.receivedAt.millisecondsSince1970,
+                    row.status.rawValue, row.version, try row.conflict.map { try StorageCoding.encode($0) },
+                ])
+        }
+        for conflict in plan.conflicts {
+            try db.execute(
+                sql: """
+                    INSERT INTO conflicts (tenant, conflict_id, collection, record_id, idempotency_key, device_id,
+                                           user_id, attempted, server_fields, base_version, server_version,
+                                           client_ts, received_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    tenant, conflict.conflictId, conflict.collection, conflict.recordId, conflict.idempotencyKey,
+                    conflict.deviceId, conflict.userId, try StorageCoding.encode(conflict.attemptedFields),
+                    try StorageCoding.encode(conflict.serverFields), conflict.baseVersion, conflict.serverVersion,
+                    conflict.clientTimestamp.millisecondsSince1970, conflict.receivedAt.millisecondsSince1970,
+                ])
+        }
+    }
+
+    // MARK: Reads
+
+    package func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int)
+        async throws -> PullPage
+    {
+        try await pool.read { db in
+            var sql = "SELECT * FROM records WHERE tenant = ? AND collection = ? AND change_seq > ?"
+            var arguments: StatementArguments = [tenant, collection, cursor.seq]
+            if let scope {
+                sql += " AND scope = ?"
+                arguments += [scope]
+            }
+            sql += " ORDER BY change_seq LIMIT ?"
+            arguments += [limit + 1]
+            let rows = try Row.fetchAll(db, sql: sql, arguments: arguments)
+            let page = rows.prefix(limit)
+            let records = try page.map(Self.record)
+            let last = page.last.map { PullCursor(xid: 0, seq: $0["change_seq"]) } ?? cursor
+            return PullPage(records: records, cursor: last, hasMore: rows.count > limit)
+        }
+    }
+
+    package func snapshotStart(tenant: String, collection: String, scope: String?) async throws -> SnapshotStart {
+        try await pool.read { db in
+            let seq = try Int64.fetchOne(db, sql: "SELECT seq FROM change_counter WHERE id = 1") ?? 0
+            var sql = "SELECT COUNT(*) FROM records WHERE tenant = ? AND collection = ? AND tombstone = 0"
+            var arguments: StatementArguments = [tenant, collection]
+            if let scope {
+                sql += " AND scope = ?"
+                arguments += [scope]
+            }
+            let total = try Int.fetchOne(db, sql: sql, arguments: arguments) ?? 0
+            return SnapshotStart(cursor: PullCursor(xid: 0, seq: seq), total: total)
+        }
+    }
+
+    package func snapshotPage(tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int)
+        async throws -> [StoredRecord]
+    {
+        try await pool.read { db in
+            var sql = "SELECT * FROM records WHERE tenant = ? AND collection = ? AND tombstone = 0"
+            var arguments: StatementArguments = [tenant, collection]
+            if let scope {
+                sql += " AND scope = ?"
+                arguments += [scope]
+            }
+            if let recordId {
+                sql += " AND record_id > ?"
+                arguments += [recordId]
+            }
+            sql += " ORDER BY record_id LIMIT ?"
+            arguments += [limit]
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.record)
+        }
+    }
+
+    package func audit(tenant: String, collection: String, recordId: String) async throws -> [AuditEntry] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM mutations WHERE tenant = ? AND collection = ? AND record_id = ?
+                    ORDER BY client_ts, device_id, idempotency_key
+                    """, arguments: [tenant, collection, recordId]
+            ).map(Self.auditEntry)
+        }
+    }
+
+    package func conflicts(tenant: String, collection: String?, limit: Int) async throws -> [ConflictRecord] {
+        try await pool.read { db in
+            var sql = "SELECT * FROM conflicts WHERE tenant = ?"
+            var arguments: StatementArguments = [tenant]
+            if let collection {
+                sql += " AND collection = ?"
+                arguments += [collection]
+            }
+            sql += " ORDER BY received_at DESC, conflict_id LIMIT ?"
+            arguments += [limit]
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.conflict)
+        }
+    }
+
+    // MARK: Rows
+
+    static func processedMutation(_ row: Row) throws -> ProcessedMutation {
+        let conflict: String? = row["conflict"]
+        return ProcessedMutation(
+            contentHash: row["content_hash"],
+            status: MutationResult.Status(rawValue: row["status"]) ?? .applied,
+            version: row["version"],
+            conflict: try conflict.map { try StorageCoding.decode(ConflictDetail.self, from: $0) })
+    }
+
+    static func record(_ row: Row) throws -> StoredRecord {
+        StoredRecord(
+            collection: row["collection"], recordId: row["record_id"], scope: row["scope"], version: row["version"],
+            tombstone: row["tombstone"],
+            fields: try StorageCoding.decode([String: JSONValue].self, from: row["fields"]),
+            meta: try StorageCoding.decode(StoredRecord.Meta.self, from: row["meta"]),
+            createdAt: row["created_at"], updatedAt: row["updated_at"])
+    }
+
+    static func auditEntry(_ row: Row) throws -> AuditEntry {
+        AuditEntry(
+            idempotencyKey: row["idempotency_key"], collection: row["collection"], recordId: row["record_id"],
+            op: MutationOperation(rawValue: row["op"]) ?? .upsert,
+            fields: try StorageCoding.decode([String: JSONValue].self, from: row["fields"]),
+            deviceId: row["device_id"], userId: row["user_id"], userName: row["user_name"],
+            clientTimestamp: Timestamp(millisecondsSince1970: row["client_ts"]),
+            receivedAt: Timestamp(millisecondsSince1970: row["received_at"]),
+            status: MutationResult.Status(rawValue: row["status"]) ?? .applied, version: row["version"])
+    }
+
+    static func conflict(_ row: Row) throws -> ConflictRecord {
+        ConflictRecord(
+            conflictId: row["conflict_id"], collection: row["collection"], recordId: row["record_id"],
+            idempotencyKey: row["idempotency_key"], deviceId: row["device_id"], userId: row["user_id"],
+            attemptedFields: try StorageCoding.decode([String: JSONValue].self, from: row["attempted"]),
+            serverFields: try StorageCoding.decode([String: JSONValue].self, from: row["server_fields"]),
+            baseVersion: row["base_version"], serverVersion: row["server_version"],
+            clientTimestamp: Timestamp(millisecondsSince1970: row["client_ts"]),
+            receivedAt: Timestamp(millisecondsSince1970: row["received_at"]))
+    }
+}

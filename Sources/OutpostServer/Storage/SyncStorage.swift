@@ -1,0 +1,100 @@
+import OutpostProtocol
+import ServiceLifecycle
+
+/// Where a pull continues: a position in the server's change order.
+///
+/// On SQLite, writes are serial and `seq` alone orders them. On PostgreSQL, `xid` is the writing
+/// transaction's id and `seq` breaks ties; a reader only delivers changes of transactions older than every
+/// transaction still running, so a slow writer's change is never skipped (see `Storage.docc`).
+package struct PullCursor: Sendable, Hashable, Comparable {
+    package var xid: Int64
+    package var seq: Int64
+
+    package init(xid: Int64, seq: Int64) {
+        self.xid = xid
+        self.seq = seq
+    }
+
+    package static let start = PullCursor(xid: 0, seq: 0)
+
+    package static func < (lhs: PullCursor, rhs: PullCursor) -> Bool { (lhs.xid, lhs.seq) < (rhs.xid, rhs.seq) }
+
+    /// The opaque wire form.
+    package var token: String { "c1.\(xid).\(seq)" }
+
+    /// Parses the wire form; `nil` for anything a server never issued.
+    package init?(token: String) {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == "c1", let xid = Int64(parts[1]), let seq = Int64(parts[2]),
+            xid >= 0, seq >= 0
+        else { return nil }
+        self.init(xid: xid, seq: seq)
+    }
+}
+
+/// One page of a pull, straight from storage.
+package struct PullPage: Sendable {
+    package var records: [StoredRecord]
+    /// The cursor after the last record, or the request's cursor when there was none.
+    package var cursor: PullCursor
+    package var hasMore: Bool
+}
+
+/// Where a snapshot starts: the pull cursor that covers every change the pages might miss, and the size.
+package struct SnapshotStart: Sendable, Hashable {
+    package var cursor: PullCursor
+    package var total: Int
+}
+
+/// The server's storage: one protocol, two engines (embedded SQLite and PostgreSQL), one behaviour suite.
+///
+/// Every method is scoped to a tenant and filters by it. A storage is a `Service`: run it in the
+/// application's service group for as long as it is used.
+package protocol SyncStorage: Service {
+    /// Which engine and where, for the start-up log line; never a password.
+    var summary: String { get }
+
+    /// Brings the schema to the newest version; safe to run from several processes at once.
+    func migrate() async throws
+
+    /// The JWT signing secret kept by this storage, created by `make` on first use.
+    func signingSecret(creatingWith make: @Sendable () -> [UInt8]) async throws -> [UInt8]
+
+    /// Applies a validated push in one transaction and returns one result per item, in order.
+    func push(_ items: [PushItem], context: PushContext, collections: CollectionRegistry) async throws
+        -> [MutationResult]
+
+    /// Changes after `cursor`, in commit order; `scope` narrows to one reference scope.
+    func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int)
+        async throws -> PullPage
+
+    /// The cursor and record count a new snapshot starts from.
+    func snapshotStart(tenant: String, collection: String, scope: String?) async throws -> SnapshotStart
+
+    /// Live records after `recordId`, ordered by record id.
+    func snapshotPage(tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int)
+        async throws -> [StoredRecord]
+
+    /// Every processed mutation of one record, in client-time order.
+    func audit(tenant: String, collection: String, recordId: String) async throws -> [AuditEntry]
+
+    /// Conflicts kept for review, newest first.
+    func conflicts(tenant: String, collection: String?, limit: Int) async throws -> [ConflictRecord]
+
+    /// Throws ``StorageError`` with code `unavailable` when the database cannot be reached.
+    func checkHealth() async throws
+}
+
+extension SyncStorage {
+    /// Runs `body` with this storage running as a service, for commands and tests outside an application.
+    package func withRunning<T: Sendable>(_ body: @Sendable (Self) async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                try await self.run()
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await body(self)
+        }
+    }
+}

@@ -1,0 +1,79 @@
+import Crypto
+import Foundation
+import OutpostProtocol
+
+/// Checks one mutation against the rules every client must follow, before storage sees it.
+///
+/// A mutation that fails is rejected on its own; the others in the same push go on.
+struct MutationValidator: Sendable {
+    /// How many fields one mutation may write.
+    static let maxFieldCount = 256
+    /// How deeply a field value may nest arrays and objects.
+    static let maxValueDepth = 16
+
+    var collections: CollectionRegistry
+    var earliest: Timestamp
+    var maxClockSkew: Duration
+
+    /// The rejection for `mutation`, or `nil` when it may be applied.
+    func rejection(of mutation: Mutation, by identity: Identity, now: Date) -> MutationResult? {
+        let key = mutation.idempotencyKey
+        guard Identifier.isValidIdempotencyKey(key) else {
+            return .rejected(
+                String(key.prefix(256)), .invalidIdempotencyKey,
+                "idempotencyKey must be 1 to 256 printable ASCII characters without spaces")
+        }
+        guard let policy = collections[mutation.collection] else {
+            return .rejected(key, .unknownCollection, "unknown collection")
+        }
+        guard identity.role >= policy.writerRole else {
+            return .rejected(key, .forbidden, "writing \(policy.name) needs the \(policy.writerRole.rawValue) role")
+        }
+        guard Identifier.isValid(mutation.recordId) else {
+            return .rejected(
+                key, .invalidRecordId,
+                "recordId must be 1 to 128 characters from A-Z a-z 0-9 . _ : @ - and must not contain '..'")
+        }
+        let time = mutation.clientTimestamp
+        guard time >= earliest else {
+            return .rejected(key, .invalidTimestamp, "clientTimestamp is before \(earliest.iso8601)")
+        }
+        let skew = Int64(maxClockSkew.components.seconds) * 1000
+        guard time.millisecondsSince1970 <= Timestamp(now).millisecondsSince1970 + skew else {
+            return .rejected(key, .invalidTimestamp, "clientTimestamp is too far in the future")
+        }
+        if let base = mutation.baseVersion, base < 0 {
+            return .rejected(key, .invalidBaseVersion, "baseVersion must not be negative")
+        }
+        switch mutation.op {
+        case .delete:
+            guard mutation.fields.isEmpty else {
+                return .rejected(key, .invalidFields, "a delete carries no fields")
+            }
+        case .upsert:
+            guard mutation.fields.count <= Self.maxFieldCount else {
+                return .rejected(key, .invalidFields, "at most \(Self.maxFieldCount) fields per mutation")
+            }
+            for (name, value) in mutation.fields {
+                guard Identifier.isValidFieldName(name) else {
+                    return .rejected(
+                        key, .invalidFields,
+                        "field names must be 1 to 64 letters, digits or '_', starting with a letter or '_'")
+                }
+                guard !value.containsNUL else {
+                    return .rejected(key, .invalidFields, "field values must not contain NUL characters")
+                }
+                guard value.depth <= Self.maxValueDepth else {
+                    return .rejected(key, .invalidFields, "field values nest too deeply")
+                }
+            }
+        }
+        return nil
+    }
+
+    /// A digest of everything a mutation says, so that a key sent again with other content is caught.
+    static func contentHash(of mutation: Mutation) -> String {
+        let data = (try? StorageCoding.encoder.encode(mutation)) ?? Data()
+        return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+    }
+}

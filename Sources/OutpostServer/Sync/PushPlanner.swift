@@ -1,0 +1,141 @@
+import Foundation
+import OutpostProtocol
+
+/// Who pushed, from where, and when the server received it.
+package struct PushContext: Sendable {
+    var tenant: String
+    var deviceId: String
+    var userId: String
+    var userName: String
+    var receivedAt: Timestamp
+}
+
+/// One mutation of a push after validation.
+package enum PushItem: Sendable {
+    case rejected(MutationResult)
+    case valid(Mutation, contentHash: String)
+
+    var key: String? {
+        if case .valid(let mutation, _) = self { return mutation.idempotencyKey }
+        return nil
+    }
+
+    var recordKey: RecordKey? {
+        if case .valid(let mutation, _) = self {
+            return RecordKey(collection: mutation.collection, recordId: mutation.recordId)
+        }
+        return nil
+    }
+}
+
+/// What an earlier push left under an idempotency key: enough to answer a duplicate.
+struct ProcessedMutation: Sendable, Hashable {
+    var contentHash: String
+    var status: MutationResult.Status
+    var version: Int64
+    var conflict: ConflictDetail?
+}
+
+/// A processed mutation to store: the idempotency claim and the audit entry in one row.
+struct MutationRow: Sendable {
+    var mutation: Mutation
+    var contentHash: String
+    var deviceId: String
+    var userId: String
+    var userName: String
+    var receivedAt: Timestamp
+    var status: MutationResult.Status
+    var version: Int64
+    var conflict: ConflictDetail?
+}
+
+/// Everything one push writes, computed before any of it is written.
+struct PushPlan: Sendable {
+    var results: [MutationResult] = []
+    /// Changed records in their final state, one entry per record.
+    var records: [StoredRecord] = []
+    var mutations: [MutationRow] = []
+    var conflicts: [ConflictRecord] = []
+}
+
+/// Decides the outcome of a whole push from the stored state it touches. Pure: both engines load the
+/// state inside their transaction, call ``plan(_:context:processed:records:collections:)``, and write the plan.
+enum PushPlanner {
+    static func plan(
+        _ items: [PushItem],
+        context: PushContext,
+        processed: [String: ProcessedMutation],
+        records: [RecordKey: StoredRecord],
+        collections: CollectionRegistry,
+        newConflictId: () -> String = { UUID().uuidString.lowercased() }
+    ) -> PushPlan {
+        var plan = PushPlan()
+        var processed = processed
+        var records = records
+        var changed: [RecordKey] = []
+        var changedSet: Set<RecordKey> = []
+
+        for item in items {
+            switch item {
+            case .rejected(let result):
+                plan.results.append(result)
+            case .valid(let mutation, let hash):
+                let key = mutation.idempotencyKey
+                if let earlier = processed[key] {
+                    guard earlier.contentHash == hash else {
+                        plan.results.append(
+                            .rejected(
+                                key, .idempotencyKeyReused,
+                                "this idempotency key was already used for a different mutation"))
+                        continue
+                    }
+                    plan.results.append(
+                        MutationResult(
+                            idempotencyKey: key, status: .duplicate, version: earlier.version,
+                            originalStatus: earlier.status, conflict: earlier.conflict))
+                    continue
+                }
+                guard let policy = collections[mutation.collection] else {
+                    plan.results.append(.rejected(key, .unknownCollection, "unknown collection"))
+                    continue
+                }
+                let recordKey = RecordKey(collection: mutation.collection, recordId: mutation.recordId)
+                let outcome = RecordMerge.apply(
+                    mutation, deviceId: context.deviceId, to: records[recordKey], policy: policy)
+                if outcome.changed {
+                    if changedSet.insert(recordKey).inserted {
+                        changed.append(recordKey)
+                    }
+                    records[recordKey] = outcome.record
+                }
+                let version = outcome.record.version
+                var detail: ConflictDetail?
+                if let conflict = outcome.conflict {
+                    let id = newConflictId()
+                    detail = ConflictDetail(
+                        conflictId: id, fields: conflict.attempted.keys.sorted(),
+                        serverFields: conflict.serverFields, serverVersion: conflict.serverVersion)
+                    plan.conflicts.append(
+                        ConflictRecord(
+                            conflictId: id, collection: mutation.collection, recordId: mutation.recordId,
+                            idempotencyKey: key, deviceId: context.deviceId, userId: context.userId,
+                            attemptedFields: conflict.attempted, serverFields: conflict.serverFields,
+                            baseVersion: mutation.baseVersion, serverVersion: conflict.serverVersion,
+                            clientTimestamp: mutation.clientTimestamp, receivedAt: context.receivedAt))
+                }
+                let status: MutationResult.Status = detail == nil ? .applied : .conflict
+                plan.results.append(
+                    MutationResult(idempotencyKey: key, status: status, version: version, conflict: detail))
+                plan.mutations.append(
+                    MutationRow(
+                        mutation: mutation, contentHash: hash, deviceId: context.deviceId, userId: context.userId,
+                        userName: context.userName, receivedAt: context.receivedAt, status: status,
+                        version: version, conflict: detail))
+                processed[key] = ProcessedMutation(
+                    contentHash: hash, status: status, version: version, conflict: detail)
+            }
+        }
+        plan.records = changed.compactMap { records[$0] }
+        return plan
+    }
+}

@@ -1,0 +1,105 @@
+import OutpostProtocol
+
+/// The conflict policy: how one mutation changes one record. A pure function of its inputs.
+///
+/// - Fields are last-write-wins by ``FieldStamp``: a value older than the one stored is dropped.
+/// - A delete writes "absent" to every field at its stamp: fields stamped earlier go, a later one stays,
+///   and the record becomes a tombstone when no field is left. Its stamp is a floor under which no later
+///   arriving write can resurrect a field.
+/// - A protected field that already has a value changes only when the mutation's `baseVersion` is at least
+///   the version that last changed it; otherwise that part is not applied and is reported as a conflict.
+///   Last-write-wins never resolves a protected field.
+enum RecordMerge {
+    struct Outcome: Sendable {
+        var record: StoredRecord
+        /// Whether anything in the record changed (its version then went up by one).
+        var changed: Bool
+        /// The protected fields that were not applied, with the server's values, if any.
+        var conflict: Conflict?
+    }
+
+    struct Conflict: Sendable, Hashable {
+        var attempted: [String: JSONValue]
+        var serverFields: [String: JSONValue]
+        var serverVersion: Int64
+    }
+
+    static func apply(
+        _ mutation: Mutation,
+        deviceId: String,
+        to existing: StoredRecord?,
+        policy: CollectionPolicy
+    ) -> Outcome {
+        let time = mutation.clientTimestamp.millisecondsSince1970
+        var record =
+            existing
+            ?? StoredRecord(
+                collection: mutation.collection, recordId: mutation.recordId, scope: "", version: 0,
+                tombstone: false, fields: [:], meta: .init(), createdAt: time, updatedAt: time
+            )
+        let isNew = existing == nil
+        let newVersion = record.version + 1
+        let stamp = FieldStamp(t: time, d: deviceId, k: mutation.idempotencyKey, v: newVersion)
+        var changed = isNew
+        var conflict = Conflict(attempted: [:], serverFields: [:], serverVersion: 0)
+
+        // A protected field that holds a value may change only on a fresh enough base.
+        func protectedFieldBlocks(_ name: String) -> Bool {
+            guard policy.protectedFields.contains(name), let current = record.meta.stamps[name] else { return false }
+            guard let base = mutation.baseVersion, base >= current.v else {
+                conflict.attempted[name] = mutation.op == .delete ? .null : mutation.fields[name] ?? .null
+                conflict.serverFields[name] = record.fields[name] ?? .null
+                conflict.serverVersion = max(conflict.serverVersion, current.v)
+                return true
+            }
+            return false
+        }
+
+        switch mutation.op {
+        case .upsert:
+            for (name, value) in mutation.fields.sorted(by: { $0.key < $1.key }) {
+                if policy.protectedFields.contains(name) {
+                    if protectedFieldBlocks(name) { continue }
+                } else {
+                    if let deletion = record.meta.deletion, stamp <= deletion { continue }
+                    if let current = record.meta.stamps[name], stamp <= current { continue }
+                }
+                record.fields[name] = value
+                record.meta.stamps[name] = stamp
+                changed = true
+            }
+            if changed && record.tombstone {
+                record.tombstone = false
+            }
+        case .delete:
+            if record.meta.deletion.map({ stamp > $0 }) ?? true {
+                for name in record.fields.keys.sorted() {
+                    if policy.protectedFields.contains(name) {
+                        if protectedFieldBlocks(name) { continue }
+                    } else if let current = record.meta.stamps[name], stamp <= current {
+                        continue
+                    }
+                    record.fields[name] = nil
+                    record.meta.stamps[name] = nil
+                    changed = true
+                }
+                record.meta.deletion = stamp
+                changed = true
+                if record.fields.isEmpty && !record.tombstone {
+                    record.tombstone = true
+                    changed = true
+                }
+            }
+        }
+
+        if changed {
+            record.version = newVersion
+            record.updatedAt = max(isNew ? time : record.updatedAt, time)
+            record.createdAt = isNew ? time : min(record.createdAt, time)
+            if let field = policy.scopeField, let value = record.fields[field] {
+                record.scope = value.displayText
+            }
+        }
+        return Outcome(record: record, changed: changed, conflict: conflict.attempted.isEmpty ? nil : conflict)
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+import OutpostProtocol
+
+/// Who wrote a field's current value, and when: the key that orders concurrent writes.
+///
+/// Stamps compare by client time, then device id, then idempotency key, so every server
+/// resolves a tie the same way whatever order the mutations arrive in.
+struct FieldStamp: Sendable, Hashable, Codable, Comparable {
+    /// Client time, in milliseconds since 1970.
+    var t: Int64
+    /// Device id.
+    var d: String
+    /// Idempotency key.
+    var k: String
+    /// The record version at which this value was written.
+    var v: Int64
+
+    static func < (lhs: FieldStamp, rhs: FieldStamp) -> Bool {
+        (lhs.t, lhs.d, lhs.k) < (rhs.t, rhs.d, rhs.k)
+    }
+
+    static func == (lhs: FieldStamp, rhs: FieldStamp) -> Bool {
+        (lhs.t, lhs.d, lhs.k) == (rhs.t, rhs.d, rhs.k)
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(t)
+        hasher.combine(d)
+        hasher.combine(k)
+    }
+}
+
+/// Identifies a record inside a tenant.
+struct RecordKey: Sendable, Hashable, Comparable {
+    var collection: String
+    var recordId: String
+
+    static func < (lhs: RecordKey, rhs: RecordKey) -> Bool {
+        (lhs.collection, lhs.recordId) < (rhs.collection, rhs.recordId)
+    }
+}
+
+/// A record as the server stores it: its values plus the stamps that last-write-wins needs.
+package struct StoredRecord: Sendable, Hashable {
+    var collection: String
+    var recordId: String
+    var scope: String
+    var version: Int64
+    var tombstone: Bool
+    var fields: [String: JSONValue]
+    var meta: Meta
+    /// Client time of the first write, in milliseconds.
+    var createdAt: Int64
+    /// Client time of the latest applied change, in milliseconds.
+    var updatedAt: Int64
+
+    /// The per-field stamps, and the stamp of the latest delete, kept as one JSON column.
+    struct Meta: Sendable, Hashable, Codable {
+        var stamps: [String: FieldStamp] = [:]
+        var deletion: FieldStamp?
+    }
+
+    var key: RecordKey { RecordKey(collection: collection, recordId: recordId) }
+
+    var change: Change {
+        Change(
+            collection: collection,
+            recordId: recordId,
+            scope: scope,
+            version: version,
+            tombstone: tombstone,
+            fields: tombstone ? [:] : fields,
+            createdAt: Timestamp(millisecondsSince1970: createdAt),
+            updatedAt: Timestamp(millisecondsSince1970: updatedAt)
+        )
+    }
+}
+
+/// The JSON coding every engine uses for the JSON columns, so that both store byte-identical text.
+enum StorageCoding {
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+
+    static func encode(_ value: some Encodable) throws -> String {
+        String(decoding: try encoder.encode(value), as: UTF8.self)
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, from text: String) throws -> T {
+        do {
+            return try JSONDecoder().decode(type, from: Data(text.utf8))
+        } catch {
+            throw StorageError(.corrupt, "a stored \(T.self) does not decode")
+        }
+    }
+}

@@ -1,0 +1,45 @@
+import ArgumentParser
+import Foundation
+
+/// The `outpost` command: serves the server, and issues tokens.
+struct Outpost: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "outpost",
+        abstract: "Offline-first capture and sync: the server, field devices, tokens.",
+        subcommands: [Serve.self, Token.self]
+    )
+}
+
+@main
+enum Main {
+    static func main() async {
+        do {
+            var command = try Outpost.parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(reporting: error)
+        }
+    }
+
+    /// Help and version go out as ArgumentParser prints them; any failure is one line on stderr.
+    static func exit(reporting error: any Error) -> Never {
+        let code = Outpost.exitCode(for: error)
+        if code == .success {
+            Outpost.exit(withError: error)
+        }
+        let message = Outpost.message(for: error)
+            .split(separator: "\n").first.map(String.init) ?? "failed"
+        FileHandle.standardError.write(Data("outpost: \(message)\n".utf8))
+        Foundation.exit(code.rawValue == 0 ? 1 : code.rawValue)
+    }
+}
+
+/// A failure the CLI reports as one line.
+struct CLIError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}

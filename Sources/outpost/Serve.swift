@@ -1,0 +1,65 @@
+import ArgumentParser
+import Foundation
+import Logging
+import OutpostServer
+import ServiceLifecycle
+
+/// `outpost serve`: runs the sync server until SIGINT or SIGTERM.
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the sync server.",
+        discussion: """
+            Uses an embedded SQLite store in --data-dir unless --database-url (or $OUTPOST_DATABASE_URL) names \
+            a PostgreSQL database. Several servers may share one PostgreSQL database. The JWT secret is \
+            $OUTPOST_JWT_SECRET, or one generated on first start and kept by the storage.
+            """)
+
+    @Option(help: "Address to listen on.")
+    var host: String = "127.0.0.1"
+
+    @Option(help: "Port to listen on (0 picks a free one).")
+    var port: Int = 8080
+
+    @OptionGroup var storageOptions: StorageOptions
+
+    @Option(name: .customLong("max-batch-size"), help: "Most mutations accepted in one push.")
+    var maxBatchSize: Int = 500
+
+    func validate() throws {
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
+        guard maxBatchSize >= 1 else { throw ValidationError("--max-batch-size must be at least 1") }
+        guard !host.isEmpty else { throw ValidationError("--host must not be empty") }
+    }
+
+    func run() async throws {
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = Logger.cli(label).logLevel
+            return handler
+        }
+        let logger = Logger.cli("outpost")
+        var configuration = ServerConfiguration(host: host, port: port, maxBatchSize: maxBatchSize)
+        configuration.jwtSecret = try StorageOptions.environmentSecret()
+        let storage = try storageOptions.openStorage(logger: logger)
+        let summary = storage.summary
+        let host = self.host
+        let app = buildApplication(
+            configuration: configuration, storage: storage, logger: logger,
+            onListening: { port in
+                // Scripts wait for this line: flush it, stdout is block-buffered in a pipe.
+                FileHandle.standardOutput.write(
+                    Data("outpost: listening on http://\(host):\(port) (storage: \(summary))\n".utf8))
+            })
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        do {
+            try await group.run()
+        } catch let error as StorageError {
+            throw CLIError(error.message)
+        } catch let error as TokenAuthority.Error {
+            throw CLIError(error.description)
+        }
+        FileHandle.standardOutput.write(Data("outpost: stopped\n".utf8))
+    }
+}

@@ -1,0 +1,65 @@
+import ArgumentParser
+import Foundation
+import Logging
+import OutpostServer
+
+/// Where the server's data lives: shared by `serve` and `token`.
+struct StorageOptions: ParsableArguments {
+    @Option(name: .customLong("data-dir"), help: "Folder of the embedded SQLite store.")
+    var dataDirectory: String = "./outpost-data"
+
+    @Option(
+        name: .customLong("database-url"),
+        help: "PostgreSQL URL (postgres://user:password@host:5432/db); default $OUTPOST_DATABASE_URL, else SQLite.")
+    var databaseURL: String?
+
+    var resolvedDatabaseURL: String? {
+        databaseURL ?? ProcessInfo.processInfo.environment["OUTPOST_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    func openStorage(logger: Logger) throws -> any SyncStorage {
+        do {
+            return try StorageFactory.open(
+                databaseURL: resolvedDatabaseURL, dataDirectory: dataDirectory, logger: logger)
+        } catch let error as StorageError {
+            throw CLIError(error.message)
+        }
+    }
+
+    /// `$OUTPOST_JWT_SECRET`, when set; refused when shorter than the minimum.
+    static func environmentSecret() throws -> [UInt8]? {
+        guard let text = ProcessInfo.processInfo.environment["OUTPOST_JWT_SECRET"], !text.isEmpty else { return nil }
+        guard text.utf8.count >= TokenAuthority.minimumSecretLength else {
+            throw CLIError("OUTPOST_JWT_SECRET must be at least \(TokenAuthority.minimumSecretLength) bytes long")
+        }
+        return Array(text.utf8)
+    }
+}
+
+extension Logger {
+    /// The CLI's logger, to stderr, at `$LOG_LEVEL` (default info).
+    static func cli(_ label: String) -> Logger {
+        var logger = Logger(label: label)
+        logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .info
+        return logger
+    }
+}
+
+/// Parses spans such as `90s`, `30m`, `12h` or `7d`.
+struct DurationArgument: ExpressibleByArgument {
+    var duration: Duration
+
+    init?(argument: String) {
+        guard let unit = argument.last, let value = Int64(argument.dropLast()), value > 0 else { return nil }
+        let seconds: Int64
+        switch unit {
+        case "s": seconds = value
+        case "m": seconds = value * 60
+        case "h": seconds = value * 3600
+        case "d": seconds = value * 86400
+        default: return nil
+        }
+        guard seconds <= 366 * 86400 else { return nil }
+        self.duration = .seconds(seconds)
+    }
+}

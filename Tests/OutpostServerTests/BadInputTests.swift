@@ -1,0 +1,171 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import NIOFoundationCompat
+import OutpostProtocol
+import Testing
+
+@testable import OutpostServer
+
+/// Every kind of bad input gets a clear 4xx in the wire format and writes nothing.
+@Suite("Bad input")
+struct BadInputTests {
+    static let badBodies: [(name: String, body: [UInt8], code: WireError.Code)] = [
+        ("empty", [], .invalidJSON),
+        ("not JSON", Array("hello".utf8), .invalidJSON),
+        ("truncated", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k""#.utf8), .invalidJSON),
+        ("array instead of object", Array("[]".utf8), .invalidJSON),
+        ("missing deviceId", Array(#"{"mutations":[]}"#.utf8), .invalidJSON),
+        ("mutations is a string", Array(#"{"deviceId":"d","mutations":"x"}"#.utf8), .invalidJSON),
+        ("wrong op", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"merge","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#.utf8), .invalidJSON),
+        ("timestamp without milliseconds", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"2026-11-21T09:00:00Z"}]}"#.utf8), .invalidJSON),
+        ("timestamp as a number", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":1763715600000}]}"#.utf8), .invalidJSON),
+        ("fields is an array", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","fields":[1],"clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#.utf8), .invalidJSON),
+        ("baseVersion is a string", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","baseVersion":"1","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#.utf8), .invalidJSON),
+        ("invalid UTF-8", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","fields":{"a":""#.utf8) + [0xFF, 0xFE] + Array(#""},"clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#.utf8), .invalidJSON),
+        ("path traversal in deviceId", Array(#"{"deviceId":"../../etc","mutations":[]}"#.utf8), .invalidRequest),
+    ]
+
+    @Test("a malformed push body is 400 and writes nothing", arguments: 0..<13)
+    func malformedBody(index: Int) async throws {
+        let (name, body, code) = Self.badBodies[index]
+        try await withServer(.sqlite) { client, storage in
+            let token = try await Fixtures.token()
+            let response = try await client.send(.post, "/v1/push", token: token, body: ByteBuffer(bytes: body))
+            #expect(response.status == .badRequest, "\(name)")
+            let error = response.wireError
+            #expect(error?.code == code, "\(name)")
+            #expect(error?.message.isEmpty == false)
+            #expect(try await storage.pullAll().records.isEmpty)
+        }
+    }
+
+    @Test("an error message says where, and never echoes a value")
+    func errorMessageLocation() async throws {
+        try await withServer(.sqlite) { client, _ in
+            let body = #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"SECRET-VALUE"}]}"#
+            let response = try await client.send(
+                .post, "/v1/push", token: try await Fixtures.token(), body: ByteBuffer(string: body))
+            let message = try #require(response.wireError?.message)
+            #expect(message.contains("mutations[0].clientTimestamp"))
+            #expect(!message.contains("SECRET-VALUE"))
+        }
+    }
+
+    @Test("a batch above the maximum is 413 and writes nothing")
+    func batchTooLarge() async throws {
+        try await withServer(.sqlite, configure: { $0.maxBatchSize = 10 }) { client, storage in
+            let mutations = (0..<11).map { Fixtures.upsert("r\($0)", ["n": 1]) }
+            let response = try await client.send(
+                .post, "/v1/push", token: try await Fixtures.token(),
+                body: try Fixtures.json(PushRequest(deviceId: "d", mutations: mutations)))
+            #expect(response.status == .contentTooLarge)
+            #expect(response.wireError?.code == .batchTooLarge)
+            #expect(try await storage.pullAll().records.isEmpty)
+        }
+    }
+
+    @Test("the default maximum batch is 500")
+    func defaultBatch() {
+        #expect(ServerConfiguration().maxBatchSize == 500)
+    }
+
+    @Test("a huge body is 413 and writes nothing")
+    func hugeBody() async throws {
+        try await withServer(.sqlite, configure: { $0.maxBodyBytes = 64 * 1024 }) { client, storage in
+            let big = String(repeating: "x", count: 100 * 1024)
+            let response = try await client.send(
+                .post, "/v1/push", token: try await Fixtures.token(),
+                body: try Fixtures.json(PushRequest(deviceId: "d", mutations: [Fixtures.upsert("r1", ["big": .string(big)])])))
+            #expect(response.status == .contentTooLarge)
+            #expect(response.wireError?.code == .payloadTooLarge)
+            #expect(try await storage.pullAll().records.isEmpty)
+        }
+    }
+
+    static let badMutations: [(name: String, mutation: Mutation, code: WireError.Code)] = [
+        ("unknown collection", Fixtures.upsert("r1", ["n": 1], collection: "nope"), .unknownCollection),
+        ("path traversal in recordId", Fixtures.upsert("../../etc/passwd", ["n": 1], key: "k-trav"), .invalidRecordId),
+        ("slash in recordId", Fixtures.upsert("a/b", ["n": 1], key: "k-slash"), .invalidRecordId),
+        ("far past", Fixtures.upsert("r1", ["n": 1], at: -60 * 365 * 86400), .invalidTimestamp),
+        ("far future", Fixtures.upsert("r1", ["n": 1], at: 30 * 86400), .invalidTimestamp),
+        ("bad field name", Fixtures.upsert("r1", ["no spaces": 1]), .invalidFields),
+        ("NUL in a value", Fixtures.upsert("r1", ["n": "a\u{0}b"]), .invalidFields),
+        ("delete with fields", Mutation(
+            idempotencyKey: "k-del", collection: "notes", recordId: "r1", op: .delete, fields: ["a": 1],
+            clientTimestamp: Fixtures.now), .invalidFields),
+        ("negative base version", Fixtures.upsert("r1", ["n": 1], base: -1), .invalidBaseVersion),
+        ("key with spaces", Fixtures.upsert("r1", ["n": 1], key: "has space"), .invalidIdempotencyKey),
+        ("empty key", Fixtures.upsert("r1", ["n": 1], key: ""), .invalidIdempotencyKey),
+    ]
+
+    @Test("a bad mutation is rejected with its code, writes nothing, and its neighbours apply",
+          arguments: 0..<11)
+    func badMutation(index: Int) async throws {
+        let (name, bad, code) = Self.badMutations[index]
+        try await withServer(.sqlite) { client, storage in
+            let token = try await Fixtures.token()
+            let good = Fixtures.upsert("good", ["n": 1], key: "good-key")
+            let response = try await client.push([bad, good], token: token)
+            #expect(response.results.map(\.status) == [.rejected, .applied], "\(name)")
+            #expect(response.results[0].error?.code == code, "\(name)")
+            #expect(try await storage.pullAll().records.map(\.recordId) == ["good"])
+            #expect(try await storage.audit(tenant: "acme", collection: "notes", recordId: "r1").isEmpty)
+        }
+    }
+
+    @Test("SQL and HTML in every field are stored as plain data", arguments: StorageKind.allCases)
+    func injectionIsData(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let token = try await Fixtures.token()
+            let nasty = "'; DROP TABLE records; -- <script>alert(1)</script> \" \\ %s"
+            let mutation = Mutation(
+                idempotencyKey: "k';DROP-TABLE-mutations;--", collection: "notes", recordId: "r1", op: .upsert,
+                fields: ["title": .string(nasty), "_x": .object([nasty: .string(nasty)])],
+                clientTimestamp: Fixtures.now)
+            #expect(try await client.push([mutation], token: token).results[0].status == .applied)
+            let record = try #require(try await storage.pullAll().records.first)
+            #expect(record.fields["title"] == .string(nasty))
+            #expect(record.fields["_x"] == .object([nasty: .string(nasty)]))
+        }
+    }
+
+    @Test("bad query parameters are 400, unknown collections 404, unknown routes 404, all in the wire format")
+    func badQueries() async throws {
+        try await withServer(.sqlite) { client, _ in
+            let token = try await Fixtures.token(role: .organizer)
+            let cases: [(String, HTTPResponse.Status, WireError.Code)] = [
+                ("/v1/pull", .badRequest, .invalidRequest),
+                ("/v1/pull?collection=nope", .notFound, .unknownCollection),
+                ("/v1/pull?collection=notes&cursor=garbage", .badRequest, .invalidCursor),
+                ("/v1/pull?collection=notes&cursor=c1.-1.0", .badRequest, .invalidCursor),
+                ("/v1/pull?collection=notes&limit=0", .badRequest, .invalidRequest),
+                ("/v1/pull?collection=notes&limit=5001", .badRequest, .invalidRequest),
+                ("/v1/pull?collection=notes&limit=ten", .badRequest, .invalidRequest),
+                ("/v1/pull?collection=notes&scope=../x", .badRequest, .invalidRequest),
+                ("/v1/snapshot?collection=notes", .badRequest, .invalidRequest),
+                ("/v1/snapshot?collection=guests&continuation=forged.token", .badRequest, .invalidContinuation),
+                ("/v1/snapshot?collection=guests&limit=5001", .badRequest, .invalidRequest),
+                ("/v1/audit?collection=notes", .badRequest, .invalidRequest),
+                ("/v1/audit?collection=notes&recordId=../x", .badRequest, .invalidRequest),
+                ("/v1/conflicts?limit=100000", .badRequest, .invalidRequest),
+                ("/v1/nothing-here", .notFound, .notFound),
+                ("/nothing-here", .notFound, .notFound),
+            ]
+            for (uri, status, code) in cases {
+                let response = try await client.send(.get, uri, token: token)
+                #expect(response.status == status, "\(uri)")
+                #expect(response.wireError?.code == code, "\(uri)")
+            }
+        }
+    }
+
+    @Test("a wrong method gets a JSON error, not a crash")
+    func wrongMethod() async throws {
+        try await withServer(.sqlite) { client, _ in
+            let response = try await client.send(.get, "/v1/push", token: try await Fixtures.token())
+            #expect(response.status.code >= 400 && response.status.code < 500)
+            #expect(response.wireError != nil)
+        }
+    }
+}

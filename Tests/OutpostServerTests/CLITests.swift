@@ -1,0 +1,112 @@
+import Foundation
+import OutpostClient
+import OutpostProtocol
+import Testing
+
+@testable import OutpostServer
+
+/// The `outpost` command, run as a real process.
+@Suite("outpost CLI")
+struct CLITests {
+    @Test("--help lists every command")
+    func help() throws {
+        let output = try OutpostProcess.run(["--help"])
+        #expect(output.status == 0)
+        #expect(output.stdout.contains("serve"))
+        #expect(output.stdout.contains("token"))
+    }
+
+    static let badInvocations: [[String]] = [
+        ["frobnicate"],
+        ["serve", "--port", "70000"],
+        ["serve", "--max-batch-size", "0"],
+        ["serve", "--database-url", "mysql://localhost/db"],
+        ["serve", "--database-url", "postgres://localhost"],
+        ["token", "--tenant", "acme", "--user", "ana", "--role", "king"],
+        ["token", "--tenant", "../etc", "--user", "ana", "--role", "staff"],
+        ["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--ttl", "forever"],
+        ["token", "--user", "ana", "--role", "staff"],
+    ]
+
+    @Test("a bad argument or configuration is one line on stderr and a non-zero exit", arguments: badInvocations)
+    func badArguments(arguments: [String]) throws {
+        let output = try OutpostProcess.run(arguments)
+        #expect(output.status != 0)
+        let lines = output.stderr.split(separator: "\n")
+        #expect(lines.count == 1, "\(output.stderr)")
+        #expect(lines.first?.hasPrefix("outpost: ") == true)
+        #expect(output.stdout.isEmpty)
+    }
+
+    @Test("a short OUTPOST_JWT_SECRET is refused in one line")
+    func shortSecret() throws {
+        let output = try OutpostProcess.run(
+            ["token", "--tenant", "acme", "--user", "ana", "--role", "staff"],
+            environment: ["OUTPOST_JWT_SECRET": "too-short"])
+        #expect(output.status != 0)
+        #expect(output.stderr.split(separator: "\n").count == 1)
+        #expect(output.stderr.contains("32 bytes"))
+        #expect(!output.stderr.contains("too-short"))
+    }
+
+    @Test("serve creates its data folder, serves, accepts a token from `outpost token`, and stops on SIGTERM")
+    func serveLifecycle() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-cli-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let dataDirectory = directory.appendingPathComponent("outpost-data").path
+        let server = try OutpostProcess.Running(["serve", "--port", "0", "--data-dir", dataDirectory])
+        let port = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
+        #expect(server.stdout.contains("SQLite at"))
+        // The generated secret is kept beside the store, readable by its owner only.
+        let attributes = try FileManager.default.attributesOfItem(atPath: dataDirectory + "/jwt-secret")
+        #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+
+        let token = try OutpostProcess.run(
+            ["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--name", "Ana", "--data-dir", dataDirectory])
+        #expect(token.status == 0)
+        let transport = HTTPSyncTransport(
+            baseURL: URL(string: "http://127.0.0.1:\(port)")!,
+            token: token.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        let result = try await transport.push(
+            PushRequest(deviceId: "dev-a", mutations: [Fixtures.upsert("r1", ["n": 1], at: 0)]))
+        #expect(result.results.first?.status == .applied)
+
+        #expect(server.stop(SIGTERM) == 0)
+        #expect(server.stdout.contains("outpost: stopped"))
+        // Nothing of the token reached the log.
+        #expect(!server.stderr.contains(token.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
+    }
+
+    @Test("SIGINT stops the server cleanly too")
+    func sigint() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-cli-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = try OutpostProcess.Running(["serve", "--port", "0", "--data-dir", directory.path])
+        _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
+        #expect(server.stop(SIGINT) == 0)
+    }
+
+    @Test("two servers on one PostgreSQL behave as one: shared secret, one idempotency space")
+    func twoServersOnePostgres() async throws {
+        try await withPostgresDatabase { url in
+            let first = try OutpostProcess.Running(["serve", "--port", "0"], environment: ["OUTPOST_DATABASE_URL": url])
+            let second = try OutpostProcess.Running(["serve", "--port", "0", "--database-url", url])
+            let portA = try await first.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
+            let portB = try await second.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
+            #expect(first.stdout.contains("PostgreSQL at"))
+            // The password of the URL, if any, never reaches the output.
+            let token = try OutpostProcess.run(
+                ["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--database-url", url])
+            #expect(token.status == 0, "\(token.stderr)")
+            let bearer = token.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let a = HTTPSyncTransport(baseURL: URL(string: "http://127.0.0.1:\(portA)")!, token: bearer)
+            let b = HTTPSyncTransport(baseURL: URL(string: "http://127.0.0.1:\(portB)")!, token: bearer)
+            let mutation = Fixtures.upsert("r1", ["n": 1], at: 0)
+            #expect(try await a.push(PushRequest(deviceId: "d", mutations: [mutation])).results[0].status == .applied)
+            #expect(try await b.push(PushRequest(deviceId: "d", mutations: [mutation])).results[0].status == .duplicate)
+            #expect(try await b.pull(collection: "notes", scope: nil, cursor: nil, limit: nil).changes.count == 1)
+            #expect(first.stop() == 0)
+            #expect(second.stop() == 0)
+        }
+    }
+}

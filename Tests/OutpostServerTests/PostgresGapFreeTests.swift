@@ -1,0 +1,89 @@
+import Foundation
+import OutpostProtocol
+import Testing
+
+@testable import OutpostServer
+
+/// The case sequence numbers alone get wrong on PostgreSQL: a slow writer that commits after a faster one.
+@Suite("PostgreSQL pull is gap-free")
+struct PostgresGapFreeTests {
+    @Test("a change committed late by a slow transaction is not skipped by a reader that moved past it")
+    func lateCommitNotSkipped() async throws {
+        try await withPostgresDatabase { url in
+            let location = try PostgresLocation(url: url)
+            let gate = Gate()
+            // Given a slow writer that has written and holds its transaction open,
+            let slow = PostgresStorage(
+                location: location, logger: Fixtures.quietLogger, beforeCommit: { await gate.arriveAndWait() })
+            let fast = PostgresStorage(location: location, logger: Fixtures.quietLogger)
+            try await slow.withRunning { slow in
+                try await fast.withRunning { fast in
+                    try await fast.migrate()
+                    let slowPush = Task { try await slow.push([Fixtures.upsert("slow", ["n": 1], at: 1)]) }
+                    await gate.waitForArrival()
+                    // when a faster writer commits after it,
+                    _ = try await fast.push([Fixtures.upsert("fast", ["n": 2], at: 2)], device: "dev-b")
+                    // then a reader sees neither yet: the fast change waits behind the open transaction,
+                    let during = try await fast.pullAll()
+                    #expect(during.records.isEmpty)
+                    // and once the slow writer commits, the reader, continuing from its cursor, gets both.
+                    await gate.open()
+                    _ = try await slowPush.value
+                    let after = try await fast.pullAll(from: during.cursor)
+                    #expect(Set(after.records.map(\.recordId)) == ["slow", "fast"])
+                }
+            }
+        }
+    }
+
+    @Test("several server processes share one database as one server")
+    func twoProcessesOneDatabase() async throws {
+        try await withPostgresDatabase { url in
+            let location = try PostgresLocation(url: url)
+            let a = PostgresStorage(location: location, logger: Fixtures.quietLogger)
+            let b = PostgresStorage(location: location, logger: Fixtures.quietLogger)
+            try await a.withRunning { a in
+                try await b.withRunning { b in
+                    // Both migrate at once, as two processes starting together would.
+                    async let migrateA: Void = a.migrate()
+                    async let migrateB: Void = b.migrate()
+                    _ = try await (migrateA, migrateB)
+                    let secretA = try await a.signingSecret(creatingWith: { TokenAuthority.generateSecret() })
+                    let secretB = try await b.signingSecret(creatingWith: { TokenAuthority.generateSecret() })
+                    #expect(secretA == secretB)
+                    let mutation = Fixtures.upsert("r1", ["n": 1])
+                    #expect(try await a.push([mutation])[0].status == .applied)
+                    #expect(try await b.push([mutation])[0].status == .duplicate)
+                    #expect(try await b.pullAll().records.map(\.recordId) == ["r1"])
+                }
+            }
+        }
+    }
+}
+
+/// Lets a test hold a transaction open at a known point and release it.
+actor Gate {
+    private var arrived = false
+    private var isOpen = false
+    private var arrivalWaiters: [CheckedContinuation<Void, Never>] = []
+    private var openWaiters: [CheckedContinuation<Void, Never>] = []
+
+    func arriveAndWait() async {
+        arrived = true
+        arrivalWaiters.forEach { $0.resume() }
+        arrivalWaiters = []
+        if isOpen { return }
+        await withCheckedContinuation { openWaiters.append($0) }
+    }
+
+    func waitForArrival() async {
+        if arrived { return }
+        await withCheckedContinuation { arrivalWaiters.append($0) }
+    }
+
+    func open() {
+        isOpen = true
+        openWaiters.forEach { $0.resume() }
+        openWaiters = []
+    }
+}

@@ -1,0 +1,161 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOFoundationCompat
+import OutpostClient
+import OutpostProtocol
+import Testing
+
+@testable import OutpostServer
+
+@Suite("Wire protocol over the real application")
+struct ProtocolTests {
+    @Test("snapshot pages are stable across a server restart and end with the pull cursor")
+    func snapshotAcrossRestart() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-test-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let configuration = ServerConfiguration(port: 0, jwtSecret: Fixtures.secret)
+        let organizer = try await Fixtures.token(role: .organizer)
+        let staff = try await Fixtures.token(role: .staff)
+        let guests = (0..<25).map {
+            Fixtures.upsert(String(format: "g%03d", $0), ["event_id": "ev-1", "name": .string("Guest \($0)")],
+                at: Double($0), collection: "guests")
+        }
+        func app() throws -> some ApplicationProtocol {
+            buildApplication(
+                configuration: configuration, storage: try SQLiteStorage(directory: directory),
+                now: { Fixtures.serverNow.date }, logger: Fixtures.quietLogger)
+        }
+        // First server: load the roster and take the first page.
+        let firstPage = try await app().test(.router) { client in
+            _ = try await client.push(guests, token: organizer)
+            let response = try await client.send(.get, "/v1/snapshot?collection=guests&scope=ev-1&limit=10", token: staff)
+            return try JSONDecoder().decode(SnapshotResponse.self, from: response.body)
+        }
+        #expect(firstPage.records.count == 10)
+        #expect(firstPage.total == 25)
+        #expect(firstPage.cursor == nil)
+        let continuation = try #require(firstPage.continuation)
+        // A restarted server continues from the token.
+        let rest = try await app().test(.router) { client in
+            var records: [Change] = []
+            var token: String? = continuation
+            var cursor: String?
+            while let next = token {
+                let response = try await client.send(
+                    .get, "/v1/snapshot?collection=guests&scope=ev-1&limit=10&continuation=\(next)", token: staff)
+                #expect(response.status == .ok)
+                let page = try JSONDecoder().decode(SnapshotResponse.self, from: response.body)
+                #expect(page.total == 25)
+                records += page.records
+                token = page.continuation
+                cursor = page.cursor
+            }
+            // The last page's cursor continues into pull: a change made now arrives there.
+            _ = try await client.push([Fixtures.upsert("g001", ["name": "Renamed"], at: 100, collection: "guests")], token: organizer)
+            let pulled = try await client.pull("collection=guests&scope=ev-1&cursor=\(try #require(cursor))", token: staff)
+            #expect(pulled.changes.map(\.recordId) == ["g001"])
+            return records
+        }
+        let ids = (firstPage.records + rest).map(\.recordId)
+        #expect(ids == (0..<25).map { String(format: "g%03d", $0) })
+    }
+
+    @Test("a tampered continuation token is refused")
+    func tamperedContinuation() async throws {
+        try await withServer(.sqlite) { client, _ in
+            let organizer = try await Fixtures.token(role: .organizer)
+            _ = try await client.push(
+                (0..<3).map { Fixtures.upsert("g\($0)", ["event_id": "ev"], at: Double($0), collection: "guests") },
+                token: organizer)
+            let response = try await client.send(.get, "/v1/snapshot?collection=guests&limit=1", token: organizer)
+            let token = try #require(try JSONDecoder().decode(SnapshotResponse.self, from: response.body).continuation)
+            var bytes = Array(token.utf8)
+            bytes[3] = bytes[3] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+            let tampered = String(decoding: bytes, as: UTF8.self)
+            let refused = try await client.send(
+                .get, "/v1/snapshot?collection=guests&limit=1&continuation=\(tampered)", token: organizer)
+            #expect(refused.status == .badRequest)
+            #expect(refused.wireError?.code == .invalidContinuation)
+            // And one for another scope is refused too.
+            let otherScope = try await client.send(
+                .get, "/v1/snapshot?collection=guests&scope=ev&limit=1&continuation=\(token)", token: organizer)
+            #expect(otherScope.wireError?.code == .invalidContinuation)
+        }
+    }
+
+    @Test("the audit over HTTP lists client times in order, never the replay time", arguments: StorageKind.allCases)
+    func auditOverHTTP(kind: StorageKind) async throws {
+        try await withServer(kind) { client, _ in
+            let staff = try await Fixtures.token(role: .staff)
+            let organizer = try await Fixtures.token(role: .organizer)
+            _ = try await client.push([Fixtures.upsert("r1", ["s": "late"], at: 50, device: "dev-b")], token: staff, device: "dev-b")
+            _ = try await client.push([Fixtures.upsert("r1", ["s": "early"], at: 5)], token: staff)
+            let response = try await client.send(.get, "/v1/audit?collection=notes&recordId=r1", token: organizer)
+            let entries = try JSONDecoder().decode(AuditResponse.self, from: response.body).entries
+            #expect(entries.map(\.clientTimestamp) == [Fixtures.time(5), Fixtures.time(50)])
+            #expect(entries.map(\.deviceId) == ["dev-a", "dev-b"])
+            #expect(entries.allSatisfy { $0.receivedAt == Fixtures.serverNow && $0.userName == "Ana Staff" })
+            let pulled = try await client.pull("collection=notes", token: staff)
+            #expect(pulled.changes.first?.createdAt == Fixtures.time(5))
+            #expect(pulled.changes.first?.updatedAt == Fixtures.time(50))
+            #expect(pulled.changes.first?.fields["s"] == "late")
+        }
+    }
+
+    @Test("a protected conflict over HTTP carries the server's value and is listed for review")
+    func conflictOverHTTP() async throws {
+        try await withServer(.sqlite) { client, _ in
+            let staff = try await Fixtures.token(role: .staff)
+            let organizer = try await Fixtures.token(role: .organizer)
+            _ = try await client.push([Fixtures.upsert("a1", ["travel_expense": 40], collection: "activities")], token: staff)
+            _ = try await client.push(
+                [Fixtures.upsert("a1", ["travel_expense": 55], at: 10, collection: "activities", device: "dev-b", base: 1)],
+                token: staff, device: "dev-b")
+            let result = try await client.push(
+                [Fixtures.upsert("a1", ["travel_expense": 70, "notes": "taxi"], at: 20, collection: "activities", base: 1)],
+                token: staff
+            ).results[0]
+            #expect(result.status == .conflict)
+            #expect(result.conflict?.serverFields == ["travel_expense": 55])
+            let listed = try await client.send(.get, "/v1/conflicts?collection=activities", token: organizer)
+            let conflicts = try JSONDecoder().decode(ConflictsResponse.self, from: listed.body).conflicts
+            #expect(conflicts.map(\.conflictId) == [result.conflict?.conflictId])
+        }
+    }
+
+    @Test("openapi.yaml and the router list the same routes")
+    func openAPIMatchesRoutes() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-test-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let router = buildRouter(configuration: ServerConfiguration(), storage: try SQLiteStorage(directory: directory))
+        let routes = Set(router.routes.map { "\($0.method.rawValue) \($0.path.description.hasPrefix("/") ? "" : "/")\($0.path)" })
+        let document = String(decoding: try OpenAPIDocument.data(), as: UTF8.self)
+        var documented = Set<String>()
+        var inPaths = false
+        var currentPath: String?
+        for line in document.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line == "paths:" { inPaths = true; continue }
+            if inPaths, let first = line.first, first != " " { break }
+            guard inPaths else { continue }
+            if line.hasPrefix("  /"), line.hasSuffix(":"), !line.hasPrefix("   ") {
+                currentPath = String(line.dropFirst(2).dropLast())
+            } else if line.hasPrefix("    "), !line.hasPrefix("     "), let path = currentPath {
+                let method = line.trimmingCharacters(in: .whitespaces).dropLast()
+                if ["get", "post", "put", "patch", "delete"].contains(String(method)) {
+                    documented.insert("\(method.uppercased()) \(path)")
+                }
+            }
+        }
+        #expect(!documented.isEmpty)
+        #expect(documented == routes)
+    }
+
+    @Test("the repository's openapi.yaml is the one the server serves")
+    func servedDocumentIsTheRepositoryOne() throws {
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("openapi.yaml")
+        #expect(try Data(contentsOf: repository) == (try OpenAPIDocument.data()))
+    }
+}

@@ -1,0 +1,317 @@
+import Foundation
+import OutpostProtocol
+import Testing
+
+@testable import OutpostServer
+
+/// The behaviour every storage engine must have. Each test runs once on SQLite and once on a real PostgreSQL.
+@Suite("Storage behaviour")
+struct StorageBehaviourTests {
+    @Test("a push applies in order and returns one result per mutation", arguments: StorageKind.allCases)
+    func appliesInOrder(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let results = try await storage.push([
+                Fixtures.upsert("r1", ["title": "first"], at: 1),
+                Fixtures.upsert("r2", ["title": "second"], at: 2),
+                Fixtures.upsert("r1", ["body": "more"], at: 3),
+            ])
+            #expect(results.map(\.status) == [.applied, .applied, .applied])
+            #expect(results.map(\.version) == [1, 1, 2])
+            let pulled = try await storage.pullAll()
+            #expect(pulled.records.map(\.recordId) == ["r2", "r1"])
+            #expect(pulled.records.last?.fields == ["title": "first", "body": "more"])
+        }
+    }
+
+    @Test("a key sent again is a duplicate: nothing is written again, and the original result comes back",
+          arguments: StorageKind.allCases)
+    func duplicate(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let mutation = Fixtures.upsert("r1", ["title": "once"], at: 1)
+            let first = try await storage.push([mutation])
+            let (_, cursor) = try await storage.pullAll()
+            let again = try await storage.push([mutation])
+            #expect(first[0].status == .applied)
+            #expect(again[0].status == .duplicate)
+            #expect(again[0].originalStatus == .applied)
+            #expect(again[0].version == first[0].version)
+            // Nothing new to pull, and the audit holds one entry.
+            #expect(try await storage.pullAll(from: cursor).records.isEmpty)
+            #expect(try await storage.audit(tenant: "acme", collection: "notes", recordId: "r1").count == 1)
+        }
+    }
+
+    @Test("a key sent again with different content is refused, not taken", arguments: StorageKind.allCases)
+    func keyReuse(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let original = Fixtures.upsert("r1", ["amount": 10], at: 1, key: "same-key")
+            let forged = Fixtures.upsert("r1", ["amount": 99], at: 1, key: "same-key")
+            _ = try await storage.push([original])
+            let results = try await storage.push([forged])
+            #expect(results[0].status == .rejected)
+            #expect(results[0].error?.code == .idempotencyKeyReused)
+            let record = try await storage.pullAll().records.first
+            #expect(record?.fields["amount"] == 10)
+        }
+    }
+
+    @Test("the same key twice in one batch is applied once", arguments: StorageKind.allCases)
+    func duplicateInBatch(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let mutation = Fixtures.upsert("r1", ["n": 1], at: 1)
+            let results = try await storage.push([mutation, mutation])
+            #expect(results.map(\.status) == [.applied, .duplicate])
+            #expect(try await storage.audit(tenant: "acme", collection: "notes", recordId: "r1").count == 1)
+        }
+    }
+
+    @Test("one rejected mutation does not fail the others", arguments: StorageKind.allCases)
+    func rejectionIsolated(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let good1 = Fixtures.upsert("r1", ["n": 1], at: 1)
+            let good2 = Fixtures.upsert("r2", ["n": 2], at: 2)
+            let items: [PushItem] = [
+                .valid(good1, contentHash: MutationValidator.contentHash(of: good1)),
+                .rejected(.rejected("bad", .unknownCollection, "unknown collection")),
+                .valid(good2, contentHash: MutationValidator.contentHash(of: good2)),
+            ]
+            let results = try await storage.push(items, context: Fixtures.context(), collections: .standard)
+            #expect(results.map(\.status) == [.applied, .rejected, .applied])
+            #expect(try await storage.pullAll().records.count == 2)
+        }
+    }
+
+    @Test("pull pages in commit order with tombstones, and a cursor never repeats or skips",
+          arguments: StorageKind.allCases)
+    func pullPaging(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            for batch in 0..<5 {
+                _ = try await storage.push(
+                    (0..<10).map { Fixtures.upsert("r\(batch * 10 + $0)", ["n": .integer(Int64($0))], at: Double(batch)) })
+            }
+            _ = try await storage.push([Fixtures.delete("r3", at: 100)])
+            let all = try await storage.pullAll(limit: 7)
+            #expect(all.records.count == 50)
+            #expect(Set(all.records.map(\.recordId)).count == 50)
+            #expect(all.records.last?.recordId == "r3")
+            #expect(all.records.last?.tombstone == true)
+            let nothing = try await storage.pull(
+                tenant: "acme", collection: "notes", scope: nil, after: all.cursor, limit: 10)
+            #expect(nothing.records.isEmpty)
+            #expect(!nothing.hasMore)
+            #expect(nothing.cursor == all.cursor)
+            // A later change comes after the cursor.
+            _ = try await storage.push([Fixtures.upsert("r0", ["n": 42], at: 200)])
+            let later = try await storage.pullAll(from: all.cursor)
+            #expect(later.records.map(\.recordId) == ["r0"])
+        }
+    }
+
+    @Test("pull and snapshot narrow to one scope", arguments: StorageKind.allCases)
+    func scopes(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let guests = (0..<6).map { i in
+                Fixtures.upsert(
+                    "g\(i)", ["event_id": .string(i % 2 == 0 ? "ev-even" : "ev-odd"), "name": "Guest \(i)"],
+                    at: Double(i), collection: "guests")
+            }
+            _ = try await storage.push(guests)
+            let even = try await storage.pullAll(collection: "guests", scope: "ev-even")
+            #expect(even.records.map(\.recordId) == ["g0", "g2", "g4"])
+            let start = try await storage.snapshotStart(tenant: "acme", collection: "guests", scope: "ev-odd")
+            #expect(start.total == 3)
+            let page = try await storage.snapshotPage(
+                tenant: "acme", collection: "guests", scope: "ev-odd", after: "g1", limit: 10)
+            #expect(page.map(\.recordId) == ["g3", "g5"])
+        }
+    }
+
+    @Test("a snapshot's start cursor catches every change made during the download", arguments: StorageKind.allCases)
+    func snapshotCursor(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            _ = try await storage.push(
+                (0..<10).map { Fixtures.upsert(String(format: "g%02d", $0), ["event_id": "ev", "n": .integer(Int64($0))],
+                    at: Double($0), collection: "guests") })
+            let start = try await storage.snapshotStart(tenant: "acme", collection: "guests", scope: "ev")
+            let first = try await storage.snapshotPage(
+                tenant: "acme", collection: "guests", scope: "ev", after: nil, limit: 5)
+            // While the download is half way: one row already sent changes, one is deleted, one is added.
+            _ = try await storage.push([
+                Fixtures.upsert("g01", ["n": 100], at: 50, collection: "guests"),
+                Fixtures.delete("g07", at: 51, collection: "guests"),
+                Fixtures.upsert("g99", ["event_id": "ev", "n": 99], at: 52, collection: "guests"),
+            ])
+            let second = try await storage.snapshotPage(
+                tenant: "acme", collection: "guests", scope: "ev", after: first.last?.recordId, limit: 50)
+            var device: [String: StoredRecord] = [:]
+            for record in first + second { device[record.recordId] = record }
+            for record in try await storage.pullAll(collection: "guests", scope: "ev", from: start.cursor).records {
+                device[record.recordId] = record.tombstone ? nil : record
+            }
+            #expect(device["g01"]?.fields["n"] == 100)
+            #expect(device["g07"] == nil)
+            #expect(device["g99"] != nil)
+            #expect(device.count == 10)
+        }
+    }
+
+    @Test("one tenant can never read or change another's data", arguments: StorageKind.allCases)
+    func tenantIsolation(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let mutation = Fixtures.upsert("shared-id", ["secret": "acme-only"], at: 1, key: "same-key")
+            _ = try await storage.push([mutation], tenant: "acme")
+            // The same key and record id at another tenant is that tenant's own, independent write.
+            let other = Fixtures.upsert("shared-id", ["secret": "globex"], at: 1, key: "same-key")
+            let results = try await storage.push([other], tenant: "globex")
+            #expect(results[0].status == .applied)
+            #expect(results[0].version == 1)
+            #expect(try await storage.pullAll(tenant: "acme").records.first?.fields["secret"] == "acme-only")
+            #expect(try await storage.pullAll(tenant: "globex").records.first?.fields["secret"] == "globex")
+            #expect(try await storage.pullAll(tenant: "initech").records.isEmpty)
+            #expect(try await storage.audit(tenant: "initech", collection: "notes", recordId: "shared-id").isEmpty)
+            #expect(try await storage.snapshotStart(tenant: "initech", collection: "notes", scope: nil).total == 0)
+        }
+    }
+
+    @Test("the audit keeps device, user and client time, in client-time order", arguments: StorageKind.allCases)
+    func audit(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            // Replayed out of order, long after they happened.
+            _ = try await storage.push([Fixtures.upsert("r1", ["s": "b"], at: 20, device: "dev-b")], device: "dev-b")
+            _ = try await storage.push([Fixtures.upsert("r1", ["s": "a"], at: 10)], device: "dev-a")
+            let entries = try await storage.audit(tenant: "acme", collection: "notes", recordId: "r1")
+            #expect(entries.map(\.deviceId) == ["dev-a", "dev-b"])
+            #expect(entries.map(\.clientTimestamp) == [Fixtures.time(10), Fixtures.time(20)])
+            #expect(entries.allSatisfy { $0.receivedAt == Fixtures.time(3600) && $0.userId == "ana" })
+            // The record's own times are the client's, never the time of replay.
+            let record = try #require(try await storage.pullAll().records.first)
+            #expect(record.createdAt == Fixtures.time(10).millisecondsSince1970)
+            #expect(record.updatedAt == Fixtures.time(20).millisecondsSince1970)
+        }
+    }
+
+    @Test("a protected-field conflict is answered, kept for review and replayed as a duplicate",
+          arguments: StorageKind.allCases)
+    func conflicts(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            _ = try await storage.push([Fixtures.upsert("a1", ["amount": 100], at: 0, collection: "activities")])
+            _ = try await storage.push([
+                Fixtures.upsert("a1", ["amount": 150], at: 5, collection: "activities", device: "dev-b", base: 1)
+            ])
+            let stale = Fixtures.upsert("a1", ["amount": 90, "notes": "x"], at: 9, collection: "activities", base: 1)
+            let results = try await storage.push([stale])
+            #expect(results[0].status == .conflict)
+            #expect(results[0].conflict?.serverFields == ["amount": 150])
+            let again = try await storage.push([stale])
+            #expect(again[0].status == .duplicate)
+            #expect(again[0].originalStatus == .conflict)
+            #expect(again[0].conflict == results[0].conflict)
+            let kept = try await storage.conflicts(tenant: "acme", collection: "activities", limit: 10)
+            #expect(kept.count == 1)
+            #expect(kept.first?.attemptedFields == ["amount": 90])
+            #expect(kept.first?.conflictId == results[0].conflict?.conflictId)
+            let record = try await storage.pullAll(collection: "activities").records.first
+            #expect(record?.fields == ["amount": 150, "notes": "x"])
+            #expect(try await storage.conflicts(tenant: "globex", collection: nil, limit: 10).isEmpty)
+        }
+    }
+
+    @Test("the same push sent by many tasks at once is applied exactly once", arguments: StorageKind.allCases)
+    func concurrentReplays(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let batch = (0..<20).map { Fixtures.upsert("r\($0)", ["n": .integer(Int64($0))], at: Double($0)) }
+            let outcomes = try await withThrowingTaskGroup(of: [MutationResult].self) { group in
+                for _ in 0..<8 { group.addTask { try await storage.push(batch) } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            for index in 0..<20 {
+                let applied = outcomes.filter { $0[index].status == .applied }.count
+                #expect(applied == 1, "mutation \(index) applied \(applied) times")
+            }
+            #expect(try await storage.pullAll().records.allSatisfy { $0.version == 1 })
+            for index in 0..<20 {
+                #expect(try await storage.audit(tenant: "acme", collection: "notes", recordId: "r\(index)").count == 1)
+            }
+        }
+    }
+
+    @Test("concurrent writers and pullers: every puller ends with exactly the final state",
+          arguments: StorageKind.allCases)
+    func concurrentWritersAndPullers(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let writers = 6
+            let batches = 15
+            let recordsPerWriter = 12
+            // Every write carries a new value with a later time, so a record's final version is its write count.
+            var expected: [String: Int64] = [:]
+            for writer in 0..<writers {
+                for n in 0..<(batches * 5) { expected["w\(writer)-r\(n % recordsPerWriter)", default: 0] += 1 }
+            }
+            let target = expected
+            let states = try await withThrowingTaskGroup(of: [String: Int64]?.self) { group in
+                for writer in 0..<writers {
+                    group.addTask {
+                        for batch in 0..<batches {
+                            let mutations = (0..<5).map { i in
+                                Fixtures.upsert(
+                                    "w\(writer)-r\((batch * 5 + i) % recordsPerWriter)",
+                                    ["v": .integer(Int64(batch * 5 + i))], at: Double(batch * 5 + i),
+                                    device: "dev-\(writer)")
+                            }
+                            _ = try await storage.push(mutations, device: "dev-\(writer)")
+                        }
+                        return nil
+                    }
+                }
+                for _ in 0..<3 {
+                    group.addTask {
+                        var state: [String: Int64] = [:]
+                        var cursor = PullCursor.start
+                        let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+                        while state != target && ContinuousClock.now < deadline {
+                            let page = try await storage.pull(
+                                tenant: "acme", collection: "notes", scope: nil, after: cursor, limit: 13)
+                            for record in page.records {
+                                #expect(record.version >= (state[record.recordId] ?? 0))
+                                state[record.recordId] = record.version
+                            }
+                            #expect(page.cursor >= cursor)
+                            cursor = page.cursor
+                            await Task.yield()
+                        }
+                        return state
+                    }
+                }
+                return try await group.reduce(into: [[String: Int64]]()) { if let state = $1 { $0.append(state) } }
+            }
+            let final = Dictionary(
+                uniqueKeysWithValues: try await storage.pullAll().records.map { ($0.recordId, $0.version) })
+            #expect(final == expected)
+            #expect(states.count == 3)
+            for state in states {
+                #expect(state == expected)
+            }
+        }
+    }
+
+    @Test("migrations are versioned and can run again", arguments: StorageKind.allCases)
+    func migrateTwice(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            try await storage.migrate()
+            _ = try await storage.push([Fixtures.upsert("r1", ["n": 1])])
+            try await storage.migrate()
+            #expect(try await storage.pullAll().records.count == 1)
+        }
+    }
+
+    @Test("the signing secret is created once and then kept", arguments: StorageKind.allCases)
+    func secretKept(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let first = try await storage.signingSecret(creatingWith: { TokenAuthority.generateSecret() })
+            let second = try await storage.signingSecret(creatingWith: { TokenAuthority.generateSecret() })
+            #expect(first == second)
+            #expect(first.count == 32)
+        }
+    }
+}
+

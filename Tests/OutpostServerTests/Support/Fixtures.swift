@@ -1,0 +1,119 @@
+import Foundation
+import Logging
+import OutpostProtocol
+
+@testable import OutpostServer
+
+/// The two storage engines; the behaviour suite runs once for each.
+enum StorageKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
+    case sqlite
+    case postgres
+
+    var testDescription: String { rawValue }
+}
+
+import Testing
+
+/// Makes a fresh store of `kind`, migrated and running, hands it to `body`, and cleans up after.
+func withStorage<T: Sendable>(
+    _ kind: StorageKind, _ body: @Sendable (any SyncStorage) async throws -> T
+) async throws -> T {
+    switch kind {
+    case .sqlite:
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-test-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let storage = try SQLiteStorage(directory: directory)
+        return try await storage.withRunning { storage in
+            try await storage.migrate()
+            return try await body(storage)
+        }
+    case .postgres:
+        let url = try await TestPostgres.shared.makeDatabase()
+        let storage = PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger)
+        let result = try await storage.withRunning { storage in
+            try await storage.migrate()
+            return try await body(storage)
+        }
+        await TestPostgres.shared.dropDatabase(url: url)
+        return result
+    }
+}
+
+/// Opens a second storage on the same database as a PostgreSQL test, as another server process would.
+func withPostgresDatabase<T: Sendable>(_ body: @Sendable (String) async throws -> T) async throws -> T {
+    let url = try await TestPostgres.shared.makeDatabase()
+    let result = try await body(url)
+    await TestPostgres.shared.dropDatabase(url: url)
+    return result
+}
+
+enum Fixtures {
+    static let quietLogger: Logger = {
+        var logger = Logger(label: "outpost-test")
+        logger.logLevel = .critical
+        return logger
+    }()
+
+    static let secret = Array("an-outpost-test-secret-of-32-bytes-or-more".utf8)
+
+    /// A fixed instant; tests move time explicitly from here.
+    static let now = Timestamp(iso8601: "2026-11-21T09:00:00.000Z")!
+
+    static func time(_ offsetSeconds: Double) -> Timestamp {
+        Timestamp(millisecondsSince1970: now.millisecondsSince1970 + Int64(offsetSeconds * 1000))
+    }
+
+    static func upsert(
+        _ recordId: String, _ fields: [String: JSONValue], at seconds: Double = 0, collection: String = "notes",
+        device: String = "dev-a", base: Int64? = nil, key: String? = nil
+    ) -> Mutation {
+        let timestamp = time(seconds)
+        return Mutation(
+            idempotencyKey: key ?? "\(device):\(recordId):\(timestamp.iso8601)", collection: collection,
+            recordId: recordId, op: .upsert, fields: fields, clientTimestamp: timestamp, baseVersion: base)
+    }
+
+    static func delete(
+        _ recordId: String, at seconds: Double = 0, collection: String = "notes", device: String = "dev-a",
+        base: Int64? = nil
+    ) -> Mutation {
+        let timestamp = time(seconds)
+        return Mutation(
+            idempotencyKey: "\(device):\(recordId):\(timestamp.iso8601):delete", collection: collection,
+            recordId: recordId, op: .delete, clientTimestamp: timestamp, baseVersion: base)
+    }
+
+    static func context(tenant: String = "acme", device: String = "dev-a", user: String = "ana") -> PushContext {
+        PushContext(tenant: tenant, deviceId: device, userId: user, userName: "Ana", receivedAt: time(3600))
+    }
+
+    static func items(_ mutations: [Mutation]) -> [PushItem] {
+        mutations.map { .valid($0, contentHash: MutationValidator.contentHash(of: $0)) }
+    }
+}
+
+extension SyncStorage {
+    /// Pushes valid mutations as one device of one tenant.
+    func push(_ mutations: [Mutation], tenant: String = "acme", device: String = "dev-a") async throws
+        -> [MutationResult]
+    {
+        try await push(
+            Fixtures.items(mutations), context: Fixtures.context(tenant: tenant, device: device),
+            collections: .standard)
+    }
+
+    /// Pulls everything after `cursor`, following `hasMore`.
+    func pullAll(
+        tenant: String = "acme", collection: String = "notes", scope: String? = nil, from cursor: PullCursor = .start,
+        limit: Int = 500
+    ) async throws -> (records: [StoredRecord], cursor: PullCursor) {
+        var cursor = cursor
+        var records: [StoredRecord] = []
+        while true {
+            let page = try await pull(tenant: tenant, collection: collection, scope: scope, after: cursor, limit: limit)
+            records += page.records
+            cursor = page.cursor
+            if !page.hasMore { return (records, cursor) }
+        }
+    }
+}

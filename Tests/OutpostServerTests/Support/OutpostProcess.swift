@@ -1,0 +1,101 @@
+import Foundation
+import Testing
+
+/// The built `outpost` executable, run as a real process.
+struct OutpostProcess {
+    /// `outpost` sits beside the test bundle in the build folder.
+    static var executable: URL {
+        let runner = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        var directory = runner.deletingLastPathComponent()
+        while directory.path != "/" {
+            let candidate = directory.appendingPathComponent("outpost")
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            directory = directory.deletingLastPathComponent()
+        }
+        return runner.deletingLastPathComponent().appendingPathComponent("outpost")
+    }
+
+    struct Output {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+    }
+
+    /// Runs `outpost arguments…` to completion.
+    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Output {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OUTPOST_") }
+            .merging(environment) { $1 }
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Output(
+            status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+            stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    /// A long-running `outpost` process whose output is collected as it arrives.
+    final class Running: @unchecked Sendable {
+        let process = Process()
+        private let lock = NSLock()
+        private var stdoutText = ""
+        private var stderrText = ""
+
+        init(_ arguments: [String], environment: [String: String] = [:]) throws {
+            process.executableURL = OutpostProcess.executable
+            process.arguments = arguments
+            process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OUTPOST_") }
+                .merging(environment) { $1 }
+            let out = Pipe()
+            let err = Pipe()
+            process.standardOutput = out
+            process.standardError = err
+            out.fileHandleForReading.readabilityHandler = { [weak self] handle in
+                let data = handle.availableData
+                self?.lock.withLock { self?.stdoutText += String(decoding: data, as: UTF8.self) }
+            }
+            err.fileHandleForReading.readabilityHandler = { [weak self] handle in
+                let data = handle.availableData
+                self?.lock.withLock { self?.stderrText += String(decoding: data, as: UTF8.self) }
+            }
+            try process.run()
+        }
+
+        var stdout: String { lock.withLock { stdoutText } }
+        var stderr: String { lock.withLock { stderrText } }
+
+        /// Waits (up to `timeout`) for stdout to hold a match of `pattern`; its first capture group.
+        func waitFor(_ pattern: String, timeout: Duration = .seconds(60)) async throws -> String {
+            let regex = try NSRegularExpression(pattern: pattern)
+            let deadline = ContinuousClock.now.advanced(by: timeout)
+            while ContinuousClock.now < deadline {
+                let text = stdout
+                if let match = regex.firstMatch(in: text, range: NSRange(text.startIndex..., in: text)) {
+                    let range = match.numberOfRanges > 1 ? match.range(at: 1) : match.range
+                    return String(text[Range(range, in: text)!])
+                }
+                guard process.isRunning else { break }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            throw TestSetupError("no '\(pattern)' from outpost; stdout: \(stdout) stderr: \(stderr)")
+        }
+
+        /// Sends `signal` and waits for the exit status.
+        func stop(_ signal: Int32 = SIGTERM) -> Int32 {
+            if process.isRunning { kill(process.processIdentifier, signal) }
+            process.waitUntilExit()
+            return process.terminationStatus
+        }
+
+        deinit {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+import Foundation
+import Logging
+import Testing
+
+@testable import OutpostServer
+
+/// A real PostgreSQL for the tests: `$OUTPOST_TEST_DATABASE_URL` when set, else a private cluster started
+/// once per test process in a temporary folder on a free port, and stopped when the process exits.
+///
+/// Each test gets a database of its own, so tests never see each other's rows.
+actor TestPostgres {
+    static let shared = TestPostgres()
+
+    private var server: Server?
+    private var counter = 0
+
+    struct Server {
+        var host: String
+        var port: Int
+        var user: String
+        var password: String?
+        var adminDatabase: String
+        var external: Bool
+    }
+
+    /// A fresh, empty database; its URL.
+    func makeDatabase() async throws -> String {
+        let server = try await start()
+        counter += 1
+        let name = "outpost_test_\(ProcessInfo.processInfo.processIdentifier)_\(counter)"
+        try runPSQL(server, "CREATE DATABASE \(name)")
+        let credentials = server.password.map { "\(server.user):\($0)" } ?? server.user
+        return "postgres://\(credentials)@\(server.host):\(server.port)/\(name)?sslmode=disable"
+    }
+
+    /// Drops a database made by ``makeDatabase()``; the private cluster is removed whole at exit anyway.
+    func dropDatabase(url: String) {
+        guard let server, server.external, let name = URLComponents(string: url)?.path.dropFirst() else { return }
+        try? runPSQL(server, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+    }
+
+    private func start() async throws -> Server {
+        if let server { return server }
+        let server: Server
+        if let url = ProcessInfo.processInfo.environment["OUTPOST_TEST_DATABASE_URL"], !url.isEmpty {
+            let location = try PostgresLocation(url: url)
+            server = Server(
+                host: location.host, port: location.port, user: location.username, password: location.password,
+                adminDatabase: location.database, external: true)
+        } else {
+            server = try await Self.startPrivateCluster()
+        }
+        self.server = server
+        return server
+    }
+
+    private func runPSQL(_ server: Server, _ sql: String) throws {
+        var environment = ProcessInfo.processInfo.environment
+        if let password = server.password { environment["PGPASSWORD"] = password }
+        let result = try Shell.run(
+            "psql",
+            ["-h", server.host, "-p", String(server.port), "-U", server.user, "-d", server.adminDatabase,
+             "-v", "ON_ERROR_STOP=1", "-q", "-c", sql],
+            environment: environment)
+        guard result.status == 0 else {
+            throw TestSetupError("psql failed: \(result.output)")
+        }
+    }
+
+    // MARK: Private cluster
+
+    private static func startPrivateCluster() async throws -> Server {
+        let binDirectory = try Shell.run("pg_config", ["--bindir"]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard FileManager.default.fileExists(atPath: binDirectory + "/initdb") else {
+            throw TestSetupError(
+                "PostgreSQL server binaries are not installed (no initdb in \(binDirectory)); install the postgresql package or set OUTPOST_TEST_DATABASE_URL")
+        }
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pg-\(UUID().uuidString.prefix(8))")
+        let data = root.appendingPathComponent("data").path
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        let asRoot = getuid() == 0
+        if asRoot {
+            // initdb and postgres refuse to run as root: run them as the postgres user, in a folder it owns.
+            _ = try Shell.run("chown", ["-R", "postgres:postgres", root.path])
+            _ = try Shell.run("chmod", ["755", root.path])
+        }
+        func command(_ tool: String, _ arguments: [String]) -> (String, [String]) {
+            asRoot ? ("runuser", ["-u", "postgres", "--", binDirectory + "/" + tool] + arguments)
+                : (binDirectory + "/" + tool, arguments)
+        }
+        let (initdb, initArguments) = command(
+            "initdb", ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+        let initResult = try Shell.run(initdb, initArguments)
+        guard initResult.status == 0 else { throw TestSetupError("initdb failed: \(initResult.output)") }
+
+        let port = try freePort()
+        let (postgres, arguments) = command(
+            "postgres",
+            ["-D", data, "-p", String(port), "-k", data, "-c", "listen_addresses=127.0.0.1",
+             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+             "-c", "max_connections=300", "-c", "shared_buffers=64MB"])
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Shell.resolve(postgres))
+        process.arguments = arguments
+        let log = FileHandle(forWritingAtPath: "/dev/null")
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        TestPostgresCleanup.register(pid: process.processIdentifier, directory: root.path)
+
+        // Wait until it accepts connections.
+        for _ in 0..<300 {
+            let ready = try Shell.run(binDirectory + "/pg_isready", ["-h", "127.0.0.1", "-p", String(port), "-q"])
+            if ready.status == 0 {
+                return Server(
+                    host: "127.0.0.1", port: port, user: "postgres", password: nil, adminDatabase: "postgres",
+                    external: false)
+            }
+            guard process.isRunning else { throw TestSetupError("postgres exited at start") }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw TestSetupError("postgres did not start within 15 s")
+    }
+
+    private static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer -> Bool in
+                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        guard bound else { throw TestSetupError("cannot find a free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// Stops the private cluster when the test process exits.
+enum TestPostgresCleanup {
+    nonisolated(unsafe) private static var pid: pid_t = 0
+    nonisolated(unsafe) private static var directory: String = ""
+
+    static func register(pid: pid_t, directory: String) {
+        Self.pid = pid
+        Self.directory = directory
+        atexit {
+            guard TestPostgresCleanup.pid > 0 else { return }
+            kill(TestPostgresCleanup.pid, SIGQUIT)
+            var status: Int32 = 0
+            waitpid(TestPostgresCleanup.pid, &status, 0)
+            try? FileManager.default.removeItem(atPath: TestPostgresCleanup.directory)
+        }
+    }
+}
+
+struct TestSetupError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Runs a program to completion and captures what it printed.
+enum Shell {
+    struct Result {
+        var status: Int32
+        var output: String
+    }
+
+    static func resolve(_ program: String) -> String {
+        if program.hasPrefix("/") { return program }
+        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
+            let candidate = "\(directory)/\(program)"
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        return "/usr/bin/\(program)"
+    }
+
+    static func run(_ program: String, _ arguments: [String], environment: [String: String]? = nil) throws -> Result {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: resolve(program))
+        process.arguments = arguments
+        if let environment { process.environment = environment }
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Result(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self))
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+import Hummingbird
+import NIOFoundationCompat
+import HummingbirdTesting
+import OutpostProtocol
+import Testing
+
+@testable import OutpostServer
+
+/// Runs the real application (the same `buildApplication` as `main`) on a fresh store, with a fixed clock.
+func withServer(
+    _ kind: StorageKind,
+    setup: TestingSetup = .router,
+    configure: (inout ServerConfiguration) -> Void = { _ in },
+    _ body: @escaping @Sendable (any TestClientProtocol, any SyncStorage) async throws -> Void
+) async throws {
+    var configuration = ServerConfiguration(port: 0, jwtSecret: Fixtures.secret)
+    configure(&configuration)
+    switch kind {
+    case .sqlite:
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-test-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try await run(SQLiteStorage(directory: directory), configuration, setup, body)
+    case .postgres:
+        let url = try await TestPostgres.shared.makeDatabase()
+        try await run(
+            PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger), configuration,
+            setup, body)
+        await TestPostgres.shared.dropDatabase(url: url)
+    }
+}
+
+private func run<Storage: SyncStorage>(
+    _ storage: Storage, _ configuration: ServerConfiguration, _ setup: TestingSetup,
+    _ body: @escaping @Sendable (any TestClientProtocol, any SyncStorage) async throws -> Void
+) async throws {
+    let app = buildApplication(
+        configuration: configuration, storage: storage, now: { Fixtures.serverNow.date },
+        logger: Fixtures.quietLogger)
+    try await app.test(setup) { client in try await body(client, storage) }
+}
+
+extension Fixtures {
+    /// The server's clock in these tests: an hour after the device-side ``now``.
+    static let serverNow = time(3600)
+
+    static func token(
+        tenant: String = "acme", user: String = "ana", role: Role = .staff, name: String = "Ana Staff",
+        lifetime: Duration = .seconds(3600), secret: [UInt8] = Fixtures.secret
+    ) async throws -> String {
+        let authority = try await TokenAuthority(secret: secret)
+        return try await authority.token(
+            for: Identity(tenant: tenant, userId: user, role: role, name: name), lifetime: lifetime,
+            now: serverNow.date)
+    }
+
+    static func json(_ value: some Encodable) throws -> ByteBuffer {
+        ByteBuffer(bytes: try JSONEncoder().encode(value))
+    }
+}
+
+extension TestClientProtocol {
+    /// Sends a request with a bearer token and an optional raw body.
+    func send(
+        _ method: HTTPRequest.Method, _ uri: String, token: String?, body: ByteBuffer? = nil
+    ) async throws -> TestResponse {
+        var headers: HTTPFields = [:]
+        if let token { headers[.authorization] = "Bearer \(token)" }
+        if body != nil { headers[.contentType] = "application/json" }
+        return try await executeRequest(uri: uri, method: method, headers: headers, body: body)
+    }
+
+    func push(_ mutations: [Mutation], token: String, device: String = "dev-a") async throws -> PushResponse {
+        let response = try await send(
+            .post, "/v1/push", token: token, body: try Fixtures.json(PushRequest(deviceId: device, mutations: mutations)))
+        #expect(response.status == .ok)
+        return try JSONDecoder().decode(PushResponse.self, from: response.body)
+    }
+
+    func pull(_ query: String, token: String) async throws -> PullResponse {
+        let response = try await send(.get, "/v1/pull?\(query)", token: token)
+        #expect(response.status == .ok)
+        return try JSONDecoder().decode(PullResponse.self, from: response.body)
+    }
+}
+
+extension TestResponse {
+    /// The wire error this response carries; records an issue when it is not one.
+    var wireError: WireError? {
+        #expect(headers[.contentType]?.hasPrefix("application/json") == true)
+        return try? JSONDecoder().decode(WireError.self, from: body)
+    }
+}
