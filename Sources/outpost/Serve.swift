@@ -32,9 +32,10 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
+        let level = Logger.configuredLevel
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = Logger.cli(label).logLevel
+            handler.logLevel = level
             return handler
         }
         let logger = Logger.cli("outpost")

@@ -40,8 +40,13 @@ extension Logger {
     /// The CLI's logger, to stderr, at `$LOG_LEVEL` (default info).
     static func cli(_ label: String) -> Logger {
         var logger = Logger(label: label)
-        logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .info
+        logger.logLevel = configuredLevel
         return logger
+    }
+
+    /// `$LOG_LEVEL`, or info.
+    static var configuredLevel: Logger.Level {
+        ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .info
     }
 }
 

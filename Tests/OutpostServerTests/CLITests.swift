@@ -104,7 +104,14 @@ struct CLITests {
             let mutation = Fixtures.upsert("r1", ["n": 1], at: 0)
             #expect(try await a.push(PushRequest(deviceId: "d", mutations: [mutation])).results[0].status == .applied)
             #expect(try await b.push(PushRequest(deviceId: "d", mutations: [mutation])).results[0].status == .duplicate)
-            #expect(try await b.pull(collection: "notes", scope: nil, cursor: nil, limit: nil).changes.count == 1)
+            // Pulls wait behind transactions still running anywhere in the cluster: poll until the change shows.
+            var pulled = 0
+            let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+            while pulled == 0 && ContinuousClock.now < deadline {
+                pulled = try await b.pull(collection: "notes", scope: nil, cursor: nil, limit: nil).changes.count
+                if pulled == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            #expect(pulled == 1)
             #expect(first.stop() == 0)
             #expect(second.stop() == 0)
         }

@@ -11,7 +11,7 @@ import Testing
 struct LiveServerTests {
     @Test("push, pull, snapshot and health through HTTPSyncTransport", arguments: StorageKind.allCases)
     func transportRoundTrip(kind: StorageKind) async throws {
-        try await withServer(kind, setup: .live) { client, _ in
+        try await withServer(kind, setup: .live) { client, storage in
             let port = try #require(client.port)
             let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
             let staff = HTTPSyncTransport(baseURL: base, token: try await Fixtures.token(role: .staff))
@@ -22,13 +22,15 @@ struct LiveServerTests {
             #expect(pushed.results.map(\.status) == [.applied])
             let replayed = try await staff.push(PushRequest(deviceId: "dev-a", mutations: [mutation]))
             #expect(replayed.results.map(\.status) == [.duplicate])
+            try await storage.settle()
             let pulled = try await staff.pull(collection: "notes", scope: nil, cursor: nil, limit: nil)
             #expect(pulled.changes.first?.fields["title"] == "über + 🚀 & more")
             _ = try await organizer.push(
                 PushRequest(deviceId: "org", mutations: [
-                    Fixtures.upsert("g1", ["event_id": "ev+1", "name": "A"], collection: "guests", device: "org")
+                    Fixtures.upsert("g1", ["event_id": "ev.1:a@b", "name": "A"], collection: "guests", device: "org")
                 ]))
-            let snapshot = try await staff.snapshot(collection: "guests", scope: "ev+1", continuation: nil, limit: 10)
+            try await storage.settle()
+            let snapshot = try await staff.snapshot(collection: "guests", scope: "ev.1:a@b", continuation: nil, limit: 10)
             #expect(snapshot.records.map(\.recordId) == ["g1"])
             #expect(snapshot.cursor != nil)
         }

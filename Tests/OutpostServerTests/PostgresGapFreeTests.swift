@@ -24,7 +24,8 @@ struct PostgresGapFreeTests {
                     // when a faster writer commits after it,
                     _ = try await fast.push([Fixtures.upsert("fast", ["n": 2], at: 2)], device: "dev-b")
                     // then a reader sees neither yet: the fast change waits behind the open transaction,
-                    let during = try await fast.pullAll()
+                    let during = try await fast.pull(
+                        tenant: "acme", collection: "notes", scope: nil, after: .start, limit: 100)
                     #expect(during.records.isEmpty)
                     // and once the slow writer commits, the reader, continuing from its cursor, gets both.
                     await gate.open()

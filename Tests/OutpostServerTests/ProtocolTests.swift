@@ -87,7 +87,7 @@ struct ProtocolTests {
 
     @Test("the audit over HTTP lists client times in order, never the replay time", arguments: StorageKind.allCases)
     func auditOverHTTP(kind: StorageKind) async throws {
-        try await withServer(kind) { client, _ in
+        try await withServer(kind) { client, storage in
             let staff = try await Fixtures.token(role: .staff)
             let organizer = try await Fixtures.token(role: .organizer)
             _ = try await client.push([Fixtures.upsert("r1", ["s": "late"], at: 50, device: "dev-b")], token: staff, device: "dev-b")
@@ -97,6 +97,7 @@ struct ProtocolTests {
             #expect(entries.map(\.clientTimestamp) == [Fixtures.time(5), Fixtures.time(50)])
             #expect(entries.map(\.deviceId) == ["dev-a", "dev-b"])
             #expect(entries.allSatisfy { $0.receivedAt == Fixtures.serverNow && $0.userName == "Ana Staff" })
+            try await storage.settle()
             let pulled = try await client.pull("collection=notes", token: staff)
             #expect(pulled.changes.first?.createdAt == Fixtures.time(5))
             #expect(pulled.changes.first?.updatedAt == Fixtures.time(50))

@@ -126,11 +126,13 @@ struct RecordMergeTests {
 
     @Test("a write that changes nothing leaves the version alone")
     func noChange() throws {
-        let first = RecordMerge.apply(Fixtures.upsert("r1", ["a": 1], at: 10), deviceId: "dev-a", to: nil, policy: notes)
+        let created = RecordMerge.apply(Fixtures.upsert("r1", ["b": 1], at: 0), deviceId: "dev-a", to: nil, policy: notes)
+        let first = RecordMerge.apply(
+            Fixtures.upsert("r1", ["a": 1], at: 10), deviceId: "dev-a", to: created.record, policy: notes)
         let second = RecordMerge.apply(
             Fixtures.upsert("r1", ["a": 0], at: 5), deviceId: "dev-a", to: first.record, policy: notes)
         #expect(!second.changed)
-        #expect(second.record.version == 1)
+        #expect(second.record.version == 2)
     }
 
     @Test("the scope follows the collection's scope field")

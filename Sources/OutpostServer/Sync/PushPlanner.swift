@@ -72,10 +72,10 @@ enum PushPlanner {
         var plan = PushPlan()
         var processed = processed
         var records = records
-        var changed: [RecordKey] = []
-        var changedSet: Set<RecordKey> = []
+        // Each changed record, with the position of the mutation that last changed it.
+        var lastChange: [RecordKey: Int] = [:]
 
-        for item in items {
+        for (position, item) in items.enumerated() {
             switch item {
             case .rejected(let result):
                 plan.results.append(result)
@@ -103,9 +103,7 @@ enum PushPlanner {
                 let outcome = RecordMerge.apply(
                     mutation, deviceId: context.deviceId, to: records[recordKey], policy: policy)
                 if outcome.changed {
-                    if changedSet.insert(recordKey).inserted {
-                        changed.append(recordKey)
-                    }
+                    lastChange[recordKey] = position
                     records[recordKey] = outcome.record
                 }
                 let version = outcome.record.version
@@ -135,7 +133,8 @@ enum PushPlanner {
                     contentHash: hash, status: status, version: version, conflict: detail)
             }
         }
-        plan.records = changed.compactMap { records[$0] }
+        // Written in the order of their last change, so that pull order follows the order of the push.
+        plan.records = lastChange.sorted { $0.value < $1.value }.compactMap { records[$0.key] }
         return plan
     }
 }

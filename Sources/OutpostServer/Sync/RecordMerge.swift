@@ -92,10 +92,14 @@ enum RecordMerge {
             }
         }
 
+        // The record's times are the device's: created at the earliest action seen, even one that arrives late.
+        if !isNew && time < record.createdAt {
+            record.createdAt = time
+            changed = true
+        }
         if changed {
             record.version = newVersion
-            record.updatedAt = max(isNew ? time : record.updatedAt, time)
-            record.createdAt = isNew ? time : min(record.createdAt, time)
+            if isNew || time > record.updatedAt { record.updatedAt = time }
             if let field = policy.scopeField, let value = record.fields[field] {
                 record.scope = value.displayText
             }

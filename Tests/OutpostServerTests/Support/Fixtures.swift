@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import OutpostProtocol
+import PostgresNIO
 
 @testable import OutpostServer
 
@@ -107,6 +108,7 @@ extension SyncStorage {
         tenant: String = "acme", collection: String = "notes", scope: String? = nil, from cursor: PullCursor = .start,
         limit: Int = 500
     ) async throws -> (records: [StoredRecord], cursor: PullCursor) {
+        try await settle()
         var cursor = cursor
         var records: [StoredRecord] = []
         while true {
@@ -115,5 +117,29 @@ extension SyncStorage {
             cursor = page.cursor
             if !page.hasMore { return (records, cursor) }
         }
+    }
+}
+
+extension SyncStorage {
+    /// Waits until every committed change is visible to pulls.
+    ///
+    /// On PostgreSQL a pull returns only changes of transactions older than every one still running in the
+    /// cluster, and the tests run many at once; a test that reads its own writes waits for that horizon
+    /// first. SQLite needs no wait.
+    func settle() async throws {
+        guard let postgres = self as? PostgresStorage else { return }
+        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+        while ContinuousClock.now < deadline {
+            let rows = try await postgres.client.query(
+                """
+                SELECT coalesce(max(change_xid), 0), pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+                FROM records
+                """)
+            for try await (newest, horizon) in rows.decode((Int64, Int64).self) where newest < horizon {
+                return
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        throw TestSetupError("the PostgreSQL horizon did not pass the newest change within 30 s")
     }
 }

@@ -11,7 +11,7 @@ import Testing
 actor TestPostgres {
     static let shared = TestPostgres()
 
-    private var server: Server?
+    private var server: Task<Server, any Error>?
     private var counter = 0
 
     struct Server {
@@ -34,24 +34,27 @@ actor TestPostgres {
     }
 
     /// Drops a database made by ``makeDatabase()``; the private cluster is removed whole at exit anyway.
-    func dropDatabase(url: String) {
-        guard let server, server.external, let name = URLComponents(string: url)?.path.dropFirst() else { return }
+    func dropDatabase(url: String) async {
+        guard let server = try? await start(), server.external,
+            let name = URLComponents(string: url)?.path.dropFirst()
+        else { return }
         try? runPSQL(server, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
     }
 
+    /// Starts the server once, however many tests ask at the same time.
     private func start() async throws -> Server {
-        if let server { return server }
-        let server: Server
-        if let url = ProcessInfo.processInfo.environment["OUTPOST_TEST_DATABASE_URL"], !url.isEmpty {
-            let location = try PostgresLocation(url: url)
-            server = Server(
-                host: location.host, port: location.port, user: location.username, password: location.password,
-                adminDatabase: location.database, external: true)
-        } else {
-            server = try await Self.startPrivateCluster()
+        if let server { return try await server.value }
+        let task = Task<Server, any Error> {
+            if let url = ProcessInfo.processInfo.environment["OUTPOST_TEST_DATABASE_URL"], !url.isEmpty {
+                let location = try PostgresLocation(url: url)
+                return Server(
+                    host: location.host, port: location.port, user: location.username, password: location.password,
+                    adminDatabase: location.database, external: true)
+            }
+            return try await Self.startPrivateCluster()
         }
-        self.server = server
-        return server
+        server = task
+        return try await task.value
     }
 
     private func runPSQL(_ server: Server, _ sql: String) throws {
@@ -150,7 +153,14 @@ enum TestPostgresCleanup {
         Self.directory = directory
         atexit {
             guard TestPostgresCleanup.pid > 0 else { return }
-            kill(TestPostgresCleanup.pid, SIGQUIT)
+            // The launched process may be runuser, which does not pass signals on: signal the postmaster itself.
+            let pidFile = TestPostgresCleanup.directory + "/data/postmaster.pid"
+            if let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
+                let line = text.split(separator: "\n").first, let postmaster = pid_t(line)
+            {
+                kill(postmaster, SIGQUIT)
+            }
+            kill(TestPostgresCleanup.pid, SIGTERM)
             var status: Int32 = 0
             waitpid(TestPostgresCleanup.pid, &status, 0)
             try? FileManager.default.removeItem(atPath: TestPostgresCleanup.directory)

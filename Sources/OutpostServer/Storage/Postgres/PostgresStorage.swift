@@ -45,7 +45,7 @@ package struct PostgresStorage: SyncStorage {
         try await guarded {
             try await client.withTransaction(logger: logger) { connection in
                 // One migrator at a time, across every process sharing the database.
-                try await connection.query("SELECT pg_advisory_xact_lock(7_081_981_001)", logger: logger)
+                try await connection.query("SELECT pg_advisory_xact_lock(7081981001)", logger: logger)
                 try await connection.query(
                     """
                     CREATE TABLE IF NOT EXISTS outpost_migrations (
