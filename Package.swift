@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "OutpostProtocol", targets: ["OutpostProtocol"]),
         .library(name: "OutpostClient", targets: ["OutpostClient"]),
         .library(name: "OutpostServer", targets: ["OutpostServer"]),
+        .library(name: "OutpostTesting", targets: ["OutpostTesting"]),
         .executable(name: "outpost", targets: ["outpost"]),
     ],
     dependencies: [
@@ -22,6 +23,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/pointfreeco/swift-clocks.git", from: "1.0.0"),
     ],
     targets: [
         .target(name: "OutpostProtocol"),
@@ -29,6 +31,8 @@ let package = Package(
             name: "OutpostClient",
             dependencies: [
                 "OutpostProtocol",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -52,6 +56,10 @@ let package = Package(
             ],
             resources: [.copy("Resources/openapi.yaml")]
         ),
+        .target(
+            name: "OutpostTesting",
+            dependencies: ["OutpostProtocol", "OutpostClient"]
+        ),
         .executableTarget(
             name: "outpost",
             dependencies: [
@@ -63,6 +71,14 @@ let package = Package(
             ]
         ),
         .testTarget(name: "OutpostProtocolTests", dependencies: ["OutpostProtocol"]),
+        .testTarget(
+            name: "OutpostClientTests",
+            dependencies: [
+                "OutpostClient",
+                "OutpostTesting",
+                .product(name: "Clocks", package: "swift-clocks"),
+            ]
+        ),
         .testTarget(
             name: "OutpostServerTests",
             dependencies: [

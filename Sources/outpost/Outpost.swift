@@ -6,7 +6,7 @@ struct Outpost: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "outpost",
         abstract: "Offline-first capture and sync: the server, field devices, tokens.",
-        subcommands: [Serve.self, Token.self]
+        subcommands: [Serve.self, Token.self, DeviceCommand.self]
     )
 }
 
@@ -36,6 +36,12 @@ enum Main {
         FileHandle.standardError.write(Data("outpost: \(message)\n".utf8))
         Foundation.exit(code.rawValue == 0 ? 1 : code.rawValue)
     }
+}
+
+/// Writes a line to stdout at once: stdout is block-buffered in a pipe, and scripts and tests read these
+/// lines while the process runs (or after it was killed).
+func say(_ text: String) {
+    FileHandle.standardOutput.write(Data((text + "\n").utf8))
 }
 
 /// A failure the CLI reports as one line.

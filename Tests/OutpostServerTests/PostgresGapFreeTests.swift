@@ -37,6 +37,31 @@ struct PostgresGapFreeTests {
         }
     }
 
+    @Test("a push interrupted just before commit leaves nothing behind, and sent again applies once")
+    func interruptedPush() async throws {
+        try await withPostgresDatabase { url in
+            let location = try PostgresLocation(url: url)
+            struct Crash: Error {}
+            let crashing = PostgresStorage(
+                location: location, logger: Fixtures.quietLogger, beforeCommit: { throw Crash() })
+            let healthy = PostgresStorage(location: location, logger: Fixtures.quietLogger)
+            let batch = (0..<5).map { Fixtures.upsert("r\($0)", ["n": .integer(Int64($0))], at: Double($0)) }
+            try await crashing.withRunning { crashing in
+                try await healthy.withRunning { healthy in
+                    try await healthy.migrate()
+                    await #expect(throws: (any Error).self) { _ = try await crashing.push(batch) }
+                    #expect(try await healthy.pullAll().records.isEmpty)
+                    #expect(try await healthy.audit(tenant: "acme", collection: "notes", recordId: "r0").isEmpty)
+                    let results = try await healthy.push(batch)
+                    #expect(results.allSatisfy { $0.status == .applied })
+                    let again = try await healthy.push(batch)
+                    #expect(again.allSatisfy { $0.status == .duplicate })
+                    #expect(try await healthy.pullAll().records.allSatisfy { $0.version == 1 })
+                }
+            }
+        }
+    }
+
     @Test("several server processes share one database as one server")
     func twoProcessesOneDatabase() async throws {
         try await withPostgresDatabase { url in

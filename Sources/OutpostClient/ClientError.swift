@@ -1,0 +1,32 @@
+/// A failure of the device SDK. Its message never holds a token or a record's payload.
+public struct ClientError: Error, Sendable, CustomStringConvertible {
+    /// A stable code; extensible.
+    public struct Code: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+        public var rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        /// The store file cannot be opened or written.
+        public static let storeUnavailable = Code(rawValue: "store_unavailable")
+        /// Sealed data does not open: wrong key or tampered file.
+        public static let cannotDecrypt = Code(rawValue: "cannot_decrypt")
+        /// The encryption key cannot be read or created.
+        public static let keyUnavailable = Code(rawValue: "key_unavailable")
+        /// The caller passed something the protocol does not accept.
+        public static let invalidInput = Code(rawValue: "invalid_input")
+        /// No record with that id.
+        public static let notFound = Code(rawValue: "not_found")
+        /// The device was never initialised with a server and a token.
+        public static let notConfigured = Code(rawValue: "not_configured")
+    }
+
+    public var code: Code
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,168 @@
+import Foundation
+import GRDB
+import OutpostProtocol
+
+/// One queued mutation: what the device will push, in chronological order.
+public struct OutboxEntry: Sendable, Hashable {
+    public var seq: Int64
+    public var mutation: Mutation
+    public var attempts: Int
+}
+
+/// The queue of mutations not yet confirmed by the server, kept in the device store.
+extension LocalStore {
+    /// The next `limit` mutations to push: by client time, then local sequence. Rejected ones are skipped
+    /// until retried, so they never block the records behind them.
+    public func nextChunk(limit: Int) async throws -> [OutboxEntry] {
+        let sealer = self.sealer
+        return try await perform {
+            try await self.queue.read { db in
+                try Row.fetchAll(
+                    db,
+                    sql: "SELECT * FROM outbox WHERE state = 'pending' ORDER BY client_ts, seq LIMIT ?",
+                    arguments: [limit]
+                ).map { row in
+                    let key: String = row["idempotency_key"]
+                    let fields = try sealer.open(
+                        json: [String: JSONValue].self, from: row["payload"], context: "outbox:\(key)")
+                    return OutboxEntry(
+                        seq: row["seq"],
+                        mutation: Mutation(
+                            idempotencyKey: key, collection: row["collection"], recordId: row["record_id"],
+                            op: MutationOperation(rawValue: row["op"]) ?? .upsert, fields: fields,
+                            clientTimestamp: Timestamp(millisecondsSince1970: row["client_ts"]),
+                            baseVersion: row["base_version"]),
+                        attempts: row["attempts"])
+                }
+            }
+        }
+    }
+
+    /// How many mutations wait in the outbox (rejected ones excluded).
+    public func outboxCount() async throws -> Int {
+        try await perform {
+            try await self.queue.read { db in
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox WHERE state = 'pending'") ?? 0
+            }
+        }
+    }
+
+    /// Applies the server's answer to one pushed chunk, in one transaction.
+    ///
+    /// `applied` and `duplicate` confirm the entry; `conflict` confirms it and marks the record failed with
+    /// the server's value kept; `rejected` keeps the entry aside and marks the record failed with the reason.
+    /// A record becomes synced only when none of its entries remain.
+    func apply(_ results: [(OutboxEntry, MutationResult)], at date: Date) async throws {
+        let sealer = self.sealer
+        try await perform {
+            try await self.queue.write { db in
+                let now = Timestamp(date).millisecondsSince1970
+                var touched: [RecordKey: (error: String?, conflict: ConflictDetail?, version: Int64?)] = [:]
+                for (entry, result) in results {
+                    let key = RecordKey(entry.mutation.collection, entry.mutation.recordId)
+                    var outcome = touched[key] ?? (nil, nil, nil)
+                    let status = result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status
+                    switch status {
+                    case .applied, .duplicate:
+                        try db.execute(sql: "DELETE FROM outbox WHERE seq = ?", arguments: [entry.seq])
+                        outcome.version = result.version ?? outcome.version
+                    case .conflict:
+                        try db.execute(sql: "DELETE FROM outbox WHERE seq = ?", arguments: [entry.seq])
+                        outcome.version = result.version ?? outcome.version
+                        outcome.conflict = result.conflict
+                        let fields = result.conflict?.fields.joined(separator: ", ") ?? "a protected field"
+                        outcome.error = "Conflict: \(fields) changed on the server; kept the server's value"
+                    case .rejected:
+                        try db.execute(
+                            sql: "UPDATE outbox SET state = 'rejected', attempts = attempts + 1, last_attempt = ? WHERE seq = ?",
+                            arguments: [now, entry.seq])
+                        outcome.error = result.error?.message ?? "rejected by the server"
+                    }
+                    touched[key] = outcome
+                }
+                for (key, outcome) in touched {
+                    guard var record = try Self.record(db, collection: key.collection, recordId: key.recordId, sealer: sealer)
+                    else { continue }
+                    let remaining = try Int.fetchOne(
+                        db,
+                        sql: "SELECT COUNT(*) FROM outbox WHERE collection = ? AND record_id = ? AND state = 'pending'",
+                        arguments: [key.collection, key.recordId]) ?? 0
+                    let rejected = try Int.fetchOne(
+                        db,
+                        sql: "SELECT COUNT(*) FROM outbox WHERE collection = ? AND record_id = ? AND state = 'rejected'",
+                        arguments: [key.collection, key.recordId]) ?? 0
+                    if let version = outcome.version { record.version = max(record.version ?? 0, version) }
+                    record.lastSyncAttempt = date
+                    if let error = outcome.error {
+                        record.syncStatus = .failed
+                        record.syncError = error
+                        if let conflict = outcome.conflict { record.conflict = conflict }
+                    } else if remaining == 0 && rejected == 0 {
+                        record.syncStatus = .synced
+                        record.syncError = nil
+                        record.conflict = nil
+                    }
+                    try Self.save(record, db: db, sealer: sealer)
+                }
+            }
+        }
+    }
+
+    /// Marks every record with queued mutations failed, after the network gave up; the entries stay queued.
+    func markUndelivered(error: String, at date: Date) async throws {
+        let sealer = self.sealer
+        try await perform {
+            try await self.queue.write { db in
+                let now = Timestamp(date).millisecondsSince1970
+                try db.execute(
+                    sql: """
+                        UPDATE outbox SET attempts = attempts + 1, last_attempt = ?, first_attempt = coalesce(first_attempt, ?)
+                        WHERE state = 'pending'
+                        """, arguments: [now, now])
+                let keys = try Row.fetchAll(
+                    db, sql: "SELECT DISTINCT collection, record_id FROM outbox WHERE state = 'pending'")
+                for row in keys {
+                    guard var record = try Self.record(db, collection: row["collection"], recordId: row["record_id"], sealer: sealer)
+                    else { continue }
+                    record.syncStatus = .failed
+                    record.syncError = error
+                    record.lastSyncAttempt = date
+                    try Self.save(record, db: db, sealer: sealer)
+                }
+            }
+        }
+    }
+
+    /// Puts a record's set-aside (rejected) mutations back in the queue, or every record's when `recordId`
+    /// is nil. Returns how many entries were requeued.
+    @discardableResult
+    func requeue(collection: String? = nil, recordId: String? = nil) async throws -> Int {
+        try await perform {
+            try await self.queue.write { db in
+                if let recordId {
+                    var sql = "UPDATE outbox SET state = 'pending' WHERE state = 'rejected' AND record_id = ?"
+                    var arguments: StatementArguments = [recordId]
+                    if let collection {
+                        sql += " AND collection = ?"
+                        arguments += [collection]
+                    }
+                    try db.execute(sql: sql, arguments: arguments)
+                } else {
+                    try db.execute(sql: "UPDATE outbox SET state = 'pending' WHERE state = 'rejected'")
+                }
+                return db.changesCount
+            }
+        }
+    }
+}
+
+/// A record's identity on the device.
+struct RecordKey: Hashable, Sendable {
+    var collection: String
+    var recordId: String
+
+    init(_ collection: String, _ recordId: String) {
+        self.collection = collection
+        self.recordId = recordId
+    }
+}

@@ -1,0 +1,67 @@
+import Foundation
+
+/// What a UI shows about sync: published by ``SyncEngine`` whenever it changes.
+public struct SyncStatus: Sendable, Hashable {
+    public var isOnline: Bool
+    public var isSyncing: Bool
+    public var pendingCount: Int
+    public var failedCount: Int
+    public var lastSyncAt: Date?
+
+    public init(isOnline: Bool = false, isSyncing: Bool = false, pendingCount: Int = 0, failedCount: Int = 0, lastSyncAt: Date? = nil) {
+        self.isOnline = isOnline
+        self.isSyncing = isSyncing
+        self.pendingCount = pendingCount
+        self.failedCount = failedCount
+        self.lastSyncAt = lastSyncAt
+    }
+
+    /// The offline indicator's text, such as "3 records waiting to sync".
+    public var offlineIndicatorText: String {
+        let waiting = pendingCount + failedCount
+        if waiting == 0 { return isOnline ? "All records synced" : "Offline — nothing waiting to sync" }
+        return waiting == 1 ? "1 record waiting to sync" : "\(waiting) records waiting to sync"
+    }
+
+    /// "Online" or "Offline", and "syncing" while a sync runs.
+    public var connectionText: String {
+        (isOnline ? "Online" : "Offline") + (isSyncing ? ", syncing" : "")
+    }
+}
+
+/// The outcome of one sync: how many records synced, how many failed, and why.
+public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
+    public var synced: Int
+    public var failed: Int
+    /// Distinct reasons of the failures, most frequent first.
+    public var reasons: [String]
+    /// How many chunks went to the server.
+    public var chunks: Int
+    /// True when another sync was already running, so this call did nothing.
+    public var skipped: Bool
+
+    public init(synced: Int = 0, failed: Int = 0, reasons: [String] = [], chunks: Int = 0, skipped: Bool = false) {
+        self.synced = synced
+        self.failed = failed
+        self.reasons = reasons
+        self.chunks = chunks
+        self.skipped = skipped
+    }
+
+    /// Such as "3 synced, 1 failed: GPS signal required".
+    public var description: String {
+        if skipped { return "a sync is already running" }
+        var text = "\(synced) synced, \(failed) failed"
+        if !reasons.isEmpty { text += ": " + reasons.joined(separator: "; ") }
+        return text
+    }
+}
+
+/// Progress of a running sync, chunk by chunk.
+public struct SyncProgress: Sendable, Hashable {
+    /// Mutations the server has confirmed so far in this sync.
+    public var sent: Int
+    /// Mutations queued when the sync started.
+    public var total: Int
+    public var chunk: Int
+}

@@ -1,0 +1,93 @@
+import Crypto
+import Foundation
+
+/// Supplies the key that seals a device store's payloads.
+///
+/// On Linux the default is ``KeyFileProvider``; on Apple platforms the Keychain is the intended provider.
+public protocol KeyProvider: Sendable {
+    /// The 256-bit key; the same one every time for the same store.
+    func key() throws -> SymmetricKey
+}
+
+/// Keeps the key in a file of its own, mode 0600, beside the store; creates it on first use.
+public struct KeyFileProvider: KeyProvider {
+    public var url: URL
+
+    public init(url: URL) {
+        self.url = url
+    }
+
+    public func key() throws -> SymmetricKey {
+        if let data = FileManager.default.contents(atPath: url.path) {
+            guard data.count == 32 else {
+                throw ClientError(.keyUnavailable, "the key file \(url.path) is not a 256-bit key")
+            }
+            return SymmetricKey(data: data)
+        }
+        let key = SymmetricKey(size: .bits256)
+        let data = key.withUnsafeBytes { Data($0) }
+        // O_EXCL: two processes opening a new store at once must not end up with two keys.
+        let descriptor = open(url.path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard descriptor >= 0 else {
+            if errno == EEXIST { return try self.key() }
+            throw ClientError(.keyUnavailable, "cannot create the key file \(url.path)")
+        }
+        defer { close(descriptor) }
+        let written = data.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        guard written == data.count, fsync(descriptor) == 0 else {
+            throw ClientError(.keyUnavailable, "cannot write the key file \(url.path)")
+        }
+        return key
+    }
+}
+
+/// A fixed key, for tests and for apps that manage keys themselves.
+public struct StaticKeyProvider: KeyProvider {
+    private let value: SymmetricKey
+
+    public init(_ key: SymmetricKey) {
+        self.value = key
+    }
+
+    public func key() throws -> SymmetricKey { value }
+}
+
+/// Seals and opens payloads with AES-GCM, bound to the row they belong to.
+struct Sealer: Sendable {
+    let key: SymmetricKey
+
+    /// `context` (such as the collection and record id) is authenticated, so a sealed value moved to another
+    /// row no longer opens.
+    func seal(_ plaintext: Data, context: String) throws -> Data {
+        do {
+            guard let combined = try AES.GCM.seal(plaintext, using: key, authenticating: Data(context.utf8)).combined
+            else { throw ClientError(.cannotDecrypt, "AES-GCM produced no output") }
+            return combined
+        } catch let error as ClientError {
+            throw error
+        } catch {
+            throw ClientError(.cannotDecrypt, "cannot seal a payload")
+        }
+    }
+
+    func open(_ sealed: Data, context: String) throws -> Data {
+        do {
+            return try AES.GCM.open(AES.GCM.SealedBox(combined: sealed), using: key, authenticating: Data(context.utf8))
+        } catch {
+            throw ClientError(.cannotDecrypt, "a sealed payload does not open with this device's key")
+        }
+    }
+
+    func seal<T: Encodable>(json value: T, context: String) throws -> Data {
+        try seal(try JSONEncoder().encode(value), context: context)
+    }
+
+    func open<T: Decodable>(json type: T.Type, from sealed: Data, context: String) throws -> T {
+        let data = try open(sealed, context: context)
+        do {
+            return try JSONDecoder().decode(type, from: data)
+        } catch {
+            throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
+        }
+    }
+}

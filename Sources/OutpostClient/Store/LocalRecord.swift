@@ -1,0 +1,63 @@
+import Foundation
+import OutpostProtocol
+
+/// Where a record stands with the server.
+public enum RecordSyncStatus: String, Sendable, Hashable, Codable, CaseIterable {
+    /// Saved on the device, waiting to reach the server.
+    case pending
+    /// The server has it.
+    case synced
+    /// The last attempt failed; `syncError` says why.
+    case failed
+}
+
+/// A record as the device holds it: its values, plus where it stands with the server.
+public struct LocalRecord: Sendable, Hashable {
+    public var collection: String
+    public var recordId: String
+    public var fields: [String: JSONValue]
+    /// True once deleted on this device (or by the server); the record is kept until the delete syncs.
+    public var deleted: Bool
+    public var syncStatus: RecordSyncStatus
+    /// When the device last tried to send it.
+    public var lastSyncAttempt: Date?
+    /// The human-readable reason of the last failure.
+    public var syncError: String?
+    /// True when the record was created while the device was offline.
+    public var isOfflineEntry: Bool
+    /// Device time of the first write.
+    public var createdAt: Timestamp
+    /// Device time of the latest write.
+    public var updatedAt: Timestamp
+    /// The server's version of the record, once known.
+    public var version: Int64?
+    /// When a protected field conflicted: what the server holds, for the app to show.
+    public var conflict: ConflictDetail?
+
+    /// The badge a list shows beside this record.
+    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+}
+
+/// A record's sync badge, with the text a screen reader speaks.
+public struct SyncBadge: Sendable, Hashable {
+    public var status: RecordSyncStatus
+    public var accessibilityLabel: String
+
+    public init(status: RecordSyncStatus, error: String?) {
+        self.status = status
+        switch status {
+        case .pending: accessibilityLabel = "Record pending synchronization"
+        case .failed: accessibilityLabel = "Synchronization failed: \(error ?? "unknown error")"
+        case .synced: accessibilityLabel = "Record synchronized"
+        }
+    }
+
+    /// A short mark for a terminal list.
+    public var symbol: String {
+        switch status {
+        case .pending: return "⏳ pending"
+        case .failed: return "✗ failed"
+        case .synced: return "✓ synced"
+        }
+    }
+}

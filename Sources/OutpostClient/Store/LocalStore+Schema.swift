@@ -1,0 +1,48 @@
+import GRDB
+
+extension LocalStore {
+    /// The versioned device schema. Append migrations; never edit a shipped one.
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE records (
+                      collection TEXT NOT NULL,
+                      record_id TEXT NOT NULL,
+                      payload BLOB NOT NULL,
+                      deleted BOOLEAN NOT NULL DEFAULT 0,
+                      sync_status TEXT,
+                      last_sync_attempt INTEGER,
+                      is_offline_entry BOOLEAN NOT NULL DEFAULT 0,
+                      created_at INTEGER NOT NULL,
+                      updated_at INTEGER NOT NULL,
+                      version INTEGER,
+                      PRIMARY KEY (collection, record_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX records_by_status ON records (sync_status);
+
+                    CREATE TABLE outbox (
+                      seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                      idempotency_key TEXT NOT NULL UNIQUE,
+                      collection TEXT NOT NULL,
+                      record_id TEXT NOT NULL,
+                      op TEXT NOT NULL,
+                      client_ts INTEGER NOT NULL,
+                      base_version INTEGER,
+                      payload BLOB NOT NULL,
+                      state TEXT NOT NULL DEFAULT 'pending',
+                      attempts INTEGER NOT NULL DEFAULT 0,
+                      first_attempt INTEGER,
+                      last_attempt INTEGER
+                    );
+                    CREATE INDEX outbox_in_order ON outbox (state, client_ts, seq);
+                    CREATE INDEX outbox_by_record ON outbox (collection, record_id);
+
+                    CREATE TABLE settings (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE clock (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER NOT NULL);
+                    """)
+        }
+        return migrator
+    }
+}

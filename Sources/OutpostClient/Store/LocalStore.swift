@@ -1,0 +1,296 @@
+import Crypto
+import Foundation
+import GRDB
+import OutpostProtocol
+
+/// The device's durable, encrypted store: one SQLite file in WAL mode, every commit flushed to disk.
+///
+/// Every local action writes the record and its outbox entry in one transaction and returns only once both
+/// are durable. Payloads (field values, errors, conflicts, the token) are sealed with AES-GCM; only ids,
+/// timestamps and statuses stay in the clear, because queries need them.
+///
+/// One `LocalStore` per file per process (GRDB: connect to a database file only once).
+public final class LocalStore: Sendable {
+    let queue: DatabaseQueue
+    let sealer: Sealer
+    public let url: URL
+
+    /// Opens (creating when needed) the store at `url`, sealing with the key `keys` provides.
+    ///
+    /// - Parameter durableCommits: flush every commit to disk (the default). Pass false only in simulations
+    ///   that model process crashes, never power loss, and want speed.
+    /// - Throws: ``ClientError`` with `storeUnavailable` or `keyUnavailable`.
+    public init(url: URL, keys: some KeyProvider, durableCommits: Bool = true) throws {
+        self.url = url
+        do {
+            try FileManager.default.createDirectory(
+                at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        } catch {
+            throw ClientError(.storeUnavailable, "cannot create the folder \(url.deletingLastPathComponent().path)")
+        }
+        self.sealer = Sealer(key: try keys.key())
+        do {
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(10)
+            configuration.prepareDatabase { db in
+                // Durable at commit: WAL with a flush per transaction. On Apple platforms fullfsync too.
+                try db.execute(sql: durableCommits ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = OFF")
+                #if canImport(Darwin)
+                try db.execute(sql: "PRAGMA fullfsync = ON")
+                #endif
+            }
+            self.queue = try DatabaseQueue(path: url.path, configuration: configuration)
+            try queue.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA journal_mode = WAL")
+            }
+            try Self.migrator.migrate(queue)
+        } catch let error as ClientError {
+            throw error
+        } catch {
+            throw ClientError(.storeUnavailable, "cannot open the device store at \(url.path)")
+        }
+    }
+
+    /// The default key file for a store: beside it, named after it, mode 0600.
+    public static func defaultKeys(for url: URL) -> KeyFileProvider {
+        KeyFileProvider(url: url.deletingPathExtension().appendingPathExtension("key"))
+    }
+
+    // MARK: Local writes
+
+    /// What a local action writes.
+    public struct Write: Sendable {
+        public var collection: String
+        public var recordId: String
+        public var op: MutationOperation
+        public var fields: [String: JSONValue]
+
+        public init(collection: String, recordId: String, op: MutationOperation = .upsert, fields: [String: JSONValue] = [:]) {
+            self.collection = collection
+            self.recordId = recordId
+            self.op = op
+            self.fields = fields
+        }
+    }
+
+    /// Writes a record and its outbox entry in one durable transaction.
+    ///
+    /// The idempotency key is deviceId + recordId + clientTimestamp; timestamps on a device only move
+    /// forward, so two writes never share a key.
+    ///
+    /// - Parameter offline: whether the device is offline now; a record created offline is flagged
+    ///   `isOfflineEntry` and the flag travels to the server as a field.
+    /// - Throws: ``ClientError`` `invalidInput` for an id or field the protocol refuses.
+    @discardableResult
+    public func write(_ write: Write, deviceId: String, at date: Date, offline: Bool) async throws -> LocalRecord {
+        try Self.validate(write)
+        let sealer = self.sealer
+        return try await perform {
+            try await self.queue.write { db in
+                let now = Timestamp(date).millisecondsSince1970
+                let last = try Int64.fetchOne(db, sql: "SELECT value FROM clock WHERE id = 1") ?? 0
+                let time = max(now, last + 1)
+                try db.execute(sql: "INSERT OR REPLACE INTO clock (id, value) VALUES (1, ?)", arguments: [time])
+                let timestamp = Timestamp(millisecondsSince1970: time)
+
+                var record = try Self.record(db, collection: write.collection, recordId: write.recordId, sealer: sealer)
+                let isNew = record == nil
+                var fields = write.fields
+                if isNew && offline && write.op == .upsert {
+                    fields[LocalRecord.offlineEntryField] = .bool(true)
+                }
+                if var existing = record {
+                    if write.op == .delete {
+                        existing.fields = [:]
+                        existing.deleted = true
+                    } else {
+                        existing.fields.merge(fields) { $1 }
+                        existing.deleted = false
+                    }
+                    existing.updatedAt = timestamp
+                    existing.syncStatus = .pending
+                    record = existing
+                } else {
+                    record = LocalRecord(
+                        collection: write.collection, recordId: write.recordId,
+                        fields: write.op == .delete ? [:] : fields, deleted: write.op == .delete,
+                        syncStatus: .pending, lastSyncAttempt: nil, syncError: nil,
+                        isOfflineEntry: isNew && offline, createdAt: timestamp, updatedAt: timestamp, version: nil,
+                        conflict: nil)
+                }
+                guard let record else { throw ClientError(.storeUnavailable, "record vanished") }
+                try Self.save(record, db: db, sealer: sealer)
+
+                let key = "\(deviceId):\(write.recordId):\(timestamp.iso8601)"
+                try db.execute(
+                    sql: """
+                        INSERT INTO outbox (idempotency_key, collection, record_id, op, client_ts, base_version, payload)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [
+                        key, write.collection, write.recordId, write.op.rawValue, time, record.version,
+                        try sealer.seal(json: write.op == .delete ? [:] : fields, context: "outbox:\(key)"),
+                    ])
+                return record
+            }
+        }
+    }
+
+    static func validate(_ write: Write) throws {
+        guard Identifier.isValid(write.collection) else {
+            throw ClientError(.invalidInput, "the collection name is not a valid identifier")
+        }
+        guard Identifier.isValid(write.recordId) else {
+            throw ClientError(
+                .invalidInput, "record ids are 1 to 128 characters from A-Z a-z 0-9 . _ : @ -, without '..'")
+        }
+        for name in write.fields.keys where !Identifier.isValidFieldName(name) {
+            throw ClientError(.invalidInput, "field names are letters, digits and '_', starting with a letter or '_'")
+        }
+        if write.fields.values.contains(where: \.containsNUL) {
+            throw ClientError(.invalidInput, "field values must not contain NUL characters")
+        }
+    }
+
+    // MARK: Reads
+
+    /// Which records to list.
+    public enum Filter: Sendable {
+        case all, pending, failed
+    }
+
+    public func record(collection: String, recordId: String) async throws -> LocalRecord? {
+        let sealer = self.sealer
+        return try await perform {
+            try await self.queue.read { db in try Self.record(db, collection: collection, recordId: recordId, sealer: sealer) }
+        }
+    }
+
+    /// Records, newest change first; `collection` narrows to one collection.
+    public func records(_ filter: Filter = .all, collection: String? = nil) async throws -> [LocalRecord] {
+        let sealer = self.sealer
+        return try await perform {
+            try await self.queue.read { db in
+                var sql = "SELECT * FROM records WHERE 1 = 1"
+                var arguments: StatementArguments = []
+                switch filter {
+                case .all: break
+                case .pending: sql += " AND sync_status = 'pending'"
+                case .failed: sql += " AND sync_status = 'failed'"
+                }
+                if let collection {
+                    sql += " AND collection = ?"
+                    arguments += [collection]
+                }
+                sql += " ORDER BY updated_at DESC, record_id"
+                return try Row.fetchAll(db, sql: sql, arguments: arguments).map { try Self.record($0, sealer: sealer) }
+            }
+        }
+    }
+
+    /// How many records wait to sync, and how many failed.
+    public func counts() async throws -> (pending: Int, failed: Int) {
+        try await perform {
+            try await self.queue.read { db in
+                let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM records WHERE sync_status = 'pending'") ?? 0
+                let failed = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM records WHERE sync_status = 'failed'") ?? 0
+                return (pending, failed)
+            }
+        }
+    }
+
+    // MARK: Device settings
+
+    /// A device setting, sealed at rest (the server token is one).
+    public func setting(_ name: String) async throws -> String? {
+        let sealer = self.sealer
+        return try await perform {
+            try await self.queue.read { db in
+                guard let sealed = try Data.fetchOne(db, sql: "SELECT value FROM settings WHERE name = ?", arguments: [name])
+                else { return nil }
+                return String(decoding: try sealer.open(sealed, context: "setting:\(name)"), as: UTF8.self)
+            }
+        }
+    }
+
+    public func setSetting(_ name: String, _ value: String?) async throws {
+        let sealer = self.sealer
+        try await perform {
+            try await self.queue.write { db in
+                if let value {
+                    try db.execute(
+                        sql: "INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
+                        arguments: [name, try sealer.seal(Data(value.utf8), context: "setting:\(name)")])
+                } else {
+                    try db.execute(sql: "DELETE FROM settings WHERE name = ?", arguments: [name])
+                }
+            }
+        }
+    }
+
+    // MARK: Rows
+
+    static func record(_ db: Database, collection: String, recordId: String, sealer: Sealer) throws -> LocalRecord? {
+        try Row.fetchOne(
+            db, sql: "SELECT * FROM records WHERE collection = ? AND record_id = ?", arguments: [collection, recordId]
+        ).map { try record($0, sealer: sealer) }
+    }
+
+    /// The sealed part of a record row.
+    struct SealedPayload: Codable {
+        var fields: [String: JSONValue]
+        var syncError: String?
+        var conflict: ConflictDetail?
+    }
+
+    static func record(_ row: Row, sealer: Sealer) throws -> LocalRecord {
+        let collection: String = row["collection"]
+        let recordId: String = row["record_id"]
+        let payload = try sealer.open(
+            json: SealedPayload.self, from: row["payload"], context: "record:\(collection)/\(recordId)")
+        let status: String? = row["sync_status"]
+        let lastAttempt: Int64? = row["last_sync_attempt"]
+        return LocalRecord(
+            collection: collection, recordId: recordId, fields: payload.fields, deleted: row["deleted"],
+            // Rows written by older versions carry no status: they were synced.
+            syncStatus: status.flatMap(RecordSyncStatus.init(rawValue:)) ?? .synced,
+            lastSyncAttempt: lastAttempt.map { Timestamp(millisecondsSince1970: $0).date },
+            syncError: payload.syncError, isOfflineEntry: row["is_offline_entry"],
+            createdAt: Timestamp(millisecondsSince1970: row["created_at"]),
+            updatedAt: Timestamp(millisecondsSince1970: row["updated_at"]), version: row["version"],
+            conflict: payload.conflict)
+    }
+
+    static func save(_ record: LocalRecord, db: Database, sealer: Sealer) throws {
+        let payload = SealedPayload(fields: record.fields, syncError: record.syncError, conflict: record.conflict)
+        try db.execute(
+            sql: """
+                INSERT OR REPLACE INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
+                                                is_offline_entry, created_at, updated_at, version)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [
+                record.collection, record.recordId,
+                try sealer.seal(json: payload, context: "record:\(record.collection)/\(record.recordId)"),
+                record.deleted, record.syncStatus.rawValue,
+                record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, record.isOfflineEntry,
+                record.createdAt.millisecondsSince1970, record.updatedAt.millisecondsSince1970, record.version,
+            ])
+    }
+
+    /// Runs GRDB work, turning its errors into ``ClientError`` without SQL or values.
+    func perform<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as ClientError {
+            throw error
+        } catch {
+            throw ClientError(.storeUnavailable, "the device store failed to read or write")
+        }
+    }
+}
+
+extension LocalRecord {
+    /// The field that tells the server a record was created offline.
+    public static let offlineEntryField = "isOfflineEntry"
+}

@@ -1,0 +1,43 @@
+import Foundation
+
+/// Tells the engine when the device goes online or offline.
+///
+/// The default probes the server's `/health`; on Apple platforms an `NWPathMonitor` would plug in.
+public protocol ConnectivityMonitor: Sendable {
+    /// Online (true) or offline (false), first the current state, then every change. Ends on cancellation.
+    func changes() -> AsyncStream<Bool>
+}
+
+/// Probes the server's `/health` every `interval`, through the injected clock.
+public struct HealthProbeMonitor: ConnectivityMonitor {
+    let transport: any SyncTransport
+    let clock: any Clock<Duration>
+    let interval: Duration
+
+    public init(transport: any SyncTransport, clock: any Clock<Duration> = ContinuousClock(), interval: Duration = .seconds(5)) {
+        self.transport = transport
+        self.clock = clock
+        self.interval = interval
+    }
+
+    public func changes() -> AsyncStream<Bool> {
+        let transport = self.transport
+        let clock = self.clock
+        let interval = self.interval
+        return AsyncStream { continuation in
+            let task = Task {
+                var last: Bool?
+                while !Task.isCancelled {
+                    let online = (try? await transport.health()) != nil
+                    if online != last {
+                        continuation.yield(online)
+                        last = online
+                    }
+                    do { try await clock.sleep(for: interval) } catch { break }
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+import Foundation
+import OutpostProtocol
+
+/// How the engine pushes.
+public struct SyncConfiguration: Sendable {
+    /// This device's id; part of every idempotency key.
+    public var deviceId: String
+    /// Mutations per push.
+    public var chunkSize: Int
+    /// The waits between retries of a failed push: 1 s, 2 s, 4 s, then give up until the next trigger.
+    public var retryDelays: [Duration]
+
+    public init(deviceId: String, chunkSize: Int = 50, retryDelays: [Duration] = [.seconds(1), .seconds(2), .seconds(4)]) {
+        self.deviceId = deviceId
+        self.chunkSize = chunkSize
+        self.retryDelays = retryDelays
+    }
+}
+
+/// Delivers the outbox to the server: in chronological order, in chunks, exactly once.
+///
+/// All mutable engine state lives in this actor. Waits go through the injected clock and times come from
+/// the injected `now`, so that tests drive both.
+public actor SyncEngine {
+    public let store: LocalStore
+    public nonisolated let configuration: SyncConfiguration
+    private let transport: any SyncTransport
+    private let clock: any Clock<Duration>
+    private let now: @Sendable () -> Date
+
+    public private(set) var status = SyncStatus()
+    private var observers: [UUID: AsyncStream<SyncStatus>.Continuation] = [:]
+
+    public init(
+        store: LocalStore,
+        transport: any SyncTransport,
+        configuration: SyncConfiguration,
+        clock: any Clock<Duration> = ContinuousClock(),
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.store = store
+        self.transport = transport
+        self.configuration = configuration
+        self.clock = clock
+        self.now = now
+    }
+
+    // MARK: Status
+
+    /// Every status from now on, starting with the current one. Ends when the consumer stops iterating.
+    public func statusUpdates() -> AsyncStream<SyncStatus> {
+        let (stream, continuation) = AsyncStream.makeStream(of: SyncStatus.self, bufferingPolicy: .bufferingNewest(16))
+        let id = UUID()
+        observers[id] = continuation
+        continuation.yield(status)
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.removeObserver(id) }
+        }
+        return stream
+    }
+
+    private func removeObserver(_ id: UUID) {
+        observers[id] = nil
+    }
+
+    private func publish() {
+        for continuation in observers.values { continuation.yield(status) }
+    }
+
+    /// Re-reads the pending and failed counts from the store.
+    public func refreshStatus() async throws {
+        let counts = try await store.counts()
+        status.pendingCount = counts.pending
+        status.failedCount = counts.failed
+        publish()
+    }
+
+    // MARK: Local actions
+
+    /// Saves a local action durably, then returns; the record is pending until a sync delivers it.
+    @discardableResult
+    public func save(_ write: LocalStore.Write) async throws -> LocalRecord {
+        let record = try await store.write(
+            write, deviceId: configuration.deviceId, at: now(), offline: !status.isOnline)
+        try await refreshStatus()
+        return record
+    }
+
+    // MARK: Connectivity
+
+    /// Records a connectivity change; coming back online starts a sync of anything pending.
+    public func setOnline(_ online: Bool) async {
+        let cameOnline = online && !status.isOnline
+        status.isOnline = online
+        publish()
+        if cameOnline, (try? await store.outboxCount()) ?? 0 > 0 {
+            _ = try? await sync()
+        }
+    }
+
+    /// Asks the server whether it is reachable, and records the answer.
+    @discardableResult
+    public func probe() async -> Bool {
+        let online = (try? await transport.health()) != nil
+        await setOnline(online)
+        return online
+    }
+
+    // MARK: Sync
+
+    /// Pushes the whole outbox in chronological order, chunk by chunk, applying each chunk's results as they
+    /// come back.
+    ///
+    /// A network failure or a 5xx is retried after each of ``SyncConfiguration/retryDelays``; after the last,
+    /// the queued records are marked failed with the error and the sync ends, to resume on the next trigger.
+    /// - Parameter retrying: false to try each chunk once (a quick attempt after a local write).
+    /// - Returns: what synced and what failed. A second call while one runs returns at once, `skipped`.
+    public func sync(retrying: Bool = true, progress: (@Sendable (SyncProgress) -> Void)? = nil) async throws
+        -> SyncSummary
+    {
+        guard !status.isSyncing else { return SyncSummary(skipped: true) }
+        status.isSyncing = true
+        publish()
+        defer {
+            status.isSyncing = false
+            publish()
+        }
+        var summary = SyncSummary()
+        var reasons: [String: Int] = [:]
+        let total = try await store.outboxCount()
+        var sent = 0
+        var synced = Set<RecordKey>()
+        var failed = Set<RecordKey>()
+
+        while true {
+            let chunk = try await store.nextChunk(limit: configuration.chunkSize)
+            if chunk.isEmpty { break }
+            let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
+            let response: PushResponse
+            do {
+                response = try await push(request, retrying: retrying)
+            } catch let error as TransportError {
+                let message = Self.describe(error)
+                try await store.markUndelivered(error: message, at: now())
+                summary.failed = try await store.counts().failed
+                reasons[message, default: 0] += 1
+                summary.reasons = reasons.sorted { $0.value > $1.value }.map(\.key)
+                summary.synced = synced.count
+                try await refreshStatus()
+                return summary
+            }
+            guard response.results.count == chunk.count else {
+                throw TransportError(kind: .invalidResponse, message: "the server answered a different number of results")
+            }
+            let pairs = Array(zip(chunk, response.results))
+            try await store.apply(pairs, at: now())
+            for (entry, result) in pairs {
+                let key = RecordKey(entry.mutation.collection, entry.mutation.recordId)
+                switch result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status {
+                case .applied, .duplicate:
+                    synced.insert(key)
+                case .conflict:
+                    failed.insert(key)
+                    synced.remove(key)
+                    reasons["Conflict on a protected field", default: 0] += 1
+                case .rejected:
+                    failed.insert(key)
+                    synced.remove(key)
+                    reasons[result.error?.message ?? "rejected by the server", default: 0] += 1
+                }
+            }
+            sent += chunk.count
+            summary.chunks += 1
+            status.lastSyncAt = now()
+            try await refreshStatus()
+            progress?(SyncProgress(sent: sent, total: max(total, sent), chunk: summary.chunks))
+        }
+        summary.synced = synced.subtracting(failed).count
+        summary.failed = failed.count
+        summary.reasons = reasons.sorted { $0.value > $1.value }.map(\.key)
+        status.lastSyncAt = now()
+        try await refreshStatus()
+        return summary
+    }
+
+    private func push(_ request: PushRequest, retrying: Bool) async throws -> PushResponse {
+        var attempt = 0
+        while true {
+            do {
+                let response = try await transport.push(request)
+                if !status.isOnline {
+                    status.isOnline = true
+                    publish()
+                }
+                return response
+            } catch let error as TransportError {
+                if error.kind == .network, status.isOnline {
+                    status.isOnline = false
+                    publish()
+                }
+                guard error.isRetryable, retrying, attempt < configuration.retryDelays.count else { throw error }
+                try await clock.sleep(for: configuration.retryDelays[attempt])
+                attempt += 1
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                throw TransportError(kind: .network, message: "the server could not be reached")
+            }
+        }
+    }
+
+    /// Sends one record's queued mutations again, rejected ones included.
+    public func retry(collection: String? = nil, recordId: String) async throws -> SyncSummary {
+        guard try await store.records().contains(where: { $0.recordId == recordId && (collection == nil || $0.collection == collection) })
+        else { throw ClientError(.notFound, "no record \(recordId) on this device") }
+        try await store.requeue(collection: collection, recordId: recordId)
+        return try await sync()
+    }
+
+    /// "Sync all": requeues every set-aside mutation and syncs.
+    public func retryAll() async throws -> SyncSummary {
+        try await store.requeue()
+        return try await sync()
+    }
+
+    /// A short reason for a record's failure, fit for a badge.
+    static func describe(_ error: TransportError) -> String {
+        switch error.kind {
+        case .network:
+            return "The server could not be reached"
+        case .server:
+            if let wire = error.wire { return "Server refused the sync (\(error.status ?? 0)): \(wire.message)" }
+            return "Server error (\(error.status ?? 0))"
+        case .invalidResponse:
+            return "The server sent an answer this app does not understand"
+        }
+    }
+}

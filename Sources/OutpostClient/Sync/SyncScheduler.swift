@@ -1,0 +1,41 @@
+import Foundation
+
+/// The triggers of a running app: connectivity changes and a retry timer. Runs until cancelled.
+///
+/// - Going online (from the monitor) syncs anything pending.
+/// - Every `retryInterval`, while online with something queued, it syncs again; this is how records that
+///   failed after their retries get another chance without a user.
+public struct SyncScheduler: Sendable {
+    public let engine: SyncEngine
+    public let monitor: any ConnectivityMonitor
+    public let clock: any Clock<Duration>
+    public let retryInterval: Duration
+
+    public init(engine: SyncEngine, monitor: any ConnectivityMonitor, clock: any Clock<Duration> = ContinuousClock(), retryInterval: Duration = .seconds(60)) {
+        self.engine = engine
+        self.monitor = monitor
+        self.clock = clock
+        self.retryInterval = retryInterval
+    }
+
+    /// Runs both triggers until the calling task is cancelled.
+    public func run() async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await online in monitor.changes() {
+                    await engine.setOnline(online)
+                }
+            }
+            group.addTask {
+                while !Task.isCancelled {
+                    do { try await clock.sleep(for: retryInterval) } catch { return }
+                    let status = await engine.status
+                    if status.isOnline, status.pendingCount + status.failedCount > 0 {
+                        _ = try? await engine.sync()
+                    }
+                }
+            }
+            await group.waitForAll()
+        }
+    }
+}

@@ -1,0 +1,190 @@
+import ArgumentParser
+import Foundation
+import OutpostClient
+import OutpostProtocol
+
+/// `outpost device …`: act as a field device from a terminal.
+struct DeviceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "device",
+        abstract: "Act as a field device: a durable encrypted store, an outbox and a sync engine.",
+        subcommands: [
+            DeviceInit.self, DeviceStatus.self, DeviceSync.self, DeviceRetry.self, DeviceRun.self,
+            DeviceRecords.self, DevicePut.self,
+        ])
+}
+
+/// Where the device store lives: shared by every device command.
+struct DeviceStoreOptions: ParsableArguments {
+    @Option(name: .customLong("store"), help: "The device store file (default $OUTPOST_DEVICE_STORE, else ./outpost-device/device.sqlite).")
+    var store: String?
+
+    var url: URL {
+        let path = store ?? ProcessInfo.processInfo.environment["OUTPOST_DEVICE_STORE"] ?? "./outpost-device/device.sqlite"
+        return URL(fileURLWithPath: path)
+    }
+
+    func openStore() throws -> LocalStore {
+        do {
+            return try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        } catch let error as ClientError {
+            throw CLIError(error.message)
+        }
+    }
+
+    func openDevice() async throws -> Device {
+        do {
+            return try await Device.open(store: try openStore())
+        } catch let error as ClientError {
+            throw CLIError(error.message)
+        }
+    }
+}
+
+struct DeviceInit: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "init", abstract: "Set up a device store: server, token, device id.")
+
+    @Option(help: "The server, such as http://127.0.0.1:8080.")
+    var server: String
+    @Option(help: "The bearer token from `outpost token`.")
+    var token: String
+    @Option(name: .customLong("device-id"), help: "This device's id (default: a new random one).")
+    var deviceId: String?
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        guard let url = URL(string: server) else { throw CLIError("--server must be a URL such as http://127.0.0.1:8080") }
+        let deviceId = self.deviceId ?? "device-\(UUID().uuidString.prefix(8).lowercased())"
+        do {
+            try await Device.initialize(store: try options.openStore(), server: url, token: token, deviceId: deviceId)
+        } catch let error as ClientError {
+            throw CLIError(error.message)
+        }
+        say("device \(deviceId) ready: store \(options.url.path), server \(url.absoluteString)")
+    }
+}
+
+struct DeviceStatus: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show connectivity and what waits to sync.")
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        let device = try await options.openDevice()
+        await device.engine.probe()
+        let status = await device.engine.status
+        say("device:   \(device.deviceId)")
+        say("server:   \(device.serverURL.absoluteString) (\(status.connectionText))")
+        say("pending:  \(status.pendingCount)")
+        say("failed:   \(status.failedCount)")
+        say("status:   \(status.offlineIndicatorText)")
+    }
+}
+
+struct DeviceSync: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "sync", abstract: "Push everything queued, with progress and a summary.")
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        let device = try await options.openDevice()
+        let summary = try await Self.sync(device)
+        if summary.failed > 0 { throw ExitCode(1) }
+    }
+
+    static func sync(_ device: Device) async throws -> SyncSummary {
+        let summary = try await device.engine.sync { progress in
+            say("pushed chunk \(progress.chunk): \(progress.sent)/\(progress.total)")
+        }
+        say("sync: \(summary)")
+        return summary
+    }
+}
+
+struct DeviceRetry: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "retry", abstract: "Retry one record, or every failed one with --all.")
+    @Argument(help: "The record to retry.")
+    var recordId: String?
+    @Flag(help: "Retry everything (sync all).")
+    var all = false
+    @OptionGroup var options: DeviceStoreOptions
+
+    func validate() throws {
+        guard (recordId == nil) != !all else { throw ValidationError("give a RECORD_ID or --all, not both") }
+    }
+
+    func run() async throws {
+        let device = try await options.openDevice()
+        let summary: SyncSummary
+        do {
+            summary = try await all ? device.engine.retryAll() : device.engine.retry(recordId: recordId ?? "")
+        } catch let error as ClientError {
+            throw CLIError(error.message)
+        }
+        say("sync: \(summary)")
+        if summary.failed > 0 { throw ExitCode(1) }
+    }
+}
+
+struct DeviceRecords: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "records", abstract: "List the records on this device with their sync badges.")
+    @Flag(help: "Only records waiting to sync.")
+    var pending = false
+    @Flag(help: "Only records that failed to sync.")
+    var failed = false
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        let store = try options.openStore()
+        let filter: LocalStore.Filter = pending ? .pending : failed ? .failed : .all
+        let records = try await store.records(filter)
+        for record in records {
+            let fields = record.fields.keys.sorted().map { "\($0)=\(record.fields[$0]!.displayText)" }.joined(separator: " ")
+            say("\(record.badge.symbol)  \(record.collection)/\(record.recordId)  \(record.deleted ? "(deleted)" : fields)")
+            if record.syncStatus == .failed, let error = record.syncError {
+                say("    \(error)")
+            }
+        }
+        if records.isEmpty { say("no records") }
+    }
+}
+
+struct DevicePut: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "put", abstract: "Write any record: saved locally first, then synced if the server answers.")
+    @Argument(help: "The collection, such as notes.")
+    var collection: String
+    @Argument(help: "The record id.")
+    var recordId: String
+    @Argument(help: "Fields as key=value; values that parse as JSON (numbers, true, null, {…}) keep their type.")
+    var fields: [String] = []
+    @Flag(help: "Delete the record instead.")
+    var delete = false
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        var values: [String: JSONValue] = [:]
+        for pair in fields {
+            guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex else {
+                throw CLIError("fields are key=value; got '\(pair.prefix(40))'")
+            }
+            let text = String(pair[pair.index(after: equals)...])
+            values[String(pair[..<equals])] = (try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))) ?? .string(text)
+        }
+        let device = try await options.openDevice()
+        await device.engine.probe()
+        let record: LocalRecord
+        do {
+            record = try await device.engine.save(
+                LocalStore.Write(collection: collection, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
+        } catch let error as ClientError {
+            throw CLIError(error.message)
+        }
+        if await device.engine.status.isOnline {
+            _ = try await device.engine.sync(retrying: false)
+        }
+        let saved = try await device.store.record(collection: collection, recordId: recordId) ?? record
+        switch saved.syncStatus {
+        case .synced: say("saved \(collection)/\(recordId): synced")
+        case .pending: say("saved \(collection)/\(recordId) locally: pending sync (\(await device.engine.status.offlineIndicatorText))")
+        case .failed: say("saved \(collection)/\(recordId) locally: sync failed: \(saved.syncError ?? "unknown"); retry with `outpost device retry \(recordId)`")
+        }
+    }
+}

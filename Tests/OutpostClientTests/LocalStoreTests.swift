@@ -1,0 +1,133 @@
+import Foundation
+import GRDB
+import OutpostClient
+import OutpostProtocol
+import Testing
+
+@Suite("Local store")
+struct LocalStoreTests {
+    @Test("a write stores the record and its outbox entry together, pending")
+    func writeAndOutbox() async throws {
+        try await withStore { store, _ in
+            let record = try await store.write(note("r1", ["title": "hello"]), deviceId: "dev-1", at: Date(), offline: false)
+            #expect(record.syncStatus == .pending)
+            #expect(record.badge.accessibilityLabel == "Record pending synchronization")
+            let chunk = try await store.nextChunk(limit: 50)
+            #expect(chunk.count == 1)
+            let mutation = try #require(chunk.first?.mutation)
+            #expect(mutation.fields == ["title": "hello"])
+            #expect(mutation.idempotencyKey == "dev-1:r1:\(mutation.clientTimestamp.iso8601)")
+            #expect(try await store.counts().pending == 1)
+        }
+    }
+
+    @Test("timestamps only move forward, so two writes in one millisecond get distinct keys in order")
+    func monotonicTimes() async throws {
+        try await withStore { store, _ in
+            let instant = Date(timeIntervalSince1970: 1_795_251_600)
+            for i in 0..<5 {
+                try await store.write(note("r1", ["i": .integer(Int64(i))]), deviceId: "d", at: instant, offline: false)
+            }
+            let chunk = try await store.nextChunk(limit: 50)
+            #expect(Set(chunk.map(\.mutation.idempotencyKey)).count == 5)
+            #expect(chunk.map(\.mutation.fields["i"]) == [0, 1, 2, 3, 4])
+            #expect(chunk.map(\.mutation.clientTimestamp) == chunk.map(\.mutation.clientTimestamp).sorted())
+        }
+    }
+
+    @Test("a record created offline is flagged, and the flag travels as a field")
+    func offlineEntry() async throws {
+        try await withStore { store, _ in
+            let record = try await store.write(note("r1"), deviceId: "d", at: Date(), offline: true)
+            #expect(record.isOfflineEntry)
+            #expect(try await store.nextChunk(limit: 1).first?.mutation.fields["isOfflineEntry"] == true)
+            let online = try await store.write(note("r2"), deviceId: "d", at: Date(), offline: false)
+            #expect(!online.isOfflineEntry)
+        }
+    }
+
+    @Test("the store survives a restart with everything pending")
+    func survivesRestart() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-device-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("device.sqlite")
+        do {
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            for i in 0..<3 { try await store.write(note("r\(i)"), deviceId: "d", at: Date(), offline: true) }
+        }
+        let reopened = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        #expect(try await reopened.nextChunk(limit: 50).count == 3)
+        #expect(try await reopened.records(.pending).count == 3)
+    }
+
+    @Test("payloads are encrypted at rest: no name or e-mail in any file of the store")
+    func encryptedAtRest() async throws {
+        try await withStore { store, url in
+            let name = "Zanzibar Quetzalcoatl"
+            let email = "zanzibar.q@example.org"
+            try await store.write(
+                LocalStore.Write(collection: "guests", recordId: "g1", fields: ["name": .string(name), "email": .string(email)]),
+                deviceId: "d", at: Date(), offline: true)
+            try await store.setSetting("token", "secret-token-value")
+            // The record reads back in the clear through the API.
+            #expect(try await store.record(collection: "guests", recordId: "g1")?.fields["email"] == .string(email))
+            let files = ["", "-wal", "-shm"].map { URL(fileURLWithPath: url.path + $0) }
+            var checked = 0
+            for file in files where FileManager.default.fileExists(atPath: file.path) {
+                let bytes = try Data(contentsOf: file)
+                for secret in [name, email, "Zanzibar", "example.org", "secret-token-value"] {
+                    #expect(bytes.range(of: Data(secret.utf8)) == nil, "\(secret) found in \(file.lastPathComponent)")
+                }
+                checked += 1
+            }
+            #expect(checked >= 2)
+        }
+    }
+
+    @Test("the key file is created with mode 0600, and a store does not open with another key")
+    func keyFile() async throws {
+        try await withStore { store, url in
+            let keyPath = url.deletingPathExtension().appendingPathExtension("key").path
+            let attributes = try FileManager.default.attributesOfItem(atPath: keyPath)
+            #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+            try await store.write(note("r1"), deviceId: "d", at: Date(), offline: false)
+            let otherKey = try StaticKeyProvider(.init(size: .bits256)).key()
+            let wrong = try LocalStore(url: url, keys: StaticKeyProvider(otherKey))
+            await #expect(throws: ClientError.self) { _ = try await wrong.records() }
+        }
+    }
+
+    @Test("rows left by an older version, with no status, read as synced")
+    func legacyRows() async throws {
+        try await withStore { store, url in
+            try await store.write(note("legacy"), deviceId: "d", at: Date(), offline: false)
+            let queue = try DatabaseQueue(path: url.path)
+            try await queue.write { db in
+                try db.execute(sql: "UPDATE records SET sync_status = NULL")
+            }
+            let record = try await store.record(collection: "notes", recordId: "legacy")
+            #expect(record?.syncStatus == .synced)
+            #expect(try await store.counts().pending == 0)
+        }
+    }
+
+    @Test("bad input is refused and nothing is written", arguments: [
+        LocalStore.Write(collection: "notes", recordId: "../etc/passwd", fields: ["a": 1]),
+        LocalStore.Write(collection: "notes", recordId: "ok", fields: ["bad name": 1]),
+        LocalStore.Write(collection: "no/such", recordId: "ok", fields: ["a": 1]),
+        LocalStore.Write(collection: "notes", recordId: "ok", fields: ["a": "nul\u{0}"]),
+    ])
+    func badInput(write: LocalStore.Write) async throws {
+        try await withStore { (store: LocalStore, _: URL) async throws -> Void in
+            await #expect(throws: ClientError.self) {
+                try await store.write(write, deviceId: "d", at: Date(), offline: false)
+            }
+            #expect(try await store.records().isEmpty)
+            #expect(try await store.nextChunk(limit: 10).isEmpty)
+        }
+    }
+}
+
+extension LocalStore.Write: CustomTestStringConvertible {
+    public var testDescription: String { "\(collection)/\(recordId) \(fields.keys.sorted())" }
+}
