@@ -84,6 +84,7 @@ let package = Package(
             dependencies: [
                 "OutpostServer",
                 "OutpostClient",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),

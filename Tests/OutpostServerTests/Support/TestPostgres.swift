@@ -125,7 +125,7 @@ actor TestPostgres {
         throw TestSetupError("postgres did not start within 15 s")
     }
 
-    private static func freePort() throws -> Int {
+    static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()

@@ -1,0 +1,80 @@
+import Foundation
+import GRDB
+import OutpostClient
+import OutpostProtocol
+import Testing
+
+@testable import OutpostServer
+
+/// A real `outpost serve` and a real device store, driven by real `outpost device` processes over a socket.
+@Suite("Device end to end")
+struct DeviceEndToEndTests {
+    @Test("offline writes, a device killed with SIGKILL mid-replay, a restart: nothing lost, nothing doubled, order kept")
+    func killDuringReplay() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-e2e-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("server").path
+        let store = root.appendingPathComponent("device/device.sqlite").path
+        let port = String(try TestPostgres.freePort())
+        let serveArguments = ["serve", "--port", port, "--data-dir", data]
+
+        // Given a device set up against a running server,
+        var server = try OutpostProcess.Running(serveArguments)
+        _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
+        let token = try OutpostProcess.run(["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--data-dir", data])
+            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let setup = try OutpostProcess.run(
+            ["device", "init", "--server", "http://127.0.0.1:\(port)", "--token", token, "--device-id", "dev-e2e", "--store", store])
+        #expect(setup.status == 0, "\(setup.stderr)")
+
+        // when the server goes away, writes still succeed locally and say they are pending,
+        #expect(server.stop() == 0)
+        let offlinePut = try OutpostProcess.run(["device", "put", "notes", "first", "text=hello", "--store", store])
+        #expect(offlinePut.status == 0, "\(offlinePut.stderr)")
+        #expect(offlinePut.stdout.contains("pending sync"))
+        var written = ["first"]
+        do {
+            let local = try LocalStore(url: URL(fileURLWithPath: store), keys: LocalStore.defaultKeys(for: URL(fileURLWithPath: store)))
+            for i in 0..<1500 {
+                let id = String(format: "r%04d", i)
+                try await local.write(
+                    LocalStore.Write(collection: "notes", recordId: id, fields: ["i": .integer(Int64(i))]),
+                    deviceId: "dev-e2e", at: Date(), offline: true)
+                written.append(id)
+            }
+        }
+
+        // and when it returns, a replay killed with SIGKILL part way through
+        server = try OutpostProcess.Running(serveArguments)
+        _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
+        let replay = try OutpostProcess.Running(["device", "sync", "--store", store])
+        _ = try await replay.waitFor(#"pushed chunk (3):"#)
+        _ = replay.stop(SIGKILL)
+
+        // then the relaunched device finishes the job,
+        let resumed = try OutpostProcess.run(["device", "sync", "--store", store])
+        #expect(resumed.status == 0, "\(resumed.stdout) \(resumed.stderr)")
+        #expect(resumed.stdout.contains("0 failed"))
+        let pending = try OutpostProcess.run(["device", "records", "--pending", "--store", store])
+        #expect(pending.stdout.contains("no records"))
+
+        // and the server holds each write exactly once, in the device's order.
+        let pool = try DatabasePool(path: data + "/" + SQLiteStorage.databaseFileName)
+        let (mutations, distinctKeys, order, versions) = try await pool.read { db in
+            (
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM mutations") ?? 0,
+                try Int.fetchOne(db, sql: "SELECT COUNT(DISTINCT idempotency_key) FROM mutations") ?? 0,
+                try String.fetchAll(db, sql: "SELECT record_id FROM records ORDER BY change_seq"),
+                try Int64.fetchAll(db, sql: "SELECT DISTINCT version FROM records")
+            )
+        }
+        #expect(mutations == written.count)
+        #expect(distinctKeys == written.count)
+        #expect(order == written)
+        #expect(versions == [1])
+        #expect(server.stop() == 0)
+        // No token and no payload value in the server's log.
+        #expect(!server.stderr.contains(token))
+        #expect(!server.stderr.contains("hello"))
+    }
+}
