@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Foundation
 import OutpostProtocol
 
@@ -38,6 +39,7 @@ public struct Device: Sendable {
     public static func open(
         store: LocalStore,
         transport: (any SyncTransport)? = nil,
+        httpClient: HTTPClient = .shared,
         clock: any Clock<Duration> = ContinuousClock(),
         now: @escaping @Sendable () -> Date = { Date() }
     ) async throws -> Device {
@@ -47,7 +49,7 @@ public struct Device: Sendable {
         else {
             throw ClientError(.notConfigured, "this device is not set up: run `outpost device init --server URL --token T` first")
         }
-        let transport = transport ?? HTTPSyncTransport(baseURL: server, token: token, timeout: .seconds(15))
+        let transport = transport ?? HTTPSyncTransport(baseURL: server, token: token, client: httpClient, timeout: .seconds(15))
         let engine = SyncEngine(
             store: store, transport: transport, configuration: SyncConfiguration(deviceId: deviceId), clock: clock,
             now: now)

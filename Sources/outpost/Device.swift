@@ -1,4 +1,5 @@
 import ArgumentParser
+import AsyncHTTPClient
 import Foundation
 import OutpostClient
 import OutpostProtocol
@@ -32,11 +33,22 @@ struct DeviceStoreOptions: ParsableArguments {
         }
     }
 
-    func openDevice() async throws -> Device {
+    /// Opens the device, runs `body`, and shuts its HTTP client down, whatever happens.
+    func withDevice<T>(_ body: (Device) async throws -> T) async throws -> T {
+        let client = HTTPSyncTransport.makeDeviceClient()
         do {
-            return try await Device.open(store: try openStore())
-        } catch let error as ClientError {
-            throw CLIError(error.message)
+            let device: Device
+            do {
+                device = try await Device.open(store: try openStore(), httpClient: client)
+            } catch let error as ClientError {
+                throw CLIError(error.message)
+            }
+            let result = try await body(device)
+            try? await client.shutdown()
+            return result
+        } catch {
+            try? await client.shutdown()
+            throw error
         }
     }
 }
@@ -69,14 +81,15 @@ struct DeviceStatus: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        let device = try await options.openDevice()
-        await device.engine.probe()
-        let status = await device.engine.status
-        say("device:   \(device.deviceId)")
-        say("server:   \(device.serverURL.absoluteString) (\(status.connectionText))")
-        say("pending:  \(status.pendingCount)")
-        say("failed:   \(status.failedCount)")
-        say("status:   \(status.offlineIndicatorText)")
+        try await options.withDevice { device in
+            await device.engine.probe()
+            let status = await device.engine.status
+            say("device:   \(device.deviceId)")
+            say("server:   \(device.serverURL.absoluteString) (\(status.connectionText))")
+            say("pending:  \(status.pendingCount)")
+            say("failed:   \(status.failedCount)")
+            say("status:   \(status.offlineIndicatorText)")
+        }
     }
 }
 
@@ -85,8 +98,7 @@ struct DeviceSync: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        let device = try await options.openDevice()
-        let summary = try await Self.sync(device)
+        let summary = try await options.withDevice { try await Self.sync($0) }
         if summary.failed > 0 { throw ExitCode(1) }
     }
 
@@ -112,12 +124,12 @@ struct DeviceRetry: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let device = try await options.openDevice()
-        let summary: SyncSummary
-        do {
-            summary = try await all ? device.engine.retryAll() : device.engine.retry(recordId: recordId ?? "")
-        } catch let error as ClientError {
-            throw CLIError(error.message)
+        let summary: SyncSummary = try await options.withDevice { device in
+            do {
+                return try await all ? device.engine.retryAll() : device.engine.retry(recordId: recordId ?? "")
+            } catch let error as ClientError {
+                throw CLIError(error.message)
+            }
         }
         say("sync: \(summary)")
         if summary.failed > 0 { throw ExitCode(1) }
@@ -168,23 +180,24 @@ struct DevicePut: AsyncParsableCommand {
             let text = String(pair[pair.index(after: equals)...])
             values[String(pair[..<equals])] = (try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))) ?? .string(text)
         }
-        let device = try await options.openDevice()
-        await device.engine.probe()
-        let record: LocalRecord
-        do {
-            record = try await device.engine.save(
-                LocalStore.Write(collection: collection, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
-        } catch let error as ClientError {
-            throw CLIError(error.message)
-        }
-        if await device.engine.status.isOnline {
-            _ = try await device.engine.sync(retrying: false)
-        }
-        let saved = try await device.store.record(collection: collection, recordId: recordId) ?? record
-        switch saved.syncStatus {
-        case .synced: say("saved \(collection)/\(recordId): synced")
-        case .pending: say("saved \(collection)/\(recordId) locally: pending sync (\(await device.engine.status.offlineIndicatorText))")
-        case .failed: say("saved \(collection)/\(recordId) locally: sync failed: \(saved.syncError ?? "unknown"); retry with `outpost device retry \(recordId)`")
+        try await options.withDevice { device in
+            await device.engine.probe()
+            let record: LocalRecord
+            do {
+                record = try await device.engine.save(
+                    LocalStore.Write(collection: collection, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
+            } catch let error as ClientError {
+                throw CLIError(error.message)
+            }
+            if await device.engine.status.isOnline {
+                _ = try await device.engine.sync(retrying: false)
+            }
+            let saved = try await device.store.record(collection: collection, recordId: recordId) ?? record
+            switch saved.syncStatus {
+            case .synced: say("saved \(collection)/\(recordId): synced")
+            case .pending: say("saved \(collection)/\(recordId) locally: pending sync (\(await device.engine.status.offlineIndicatorText))")
+            case .failed: say("saved \(collection)/\(recordId) locally: sync failed: \(saved.syncError ?? "unknown"); retry with `outpost device retry \(recordId)`")
+            }
         }
     }
 }

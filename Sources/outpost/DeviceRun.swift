@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import OutpostProtocol
 import OutpostClient
 import ServiceLifecycle
 
@@ -15,7 +16,10 @@ struct DeviceRun: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        let device = try await options.openDevice()
+        try await options.withDevice { device in try await run(device) }
+    }
+
+    private func run(_ device: Device) async throws {
         let scheduler = SyncScheduler(
             engine: device.engine,
             monitor: HealthProbeMonitor(transport: device.transport, interval: probeInterval.duration),

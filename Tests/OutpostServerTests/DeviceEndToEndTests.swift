@@ -78,3 +78,33 @@ struct DeviceEndToEndTests {
         #expect(!server.stderr.contains("hello"))
     }
 }
+
+extension DeviceEndToEndTests {
+    @Test("`device run` stays up offline, syncs by itself when the server comes back, and stops on SIGINT")
+    func runLoop() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-e2e-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("server").path
+        let store = root.appendingPathComponent("device/device.sqlite").path
+        let port = String(try TestPostgres.freePort())
+        let token = try OutpostProcess.run(["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--data-dir", data])
+            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(try OutpostProcess.run(
+            ["device", "init", "--server", "http://127.0.0.1:\(port)", "--token", token, "--store", store]).status == 0)
+        // Written while the server is down: the app was killed offline.
+        for id in ["a", "b", "c"] {
+            let put = try OutpostProcess.run(["device", "put", "notes", id, "n=1", "--store", store])
+            #expect(put.stdout.contains("pending sync"))
+        }
+        let device = try OutpostProcess.Running(
+            ["device", "run", "--probe-interval", "1s", "--retry-interval", "2s", "--store", store])
+        _ = try await device.waitFor("offline: (3 records waiting to sync)")
+        // Relaunched online, it syncs with no user action.
+        let server = try OutpostProcess.Running(["serve", "--port", port, "--data-dir", data])
+        _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
+        _ = try await device.waitFor("online: (All records synced)")
+        #expect(device.stop(SIGINT) == 0)
+        #expect(device.stdout.contains("device stopped"))
+        #expect(server.stop() == 0)
+    }
+}

@@ -22,6 +22,16 @@ public struct HTTPSyncTransport: SyncTransport {
         self.timeout = .nanoseconds(timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
     }
 
+    /// A client configured for field devices: a refused connection fails at once instead of being retried
+    /// until the request's deadline, so that going offline is noticed in milliseconds. The caller owns it
+    /// and shuts it down.
+    public static func makeDeviceClient() -> HTTPClient {
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool.retryConnectionEstablishment = false
+        configuration.timeout.connect = .seconds(5)
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }
+
     public func push(_ request: PushRequest) async throws -> PushResponse {
         let body = try JSONEncoder().encode(request)
         return try await send(.POST, path: "/v1/push", query: [], body: body)

@@ -1,0 +1,110 @@
+import Clocks
+import Foundation
+import OutpostClient
+import OutpostProtocol
+import OutpostTesting
+import Testing
+
+@Suite("Triggers")
+struct TriggerTests {
+    @Test("the health probe reports the current state, then only changes")
+    func healthProbe() async throws {
+        let transport = InMemoryTransport(server: InMemoryServer())
+        transport.isOnline = false
+        let clock = ObservedClock(TestClock<Duration>())
+        let monitor = HealthProbeMonitor(transport: transport, clock: clock, interval: .seconds(5))
+        var changes = monitor.changes().makeAsyncIterator()
+        var sleeps = clock.sleeps.makeAsyncIterator()
+        #expect(await changes.next() == false)
+        // Still offline at the next probe: nothing is reported; then the server comes back.
+        #expect(await sleeps.next() == .seconds(5))
+        await clock.base.advance(by: .seconds(5))
+        #expect(await sleeps.next() == .seconds(5))
+        transport.isOnline = true
+        await clock.base.advance(by: .seconds(5))
+        #expect(await changes.next() == true)
+    }
+
+    @Test("coming back online syncs what was written offline, with no user action")
+    func reconnectSyncs() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let transport = InMemoryTransport(server: server)
+            transport.isOnline = false
+            let engine = SyncEngine(store: store, transport: transport, configuration: .init(deviceId: "d"), clock: TestClock<Duration>())
+            #expect(await engine.probe() == false)
+            for id in ["a", "b"] { try await engine.save(note(id)) }
+            transport.isOnline = true
+            #expect(await engine.probe() == true)
+            #expect(await server.applied.count == 2)
+            #expect(await engine.status.pendingCount == 0)
+        }
+    }
+
+    @Test("the scheduler retries on its timer while online")
+    func timerRetries() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let transport = FlakyTransport(inner: InMemoryTransport(server: server), failures: 1)
+            let clock = ObservedClock(TestClock<Duration>())
+            let engine = SyncEngine(
+                store: store, transport: transport, configuration: .init(deviceId: "d", retryDelays: []), clock: clock)
+            await engine.setOnline(true)
+            // A 503 leaves the record failed and queued while the device stays online.
+            try await engine.save(note("a"))
+            _ = try await engine.sync()
+            #expect(await engine.status.failedCount == 1)
+            let scheduler = SyncScheduler(engine: engine, monitor: FixedMonitor(online: true), clock: clock, retryInterval: .seconds(60))
+            let run = Task { await scheduler.run() }
+            var sleeps = clock.sleeps.makeAsyncIterator()
+            #expect(await sleeps.next() == .seconds(60))
+            #expect(await server.applied.isEmpty)
+            await clock.base.advance(by: .seconds(60))
+            #expect(await sleeps.next() == .seconds(60))
+            #expect(await server.applied.count == 1)
+            #expect(await engine.status.failedCount == 0)
+            run.cancel()
+            await run.value
+        }
+    }
+}
+
+/// Fails the first `failures` pushes with a 503, then passes through.
+final class FlakyTransport: SyncTransport, @unchecked Sendable {
+    let inner: any SyncTransport
+    private let lock = NSLock()
+    private var failures: Int
+
+    init(inner: any SyncTransport, failures: Int) {
+        self.inner = inner
+        self.failures = failures
+    }
+
+    func push(_ request: PushRequest) async throws -> PushResponse {
+        let fail = lock.withLock { () -> Bool in
+            failures -= 1
+            return failures >= 0
+        }
+        if fail { throw TransportError(kind: .server, status: 503, message: "unavailable") }
+        return try await inner.push(request)
+    }
+
+    func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
+        try await inner.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
+    }
+
+    func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse {
+        try await inner.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
+    }
+
+    func health() async throws -> HealthResponse { try await inner.health() }
+}
+
+/// A monitor that reports one state and then stays silent until cancelled.
+struct FixedMonitor: ConnectivityMonitor {
+    var online: Bool
+
+    func changes() -> AsyncStream<Bool> {
+        AsyncStream { continuation in continuation.yield(online) }
+    }
+}
