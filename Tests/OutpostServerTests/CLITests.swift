@@ -38,6 +38,18 @@ struct CLITests {
         #expect(output.stdout.isEmpty)
     }
 
+    @Test("an unreachable PostgreSQL is one clear line at start, without the password")
+    func unreachableDatabase() throws {
+        let port = try TestPostgres.freePort()
+        let output = try OutpostProcess.run(
+            ["serve", "--port", "0", "--database-url", "postgres://outpost:hunter2@127.0.0.1:\(port)/outpost?sslmode=disable"])
+        #expect(output.status != 0)
+        let lines = output.stderr.split(separator: "\n")
+        #expect(lines.last == "outpost: cannot reach PostgreSQL at 127.0.0.1:\(port)/outpost as outpost within 15 s")
+        #expect(!output.stderr.contains("hunter2"))
+        #expect(!output.stdout.contains("hunter2"))
+    }
+
     @Test("a short OUTPOST_JWT_SECRET is refused in one line")
     func shortSecret() throws {
         let output = try OutpostProcess.run(

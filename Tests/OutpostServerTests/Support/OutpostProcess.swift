@@ -21,13 +21,19 @@ struct OutpostProcess {
         var stderr: String
     }
 
-    /// Runs `outpost arguments…` to completion.
-    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Output {
+    /// A process for `outpost arguments…`, with this process's environment less its `OUTPOST_` variables.
+    static func process(_ arguments: [String], environment: [String: String]) -> Process {
         let process = Process()
         process.executableURL = executable
         process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OUTPOST_") }
             .merging(environment) { $1 }
+        return process
+    }
+
+    /// Runs `outpost arguments…` to completion.
+    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Output {
+        let process = process(arguments, environment: environment)
         let out = Pipe()
         let err = Pipe()
         process.standardOutput = out
@@ -43,16 +49,13 @@ struct OutpostProcess {
 
     /// A long-running `outpost` process whose output is collected as it arrives.
     final class Running: @unchecked Sendable {
-        let process = Process()
+        let process: Process
         private let lock = NSLock()
         private var stdoutText = ""
         private var stderrText = ""
 
         init(_ arguments: [String], environment: [String: String] = [:]) throws {
-            process.executableURL = OutpostProcess.executable
-            process.arguments = arguments
-            process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OUTPOST_") }
-                .merging(environment) { $1 }
+            process = OutpostProcess.process(arguments, environment: environment)
             let out = Pipe()
             let err = Pipe()
             process.standardOutput = out

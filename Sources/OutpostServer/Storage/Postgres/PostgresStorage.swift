@@ -24,15 +24,25 @@ package struct PostgresStorage: SyncStorage {
     /// How often a push is retried after a deadlock or a concurrent claim of the same key.
     static let maxAttempts = 5
 
-    package init(location: PostgresLocation, logger: Logger) {
-        self.init(location: location, logger: logger, beforeCommit: nil)
+    /// How long start-up waits for the database before giving up with a clear error.
+    let startupTimeout: Duration
+
+    package init(location: PostgresLocation, logger: Logger, startupTimeout: Duration = .seconds(15)) {
+        self.init(location: location, logger: logger, beforeCommit: nil, startupTimeout: startupTimeout)
     }
 
-    init(location: PostgresLocation, logger: Logger, beforeCommit: (@Sendable () async throws -> Void)?) {
+    init(
+        location: PostgresLocation, logger: Logger, beforeCommit: (@Sendable () async throws -> Void)?,
+        startupTimeout: Duration = .seconds(15)
+    ) {
         self.location = location
         self.logger = logger
         self.beforeCommit = beforeCommit
-        self.client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: logger)
+        self.startupTimeout = startupTimeout
+        // The pool logs every failed connection attempt; only warnings and worse belong in the server's log.
+        var background = logger
+        background.logLevel = max(logger.logLevel, .warning)
+        self.client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: background)
     }
 
     package var summary: String { location.summary }
@@ -42,6 +52,26 @@ package struct PostgresStorage: SyncStorage {
     }
 
     package func migrate() async throws {
+        try await withStartupTimeout { try await migrateNow() }
+    }
+
+    /// Fails with a clear error when the database does not answer within ``startupTimeout``, rather than
+    /// leaving the pool to retry for minutes.
+    private func withStartupTimeout(_ body: @escaping @Sendable () async throws -> Void) async throws {
+        let timeout = startupTimeout
+        let summary = location.summary
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await ContinuousClock().sleep(for: timeout)
+                throw StorageError(.unavailable, "cannot reach \(summary) within \(timeout.components.seconds) s")
+            }
+            defer { group.cancelAll() }
+            try await group.next()
+        }
+    }
+
+    private func migrateNow() async throws {
         try await guarded {
             try await client.withTransaction(logger: logger) { connection in
                 // One migrator at a time, across every process sharing the database.
@@ -423,7 +453,7 @@ package struct PostgresStorage: SyncStorage {
     static func translate(_ error: any Error) -> StorageError {
         if let error = error as? StorageError { return error }
         guard let error = error as? PSQLError else {
-            return StorageError(.unavailable, "PostgreSQL failed: \(type(of: error))")
+            return StorageError(.unavailable, "PostgreSQL is unreachable")
         }
         guard error.code == .server, let state = error.serverInfo?[.sqlState] else {
             return StorageError(.unavailable, "PostgreSQL is unreachable (\(error.code))")
