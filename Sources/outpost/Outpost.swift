@@ -6,7 +6,7 @@ struct Outpost: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "outpost",
         abstract: "Offline-first capture and sync: the server, field devices, tokens.",
-        subcommands: [Serve.self, Token.self, DeviceCommand.self]
+        subcommands: [Serve.self, Token.self, DeviceCommand.self, RosterCommand.self, EventCommand.self, Bench.self]
     )
 }
 
@@ -30,6 +30,10 @@ enum Main {
         let code = Outpost.exitCode(for: error)
         if code == .success {
             Outpost.exit(withError: error)
+        }
+        // A command that already said why (a failed sync, a missed benchmark target) exits with its code.
+        if let exitCode = error as? ExitCode {
+            Foundation.exit(exitCode.rawValue)
         }
         let message = Outpost.message(for: error)
             .split(separator: "\n").first.map(String.init) ?? "failed"

@@ -116,7 +116,10 @@ struct AuthTests {
             let mutation = Fixtures.upsert("r1", ["owner": "acme"], key: "k1")
             _ = try await client.push([mutation], token: acme)
             _ = try await client.push(
-                [Fixtures.upsert("g1", ["event_id": "ev", "name": "Acme guest"], collection: "guests")], token: acme)
+                [
+                    Fixtures.upsert("g1", ["event_id": "ev", "name": "Acme guest"], collection: "guests"),
+                    Fixtures.upsert("g2", ["event_id": "ev", "name": "Another"], collection: "guests"),
+                ], token: acme)
             // Globex reads nothing of Acme's, by pull, snapshot, audit or conflicts.
             #expect(try await client.pull("collection=notes", token: globex).changes.isEmpty)
             let snapshot = try await client.send(.get, "/v1/snapshot?collection=guests", token: globex)
@@ -131,11 +134,10 @@ struct AuthTests {
             let page = try await client.send(.get, "/v1/snapshot?collection=guests&limit=1", token: acme)
             let acmePage = try JSONDecoder().decode(SnapshotResponse.self, from: page.body)
             #expect(acmePage.records.count == 1)
-            if let continuation = acmePage.continuation {
-                let stolen = try await client.send(
-                    .get, "/v1/snapshot?collection=guests&limit=1&continuation=\(continuation)", token: globex)
-                #expect(stolen.status == .badRequest)
-            }
+            let continuation = try #require(acmePage.continuation)
+            let stolen = try await client.send(
+                .get, "/v1/snapshot?collection=guests&limit=1&continuation=\(continuation)", token: globex)
+            #expect(stolen.status == .badRequest)
         }
     }
 

@@ -23,8 +23,8 @@ extension LocalStore {
                     CREATE INDEX records_by_status ON records (sync_status);
 
                     CREATE TABLE outbox (
-                      seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                      idempotency_key TEXT NOT NULL UNIQUE,
+                      seq INTEGER PRIMARY KEY,
+                      idempotency_key TEXT NOT NULL,
                       collection TEXT NOT NULL,
                       record_id TEXT NOT NULL,
                       op TEXT NOT NULL,
@@ -40,7 +40,47 @@ extension LocalStore {
                     CREATE INDEX outbox_by_record ON outbox (collection, record_id);
 
                     CREATE TABLE settings (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-                    CREATE TABLE clock (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER NOT NULL);
+                    """)
+        }
+        migrator.registerMigration("v2-reference-data") { db in
+            // Reference data (an event's roster): rows sealed like every payload; a blind search index of
+            // truncated HMACs of name prefixes and e-mails; the ids deleted since download; download state.
+            try db.execute(
+                sql: """
+                    CREATE TABLE reference_records (
+                      collection TEXT NOT NULL,
+                      scope TEXT NOT NULL,
+                      record_id TEXT NOT NULL,
+                      payload BLOB NOT NULL,
+                      version INTEGER NOT NULL,
+                      PRIMARY KEY (collection, scope, record_id)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE reference_search (
+                      collection TEXT NOT NULL,
+                      scope TEXT NOT NULL,
+                      token INTEGER NOT NULL,
+                      record_id TEXT NOT NULL,
+                      PRIMARY KEY (collection, scope, token, record_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX reference_search_by_record ON reference_search (collection, scope, record_id);
+                    CREATE TABLE reference_tombstones (
+                      collection TEXT NOT NULL,
+                      scope TEXT NOT NULL,
+                      record_id TEXT NOT NULL,
+                      deleted_at INTEGER NOT NULL,
+                      PRIMARY KEY (collection, scope, record_id)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE reference_state (
+                      collection TEXT NOT NULL,
+                      scope TEXT NOT NULL,
+                      continuation TEXT,
+                      cursor TEXT,
+                      total INTEGER NOT NULL DEFAULT 0,
+                      stored INTEGER NOT NULL DEFAULT 0,
+                      completed_at INTEGER,
+                      refreshed_at INTEGER,
+                      PRIMARY KEY (collection, scope)
+                    ) WITHOUT ROWID;
                     """)
         }
         return migrator

@@ -180,6 +180,7 @@ public actor SyncEngine {
         summary.reasons = reasons.sorted { $0.value > $1.value }.map(\.key)
         status.lastSyncAt = now()
         try await refreshStatus()
+        if summary.chunks > 0 { try? await store.checkpoint() }
         return summary
     }
 

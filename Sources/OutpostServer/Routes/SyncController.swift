@@ -93,10 +93,12 @@ struct SyncController<Storage: SyncStorage> {
                 tenant: identity.tenant, collection: policy.name, scope: scope, after: "",
                 cursor: start.cursor.token, total: start.total)
         }
-        let records = try await storage.snapshotPage(
+        // One row more than the page says whether another page follows, sparing the client an empty request.
+        var records = try await storage.snapshotPage(
             tenant: identity.tenant, collection: policy.name, scope: scope,
-            after: state.after.isEmpty ? nil : state.after, limit: limit)
-        let isLast = records.count < limit
+            after: state.after.isEmpty ? nil : state.after, limit: limit + 1)
+        let isLast = records.count <= limit
+        records = Array(records.prefix(limit))
         var continuation: String?
         if !isLast, let last = records.last {
             state.after = last.recordId

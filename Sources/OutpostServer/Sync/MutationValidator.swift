@@ -68,8 +68,16 @@ struct MutationValidator: Sendable {
                 }
             }
         }
+        if mutation.op == .upsert, let rule = Self.fieldRules[policy.name], let problem = rule(mutation.fields) {
+            return .rejected(key, .invalidFields, problem)
+        }
         return nil
     }
+
+    /// Rules on the fields of particular collections, which must hold for every client.
+    static let fieldRules: [String: @Sendable ([String: JSONValue]) -> String?] = [
+        Guest.collection: Guest.problem(in:)
+    ]
 
     /// A digest of everything a mutation says, so that a key sent again with other content is caught.
     static func contentHash(of mutation: Mutation) -> String {

@@ -1,0 +1,87 @@
+import Foundation
+import OutpostClient
+import OutpostProtocol
+
+/// A reference collection held in memory, served as snapshot pages and pull deltas, with a switch that
+/// fails requests from a chosen page on: enough to test downloads, resumes and refreshes.
+public final class ReferenceServer: SyncTransport, @unchecked Sendable {
+    private let lock = NSLock()
+    private var rows: [String: Change] = [:]
+    /// Every change in order; a pull cursor is a position in it.
+    private var log: [Change] = []
+    private var snapshotCalls = 0
+    private var failFromCall: Int?
+
+    public init() {}
+
+    /// Adds or changes a row (a walk-in, an edit).
+    public func put(_ recordId: String, _ fields: [String: JSONValue], scope: String) {
+        lock.withLock {
+            let version = (rows[recordId]?.version ?? 0) + 1
+            let change = Change(
+                collection: "guests", recordId: recordId, scope: scope, version: version, tombstone: false,
+                fields: fields, createdAt: Timestamp(millisecondsSince1970: 0), updatedAt: Timestamp(millisecondsSince1970: 0))
+            rows[recordId] = change
+            log.append(change)
+        }
+    }
+
+    /// Deletes a row (a cancelled registration): a tombstone in the log.
+    public func cancel(_ recordId: String) {
+        lock.withLock {
+            guard var change = rows.removeValue(forKey: recordId) else { return }
+            change.tombstone = true
+            change.fields = [:]
+            change.version += 1
+            log.append(change)
+        }
+    }
+
+    /// Snapshot requests from number `call` on (0-based) fail as network errors; nil heals.
+    public func failSnapshots(fromCall call: Int?) {
+        lock.withLock {
+            failFromCall = call
+            snapshotCalls = 0
+        }
+    }
+
+    public var snapshotRequests: Int { lock.withLock { snapshotCalls } }
+
+    public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        -> SnapshotResponse
+    {
+        try lock.withLock {
+            defer { snapshotCalls += 1 }
+            if let failFromCall, snapshotCalls >= failFromCall {
+                throw TransportError(kind: .network, message: "connection lost")
+            }
+            let sorted = rows.values.filter { scope == nil || $0.scope == scope }.sorted { $0.recordId < $1.recordId }
+            // The continuation: the last id sent and the log position when the snapshot started.
+            let parts = continuation?.split(separator: "|", omittingEmptySubsequences: false)
+            let after = parts.map { String($0[0]) }
+            let start = parts.flatMap { Int($0[1]) } ?? log.count
+            let remaining = sorted.filter { after == nil || $0.recordId > after! }
+            let page = Array(remaining.prefix(limit ?? 500))
+            let isLast = remaining.count <= (limit ?? 500)
+            return SnapshotResponse(
+                records: page, total: sorted.count,
+                continuation: isLast ? nil : "\(page.last!.recordId)|\(start)", cursor: isLast ? String(start) : nil)
+        }
+    }
+
+    public func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
+        lock.withLock {
+            let from = cursor.flatMap(Int.init) ?? 0
+            let slice = log[min(from, log.count)...].filter { scope == nil || $0.scope == scope }
+            let page = Array(slice.prefix(limit ?? 500))
+            let next = page.count == slice.count ? log.count : from + page.count
+            return PullResponse(changes: page, cursor: String(next), hasMore: page.count < slice.count)
+        }
+    }
+
+    public func push(_ request: PushRequest) async throws -> PushResponse {
+        throw TransportError(kind: .server, status: 403, message: "read-only")
+    }
+
+    public func health() async throws -> HealthResponse { HealthResponse(status: "ok", storage: "ok") }
+}

@@ -1,0 +1,90 @@
+import ArgumentParser
+import Foundation
+
+/// `outpost bench …`: measures Outpost's performance targets. Run it in release:
+/// `swift run -c release outpost bench`.
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Measure performance targets (build with -c release for real figures).",
+        discussion: "Scenarios: \(BenchScenario.allCases.map(\.rawValue).joined(separator: ", ")). With none, all run.")
+
+    @Argument(help: "Scenarios to run.")
+    var scenarios: [BenchScenario] = []
+
+    @Option(help: "Records already in the store before measuring local writes.")
+    var records: Int = 100_000
+
+    @Option(help: "Measured samples per figure.")
+    var samples: Int = 2000
+
+    @Option(help: "Folder to measure in (the disk under test); default: a temporary folder.")
+    var dir: String?
+
+    @Flag(help: "Print one JSON document instead of lines.")
+    var json = false
+
+    func validate() throws {
+        guard records >= 0 else { throw ValidationError("--records must not be negative") }
+        guard samples >= 10 else { throw ValidationError("--samples must be at least 10") }
+    }
+
+    func run() async throws {
+        #if DEBUG
+        if !json { say("note: this is a debug build; figures are only meaningful with -c release") }
+        #endif
+        let base = URL(fileURLWithPath: dir ?? FileManager.default.temporaryDirectory.path)
+            .appendingPathComponent("outpost-bench-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: base) }
+        var results: [BenchResult] = []
+        for scenario in scenarios.isEmpty ? BenchScenario.allCases : scenarios {
+            switch scenario {
+            case .localWrite:
+                results += try await LocalWriteBench(directory: base, records: records, samples: samples) { line in
+                    if !json { say(line) }
+                }.run()
+            }
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            say(String(decoding: try encoder.encode(results), as: UTF8.self))
+        } else {
+            for result in results { say(result.line) }
+        }
+        if results.contains(where: { !$0.met }) { throw ExitCode(1) }
+    }
+}
+
+enum BenchScenario: String, CaseIterable, ExpressibleByArgument {
+    case localWrite = "local-write"
+}
+
+/// One figure beside its target.
+struct BenchResult: Codable, Sendable {
+    var name: String
+    var figure: Double
+    var unit: String
+    var target: String
+    var met: Bool
+
+    var line: String {
+        "\(met ? "✓" : "✗") \(name): \(String(format: "%.3f", figure)) \(unit) (target \(target))"
+    }
+}
+
+/// Latency samples, in milliseconds.
+struct Samples {
+    private(set) var values: [Double] = []
+
+    mutating func add(_ duration: Duration) {
+        values.append(Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15)
+    }
+
+    func percentile(_ p: Double) -> Double {
+        guard !values.isEmpty else { return 0 }
+        let sorted = values.sorted()
+        let index = min(sorted.count - 1, max(0, Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1))
+        return sorted[index]
+    }
+}

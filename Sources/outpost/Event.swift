@@ -1,0 +1,180 @@
+import ArgumentParser
+import Foundation
+import OutpostClient
+import OutpostProtocol
+
+/// `outpost event …`: an event's roster on this device.
+struct EventCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "event",
+        abstract: "Download an event's roster to this device, refresh it, and look guests up offline.",
+        subcommands: [EventOpen.self, EventRefresh.self, EventFind.self, EventLookup.self])
+}
+
+/// The event a command acts on: `--event`, or the last one opened on this device.
+struct EventOption: ParsableArguments {
+    @Option(help: "The event id (default: the last one opened on this device).")
+    var event: String?
+
+    static let currentEventSetting = "current_event"
+
+    func resolve(_ store: LocalStore) async throws -> String {
+        if let event { return try checkedEvent(event) }
+        guard let current = try await store.setting(Self.currentEventSetting) else {
+            throw CLIError("no event opened on this device yet: run `outpost event open EVENT`")
+        }
+        return current
+    }
+}
+
+struct EventOpen: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "open",
+        abstract: "Download the event's whole roster (resumes where it stopped); then it works offline.")
+
+    @Argument(help: "The event id.")
+    var event: String
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        let event = try checkedEvent(self.event)
+        try await options.withDevice { device in
+            try await device.store.setSetting(EventOption.currentEventSetting, event)
+            let data = ReferenceData(store: device.store, transport: device.transport)
+            let bar = ProgressBar(label: "roster \(event)")
+            do {
+                let state = try await data.download(collection: Guest.collection, scope: event) { bar.update($0) }
+                bar.finish()
+                say("\(event): \(state.message())")
+            } catch let error as TransportError {
+                bar.finish()
+                let state = try await data.state(collection: Guest.collection, scope: event)
+                if case .incomplete(let stored, let total) = state {
+                    say("\(event): \(ReferenceMessages.incomplete) (\(stored) of \(total) stored)")
+                }
+                throw CLIError("the download stopped: \(error.message); run `outpost event open \(event)` again to resume")
+            }
+        }
+    }
+}
+
+struct EventRefresh: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "refresh", abstract: "Fetch only what changed since the last download or refresh.")
+
+    @OptionGroup var eventOption: EventOption
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        try await options.withDevice { device in
+            let event = try await eventOption.resolve(device.store)
+            let data = ReferenceData(store: device.store, transport: device.transport)
+            do {
+                let summary = try await data.refresh(collection: Guest.collection, scope: event)
+                say("\(event): \(summary.updated) updated, \(summary.removed) removed")
+            } catch let error as TransportError {
+                throw CLIError("refresh failed: \(error.message)")
+            } catch let error as ClientError {
+                throw CLIError(error.message)
+            }
+        }
+    }
+}
+
+struct EventFind: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "find", abstract: "Find guests by name prefix or e-mail, offline.")
+
+    @Argument(help: "A name prefix (two letters at least) or an e-mail.")
+    var query: String
+    @OptionGroup var eventOption: EventOption
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        let store = try options.openStore()
+        let event = try await eventOption.resolve(store)
+        let data = ReferenceData(store: store, transport: OfflineTransport())
+        guard try await data.state(collection: Guest.collection, scope: event).isReady else {
+            throw CLIError(ReferenceMessages.incomplete)
+        }
+        let found: [ReferenceRecord]
+        do {
+            found = try await data.search(collection: Guest.collection, scope: event, query: query)
+        } catch let error as ClientError {
+            throw CLIError(error.message)
+        }
+        if found.isEmpty { say(ReferenceMessages.notFound) }
+        for guest in found {
+            say("\(guest.recordId)  \(guest.fields["name"]?.displayText ?? "")  \(guest.fields["email"]?.displayText ?? "")")
+        }
+    }
+}
+
+struct EventLookup: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "lookup", abstract: "Look one guest up by id, offline.")
+
+    @Argument(help: "The guest id.")
+    var guestId: String
+    @OptionGroup var eventOption: EventOption
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        let store = try options.openStore()
+        let event = try await eventOption.resolve(store)
+        let data = ReferenceData(store: store, transport: OfflineTransport())
+        let result = try await data.lookup(collection: Guest.collection, scope: event, recordId: guestId)
+        switch result {
+        case .found(let guest):
+            let status = guest.fields["status"]?.stringValue
+            if status == "cancelled" { throw CLIError(ReferenceMessages.cancelled) }
+            say("\(guest.recordId)  \(guest.fields["name"]?.displayText ?? "")  \(guest.fields["email"]?.displayText ?? "")")
+        default:
+            throw CLIError(result.message ?? ReferenceMessages.notFound)
+        }
+    }
+}
+
+/// For commands that work from the device store alone.
+struct OfflineTransport: SyncTransport {
+    func push(_ request: PushRequest) async throws -> PushResponse { throw Self.offline }
+    func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse { throw Self.offline }
+    func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse { throw Self.offline }
+    func health() async throws -> HealthResponse { throw Self.offline }
+    static let offline = TransportError(kind: .network, message: "offline")
+}
+
+/// A progress bar on a terminal; plain lines every 10 % in a pipe.
+final class ProgressBar: @unchecked Sendable {
+    let label: String
+    private let isTerminal = isatty(STDOUT_FILENO) != 0
+    private let lock = NSLock()
+    private var lastDecile = -1
+
+    init(label: String) {
+        self.label = label
+    }
+
+    func update(_ progress: DownloadProgress) {
+        lock.withLock {
+            let fraction = progress.total == 0 ? 1 : Double(progress.stored) / Double(progress.total)
+            let rate = "\(Int(progress.rate)) rows/s"
+            if isTerminal {
+                let width = 30
+                let filled = Int(fraction * Double(width))
+                let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: width - filled)
+                FileHandle.standardOutput.write(Data("\r\(label) \(bar) \(progress.stored)/\(progress.total) \(rate)   ".utf8))
+            } else {
+                let decile = Int(fraction * 10)
+                if decile != lastDecile {
+                    lastDecile = decile
+                    say("\(label): \(progress.stored)/\(progress.total) (\(Int(fraction * 100)) %, \(rate))")
+                }
+            }
+        }
+    }
+
+    func finish() {
+        if isTerminal { FileHandle.standardOutput.write(Data("\n".utf8)) }
+    }
+}

@@ -1,0 +1,187 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Foundation
+import OutpostClient
+import OutpostProtocol
+
+/// `outpost roster …`: the organizer's tools for an event's guest roster.
+struct RosterCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "roster",
+        abstract: "Manage an event's guest roster (organizer token).",
+        subcommands: [RosterImport.self, RosterAdd.self, RosterCancel.self, RosterGenerate.self])
+}
+
+/// The server and token of an organizer command: flags, or `$OUTPOST_SERVER` and `$OUTPOST_TOKEN`.
+struct ConnectionOptions: ParsableArguments {
+    @Option(help: "The server (default $OUTPOST_SERVER).")
+    var server: String?
+    @Option(help: "An organizer token (default $OUTPOST_TOKEN).")
+    var token: String?
+
+    /// Runs `body` with a transport to the server, shutting its HTTP client down after.
+    func withTransport<T>(_ body: (HTTPSyncTransport) async throws -> T) async throws -> T {
+        let environment = ProcessInfo.processInfo.environment
+        guard let text = server ?? environment["OUTPOST_SERVER"], let url = URL(string: text), url.host != nil else {
+            throw CLIError("give --server URL or set OUTPOST_SERVER")
+        }
+        guard let token = token ?? environment["OUTPOST_TOKEN"], !token.isEmpty else {
+            throw CLIError("give --token T or set OUTPOST_TOKEN")
+        }
+        let client = HTTPSyncTransport.makeDeviceClient()
+        do {
+            let result = try await body(HTTPSyncTransport(baseURL: url, token: token, client: client))
+            try? await client.shutdown()
+            return result
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+}
+
+/// An event id argument, checked.
+func checkedEvent(_ event: String) throws -> String {
+    guard Identifier.isValid(event) else { throw ValidationError("--event must be an identifier (A-Z a-z 0-9 . _ : @ -)") }
+    return event
+}
+
+/// Sends roster mutations in batches the server accepts; stops at the first refusal.
+func pushRoster(_ mutations: [Mutation], via transport: HTTPSyncTransport, progress: ((Int) -> Void)? = nil) async throws {
+    var sent = 0
+    for start in stride(from: 0, to: mutations.count, by: 500) {
+        let batch = Array(mutations[start..<min(start + 500, mutations.count)])
+        let response: PushResponse
+        do {
+            response = try await transport.push(PushRequest(deviceId: "organizer-cli", mutations: batch))
+        } catch let error as TransportError {
+            throw CLIError("stopped after \(sent) of \(mutations.count) rows: \(error.message); run the same command again to finish")
+        }
+        if let refused = response.results.first(where: { $0.status == .rejected }) {
+            throw CLIError("the server refused \(refused.idempotencyKey.split(separator: ":").dropFirst(2).first ?? ""): \(refused.error?.message ?? "rejected")")
+        }
+        sent += batch.count
+        progress?(sent)
+    }
+}
+
+struct RosterImport: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import",
+        abstract: "Import a roster CSV (guest_id, name, email, access_type_id, status, check_in_note, arrival_alert_json).",
+        discussion: "Every row is checked first; if any is bad, each problem is reported with its line and nothing is sent.")
+
+    @Option(help: "The event id.")
+    var event: String
+    @Argument(help: "The CSV file.")
+    var file: String
+    @OptionGroup var connection: ConnectionOptions
+
+    func run() async throws {
+        let event = try checkedEvent(self.event)
+        guard let data = FileManager.default.contents(atPath: file) else { throw CLIError("cannot read \(file)") }
+        guard let text = String(data: data, encoding: .utf8) else { throw CLIError("\(file) is not UTF-8 text") }
+        let rows: [RosterCSV.Row]
+        switch RosterCSV.parse(text, event: event) {
+        case .success(let parsed): rows = parsed
+        case .failure(let list):
+            for problem in list.problems.prefix(50) { FileHandle.standardError.write(Data("\(file): \(problem)\n".utf8)) }
+            throw CLIError("\(list.problems.count) bad row\(list.problems.count == 1 ? "" : "s") in \(file); nothing was imported")
+        }
+        let time = Timestamp(Date())
+        let mutations = rows.map { row in
+            Mutation(
+                idempotencyKey: "roster:\(event):\(row.guestId):\(time.iso8601)", collection: Guest.collection,
+                recordId: row.guestId, op: .upsert, fields: row.fields, clientTimestamp: time)
+        }
+        try await connection.withTransport { transport in
+            try await pushRoster(mutations, via: transport)
+        }
+        say("imported \(rows.count) guests into \(event)")
+    }
+}
+
+struct RosterAdd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "add", abstract: "Add or change one guest, such as a walk-in: guest_id=… name=… email=…")
+
+    @Option(help: "The event id.")
+    var event: String
+    @Argument(help: "Fields as key=value; guest_id is required.")
+    var fields: [String]
+    @OptionGroup var connection: ConnectionOptions
+
+    func run() async throws {
+        let event = try checkedEvent(self.event)
+        var values: [String: JSONValue] = [Guest.scopeField: .string(event)]
+        var guestId: String?
+        for pair in fields {
+            guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex else {
+                throw CLIError("fields are key=value; got '\(pair.prefix(40))'")
+            }
+            let key = String(pair[..<equals])
+            let value = String(pair[pair.index(after: equals)...])
+            guard key == "guest_id" || Guest.columns.contains(key) else {
+                throw CLIError("unknown field \(key); use \(Guest.columns.joined(separator: ", "))")
+            }
+            if key == "guest_id" { guestId = value } else { values[key] = .string(value) }
+        }
+        guard let guestId, Identifier.isValid(guestId) else { throw CLIError("guest_id=… is required and must be an identifier") }
+        if let problem = Guest.problem(in: values) { throw CLIError(problem) }
+        let time = Timestamp(Date())
+        try await connection.withTransport { transport in
+            try await pushRoster(
+                [Mutation(idempotencyKey: "roster:\(event):\(guestId):\(time.iso8601)", collection: Guest.collection,
+                          recordId: guestId, op: .upsert, fields: values, clientTimestamp: time)], via: transport)
+        }
+        say("added \(guestId) to \(event)")
+    }
+}
+
+struct RosterCancel: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "cancel", abstract: "Cancel a registration: devices get a tombstone on their next refresh.")
+
+    @Option(help: "The event id.")
+    var event: String
+    @Argument(help: "The guest id.")
+    var guestId: String
+    @OptionGroup var connection: ConnectionOptions
+
+    func run() async throws {
+        let event = try checkedEvent(self.event)
+        guard Identifier.isValid(guestId) else { throw CLIError("the guest id must be an identifier") }
+        let time = Timestamp(Date())
+        try await connection.withTransport { transport in
+            try await pushRoster(
+                [Mutation(idempotencyKey: "roster:\(event):\(guestId):\(time.iso8601):cancel", collection: Guest.collection,
+                          recordId: guestId, op: .delete, clientTimestamp: time)], via: transport)
+        }
+        say("cancelled \(guestId) in \(event)")
+    }
+}
+
+struct RosterGenerate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "generate", abstract: "Print a demo roster CSV of any size, 100,000 included.")
+
+    @Option(help: "How many guests.")
+    var guests: Int
+    @Option(help: "Write to this file instead of standard output.")
+    var output: String?
+
+    func validate() throws {
+        guard (1...1_000_000).contains(guests) else { throw ValidationError("--guests must be from 1 to 1,000,000") }
+    }
+
+    func run() async throws {
+        let text = RosterCSV.generate(guests: guests)
+        if let output {
+            guard FileManager.default.createFile(atPath: output, contents: Data(text.utf8)) else {
+                throw CLIError("cannot write \(output)")
+            }
+        } else {
+            FileHandle.standardOutput.write(Data(text.utf8))
+        }
+    }
+}
