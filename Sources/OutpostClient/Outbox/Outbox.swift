@@ -19,7 +19,8 @@ extension LocalStore {
             try await self.queue.read { db in
                 try Row.fetchAll(
                     db,
-                    sql: "SELECT * FROM outbox WHERE state = 'pending' ORDER BY client_ts, seq LIMIT ?",
+                    // seq order is (clientTimestamp, seq) order: device time only moves forward.
+                    sql: "SELECT * FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT ?",
                     arguments: [limit]
                 ).map { row in
                     let key: String = row["idempotency_key"]
@@ -80,24 +81,22 @@ extension LocalStore {
                     }
                     touched[key] = outcome
                 }
+                // What stays queued per record, in one pass over the outbox.
+                var queued: [RecordKey: Int] = [:]
+                for row in try Row.fetchAll(db, sql: "SELECT collection, record_id, COUNT(*) AS n FROM outbox GROUP BY collection, record_id") {
+                    queued[RecordKey(row["collection"], row["record_id"])] = row["n"]
+                }
                 for (key, outcome) in touched {
                     guard var record = try Self.record(db, collection: key.collection, recordId: key.recordId, sealer: sealer)
                     else { continue }
-                    let remaining = try Int.fetchOne(
-                        db,
-                        sql: "SELECT COUNT(*) FROM outbox WHERE collection = ? AND record_id = ? AND state = 'pending'",
-                        arguments: [key.collection, key.recordId]) ?? 0
-                    let rejected = try Int.fetchOne(
-                        db,
-                        sql: "SELECT COUNT(*) FROM outbox WHERE collection = ? AND record_id = ? AND state = 'rejected'",
-                        arguments: [key.collection, key.recordId]) ?? 0
+                    let stillQueued = queued[key] ?? 0
                     if let version = outcome.version { record.version = max(record.version ?? 0, version) }
                     record.lastSyncAttempt = date
                     if let error = outcome.error {
                         record.syncStatus = .failed
                         record.syncError = error
                         if let conflict = outcome.conflict { record.conflict = conflict }
-                    } else if remaining == 0 && rejected == 0 {
+                    } else if stillQueued == 0 {
                         record.syncStatus = .synced
                         record.syncError = nil
                         record.conflict = nil

@@ -20,7 +20,8 @@ extension LocalStore {
                       version INTEGER,
                       PRIMARY KEY (collection, record_id)
                     ) WITHOUT ROWID;
-                    CREATE INDEX records_by_status ON records (sync_status);
+                    -- Only records waiting or failed: a synced record costs the index nothing.
+                    CREATE INDEX records_unsynced ON records (sync_status) WHERE sync_status IN ('pending', 'failed');
 
                     CREATE TABLE outbox (
                       seq INTEGER PRIMARY KEY,
@@ -36,8 +37,8 @@ extension LocalStore {
                       first_attempt INTEGER,
                       last_attempt INTEGER
                     );
-                    CREATE INDEX outbox_in_order ON outbox (state, client_ts, seq);
-                    CREATE INDEX outbox_by_record ON outbox (collection, record_id);
+                    -- No secondary index: every page a local write touches costs flush time, and a device's
+                    -- timestamps only move forward, so seq order is client-time order.
 
                     CREATE TABLE settings (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
                     """)

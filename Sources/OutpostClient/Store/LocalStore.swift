@@ -98,7 +98,9 @@ public final class LocalStore: Sendable {
         let sealer = self.sealer
         let lastTime = self.lastTime
         return try await perform {
-            try await self.queue.write { db in
+            // Synchronous on purpose: a local write is one short transaction, and GRDB's async variant adds
+            // two thread hops, which on a busy device cost more than the commit itself.
+            try self.queue.write { db in
                 // Writes are serial on this queue, so the read-and-advance below cannot interleave.
                 let time = lastTime.withLock { last in
                     last = max(Timestamp(date).millisecondsSince1970, last + 1)
@@ -135,11 +137,12 @@ public final class LocalStore: Sendable {
                 try Self.save(record, db: db, sealer: sealer)
 
                 let key = "\(deviceId):\(write.recordId):\(timestamp.iso8601)"
-                try db.execute(
+                try db.cachedStatement(
                     sql: """
                         INSERT INTO outbox (idempotency_key, collection, record_id, op, client_ts, base_version, payload)
                         VALUES (?, ?, ?, ?, ?, ?, ?)
-                        """,
+                        """
+                ).execute(
                     arguments: [
                         key, write.collection, write.recordId, write.op.rawValue, time, record.version,
                         try sealer.seal(json: write.op == .delete ? [:] : fields, context: "outbox:\(key)"),
@@ -188,8 +191,8 @@ public final class LocalStore: Sendable {
                 var arguments: StatementArguments = []
                 switch filter {
                 case .all: break
-                case .pending: sql += " AND sync_status = 'pending'"
-                case .failed: sql += " AND sync_status = 'failed'"
+                case .pending: sql += " AND sync_status IN ('pending', 'failed') AND sync_status = 'pending'"
+                case .failed: sql += " AND sync_status IN ('pending', 'failed') AND sync_status = 'failed'"
                 }
                 if let collection {
                     sql += " AND collection = ?"
@@ -205,9 +208,19 @@ public final class LocalStore: Sendable {
     public func counts() async throws -> (pending: Int, failed: Int) {
         try await perform {
             try await self.queue.read { db in
-                let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM records WHERE sync_status = 'pending'") ?? 0
-                let failed = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM records WHERE sync_status = 'failed'") ?? 0
-                return (pending, failed)
+                // The condition repeats the partial index's, so that SQLite counts from the index alone.
+                let rows = try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT sync_status, COUNT(*) AS n FROM records
+                        WHERE sync_status IN ('pending', 'failed') GROUP BY sync_status
+                        """)
+                var counts = (pending: 0, failed: 0)
+                for row in rows {
+                    let status: String = row["sync_status"]
+                    if status == "pending" { counts.pending = row["n"] } else { counts.failed = row["n"] }
+                }
+                return counts
             }
         }
     }
@@ -245,7 +258,8 @@ public final class LocalStore: Sendable {
 
     static func record(_ db: Database, collection: String, recordId: String, sealer: Sealer) throws -> LocalRecord? {
         try Row.fetchOne(
-            db, sql: "SELECT * FROM records WHERE collection = ? AND record_id = ?", arguments: [collection, recordId]
+            db.cachedStatement(sql: "SELECT * FROM records WHERE collection = ? AND record_id = ?"),
+            arguments: [collection, recordId]
         ).map { try record($0, sealer: sealer) }
     }
 
@@ -276,12 +290,13 @@ public final class LocalStore: Sendable {
 
     static func save(_ record: LocalRecord, db: Database, sealer: Sealer) throws {
         let payload = SealedPayload(fields: record.fields, syncError: record.syncError, conflict: record.conflict)
-        try db.execute(
+        try db.cachedStatement(
             sql: """
                 INSERT OR REPLACE INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
                                                 is_offline_entry, created_at, updated_at, version)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """,
+                """
+        ).execute(
             arguments: [
                 record.collection, record.recordId,
                 try sealer.seal(json: payload, context: "record:\(record.collection)/\(record.recordId)"),
