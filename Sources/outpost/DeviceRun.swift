@@ -13,6 +13,8 @@ struct DeviceRun: AsyncParsableCommand {
     var probeInterval: DurationArgument = DurationArgument(argument: "5s")!
     @Option(name: .customLong("retry-interval"), help: "How often to retry what waits, such as 60s.")
     var retryInterval: DurationArgument = DurationArgument(argument: "60s")!
+    @Option(name: .customLong("refresh-interval"), help: "How often to refresh the opened event's roster (delta only), such as 15m.")
+    var refreshInterval: DurationArgument = DurationArgument(argument: "15m")!
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
@@ -20,10 +22,18 @@ struct DeviceRun: AsyncParsableCommand {
     }
 
     private func run(_ device: Device) async throws {
+        let data = ReferenceData(store: device.store, transport: device.transport)
         let scheduler = SyncScheduler(
             engine: device.engine,
             monitor: HealthProbeMonitor(transport: device.transport, interval: probeInterval.duration),
-            retryInterval: retryInterval.duration)
+            retryInterval: retryInterval.duration,
+            periodic: (refreshInterval.duration, {
+                guard let event = try? await device.store.setting(EventOption.currentEventSetting),
+                    (try? await data.state(collection: Guest.collection, scope: event))?.isReady == true,
+                    let summary = try? await data.refresh(collection: Guest.collection, scope: event)
+                else { return }
+                say("roster \(event) refreshed: \(summary.updated) updated, \(summary.removed) removed")
+            }))
         let service = DeviceService(device: device, scheduler: scheduler)
         let group = ServiceGroup(
             configuration: .init(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: .cli("outpost-device")))
