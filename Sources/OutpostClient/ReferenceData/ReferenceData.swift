@@ -86,7 +86,9 @@ public struct ReferenceData: Sendable {
                     }
                 }
                 for record in page.records {
-                    try Self.upsert(record, collection: collection, scope: scope, db: db, sealer: sealer, index: index)
+                    // Pages of one download hold distinct, new ids: nothing to replace.
+                    try Self.upsert(
+                        record, collection: collection, scope: scope, db: db, sealer: sealer, index: index, isNew: true)
                 }
                 let stored = try Int.fetchOne(
                     db, sql: "SELECT COUNT(*) FROM reference_records WHERE collection = ? AND scope = ?",
@@ -104,23 +106,24 @@ public struct ReferenceData: Sendable {
     }
 
     static func upsert(
-        _ change: Change, collection: String, scope: String, db: Database, sealer: Sealer, index: ReferenceIndex
+        _ change: Change, collection: String, scope: String, db: Database, sealer: Sealer, index: ReferenceIndex,
+        isNew: Bool = false
     ) throws {
         let context = "reference:\(collection)/\(scope)/\(change.recordId)"
-        try db.execute(
-            sql: "INSERT OR REPLACE INTO reference_records (collection, scope, record_id, payload, version) VALUES (?, ?, ?, ?, ?)",
-            arguments: [collection, scope, change.recordId, try sealer.seal(json: change.fields, context: context), change.version])
-        try db.execute(
-            sql: "DELETE FROM reference_search WHERE collection = ? AND scope = ? AND record_id = ?",
-            arguments: [collection, scope, change.recordId])
-        for token in index.tokens(for: change.fields) {
-            try db.execute(
-                sql: "INSERT OR IGNORE INTO reference_search (collection, scope, token, record_id) VALUES (?, ?, ?, ?)",
-                arguments: [collection, scope, token, change.recordId])
+        try db.cachedStatement(
+            sql: "INSERT OR REPLACE INTO reference_records (collection, scope, record_id, payload, version) VALUES (?, ?, ?, ?, ?)"
+        ).execute(arguments: [collection, scope, change.recordId, try sealer.seal(json: change.fields, context: context), change.version])
+        if !isNew {
+            try db.cachedStatement(sql: "DELETE FROM reference_search WHERE collection = ? AND scope = ? AND record_id = ?")
+                .execute(arguments: [collection, scope, change.recordId])
+            try db.cachedStatement(sql: "DELETE FROM reference_tombstones WHERE collection = ? AND scope = ? AND record_id = ?")
+                .execute(arguments: [collection, scope, change.recordId])
         }
-        try db.execute(
-            sql: "DELETE FROM reference_tombstones WHERE collection = ? AND scope = ? AND record_id = ?",
-            arguments: [collection, scope, change.recordId])
+        let insert = try db.cachedStatement(
+            sql: "INSERT OR IGNORE INTO reference_search (collection, scope, token, record_id) VALUES (?, ?, ?, ?)")
+        for token in index.tokens(for: change.fields) {
+            try insert.execute(arguments: [collection, scope, token, change.recordId])
+        }
     }
 
     // MARK: Refresh
@@ -207,7 +210,8 @@ public struct ReferenceData: Sendable {
         }
     }
 
-    /// Records whose name words start with the query's words, or whose e-mail is the query; at most `limit`.
+    /// Records whose name words start with the query's words, or whose e-mail is the query: the first `limit`
+    /// found, sorted by name (type more letters to narrow a common prefix).
     ///
     /// - Throws: ``ClientError`` `invalidInput` for a query of one character.
     public func search(collection: String, scope: String, query: String, limit: Int = 20) async throws -> [ReferenceRecord] {
@@ -217,7 +221,7 @@ public struct ReferenceData: Sendable {
         let sealer = store.sealer
         return try await store.perform {
             try await store.queue.read { db in
-                let candidates = try Row.fetchAll(
+                let candidates = try Row.fetchCursor(
                     db,
                     sql: """
                         SELECT r.record_id, r.payload, r.version FROM reference_search s
@@ -225,8 +229,9 @@ public struct ReferenceData: Sendable {
                         WHERE s.collection = ? AND s.scope = ? AND s.token = ?
                         """,
                     arguments: [collection, scope, token])
+                // Open candidates only until `limit` match: a two-letter prefix may have thousands.
                 var found: [ReferenceRecord] = []
-                for row in candidates {
+                while found.count < limit, let row = try candidates.next() {
                     let id: String = row["record_id"]
                     let fields = try sealer.open(
                         json: [String: JSONValue].self, from: row["payload"], context: "reference:\(collection)/\(scope)/\(id)")
@@ -235,7 +240,7 @@ public struct ReferenceData: Sendable {
                     }
                 }
                 found.sort { ($0.fields["name"]?.stringValue ?? "", $0.recordId) < ($1.fields["name"]?.stringValue ?? "", $1.recordId) }
-                return Array(found.prefix(limit))
+                return found
             }
         }
     }

@@ -15,9 +15,11 @@ struct ReferenceIndex: Sendable {
             data: HMAC<SHA256>.authenticationCode(for: Array("outpost-reference-search".utf8), using: storeKey))
     }
 
+    private static let posix = Locale(identifier: "en_US_POSIX")
+
     /// Lower-case, without diacritics, split into words.
     static func words(_ text: String) -> [String] {
-        text.folding(options: [.caseInsensitive, .diacriticInsensitive], locale: Locale(identifier: "en_US_POSIX"))
+        text.folding(options: [.caseInsensitive, .diacriticInsensitive], locale: posix)
             .lowercased()
             .split(whereSeparator: { !$0.isLetter && !$0.isNumber })
             .map(String.init)

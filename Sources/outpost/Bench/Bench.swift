@@ -14,6 +14,9 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Records already in the store before measuring local writes.")
     var records: Int = 100_000
 
+    @Option(help: "Guests in the roster scenarios.")
+    var guests: Int = 100_000
+
     @Option(help: "Measured samples per figure.")
     var samples: Int = 2000
 
@@ -39,6 +42,10 @@ struct Bench: AsyncParsableCommand {
         var results: [BenchResult] = []
         for scenario in scenarios.isEmpty ? BenchScenario.allCases : scenarios {
             switch scenario {
+            case .roster:
+                results += try await RosterBench(directory: base, guests: guests) { line in
+                    if !json { say(line) }
+                }.run()
             case .localWrite:
                 results += try await LocalWriteBench(directory: base, records: records, samples: samples) { line in
                     if !json { say(line) }
@@ -58,6 +65,7 @@ struct Bench: AsyncParsableCommand {
 
 enum BenchScenario: String, CaseIterable, ExpressibleByArgument {
     case localWrite = "local-write"
+    case roster
 }
 
 /// One figure beside its target.

@@ -1,0 +1,174 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import OutpostClient
+import OutpostProtocol
+import OutpostServer
+
+/// The reference-data scenarios, end to end against a real `outpost serve` process on loopback (SQLite):
+/// a 100,000-guest roster download into the encrypted device store (and the ratio to a plain HTTP fetch of
+/// the same pages), offline search, and a delta refresh of 1,000 changes and 100 tombstones.
+struct RosterBench {
+    var directory: URL
+    var guests: Int
+    var progress: (String) -> Void
+
+    func run() async throws -> [BenchResult] {
+        // The server reads $OUTPOST_JWT_SECRET as text: sign with the same text.
+        let secret = Array(TokenAuthority.generateSecret().map { String(format: "%02x", $0) }.joined().utf8)
+        let server = try BenchServer(directory: directory.appendingPathComponent("server"), secret: secret)
+        defer { server.stop() }
+        let base = try await server.waitUntilListening()
+        let authority = try await TokenAuthority(secret: secret)
+        let organizer = try await authority.token(
+            for: Identity(tenant: "bench", userId: "organizer", role: .organizer, name: "Organizer"), lifetime: .seconds(3600), now: Date())
+        let staff = try await authority.token(
+            for: Identity(tenant: "bench", userId: "staff", role: .staff, name: "Staff"), lifetime: .seconds(3600), now: Date())
+        let client = HTTPSyncTransport.makeDeviceClient()
+        do {
+            let results = try await measure(base: base, organizer: organizer, staff: staff, client: client)
+            try? await client.shutdown()
+            return results
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+
+    private func measure(base: URL, organizer: String, staff: String, client: HTTPClient) async throws -> [BenchResult] {
+        let organizerTransport = HTTPSyncTransport(baseURL: base, token: organizer, client: client)
+        let staffTransport = HTTPSyncTransport(baseURL: base, token: staff, client: client)
+
+        progress("roster: loading \(guests) guests into the server…")
+        let rows = try RosterCSV.parse(RosterCSV.generate(guests: guests), event: "bench-event").get()
+        let time = Timestamp(Date())
+        for start in stride(from: 0, to: rows.count, by: 500) {
+            let batch = rows[start..<min(start + 500, rows.count)].map {
+                Mutation(idempotencyKey: "load:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .upsert,
+                         fields: $0.fields, clientTimestamp: time)
+            }
+            _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: batch))
+        }
+
+        // A plain fetch of the same pages: the floor for the download.
+        let clock = ContinuousClock()
+        let plain = try await clock.measure { try await plainFetch(base: base, token: staff, client: client) }
+
+        let url = directory.appendingPathComponent("device/device.sqlite")
+        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let data = ReferenceData(store: store, transport: staffTransport)
+        progress("roster: downloading into the encrypted device store…")
+        let download = try await clock.measure {
+            _ = try await data.download(collection: Guest.collection, scope: "bench-event")
+        }
+        guard try await data.state(collection: Guest.collection, scope: "bench-event").isReady else {
+            throw CLIError("the roster download did not complete")
+        }
+
+        // Search: name prefixes of two to six letters, and whole e-mails.
+        var searches = Samples()
+        var random = SystemRandomNumberGenerator()
+        for _ in 0..<1000 {
+            let row = rows[Int.random(in: 0..<rows.count, using: &random)]
+            let name = row.fields["name"]?.stringValue ?? "Ana"
+            let query = Bool.random(using: &random) ? String(name.prefix(Int.random(in: 2...6, using: &random)))
+                : (row.fields["email"]?.stringValue ?? "")
+            searches.add(try await clock.measure { _ = try await data.search(collection: Guest.collection, scope: "bench-event", query: query) })
+        }
+
+        // Delta refresh: 1,000 changed guests and 100 cancelled ones.
+        let changed = rows.prefix(1000).map {
+            Mutation(idempotencyKey: "change:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .upsert,
+                     fields: ["check_in_note": "moved to table 4", "event_id": "bench-event"], clientTimestamp: Timestamp(Date()))
+        }
+        let cancelled = rows.suffix(100).map {
+            Mutation(idempotencyKey: "cancel:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .delete,
+                     clientTimestamp: Timestamp(Date()))
+        }
+        for start in stride(from: 0, to: changed.count, by: 500) {
+            _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: Array(changed[start..<min(start + 500, changed.count)])))
+        }
+        _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: cancelled))
+        var summary = RefreshSummary(updated: 0, removed: 0)
+        let refresh = try await clock.measure {
+            summary = try await data.refresh(collection: Guest.collection, scope: "bench-event")
+        }
+        guard summary == RefreshSummary(updated: 1000, removed: 100) else {
+            throw CLIError("the refresh saw \(summary.updated) updates and \(summary.removed) removals, not 1000 and 100")
+        }
+
+        let downloadSeconds = download.seconds
+        progress(String(format: "roster: download %.2f s, plain fetch %.2f s; search p50 %.3f ms p99 %.3f ms; refresh %.1f ms",
+                        downloadSeconds, plain.seconds, searches.percentile(50), searches.percentile(99), refresh.milliseconds))
+        return [
+            BenchResult(name: "roster download, \(guests) guests", figure: downloadSeconds, unit: "s", target: "≤ 2 s", met: downloadSeconds <= 2),
+            BenchResult(name: "roster download / plain HTTP fetch", figure: downloadSeconds / plain.seconds, unit: "×", target: "reported", met: true),
+            BenchResult(name: "search p50", figure: searches.percentile(50), unit: "ms", target: "≤ 10 ms", met: searches.percentile(50) <= 10),
+            BenchResult(name: "search p99", figure: searches.percentile(99), unit: "ms", target: "≤ 10 ms", met: searches.percentile(99) <= 10),
+            BenchResult(name: "delta refresh, 1,000 changes + 100 tombstones", figure: refresh.milliseconds, unit: "ms", target: "≤ 15 ms", met: refresh.milliseconds <= 15),
+        ]
+    }
+
+    /// Fetches every snapshot page's bytes without decoding or storing them.
+    private func plainFetch(base: URL, token: String, client: HTTPClient) async throws {
+        var continuation: String?
+        repeat {
+            var components = URLComponents(url: base.appendingPathComponent("v1/snapshot"), resolvingAgainstBaseURL: false)!
+            components.queryItems = [URLQueryItem(name: "collection", value: Guest.collection), URLQueryItem(name: "scope", value: "bench-event"),
+                                     URLQueryItem(name: "limit", value: "500")] + (continuation.map { [URLQueryItem(name: "continuation", value: $0)] } ?? [])
+            var request = HTTPClientRequest(url: components.url!.absoluteString)
+            request.headers.add(name: "Authorization", value: "Bearer \(token)")
+            let response = try await client.execute(request, timeout: .seconds(30))
+            let body = try await response.body.collect(upTo: 64 * 1024 * 1024)
+            // Only the continuation is read, to ask for the next page.
+            continuation = try JSONDecoder().decode(ContinuationOnly.self, from: Data(buffer: body)).continuation
+        } while continuation != nil
+    }
+
+    private struct ContinuationOnly: Decodable { var continuation: String? }
+}
+
+/// An `outpost serve` child process on a free port, for end-to-end benchmarks.
+final class BenchServer: @unchecked Sendable {
+    let process = Process()
+    private let output = Pipe()
+
+    init(directory: URL, secret: [UInt8]) throws {
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = ["serve", "--port", "0", "--data-dir", directory.path]
+        var environment = ProcessInfo.processInfo.environment
+        environment["OUTPOST_JWT_SECRET"] = String(decoding: secret, as: UTF8.self)
+        environment["LOG_LEVEL"] = "error"
+        process.environment = environment
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+    }
+
+    /// The server's base URL, once it prints that it listens.
+    func waitUntilListening() async throws -> URL {
+        var text = ""
+        let handle = output.fileHandleForReading
+        while process.isRunning {
+            let data = handle.availableData
+            if data.isEmpty { break }
+            text += String(decoding: data, as: UTF8.self)
+            if let range = text.range(of: #"http://127\.0\.0\.1:\d+"#, options: .regularExpression) {
+                return URL(string: String(text[range]))!
+            }
+        }
+        throw CLIError("the benchmark server did not start")
+    }
+
+    func stop() {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+    }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+    var milliseconds: Double { seconds * 1000 }
+}
