@@ -272,7 +272,7 @@ package struct PostgresStorage: SyncStorage {
                 // Taken before the read: every transaction older than it has finished, so the read sees them all.
                 let horizon = try await Self.horizon(connection, logger: logger)
                 let query: PostgresQuery = """
-                    SELECT \(unescaped: Self.recordColumns), change_xid, change_seq FROM records
+                    SELECT \(unescaped: Self.changeColumns), change_xid, change_seq FROM records
                     WHERE tenant = \(tenant) AND collection = \(collection)
                       AND (\(scope)::text IS NULL OR scope = \(scope)::text)
                       AND (change_xid, change_seq) > (\(cursor.xid), \(cursor.seq)) AND change_xid < \(horizon)
@@ -320,7 +320,7 @@ package struct PostgresStorage: SyncStorage {
     {
         try await guarded {
             let query: PostgresQuery = """
-                SELECT \(unescaped: Self.recordColumns) FROM records
+                SELECT \(unescaped: Self.changeColumns) FROM records
                 WHERE tenant = \(tenant) AND collection = \(collection) AND NOT tombstone
                   AND (\(scope)::text IS NULL OR scope = \(scope)::text)
                   AND record_id > \(recordId ?? "")
@@ -403,6 +403,8 @@ package struct PostgresStorage: SyncStorage {
 
     static let recordColumns =
         "collection, record_id, scope, version, tombstone, fields, meta, created_at, updated_at"
+    /// What pulls and snapshots read: everything but the merge stamps, which only a push needs.
+    static let changeColumns = "collection, record_id, scope, version, tombstone, fields, created_at, updated_at"
 
     static func record(_ row: PostgresRow) throws -> StoredRecord {
         let c = row.makeRandomAccess()
@@ -413,7 +415,8 @@ package struct PostgresStorage: SyncStorage {
             version: try c["version"].decode(Int64.self),
             tombstone: try c["tombstone"].decode(Bool.self),
             fields: try StorageCoding.decode([String: JSONValue].self, from: try c["fields"].decode(String.self)),
-            meta: try StorageCoding.decode(StoredRecord.Meta.self, from: try c["meta"].decode(String.self)),
+            meta: try c.contains("meta")
+                ? StorageCoding.decode(StoredRecord.Meta.self, from: try c["meta"].decode(String.self)) : .init(),
             createdAt: try c["created_at"].decode(Int64.self),
             updatedAt: try c["updated_at"].decode(Int64.self))
     }

@@ -160,7 +160,7 @@ package struct SQLiteStorage: SyncStorage {
         async throws -> PullPage
     {
         try await pool.read { db in
-            var sql = "SELECT * FROM records WHERE tenant = ? AND collection = ? AND change_seq > ?"
+            var sql = "SELECT \(Self.changeColumns) FROM records WHERE tenant = ? AND collection = ? AND change_seq > ?"
             var arguments: StatementArguments = [tenant, collection, cursor.seq]
             if let scope {
                 sql += " AND scope = ?"
@@ -194,7 +194,7 @@ package struct SQLiteStorage: SyncStorage {
         async throws -> [StoredRecord]
     {
         try await pool.read { db in
-            var sql = "SELECT * FROM records WHERE tenant = ? AND collection = ? AND tombstone = 0"
+            var sql = "SELECT \(Self.changeColumns) FROM records WHERE tenant = ? AND collection = ? AND tombstone = 0"
             var arguments: StatementArguments = [tenant, collection]
             if let scope {
                 sql += " AND scope = ?"
@@ -247,12 +247,16 @@ package struct SQLiteStorage: SyncStorage {
             conflict: try conflict.map { try StorageCoding.decode(ConflictDetail.self, from: $0) })
     }
 
+    /// What pulls and snapshots read: everything but the merge stamps, which only a push needs.
+    static let changeColumns = "collection, record_id, scope, version, tombstone, fields, created_at, updated_at, change_seq"
+
     static func record(_ row: Row) throws -> StoredRecord {
-        StoredRecord(
+        let meta: String? = row["meta"]
+        return StoredRecord(
             collection: row["collection"], recordId: row["record_id"], scope: row["scope"], version: row["version"],
             tombstone: row["tombstone"],
             fields: try StorageCoding.decode([String: JSONValue].self, from: row["fields"]),
-            meta: try StorageCoding.decode(StoredRecord.Meta.self, from: row["meta"]),
+            meta: try meta.map { try StorageCoding.decode(StoredRecord.Meta.self, from: $0) } ?? .init(),
             createdAt: row["created_at"], updatedAt: row["updated_at"])
     }
 
