@@ -18,6 +18,12 @@ struct EventOption: ParsableArguments {
 
     static let currentEventSetting = "current_event"
 
+    /// The opened event's roster, from the device store alone (no network), once fully downloaded.
+    func offlineRoster(_ options: DeviceStoreOptions) async throws -> (ReferenceData, String) {
+        let store = try options.openStore()
+        return (ReferenceData(store: store, transport: OfflineTransport()), try await resolve(store))
+    }
+
     func resolve(_ store: LocalStore) async throws -> String {
         if let event { return try checkedEvent(event) }
         guard let current = try await store.setting(Self.currentEventSetting) else {
@@ -91,9 +97,7 @@ struct EventFind: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        let store = try options.openStore()
-        let event = try await eventOption.resolve(store)
-        let data = ReferenceData(store: store, transport: OfflineTransport())
+        let (data, event) = try await eventOption.offlineRoster(options)
         guard try await data.state(collection: Guest.collection, scope: event).isReady else {
             throw CLIError(ReferenceMessages.incomplete)
         }
@@ -120,9 +124,7 @@ struct EventLookup: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        let store = try options.openStore()
-        let event = try await eventOption.resolve(store)
-        let data = ReferenceData(store: store, transport: OfflineTransport())
+        let (data, event) = try await eventOption.offlineRoster(options)
         let result = try await data.lookup(collection: Guest.collection, scope: event, recordId: guestId)
         switch result {
         case .found(let guest):

@@ -46,6 +46,16 @@ func checkedEvent(_ event: String) throws -> String {
     return event
 }
 
+/// A roster change as the organizer tools send it: the key names the event, the guest and the moment, so
+/// that running the same command again later is a new change and never an idempotency clash.
+func rosterMutation(
+    event: String, guestId: String, op: MutationOperation = .upsert, fields: [String: JSONValue] = [:], at time: Timestamp
+) -> Mutation {
+    Mutation(
+        idempotencyKey: "roster:\(event):\(guestId):\(time.iso8601)\(op == .delete ? ":cancel" : "")",
+        collection: Guest.collection, recordId: guestId, op: op, fields: fields, clientTimestamp: time)
+}
+
 /// Sends roster mutations in batches the server accepts; stops at the first refusal.
 func pushRoster(_ mutations: [Mutation], via transport: HTTPSyncTransport, progress: ((Int) -> Void)? = nil) async throws {
     var sent = 0
@@ -89,11 +99,7 @@ struct RosterImport: AsyncParsableCommand {
             throw CLIError("\(list.problems.count) bad row\(list.problems.count == 1 ? "" : "s") in \(file); nothing was imported")
         }
         let time = Timestamp(Date())
-        let mutations = rows.map { row in
-            Mutation(
-                idempotencyKey: "roster:\(event):\(row.guestId):\(time.iso8601)", collection: Guest.collection,
-                recordId: row.guestId, op: .upsert, fields: row.fields, clientTimestamp: time)
-        }
+        let mutations = rows.map { rosterMutation(event: event, guestId: $0.guestId, fields: $0.fields, at: time) }
         try await connection.withTransport { transport in
             try await pushRoster(mutations, via: transport)
         }
@@ -128,12 +134,8 @@ struct RosterAdd: AsyncParsableCommand {
         }
         guard let guestId, Identifier.isValid(guestId) else { throw CLIError("guest_id=… is required and must be an identifier") }
         if let problem = Guest.problem(in: values) { throw CLIError(problem) }
-        let time = Timestamp(Date())
-        try await connection.withTransport { transport in
-            try await pushRoster(
-                [Mutation(idempotencyKey: "roster:\(event):\(guestId):\(time.iso8601)", collection: Guest.collection,
-                          recordId: guestId, op: .upsert, fields: values, clientTimestamp: time)], via: transport)
-        }
+        let mutation = rosterMutation(event: event, guestId: guestId, fields: values, at: Timestamp(Date()))
+        try await connection.withTransport { try await pushRoster([mutation], via: $0) }
         say("added \(guestId) to \(event)")
     }
 }
@@ -151,12 +153,8 @@ struct RosterCancel: AsyncParsableCommand {
     func run() async throws {
         let event = try checkedEvent(self.event)
         guard Identifier.isValid(guestId) else { throw CLIError("the guest id must be an identifier") }
-        let time = Timestamp(Date())
-        try await connection.withTransport { transport in
-            try await pushRoster(
-                [Mutation(idempotencyKey: "roster:\(event):\(guestId):\(time.iso8601):cancel", collection: Guest.collection,
-                          recordId: guestId, op: .delete, clientTimestamp: time)], via: transport)
-        }
+        let mutation = rosterMutation(event: event, guestId: guestId, op: .delete, at: Timestamp(Date()))
+        try await connection.withTransport { try await pushRoster([mutation], via: $0) }
         say("cancelled \(guestId) in \(event)")
     }
 }
