@@ -90,9 +90,11 @@ public struct ReferenceData: Sendable {
                     try Self.upsert(
                         record, collection: collection, scope: scope, db: db, sealer: sealer, index: index, isNew: true)
                 }
-                let stored = try Int.fetchOne(
-                    db, sql: "SELECT COUNT(*) FROM reference_records WHERE collection = ? AND scope = ?",
+                // Counted as it goes: a COUNT(*) per page would make the download quadratic.
+                let before = isFirst ? 0 : try Int.fetchOne(
+                    db, sql: "SELECT stored FROM reference_state WHERE collection = ? AND scope = ?",
                     arguments: [collection, scope]) ?? 0
+                let stored = before + page.records.count
                 try db.execute(
                     sql: """
                         INSERT OR REPLACE INTO reference_state (collection, scope, continuation, cursor, total, stored,
@@ -154,8 +156,15 @@ public struct ReferenceData: Sendable {
                 try await store.queue.write { db -> (Int, Int) in
                     var updated = 0
                     var removed = 0
+                    var stored = try Int.fetchOne(
+                        db, sql: "SELECT stored FROM reference_state WHERE collection = ? AND scope = ?",
+                        arguments: [collection, scope]) ?? 0
+                    let exists = try db.cachedStatement(
+                        sql: "SELECT 1 FROM reference_records WHERE collection = ? AND scope = ? AND record_id = ?")
                     for change in page.changes {
+                        let existed = try Bool.fetchOne(exists, arguments: [collection, scope, change.recordId]) ?? false
                         if change.tombstone {
+                            if existed { stored -= 1 }
                             for table in ["reference_records", "reference_search"] {
                                 try db.execute(
                                     sql: "DELETE FROM \(table) WHERE collection = ? AND scope = ? AND record_id = ?",
@@ -167,12 +176,10 @@ public struct ReferenceData: Sendable {
                             removed += 1
                         } else {
                             try Self.upsert(change, collection: collection, scope: scope, db: db, sealer: sealer, index: index)
+                            if !existed { stored += 1 }
                             updated += 1
                         }
                     }
-                    let stored = try Int.fetchOne(
-                        db, sql: "SELECT COUNT(*) FROM reference_records WHERE collection = ? AND scope = ?",
-                        arguments: [collection, scope]) ?? 0
                     try db.execute(
                         sql: "UPDATE reference_state SET cursor = ?, stored = ?, total = ?, refreshed_at = ? WHERE collection = ? AND scope = ?",
                         arguments: [page.cursor, stored, stored, time, collection, scope])
