@@ -35,20 +35,14 @@ struct DeviceStoreOptions: ParsableArguments {
 
     /// Opens the device, runs `body`, and shuts its HTTP client down, whatever happens.
     func withDevice<T>(_ body: (Device) async throws -> T) async throws -> T {
-        let client = HTTPSyncTransport.makeDeviceClient()
-        do {
+        try await withDeviceHTTPClient { client in
             let device: Device
             do {
                 device = try await Device.open(store: try openStore(), httpClient: client)
             } catch let error as ClientError {
                 throw CLIError(error.message)
             }
-            let result = try await body(device)
-            try? await client.shutdown()
-            return result
-        } catch {
-            try? await client.shutdown()
-            throw error
+            return try await body(device)
         }
     }
 }
@@ -174,11 +168,8 @@ struct DevicePut: AsyncParsableCommand {
     func run() async throws {
         var values: [String: JSONValue] = [:]
         for pair in fields {
-            guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex else {
-                throw CLIError("fields are key=value; got '\(pair.prefix(40))'")
-            }
-            let text = String(pair[pair.index(after: equals)...])
-            values[String(pair[..<equals])] = (try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))) ?? .string(text)
+            let (key, text) = try keyValue(pair)
+            values[key] = (try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))) ?? .string(text)
         }
         try await options.withDevice { device in
             await device.engine.probe()

@@ -1,5 +1,7 @@
 import ArgumentParser
+import AsyncHTTPClient
 import Foundation
+import OutpostClient
 
 /// The `outpost` command: serves the server, and issues tokens.
 struct Outpost: AsyncParsableCommand {
@@ -46,6 +48,27 @@ enum Main {
 /// lines while the process runs (or after it was killed).
 func say(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
+}
+
+/// Splits a `key=value` argument; the value may be empty or hold more `=`.
+func keyValue(_ pair: String) throws -> (key: String, value: String) {
+    guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex else {
+        throw CLIError("fields are key=value; got '\(pair.prefix(40))'")
+    }
+    return (String(pair[..<equals]), String(pair[pair.index(after: equals)...]))
+}
+
+/// Runs `body` with an HTTP client made for devices, and shuts the client down however `body` ends.
+func withDeviceHTTPClient<T>(_ body: (HTTPClient) async throws -> T) async throws -> T {
+    let client = HTTPSyncTransport.makeDeviceClient()
+    do {
+        let result = try await body(client)
+        try? await client.shutdown()
+        return result
+    } catch {
+        try? await client.shutdown()
+        throw error
+    }
 }
 
 /// A failure the CLI reports as one line.

@@ -28,14 +28,8 @@ struct ConnectionOptions: ParsableArguments {
         guard let token = token ?? environment["OUTPOST_TOKEN"], !token.isEmpty else {
             throw CLIError("give --token T or set OUTPOST_TOKEN")
         }
-        let client = HTTPSyncTransport.makeDeviceClient()
-        do {
-            let result = try await body(HTTPSyncTransport(baseURL: url, token: token, client: client))
-            try? await client.shutdown()
-            return result
-        } catch {
-            try? await client.shutdown()
-            throw error
+        return try await withDeviceHTTPClient { client in
+            try await body(HTTPSyncTransport(baseURL: url, token: token, client: client))
         }
     }
 }
@@ -122,11 +116,7 @@ struct RosterAdd: AsyncParsableCommand {
         var values: [String: JSONValue] = [Guest.scopeField: .string(event)]
         var guestId: String?
         for pair in fields {
-            guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex else {
-                throw CLIError("fields are key=value; got '\(pair.prefix(40))'")
-            }
-            let key = String(pair[..<equals])
-            let value = String(pair[pair.index(after: equals)...])
+            let (key, value) = try keyValue(pair)
             guard key == "guest_id" || Guest.columns.contains(key) else {
                 throw CLIError("unknown field \(key); use \(Guest.columns.joined(separator: ", "))")
             }

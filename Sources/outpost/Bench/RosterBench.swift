@@ -24,14 +24,8 @@ struct RosterBench {
             for: Identity(tenant: "bench", userId: "organizer", role: .organizer, name: "Organizer"), lifetime: .seconds(3600), now: Date())
         let staff = try await authority.token(
             for: Identity(tenant: "bench", userId: "staff", role: .staff, name: "Staff"), lifetime: .seconds(3600), now: Date())
-        let client = HTTPSyncTransport.makeDeviceClient()
-        do {
-            let results = try await measure(base: base, organizer: organizer, staff: staff, client: client)
-            try? await client.shutdown()
-            return results
-        } catch {
-            try? await client.shutdown()
-            throw error
+        return try await withDeviceHTTPClient { client in
+            try await measure(base: base, organizer: organizer, staff: staff, client: client)
         }
     }
 
