@@ -110,16 +110,17 @@ struct ProtocolTests {
         try await withServer(.sqlite) { client, _ in
             let staff = try await Fixtures.token(role: .staff)
             let organizer = try await Fixtures.token(role: .organizer)
-            _ = try await client.push([Fixtures.upsert("a1", ["travel_expense": 40], collection: "activities")], token: staff)
+            let activity: [String: JSONValue] = ["type": "visit", "date": "2026-11-20", "duration_minutes": 60, "travel_expense": "40.00"]
+            _ = try await client.push([Fixtures.upsert("a1", activity, collection: "activities")], token: staff)
             _ = try await client.push(
-                [Fixtures.upsert("a1", ["travel_expense": 55], at: 10, collection: "activities", device: "dev-b", base: 1)],
+                [Fixtures.upsert("a1", ["travel_expense": "55.00"], at: 10, collection: "activities", device: "dev-b", base: 1)],
                 token: staff, device: "dev-b")
             let result = try await client.push(
-                [Fixtures.upsert("a1", ["travel_expense": 70, "notes": "taxi"], at: 20, collection: "activities", base: 1)],
+                [Fixtures.upsert("a1", ["travel_expense": "70.00", "notes": "taxi"], at: 20, collection: "activities", base: 1)],
                 token: staff
             ).results[0]
             #expect(result.status == .conflict)
-            #expect(result.conflict?.serverFields == ["travel_expense": 55])
+            #expect(result.conflict?.serverFields == ["travel_expense": "55.00"])
             let listed = try await client.send(.get, "/v1/conflicts?collection=activities", token: organizer)
             let conflicts = try JSONDecoder().decode(ConflictsResponse.self, from: listed.body).conflicts
             #expect(conflicts.map(\.conflictId) == [result.conflict?.conflictId])

@@ -16,12 +16,27 @@ public struct CollectionPolicy: Sendable, Hashable, Codable {
     public var protectedFields: Set<String>
     /// The field whose value is the record's scope (for example `event_id` for a roster), if any.
     public var scopeField: String?
+    /// How concurrent writes to one record resolve.
+    public var merge: Merge
 
-    public init(name: String, kind: Kind = .data, protectedFields: Set<String> = [], scopeField: String? = nil) {
+    /// How concurrent writes to one record resolve.
+    public enum Merge: String, Sendable, Hashable, Codable {
+        /// Field by field, the latest client time wins (protected fields aside).
+        case lastWriteWins
+        /// The record as first written, by client time, stands; a later write changes nothing, an earlier
+        /// one that arrives late replaces it. A guest's check-in is the first scan.
+        case firstWriteWins
+    }
+
+    public init(
+        name: String, kind: Kind = .data, protectedFields: Set<String> = [], scopeField: String? = nil,
+        merge: Merge = .lastWriteWins
+    ) {
         self.name = name
         self.kind = kind
         self.protectedFields = protectedFields
         self.scopeField = scopeField
+        self.merge = merge
     }
 
     /// The role a token needs to push to this collection.
@@ -42,12 +57,12 @@ public struct CollectionRegistry: Sendable, Hashable {
 
     /// The collections of Outpost's field apps, plus `notes` for scripts and tests.
     public static let standard = CollectionRegistry([
-        CollectionPolicy(name: "guests", kind: .reference, scopeField: "event_id"),
+        CollectionPolicy(name: Guest.collection, kind: .reference, scopeField: Guest.scopeField),
         CollectionPolicy(name: "events", kind: .reference),
-        CollectionPolicy(name: "checkins", scopeField: "event_id"),
-        CollectionPolicy(name: "attendance"),
-        CollectionPolicy(name: "activities", protectedFields: ["travel_expense", "amount"]),
-        CollectionPolicy(name: "builds"),
+        CollectionPolicy(name: CheckIn.collection, scopeField: CheckIn.scopeField, merge: .firstWriteWins),
+        CollectionPolicy(name: Attendance.collection),
+        CollectionPolicy(name: Activity.collection, protectedFields: Activity.financialFields),
+        CollectionPolicy(name: Build.collection),
         CollectionPolicy(name: "notes"),
     ])
 }

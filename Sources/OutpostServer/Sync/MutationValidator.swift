@@ -68,15 +68,22 @@ struct MutationValidator: Sendable {
                 }
             }
         }
-        if mutation.op == .upsert, let rule = Self.fieldRules[policy.name], let problem = rule(mutation.fields) {
+        if mutation.op == .upsert, let rule = Self.fieldRules[policy.name], let problem = rule(mutation) {
             return .rejected(key, .invalidFields, problem)
         }
         return nil
     }
 
-    /// Rules on the fields of particular collections, which must hold for every client.
-    static let fieldRules: [String: @Sendable ([String: JSONValue]) -> String?] = [
-        Guest.collection: Guest.problem(in:)
+    /// Rules on the fields of particular collections, which must hold for every client. Rules that read
+    /// stored records are ``RecordRule``s.
+    static let fieldRules: [String: @Sendable (Mutation) -> String?] = [
+        Guest.collection: { Guest.problem(in: $0.fields) },
+        Attendance.collection: {
+            Attendance.problem(in: $0.fields) ?? Attendance.problem(recordId: $0.recordId, fields: $0.fields)
+        },
+        CheckIn.collection: { CheckIn.problem(in: $0.fields) },
+        Activity.collection: { Activity.problem(in: $0.fields) },
+        Build.collection: { Build.problem(in: $0.fields) },
     ]
 
     /// A digest of everything a mutation says, so that a key sent again with other content is caught.

@@ -19,13 +19,6 @@ package enum PushItem: Sendable {
         if case .valid(let mutation, _) = self { return mutation.idempotencyKey }
         return nil
     }
-
-    var recordKey: RecordKey? {
-        if case .valid(let mutation, _) = self {
-            return RecordKey(collection: mutation.collection, recordId: mutation.recordId)
-        }
-        return nil
-    }
 }
 
 /// What an earlier push left under an idempotency key: enough to answer a duplicate.
@@ -59,14 +52,26 @@ struct PushPlan: Sendable {
 }
 
 /// Decides the outcome of a whole push from the stored state it touches. Pure: both engines load the
-/// state inside their transaction, call ``plan(_:context:processed:records:collections:)``, and write the plan.
+/// state inside their transaction, call ``plan(_:context:processed:records:collections:rules:newConflictId:)``,
+/// and write the plan.
 enum PushPlanner {
+    /// The records a push reads: those it writes, and those their collections' rules consult.
+    static func recordKeys(of items: [PushItem], rules: [String: RecordRule] = RecordRule.standard) -> Set<RecordKey> {
+        var keys = Set<RecordKey>()
+        for case .valid(let mutation, _) in items {
+            keys.insert(RecordKey(collection: mutation.collection, recordId: mutation.recordId))
+            if let rule = rules[mutation.collection] { keys.formUnion(rule.related(mutation)) }
+        }
+        return keys
+    }
+
     static func plan(
         _ items: [PushItem],
         context: PushContext,
         processed: [String: ProcessedMutation],
         records: [RecordKey: StoredRecord],
         collections: CollectionRegistry,
+        rules: [String: RecordRule] = RecordRule.standard,
         newConflictId: () -> String = { UUID().uuidString.lowercased() }
     ) -> PushPlan {
         var plan = PushPlan()
@@ -100,6 +105,14 @@ enum PushPlanner {
                     continue
                 }
                 let recordKey = RecordKey(collection: mutation.collection, recordId: mutation.recordId)
+                if let rule = rules[mutation.collection] {
+                    let input = RecordRule.Input(
+                        mutation: mutation, existing: records[recordKey], context: context, record: { records[$0] })
+                    if let refusal = rule.check(input) {
+                        plan.results.append(.rejected(key, refusal.code, refusal.message))
+                        continue
+                    }
+                }
                 let outcome = RecordMerge.apply(
                     mutation, deviceId: context.deviceId, to: records[recordKey], policy: policy)
                 if outcome.changed {

@@ -55,6 +55,18 @@ enum RecordMerge {
             return false
         }
 
+        if policy.merge == .firstWriteWins, let existing, !existing.tombstone, mutation.op == .upsert {
+            // The first write stands; one that happened earlier but arrived later takes its place whole.
+            guard time < existing.createdAt else { return Outcome(record: existing, changed: false, conflict: nil) }
+            record.fields = mutation.fields
+            record.meta.stamps = mutation.fields.mapValues { _ in stamp }
+            record.createdAt = time
+            record.updatedAt = time
+            record.version = newVersion
+            if let field = policy.scopeField, let value = record.fields[field] { record.scope = value.displayText }
+            return Outcome(record: record, changed: true, conflict: nil)
+        }
+
         switch mutation.op {
         case .upsert:
             for (name, value) in mutation.fields.sorted(by: { $0.key < $1.key }) {

@@ -99,7 +99,7 @@ package struct PostgresStorage: SyncStorage {
     }
 
     package func checkHealth() async throws {
-        try await guarded {
+        _ = try await guarded {
             try await client.query("SELECT 1", logger: logger)
         }
     }
@@ -143,7 +143,7 @@ package struct PostgresStorage: SyncStorage {
     {
         let tenant = context.tenant
         let keys = Array(Set(items.compactMap(\.key)))
-        let recordKeys = Array(Set(items.compactMap(\.recordKey))).sorted()
+        let recordKeys = PushPlanner.recordKeys(of: items).sorted()
         return try await client.withTransaction(logger: logger) { connection in
             // Per-record locks, taken in one order by every writer, make read-merge-write safe for records
             // that do not exist yet; rows of other records are never blocked.

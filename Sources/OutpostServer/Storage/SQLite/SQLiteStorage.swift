@@ -82,7 +82,7 @@ package struct SQLiteStorage: SyncStorage {
                 }
             }
             var records: [RecordKey: StoredRecord] = [:]
-            for recordKey in Set(items.compactMap(\.recordKey)) {
+            for recordKey in PushPlanner.recordKeys(of: items) {
                 if let row = try Row.fetchOne(
                     db,
                     sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ?",

@@ -1,0 +1,40 @@
+/// Event check-in: the `checkins` collection, scoped by `event_id`, one record per guest.
+///
+/// A record's id is the guest's id, so a scan's idempotency key is deviceId + guestId + scan time, and
+/// every scan of one guest lands on one record. The first scan, by the device's scan time, wins: a later
+/// scan from another device changes nothing, and an earlier one that arrives late takes its place.
+public enum CheckIn {
+    public static let collection = "checkins"
+    public static let scopeField = "event_id"
+
+    public enum Field {
+        public static let eventId = "event_id"
+        public static let guestId = "guest_id"
+        /// The device that scanned.
+        public static let scannedBy = "scanned_by"
+        /// The device's time of the scan, ISO 8601; equal to the mutation's client timestamp.
+        public static let scannedAt = "scanned_at"
+    }
+
+    /// From this many pending scans on, the device warns that reconnection will be slow.
+    public static let largeQueueThreshold = 500
+
+    /// The warning a device shows at ``largeQueueThreshold`` pending scans or more, else nil.
+    public static func largeQueueWarning(pending: Int) -> String? {
+        guard pending >= largeQueueThreshold else { return nil }
+        return "\(pending) check-ins pending sync. The longer you stay offline, the slower reconnection will be."
+    }
+
+    /// What is wrong with a check-in's fields, or nil. Check-ins are written whole.
+    public static func problem(in fields: [String: JSONValue]) -> String? {
+        for name in [Field.eventId, Field.guestId, Field.scannedBy] {
+            guard let text = fields[name]?.stringValue, Identifier.isValid(text) else {
+                return "\(name) must be an identifier"
+            }
+        }
+        guard let text = fields[Field.scannedAt]?.stringValue, Timestamp(iso8601: text) != nil else {
+            return "scanned_at must be an ISO 8601 time with milliseconds, such as 2026-05-01T09:30:00.000Z"
+        }
+        return nil
+    }
+}

@@ -1,0 +1,163 @@
+import Foundation
+import OutpostProtocol
+import Testing
+
+@testable import OutpostServer
+
+/// The field apps' rules, enforced by the server for every client. Each test runs on SQLite and PostgreSQL,
+/// over HTTP through the real router: the rules read stored records that each engine loads.
+@Suite("Record rules")
+struct RecordRulesTests {
+    /// A whole attendance record of `user` on the fixtures' day.
+    static func attendance(
+        _ action: Attendance.Action, user: String = "ana", at seconds: Double, fields extra: [String: JSONValue] = [:],
+        day: String = "2026-11-21"
+    ) -> Mutation {
+        var fields: [String: JSONValue] = [
+            "action": .string(action.rawValue), "day": .string(day), "latitude": 51.5, "longitude": -0.12,
+        ]
+        fields.merge(extra) { $1 }
+        return Fixtures.upsert(
+            "\(user).\(day).\(action.idSuffix)", fields, at: seconds, collection: Attendance.collection)
+    }
+
+    @Test("attendance: coordinates required, own records only, one check-in a day, check-out after check-in, never deleted",
+          arguments: StorageKind.allCases)
+    func attendanceRules(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token(user: "ana")
+
+            // Without coordinates, or outside the Earth, nothing is written.
+            let noFix = Self.attendance(.checkIn, at: 1, fields: ["latitude": .null])
+            var results = try await client.push([noFix], token: ana).results
+            #expect(results[0].error?.code == .invalidFields)
+            var missing = Self.attendance(.checkIn, at: 1)
+            missing.fields["longitude"] = nil
+            results = try await client.push([missing, Self.attendance(.checkIn, at: 1, fields: ["latitude": 91])], token: ana).results
+            #expect(results.map(\.error?.code) == [.invalidFields, .invalidFields])
+
+            // A check-out first is refused; someone else's id is refused; a day far from the action is refused.
+            results = try await client.push([Self.attendance(.checkOut, at: 2)], token: ana).results
+            #expect(results[0].error?.code == .stateConflict)
+            results = try await client.push([Self.attendance(.checkIn, user: "ben", at: 2)], token: ana).results
+            #expect(results[0].error?.code == .forbidden)
+            results = try await client.push([Self.attendance(.checkIn, at: 2, day: "2026-11-25")], token: ana).results
+            #expect(results[0].error?.code == .invalidFields)
+
+            // Check in (created offline), then out in a later push: the check-in is read from storage.
+            let checkIn = Self.attendance(.checkIn, at: 3, fields: ["isOfflineEntry": true])
+            results = try await client.push([checkIn], token: ana).results
+            #expect(results[0].status == .applied)
+            results = try await client.push([Self.attendance(.checkOut, at: 4)], token: ana).results
+            #expect(results[0].status == .applied)
+
+            // A second check-in that day is refused; the first sent again is a duplicate; nothing is deleted.
+            results = try await client.push(
+                [Self.attendance(.checkIn, at: 5), checkIn,
+                 Fixtures.delete("ana.2026-11-21.in", at: 6, collection: Attendance.collection)],
+                token: ana).results
+            #expect(results.map(\.status) == [.rejected, .duplicate, .rejected])
+            #expect(results[0].error?.code == .stateConflict)
+            #expect(results[2].error?.code == .stateConflict)
+
+            // The server keeps the offline flag and reports it.
+            try await storage.settle()
+            let pulled = try await client.pull("collection=attendance", token: ana)
+            #expect(pulled.changes.map(\.recordId) == ["ana.2026-11-21.in", "ana.2026-11-21.out"])
+            #expect(pulled.changes[0].fields["isOfflineEntry"] == true)
+            #expect(pulled.changes[0].createdAt == Fixtures.time(3))
+        }
+    }
+
+    @Test("attendance: a check-in and its check-out in one push both apply", arguments: StorageKind.allCases)
+    func attendanceInOnePush(kind: StorageKind) async throws {
+        try await withServer(kind) { client, _ in
+            let results = try await client.push(
+                [Self.attendance(.checkIn, at: 1), Self.attendance(.checkOut, at: 2)], token: try await Fixtures.token())
+                .results
+            #expect(results.map(\.status) == [.applied, .applied])
+        }
+    }
+
+    static func scan(_ guest: String, event: String = "gala", device: String = "dev-a", at seconds: Double) -> Mutation {
+        let time = Fixtures.time(seconds)
+        return Fixtures.upsert(
+            guest,
+            ["event_id": .string(event), "guest_id": .string(guest), "scanned_by": .string(device),
+             "scanned_at": .string(time.iso8601)],
+            at: seconds, collection: CheckIn.collection, device: device)
+    }
+
+    @Test("check-ins: the guest must be on the event's roster and not cancelled; the first scan by device time wins; the audit keeps scan times",
+          arguments: StorageKind.allCases)
+    func checkInRules(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let staff = try await Fixtures.token()
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            let roster = ["g1", "g2", "g3"].map { id in
+                Fixtures.upsert(
+                    id, ["name": .string("Guest \(id)"), "event_id": "gala", "status": "registered"],
+                    collection: Guest.collection, device: "admin")
+            }
+            _ = try await client.push(
+                roster + [Fixtures.delete("g3", at: 1, collection: Guest.collection, device: "admin")],
+                token: organizer, device: "admin")
+
+            var results = try await client.push(
+                [Self.scan("g9", at: 10), Self.scan("g3", at: 10), Self.scan("g1", event: "other", at: 10)], token: staff
+            ).results
+            #expect(results.map(\.error?.code) == [.unknownGuest, .guestCancelled, .unknownGuest])
+
+            // A scan must say which device scanned, and when.
+            var forged = Self.scan("g1", device: "dev-z", at: 10)
+            results = try await client.push([forged], token: staff).results
+            #expect(results[0].error?.code == .invalidFields)
+            forged = Self.scan("g1", at: 10)
+            forged.fields["scanned_at"] = .string(Fixtures.time(99).iso8601)
+            results = try await client.push([forged], token: staff).results
+            #expect(results[0].error?.code == .invalidFields)
+
+            // dev-b scans g1 at 30 and pushes first; dev-a scanned it at 20 offline and replays later: dev-a's
+            // scan is the first. A third scan at 40 changes nothing.
+            _ = try await client.push([Self.scan("g1", device: "dev-b", at: 30)], token: staff, device: "dev-b")
+            _ = try await client.push([Self.scan("g1", at: 20)], token: staff)
+            results = try await client.push([Self.scan("g1", device: "dev-c", at: 40)], token: staff, device: "dev-c").results
+            #expect(results[0].status == .applied)
+            try await storage.settle()
+            let pulled = try await client.pull("collection=checkins&scope=gala", token: staff)
+            #expect(pulled.changes.count == 1)
+            #expect(pulled.changes[0].fields["scanned_by"] == "dev-a")
+            #expect(pulled.changes[0].createdAt == Fixtures.time(20))
+
+            // The audit lists every scan at the device's scan time, never the time of replay.
+            let response = try await client.send(.get, "/v1/audit?collection=checkins&recordId=g1", token: organizer)
+            let entries = try JSONDecoder().decode(AuditResponse.self, from: response.body).entries
+            #expect(Set(entries.map(\.clientTimestamp)) == [Fixtures.time(20), Fixtures.time(30), Fixtures.time(40)])
+            #expect(entries.allSatisfy { $0.receivedAt == Fixtures.serverNow })
+        }
+    }
+
+    @Test("activities and builds: a new record needs its required fields; money is a decimal string; edits are partial",
+          arguments: StorageKind.allCases)
+    func activityAndBuildRules(kind: StorageKind) async throws {
+        try await withServer(kind) { client, _ in
+            let staff = try await Fixtures.token()
+            let activity: [String: JSONValue] = ["type": "visit", "date": "2026-11-20", "duration_minutes": 90]
+            let results = try await client.push(
+                [
+                    Fixtures.upsert("a1", ["type": "visit"], at: 1, collection: Activity.collection),
+                    Fixtures.upsert("a2", activity.merging(["travel_expense": 12.5]) { $1 }, at: 1, collection: Activity.collection),
+                    Fixtures.upsert("a3", activity.merging(["duration_minutes": 0]) { $1 }, at: 1, collection: Activity.collection),
+                    Fixtures.upsert("a4", activity.merging(["date": "2026-02-30"]) { $1 }, at: 1, collection: Activity.collection),
+                    Fixtures.upsert("a5", activity.merging(["travel_expense": "12.50"]) { $1 }, at: 1, collection: Activity.collection),
+                    Fixtures.upsert("a5", ["notes": "edited"], at: 2, collection: Activity.collection),
+                    Fixtures.upsert("b1", ["floor": 2], at: 1, collection: Build.collection),
+                    Fixtures.upsert("b2", ["name": " "], at: 1, collection: Build.collection),
+                    Fixtures.upsert("b3", ["name": "Shed", "floor": 2], at: 1, collection: Build.collection),
+                ], token: staff
+            ).results
+            #expect(results.map(\.status) == [.rejected, .rejected, .rejected, .rejected, .applied, .applied, .rejected, .rejected, .applied])
+            #expect(results.compactMap(\.error?.code).allSatisfy { $0 == .invalidFields })
+        }
+    }
+}
