@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "OutpostProtocol", targets: ["OutpostProtocol"]),
         .library(name: "OutpostClient", targets: ["OutpostClient"]),
         .library(name: "OutpostServer", targets: ["OutpostServer"]),
+        .library(name: "OutpostApps", targets: ["OutpostApps"]),
         .library(name: "OutpostTesting", targets: ["OutpostTesting"]),
         .executable(name: "outpost", targets: ["outpost"]),
     ],
@@ -57,6 +58,10 @@ let package = Package(
             resources: [.copy("Resources/openapi.yaml")]
         ),
         .target(
+            name: "OutpostApps",
+            dependencies: ["OutpostProtocol", "OutpostClient"]
+        ),
+        .target(
             name: "OutpostTesting",
             dependencies: ["OutpostProtocol", "OutpostClient"]
         ),
@@ -65,6 +70,7 @@ let package = Package(
             dependencies: [
                 "OutpostServer",
                 "OutpostClient",
+                "OutpostApps",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -81,10 +87,20 @@ let package = Package(
             ]
         ),
         .testTarget(
+            name: "OutpostAppsTests",
+            dependencies: [
+                "OutpostApps",
+                "OutpostTesting",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Clocks", package: "swift-clocks"),
+            ]
+        ),
+        .testTarget(
             name: "OutpostServerTests",
             dependencies: [
                 "OutpostServer",
                 "OutpostClient",
+                "OutpostApps",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),

@@ -11,6 +11,8 @@ public struct Device: Sendable {
     public let engine: SyncEngine
     public let transport: any SyncTransport
     public let serverURL: URL
+    /// Who the device acts for, as its token names them; nil when the token is not a JWT.
+    public let user: DeviceUser?
 
     enum SettingName {
         static let server = "server"
@@ -54,8 +56,46 @@ public struct Device: Sendable {
             store: store, transport: transport, configuration: SyncConfiguration(deviceId: deviceId), clock: clock,
             now: now)
         try await engine.refreshStatus()
-        return Device(store: store, engine: engine, transport: transport, serverURL: server)
+        return Device(
+            store: store, engine: engine, transport: transport, serverURL: server, user: DeviceUser(token: token))
     }
 
     public var deviceId: String { engine.configuration.deviceId }
+}
+
+/// The staff member a device acts for, read from the claims of its token.
+///
+/// The device reads the claims without checking the signature, which only the server can: it needs its own
+/// user id (attendance record ids carry it) and name, and the server refuses anything a forged claim would
+/// try to write.
+public struct DeviceUser: Sendable, Hashable {
+    public var tenant: String
+    public var userId: String
+    public var name: String
+    public var role: Role
+
+    public init(tenant: String, userId: String, name: String, role: Role) {
+        self.tenant = tenant
+        self.userId = userId
+        self.name = name
+        self.role = role
+    }
+
+    /// The user a JWT names, or nil when `token` is not a JWT with Outpost's claims.
+    public init?(token: String) {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return nil }
+        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+        struct Claims: Decodable {
+            var tenant: String
+            var sub: String
+            var role: String
+            var name: String?
+        }
+        guard let data = Data(base64Encoded: base64), let claims = try? JSONDecoder().decode(Claims.self, from: data),
+            Identifier.isValid(claims.sub), let role = Role(rawValue: claims.role)
+        else { return nil }
+        self.init(tenant: claims.tenant, userId: claims.sub, name: claims.name ?? claims.sub, role: role)
+    }
 }

@@ -17,9 +17,51 @@ public actor InMemoryServer {
     public private(set) var applied: [Application] = []
     /// Decides which mutations the server rejects, with a code and message.
     private let rejection: @Sendable (Mutation) -> WireError.Detail?
+    /// Records as they stand, and every change in order: a pull cursor is a position in `log`.
+    private var records: [String: Change] = [:]
+    private var log: [Change] = []
+    /// The field whose value is a collection's scope, as the server's policies say.
+    private let scopeFields: [String: String]
 
-    public init(rejecting rejection: @escaping @Sendable (Mutation) -> WireError.Detail? = { _ in nil }) {
+    public init(
+        scopeFields: [String: String] = [CheckIn.collection: CheckIn.scopeField],
+        rejecting rejection: @escaping @Sendable (Mutation) -> WireError.Detail? = { _ in nil }
+    ) {
+        self.scopeFields = scopeFields
         self.rejection = rejection
+    }
+
+    /// Changes after `cursor`, merged by arrival (later fields overwrite earlier ones): a simple stand-in
+    /// for the real server's merge, enough for devices that pull what others wrote.
+    public func pull(collection: String, scope: String?, cursor: String?, limit: Int?) -> PullResponse {
+        let from = min(cursor.flatMap(Int.init) ?? 0, log.count)
+        let matching = log[from...].enumerated().filter { $0.element.collection == collection && (scope == nil || $0.element.scope == scope) }
+        let page = Array(matching.prefix(limit ?? 500))
+        let next = page.count == matching.count ? log.count : from + (page.last?.offset ?? -1) + 1
+        return PullResponse(changes: page.map(\.element), cursor: String(next), hasMore: page.count < matching.count)
+    }
+
+    private func record(_ mutation: Mutation, version: Int64) {
+        let key = "\(mutation.collection)/\(mutation.recordId)"
+        var change =
+            records[key]
+            ?? Change(
+                collection: mutation.collection, recordId: mutation.recordId, version: 0, tombstone: false, fields: [:],
+                createdAt: mutation.clientTimestamp, updatedAt: mutation.clientTimestamp)
+        if mutation.op == .delete {
+            change.fields = [:]
+            change.tombstone = true
+        } else {
+            change.fields.merge(mutation.fields) { $1 }
+            change.tombstone = false
+        }
+        change.version = version
+        change.updatedAt = max(change.updatedAt, mutation.clientTimestamp)
+        if let field = scopeFields[mutation.collection], let value = change.fields[field]?.stringValue {
+            change.scope = value
+        }
+        records[key] = change
+        log.append(change)
     }
 
     public func push(_ request: PushRequest) -> PushResponse {
@@ -41,6 +83,7 @@ public actor InMemoryServer {
             let result = MutationResult(idempotencyKey: mutation.idempotencyKey, status: .applied, version: version)
             processed[mutation.idempotencyKey] = (mutation, result)
             applied.append(Application(deviceId: request.deviceId, mutation: mutation))
+            self.record(mutation, version: version)
             return result
         })
     }
@@ -79,7 +122,7 @@ public final class InMemoryTransport: SyncTransport, @unchecked Sendable {
 
     public func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
         guard isOnline else { throw TransportError(kind: .network, message: "offline") }
-        return PullResponse(changes: [], cursor: cursor ?? "", hasMore: false)
+        return await server.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
     }
 
     public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws

@@ -166,24 +166,16 @@ struct DevicePut: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        var values: [String: JSONValue] = [:]
-        for pair in fields {
-            let (key, text) = try keyValue(pair)
-            values[key] = (try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))) ?? .string(text)
-        }
+        let values = try fieldValues(fields)
         try await options.withDevice { device in
             await device.engine.probe()
-            let record: LocalRecord
+            let saved: LocalRecord
             do {
-                record = try await device.engine.save(
+                saved = try await device.engine.saveAndPush(
                     LocalStore.Write(collection: collection, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
             } catch let error as ClientError {
                 throw CLIError(error.message)
             }
-            if await device.engine.status.isOnline {
-                _ = try await device.engine.sync(retrying: false)
-            }
-            let saved = try await device.store.record(collection: collection, recordId: recordId) ?? record
             switch saved.syncStatus {
             case .synced: say("saved \(collection)/\(recordId): synced")
             case .pending: say("saved \(collection)/\(recordId) locally: pending sync (\(await device.engine.status.offlineIndicatorText))")

@@ -49,7 +49,7 @@ struct DeviceService: Service {
     let scheduler: SyncScheduler
 
     func run() async throws {
-        try await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await scheduler.run() }
                 group.addTask {

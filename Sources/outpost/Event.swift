@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 
@@ -8,7 +9,7 @@ struct EventCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "event",
         abstract: "Download an event's roster to this device, refresh it, and look guests up offline.",
-        subcommands: [EventOpen.self, EventRefresh.self, EventFind.self, EventLookup.self])
+        subcommands: [EventOpen.self, EventRefresh.self, EventScan.self, EventFind.self, EventLookup.self, EventPending.self])
 }
 
 /// The event a command acts on: `--event`, or the last one opened on this device.
@@ -85,6 +86,63 @@ struct EventRefresh: AsyncParsableCommand {
             }
         }
     }
+}
+
+struct EventScan: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "scan", abstract: "Check a guest in: decided on the device, queued offline, pushed when online.")
+
+    @Argument(help: "The guest id, as the badge's code reads.")
+    var guestId: String
+    @OptionGroup var eventOption: EventOption
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        try await options.withDevice { device in
+            let event = try await eventOption.resolve(device.store)
+            let desk = CheckInDesk(device: device, event: event)
+            await device.engine.probe()
+            switch try await desk.scan(guestId) {
+            case .checkedIn(let scan, let warning):
+                let name = scan.guestName.map { " \($0)" } ?? ""
+                let state = scan.syncStatus == .synced ? "synced" : "pending sync"
+                say("Checked in: \(scan.guestId)\(name) at \(clockText(scan.scannedAt)) (\(state))")
+                if let warning { say(warning) }
+            case .alreadyCheckedIn(let first):
+                say("Already checked in at \(clockText(first.scannedAt)) by \(first.scannedBy)")
+            }
+        }
+    }
+}
+
+struct EventPending: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pending", abstract: "The event's scans that have not reached the server yet.")
+
+    @OptionGroup var eventOption: EventOption
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        // Read from the device store alone: no network.
+        try await options.withDevice { device in
+            let desk = CheckInDesk(device: device, event: try await eventOption.resolve(device.store))
+            let scans = try await desk.pending()
+            say(scans.count == 1 ? "1 check-in pending sync" : "\(scans.count) check-ins pending sync")
+            for scan in scans {
+                say("\(scan.guestId)  \(clockText(scan.scannedAt))  \(scan.badge.symbol)")
+                if scan.syncStatus == .failed, let error = scan.syncError { say("    \(error)") }
+            }
+            if let warning = try await desk.largeQueueWarning() { say(warning) }
+        }
+    }
+}
+
+/// "HH:mm:ss" in the terminal's time zone.
+func clockText(_ date: Date) -> String {
+    let formatter = DateFormatter()
+    formatter.dateFormat = "HH:mm:ss"
+    formatter.timeZone = .current
+    return formatter.string(from: date)
 }
 
 struct EventFind: AsyncParsableCommand {

@@ -2,13 +2,17 @@ import ArgumentParser
 import AsyncHTTPClient
 import Foundation
 import OutpostClient
+import OutpostProtocol
 
 /// The `outpost` command: serves the server, and issues tokens.
 struct Outpost: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "outpost",
         abstract: "Offline-first capture and sync: the server, field devices, tokens.",
-        subcommands: [Serve.self, Token.self, DeviceCommand.self, RosterCommand.self, EventCommand.self, Bench.self]
+        subcommands: [
+            Serve.self, Token.self, DeviceCommand.self, RosterCommand.self, EventCommand.self, AttendanceCommand.self,
+            ActivityCommand.self, BuildsCommand.self, Bench.self,
+        ]
     )
 }
 
@@ -37,7 +41,8 @@ enum Main {
         if let exitCode = error as? ExitCode {
             Foundation.exit(exitCode.rawValue)
         }
-        let message = Outpost.message(for: error)
+        // The SDK's and the apps' errors carry the words field staff read.
+        let message = ((error as? ClientError)?.message ?? Outpost.message(for: error))
             .split(separator: "\n").first.map(String.init) ?? "failed"
         FileHandle.standardError.write(Data("outpost: \(message)\n".utf8))
         Foundation.exit(code.rawValue == 0 ? 1 : code.rawValue)
@@ -56,6 +61,16 @@ func keyValue(_ pair: String) throws -> (key: String, value: String) {
         throw CLIError("fields are key=value; got '\(pair.prefix(40))'")
     }
     return (String(pair[..<equals]), String(pair[pair.index(after: equals)...]))
+}
+
+/// Fields given as `key=value` arguments; values that parse as JSON (numbers, true, null, {…}) keep their type.
+func fieldValues(_ pairs: [String]) throws -> [String: JSONValue] {
+    var values: [String: JSONValue] = [:]
+    for pair in pairs {
+        let (key, text) = try keyValue(pair)
+        values[key] = (try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))) ?? .string(text)
+    }
+    return values
 }
 
 /// Runs `body` with an HTTP client made for devices, and shuts the client down however `body` ends.

@@ -194,24 +194,27 @@ struct StorageBehaviourTests {
           arguments: StorageKind.allCases)
     func conflicts(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in
-            _ = try await storage.push([Fixtures.upsert("a1", ["amount": 100], at: 0, collection: "activities")])
+            let activity: [String: JSONValue] = ["type": "visit", "date": "2026-11-20", "duration_minutes": 60]
             _ = try await storage.push([
-                Fixtures.upsert("a1", ["amount": 150], at: 5, collection: "activities", device: "dev-b", base: 1)
+                Fixtures.upsert("a1", activity.merging(["amount": "100.00"]) { $1 }, at: 0, collection: "activities")
             ])
-            let stale = Fixtures.upsert("a1", ["amount": 90, "notes": "x"], at: 9, collection: "activities", base: 1)
+            _ = try await storage.push([
+                Fixtures.upsert("a1", ["amount": "150.00"], at: 5, collection: "activities", device: "dev-b", base: 1)
+            ])
+            let stale = Fixtures.upsert("a1", ["amount": "90.00", "notes": "x"], at: 9, collection: "activities", base: 1)
             let results = try await storage.push([stale])
             #expect(results[0].status == .conflict)
-            #expect(results[0].conflict?.serverFields == ["amount": 150])
+            #expect(results[0].conflict?.serverFields == ["amount": "150.00"])
             let again = try await storage.push([stale])
             #expect(again[0].status == .duplicate)
             #expect(again[0].originalStatus == .conflict)
             #expect(again[0].conflict == results[0].conflict)
             let kept = try await storage.conflicts(tenant: "acme", collection: "activities", limit: 10)
             #expect(kept.count == 1)
-            #expect(kept.first?.attemptedFields == ["amount": 90])
+            #expect(kept.first?.attemptedFields == ["amount": "90.00"])
             #expect(kept.first?.conflictId == results[0].conflict?.conflictId)
             let record = try await storage.pullAll(collection: "activities").records.first
-            #expect(record?.fields == ["amount": 150, "notes": "x"])
+            #expect(record?.fields == activity.merging(["amount": "150.00", "notes": "x"]) { $1 })
             #expect(try await storage.conflicts(tenant: "globex", collection: nil, limit: 10).isEmpty)
         }
     }

@@ -75,12 +75,19 @@ public final class LocalStore: Sendable {
         public var recordId: String
         public var op: MutationOperation
         public var fields: [String: JSONValue]
+        /// A field the store sets to the write's client timestamp (ISO 8601), so that a record can carry the
+        /// exact time of its action, such as a check-in's `scanned_at`.
+        public var timestampField: String?
 
-        public init(collection: String, recordId: String, op: MutationOperation = .upsert, fields: [String: JSONValue] = [:]) {
+        public init(
+            collection: String, recordId: String, op: MutationOperation = .upsert, fields: [String: JSONValue] = [:],
+            timestampField: String? = nil
+        ) {
             self.collection = collection
             self.recordId = recordId
             self.op = op
             self.fields = fields
+            self.timestampField = timestampField
         }
     }
 
@@ -111,6 +118,9 @@ public final class LocalStore: Sendable {
                 var record = try Self.record(db, collection: write.collection, recordId: write.recordId, sealer: sealer)
                 let isNew = record == nil
                 var fields = write.fields
+                if let field = write.timestampField, write.op == .upsert {
+                    fields[field] = .string(timestamp.iso8601)
+                }
                 if isNew && offline && write.op == .upsert {
                     fields[LocalRecord.offlineEntryField] = .bool(true)
                 }
@@ -160,7 +170,7 @@ public final class LocalStore: Sendable {
             throw ClientError(
                 .invalidInput, "record ids are 1 to 128 characters from A-Z a-z 0-9 . _ : @ -, without '..'")
         }
-        for name in write.fields.keys where !Identifier.isValidFieldName(name) {
+        for name in write.fields.keys + [write.timestampField].compactMap({ $0 }) where !Identifier.isValidFieldName(name) {
             throw ClientError(.invalidInput, "field names are letters, digits and '_', starting with a letter or '_'")
         }
         if write.fields.values.contains(where: \.containsNUL) {
@@ -204,8 +214,8 @@ public final class LocalStore: Sendable {
         }
     }
 
-    /// How many records wait to sync, and how many failed.
-    public func counts() async throws -> (pending: Int, failed: Int) {
+    /// How many records wait to sync, and how many failed; in one collection when `collection` is given.
+    public func counts(collection: String? = nil) async throws -> (pending: Int, failed: Int) {
         try await perform {
             try await self.queue.read { db in
                 // The condition repeats the partial index's, so that SQLite counts from the index alone.
@@ -213,8 +223,9 @@ public final class LocalStore: Sendable {
                     db,
                     sql: """
                         SELECT sync_status, COUNT(*) AS n FROM records
-                        WHERE sync_status IN ('pending', 'failed') GROUP BY sync_status
-                        """)
+                        WHERE sync_status IN ('pending', 'failed') AND (?1 IS NULL OR collection = ?1)
+                        GROUP BY sync_status
+                        """, arguments: [collection])
                 var counts = (pending: 0, failed: 0)
                 for row in rows {
                     let status: String = row["sync_status"]
@@ -242,15 +253,17 @@ public final class LocalStore: Sendable {
     public func setSetting(_ name: String, _ value: String?) async throws {
         let sealer = self.sealer
         try await perform {
-            try await self.queue.write { db in
-                if let value {
-                    try db.execute(
-                        sql: "INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
-                        arguments: [name, try sealer.seal(Data(value.utf8), context: "setting:\(name)")])
-                } else {
-                    try db.execute(sql: "DELETE FROM settings WHERE name = ?", arguments: [name])
-                }
-            }
+            try await self.queue.write { db in try Self.saveSetting(name, value, db: db, sealer: sealer) }
+        }
+    }
+
+    static func saveSetting(_ name: String, _ value: String?, db: Database, sealer: Sealer) throws {
+        if let value {
+            try db.execute(
+                sql: "INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
+                arguments: [name, try sealer.seal(Data(value.utf8), context: "setting:\(name)")])
+        } else {
+            try db.execute(sql: "DELETE FROM settings WHERE name = ?", arguments: [name])
         }
     }
 

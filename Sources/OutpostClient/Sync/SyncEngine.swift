@@ -26,7 +26,8 @@ public actor SyncEngine {
     public nonisolated let configuration: SyncConfiguration
     private let transport: any SyncTransport
     private let clock: any Clock<Duration>
-    private let now: @Sendable () -> Date
+    /// The engine's time: every local write is stamped with it. Apps that derive a day from "now" read it here.
+    public nonisolated let now: @Sendable () -> Date
 
     public private(set) var status = SyncStatus()
     private var observers: [UUID: AsyncStream<SyncStatus>.Continuation] = [:]
@@ -84,6 +85,17 @@ public actor SyncEngine {
             write, deviceId: configuration.deviceId, at: now(), offline: !status.isOnline)
         try await refreshStatus()
         return record
+    }
+
+    /// Saves a local action durably, then, when the device is online, makes one quick attempt to push the
+    /// outbox (no retries, so the caller never waits on a bad network).
+    ///
+    /// - Returns: the record as it stands after the attempt: synced, still pending, or failed with a reason.
+    public func saveAndPush(_ write: LocalStore.Write) async throws -> LocalRecord {
+        let saved = try await save(write)
+        guard status.isOnline else { return saved }
+        _ = try? await sync(retrying: false)
+        return try await store.record(collection: write.collection, recordId: write.recordId) ?? saved
     }
 
     // MARK: Connectivity
@@ -210,10 +222,46 @@ public actor SyncEngine {
         }
     }
 
+    // MARK: Pull
+
+    /// Brings what changed on the server in `collection` (within `scope`) since the last pull into the store,
+    /// page by page, each page with its cursor in one transaction; queued local changes stay on top.
+    ///
+    /// - Returns: how many records changed.
+    /// - Throws: ``TransportError`` when the server cannot be reached; what was already merged stays.
+    @discardableResult
+    public func pull(collection: String, scope: String? = nil, pageSize: Int = 500) async throws -> Int {
+        let setting = "pull_cursor:\(collection):\(scope ?? "")"
+        var cursor = try await store.setting(setting)
+        var merged = 0
+        while true {
+            let page: PullResponse
+            do {
+                page = try await transport.pull(collection: collection, scope: scope, cursor: cursor, limit: pageSize)
+            } catch let error as TransportError {
+                if error.kind == .network, status.isOnline {
+                    status.isOnline = false
+                    publish()
+                }
+                throw error
+            }
+            merged += try await store.merge(page.changes, cursorSetting: setting, cursor: page.cursor)
+            cursor = page.cursor
+            if !page.hasMore || page.changes.isEmpty { break }
+        }
+        try await refreshStatus()
+        return merged
+    }
+
     /// Sends one record's queued mutations again, rejected ones included.
     public func retry(collection: String? = nil, recordId: String) async throws -> SyncSummary {
-        guard try await store.records().contains(where: { $0.recordId == recordId && (collection == nil || $0.collection == collection) })
-        else { throw ClientError(.notFound, "no record \(recordId) on this device") }
+        let exists =
+            if let collection {
+                try await store.record(collection: collection, recordId: recordId) != nil
+            } else {
+                try await store.records().contains { $0.recordId == recordId }
+            }
+        guard exists else { throw ClientError(.notFound, "no record \(recordId) on this device") }
         try await store.requeue(collection: collection, recordId: recordId)
         return try await sync()
     }

@@ -1,0 +1,148 @@
+import Foundation
+import OutpostClient
+import OutpostProtocol
+
+/// Peer mentors' activity registration over the sync engine.
+///
+/// An activity is saved on the device first and is in the list at once; it is pushed at once when the
+/// device is online, else when connectivity returns. Edits from several devices resolve field by field,
+/// last write wins, except the money fields, which the server protects (see ``Activity``).
+public struct ActivityLog: Sendable {
+    public let engine: SyncEngine
+    /// Makes the id of a new activity.
+    public let newId: @Sendable () -> String
+
+    public init(engine: SyncEngine, newId: @escaping @Sendable () -> String = { "act-\(UUID().uuidString.prefix(13).lowercased())" }) {
+        self.engine = engine
+        self.newId = newId
+    }
+
+    /// Registers an activity.
+    /// - Throws: ``ClientError`` `invalidInput` for a draft the server would refuse; nothing is written then.
+    public func register(_ draft: ActivityDraft) async throws -> ActivitySave {
+        let fields = draft.fields
+        if let problem = Activity.missingOnCreate(fields) ?? Activity.problem(in: fields) {
+            throw ClientError(.invalidInput, problem)
+        }
+        return try await save(recordId: newId(), fields: fields)
+    }
+
+    /// Changes some fields of an activity on this device. A change to a money field carries the version the
+    /// device last saw; if the server's has moved on, the change is kept for review, not applied.
+    /// - Throws: ``ClientError`` `notFound` for an activity this device does not hold, `invalidInput`.
+    public func edit(_ recordId: String, changes: [String: JSONValue]) async throws -> ActivitySave {
+        guard let existing = try await engine.store.record(collection: Activity.collection, recordId: recordId),
+            !existing.deleted
+        else {
+            throw ClientError(.notFound, "no activity \(recordId) on this device; `outpost activity list --refresh` fetches others'")
+        }
+        guard !changes.isEmpty else { throw ClientError(.invalidInput, "nothing to change") }
+        if let problem = Activity.problem(in: changes) { throw ClientError(.invalidInput, problem) }
+        return try await save(recordId: recordId, fields: changes)
+    }
+
+    private func save(recordId: String, fields: [String: JSONValue]) async throws -> ActivitySave {
+        let record = try await engine.saveAndPush(
+            LocalStore.Write(collection: Activity.collection, recordId: recordId, fields: fields))
+        return ActivitySave(activity: ActivityEntry(record), isOnline: await engine.status.isOnline)
+    }
+
+    /// Activities on this device, newest first, each with its sync badge.
+    public func list() async throws -> [ActivityEntry] {
+        try await engine.store.records(collection: Activity.collection)
+            .filter { !$0.deleted }
+            .map(ActivityEntry.init)
+            .sorted { ($0.date, $0.updatedAt) > ($1.date, $1.updatedAt) }
+    }
+
+    /// Pulls activities changed on the server (by other devices, or resolved there) into the device.
+    @discardableResult
+    public func refresh() async throws -> Int {
+        try await engine.pull(collection: Activity.collection)
+    }
+}
+
+/// A new activity as the mentor enters it.
+public struct ActivityDraft: Sendable, Hashable {
+    public var type: String
+    public var date: CalendarDay
+    public var durationMinutes: Int64
+    public var participants: Int64?
+    public var notes: String?
+    /// A decimal amount such as "12.50"; see ``Activity/parseMoney(_:)``.
+    public var travelExpense: String?
+
+    public init(
+        type: String, date: CalendarDay, durationMinutes: Int64, participants: Int64? = nil, notes: String? = nil,
+        travelExpense: String? = nil
+    ) {
+        self.type = type
+        self.date = date
+        self.durationMinutes = durationMinutes
+        self.participants = participants
+        self.notes = notes
+        self.travelExpense = travelExpense
+    }
+
+    var fields: [String: JSONValue] {
+        var fields: [String: JSONValue] = [
+            Activity.Field.type: .string(type),
+            Activity.Field.date: .string(date.description),
+            Activity.Field.durationMinutes: .integer(durationMinutes),
+        ]
+        if let participants { fields[Activity.Field.participants] = .integer(participants) }
+        if let notes { fields[Activity.Field.notes] = .string(notes) }
+        if let travelExpense {
+            fields[Activity.Field.travelExpense] = .string(Activity.parseMoney(travelExpense) ?? travelExpense)
+        }
+        return fields
+    }
+}
+
+/// An activity as the list shows it.
+public struct ActivityEntry: Sendable, Hashable {
+    public var recordId: String
+    public var fields: [String: JSONValue]
+    public var syncStatus: RecordSyncStatus
+    public var syncError: String?
+    public var isOfflineEntry: Bool
+    public var updatedAt: Date
+    /// When a money field conflicted: what the server holds.
+    public var conflict: ConflictDetail?
+
+    public init(_ record: LocalRecord) {
+        recordId = record.recordId
+        fields = record.fields
+        syncStatus = record.syncStatus
+        syncError = record.syncError
+        isOfflineEntry = record.isOfflineEntry
+        updatedAt = record.updatedAt.date
+        conflict = record.conflict
+    }
+
+    public var type: String { fields[Activity.Field.type]?.stringValue ?? "" }
+    public var date: String { fields[Activity.Field.date]?.stringValue ?? "" }
+    public var durationMinutes: Int64? { FieldRules.integer(fields[Activity.Field.durationMinutes]) }
+    public var travelExpense: String? { fields[Activity.Field.travelExpense]?.stringValue }
+    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+}
+
+/// What registering or editing did, and the confirmation to show.
+public struct ActivitySave: Sendable, Hashable {
+    public var activity: ActivityEntry
+    /// Whether the device was online when it saved.
+    public var isOnline: Bool
+
+    /// "Activity registered" once the server has it; "Saved offline — will sync when connected" offline.
+    public var confirmation: String {
+        switch activity.syncStatus {
+        case .synced: return "Activity registered"
+        case .pending where !isOnline: return Activity.savedOfflineMessage
+        case .pending: return "Saved — will sync shortly"
+        case .failed: return "Saved on this device — sync failed: \(activity.syncError ?? "unknown error")"
+        }
+    }
+
+    /// Whether the list shows the offline badge beside it.
+    public var showsOfflineBadge: Bool { activity.syncStatus != .synced }
+}

@@ -1,0 +1,169 @@
+import Foundation
+import OutpostClient
+import OutpostProtocol
+
+/// Staff attendance over the sync engine: check in and out with a GPS fix, online or offline.
+///
+/// Each action is a write-once record (see ``Attendance``): saved locally first, so the state changes at
+/// once, then pushed when the device is online. The rules the app applies before saving (a fix, one
+/// check-in a day, a check-out after a check-in) are enforced again by the server.
+public struct AttendanceLog: Sendable {
+    public let engine: SyncEngine
+    public let userId: String
+    public let location: any LocationProvider
+    /// The zone whose calendar decides "today".
+    public let timeZone: TimeZone
+
+    public init(engine: SyncEngine, userId: String, location: any LocationProvider, timeZone: TimeZone = .current) {
+        self.engine = engine
+        self.userId = userId
+        self.location = location
+        self.timeZone = timeZone
+    }
+
+    /// Opens the log for the user a device's token names.
+    /// - Throws: ``ClientError`` `noUser` when the token names nobody.
+    public init(device: Device, location: any LocationProvider, timeZone: TimeZone = .current) throws {
+        guard let user = device.user else {
+            throw ClientError(.noUser, "this device's token names no user; initialise it with a token from `outpost token`")
+        }
+        self.init(engine: device.engine, userId: user.userId, location: location, timeZone: timeZone)
+    }
+
+    /// Checks in for today.
+    /// - Throws: ``ClientError`` `noLocationFix` without a GPS fix, `alreadyCheckedIn` when today has a
+    ///   check-in; nothing is written then.
+    @discardableResult
+    public func checkIn() async throws -> AttendanceEntry { try await record(.checkIn) }
+
+    /// Checks out for today.
+    /// - Throws: ``ClientError`` `noLocationFix`, `notCheckedIn` or `alreadyCheckedOut`; nothing is written then.
+    @discardableResult
+    public func checkOut() async throws -> AttendanceEntry { try await record(.checkOut) }
+
+    private func record(_ action: Attendance.Action) async throws -> AttendanceEntry {
+        guard let fix = await location.currentFix() else {
+            throw ClientError(.noLocationFix, Attendance.noFixMessage)
+        }
+        guard Attendance.isValidCoordinate(latitude: fix.latitude, longitude: fix.longitude) else {
+            throw ClientError(.invalidInput, "latitude must be within -90…90 and longitude within -180…180")
+        }
+        let day = CalendarDay(engine.now(), timeZone: timeZone)
+        let today = try await entries(on: day)
+        switch action {
+        case .checkIn:
+            if let earlier = today[.checkIn] {
+                throw ClientError(.alreadyCheckedIn, "Already checked in today at \(clock(earlier.time)).")
+            }
+        case .checkOut:
+            guard today[.checkIn] != nil else {
+                throw ClientError(.notCheckedIn, "Not checked in today: check in first.")
+            }
+            if let earlier = today[.checkOut] {
+                throw ClientError(.alreadyCheckedOut, "Already checked out today at \(clock(earlier.time)).")
+            }
+        }
+        var fields: [String: JSONValue] = [
+            Attendance.Field.action: .string(action.rawValue),
+            Attendance.Field.day: .string(day.description),
+            Attendance.Field.latitude: .number(fix.latitude),
+            Attendance.Field.longitude: .number(fix.longitude),
+        ]
+        if let accuracy = fix.accuracy { fields[Attendance.Field.accuracy] = .number(accuracy) }
+        let record = try await engine.saveAndPush(
+            LocalStore.Write(
+                collection: Attendance.collection,
+                recordId: Attendance.recordId(userId: userId, day: day, action: action), fields: fields))
+        guard let entry = AttendanceEntry(record) else {
+            throw ClientError(.storeUnavailable, "the attendance record could not be read back")
+        }
+        return entry
+    }
+
+    /// Where the staff member stands today, as the home screen shows it.
+    public func state() async throws -> AttendanceState {
+        let today = try await entries(on: CalendarDay(engine.now(), timeZone: timeZone))
+        return AttendanceState(latest: today[.checkOut] ?? today[.checkIn])
+    }
+
+    /// This user's attendance records, newest first, each with its sync badge.
+    public func history() async throws -> [AttendanceEntry] {
+        try await engine.store.records(collection: Attendance.collection)
+            .compactMap(AttendanceEntry.init)
+            .filter { $0.userId == userId }
+            .sorted { $0.time > $1.time }
+    }
+
+    private func entries(on day: CalendarDay) async throws -> [Attendance.Action: AttendanceEntry] {
+        var found: [Attendance.Action: AttendanceEntry] = [:]
+        for action in Attendance.Action.allCases {
+            let id = Attendance.recordId(userId: userId, day: day, action: action)
+            if let record = try await engine.store.record(collection: Attendance.collection, recordId: id),
+                let entry = AttendanceEntry(record)
+            {
+                found[action] = entry
+            }
+        }
+        return found
+    }
+
+    /// "HH:mm" in the log's time zone.
+    public func clock(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.dateFormat = "HH:mm"
+        formatter.timeZone = timeZone
+        return formatter.string(from: date)
+    }
+}
+
+/// One check-in or check-out, as the history lists it.
+public struct AttendanceEntry: Sendable, Hashable {
+    public var recordId: String
+    public var userId: String
+    public var action: Attendance.Action
+    public var day: CalendarDay
+    /// The device's time of the action.
+    public var time: Date
+    public var latitude: Double
+    public var longitude: Double
+    public var accuracy: Double?
+    public var isOfflineEntry: Bool
+    public var syncStatus: RecordSyncStatus
+    public var syncError: String?
+
+    /// The entry a stored record holds, or nil when it is not an attendance record.
+    public init?(_ record: LocalRecord) {
+        guard record.collection == Attendance.collection, !record.deleted,
+            let parts = Attendance.parse(recordId: record.recordId),
+            let latitude = FieldRules.number(record.fields[Attendance.Field.latitude]),
+            let longitude = FieldRules.number(record.fields[Attendance.Field.longitude])
+        else { return nil }
+        self.recordId = record.recordId
+        self.userId = parts.userId
+        self.action = parts.action
+        self.day = parts.day
+        self.time = record.createdAt.date
+        self.latitude = latitude
+        self.longitude = longitude
+        self.accuracy = FieldRules.number(record.fields[Attendance.Field.accuracy])
+        self.isOfflineEntry = record.isOfflineEntry
+        self.syncStatus = record.syncStatus
+        self.syncError = record.syncError
+    }
+
+    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+}
+
+/// Today's state: not checked in, checked in, or checked out; and whether the last action has synced.
+public struct AttendanceState: Sendable, Hashable {
+    /// The latest action today, or nil before the first.
+    public var latest: AttendanceEntry?
+
+    public var action: Attendance.Action? { latest?.action }
+
+    /// "Checked In", "Checked Out" or "Not checked in".
+    public var text: String { latest?.action.stateText ?? "Not checked in" }
+
+    /// True while the latest action waits to reach the server: the pending-sync indicator.
+    public var isPendingSync: Bool { latest.map { $0.syncStatus != .synced } ?? false }
+}

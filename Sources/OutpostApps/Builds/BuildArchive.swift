@@ -1,0 +1,84 @@
+import Foundation
+import OutpostClient
+import OutpostProtocol
+
+/// Crews' build archive over the sync engine: a build is saved on the device first, always, then uploaded.
+///
+/// A build whose upload failed stays in the archive with the reason, and can be retried alone or with all
+/// the others. Builds saved by an older version, with no sync status, read as synced.
+public struct BuildArchive: Sendable {
+    public let engine: SyncEngine
+    public let newId: @Sendable () -> String
+
+    public init(engine: SyncEngine, newId: @escaping @Sendable () -> String = { "build-\(UUID().uuidString.prefix(13).lowercased())" }) {
+        self.engine = engine
+        self.newId = newId
+    }
+
+    /// Saves a build locally, then tries to upload it when the device is online.
+    /// - Parameter fields: the crew's own fields besides the name.
+    /// - Throws: ``ClientError`` `invalidInput` for a name or field the server would refuse; nothing is
+    ///   written then. An upload failure is not thrown: the result says it.
+    public func save(name: String, fields: [String: JSONValue] = [:]) async throws -> BuildSave {
+        var fields = fields
+        fields[Build.Field.name] = .string(name)
+        if let problem = Build.problem(in: fields) { throw ClientError(.invalidInput, problem) }
+        let record = try await engine.saveAndPush(
+            LocalStore.Write(collection: Build.collection, recordId: newId(), fields: fields))
+        return BuildSave(build: BuildEntry(record), isOnline: await engine.status.isOnline)
+    }
+
+    /// Every build on the device, newest first, with its status and, for a failed one, why.
+    public func list() async throws -> [BuildEntry] {
+        try await engine.store.records(collection: Build.collection).filter { !$0.deleted }.map(BuildEntry.init)
+    }
+
+    /// Uploads one build again.
+    /// - Throws: ``ClientError`` `notFound` for a build this device does not hold.
+    public func retry(_ buildId: String) async throws -> SyncSummary {
+        try await engine.retry(collection: Build.collection, recordId: buildId)
+    }
+
+    /// Uploads everything waiting or failed ("sync all"), and says how it went: "3 synced, 1 failed: …".
+    public func syncAll() async throws -> SyncSummary {
+        try await engine.retryAll()
+    }
+}
+
+/// A build as the archive lists it.
+public struct BuildEntry: Sendable, Hashable {
+    public var buildId: String
+    public var name: String
+    public var fields: [String: JSONValue]
+    public var syncStatus: RecordSyncStatus
+    public var syncError: String?
+    public var savedAt: Date
+
+    public init(_ record: LocalRecord) {
+        buildId = record.recordId
+        name = record.fields[Build.Field.name]?.stringValue ?? ""
+        fields = record.fields
+        syncStatus = record.syncStatus
+        syncError = record.syncError
+        savedAt = record.createdAt.date
+    }
+
+    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+}
+
+/// What saving a build did.
+public struct BuildSave: Sendable, Hashable {
+    public var build: BuildEntry
+    public var isOnline: Bool
+
+    /// The message after saving. A failed upload says the build is saved and can be retried from the archive.
+    public var message: String {
+        switch build.syncStatus {
+        case .synced: return "Build \"\(build.name)\" saved and uploaded."
+        case .pending where !isOnline: return "Build \"\(build.name)\" saved on this device; it will upload when connected."
+        case .pending: return "Build \"\(build.name)\" saved; uploading shortly."
+        case .failed:
+            return "Build \"\(build.name)\" saved. The upload failed (\(build.syncError ?? "unknown error")); retry it from the archive."
+        }
+    }
+}

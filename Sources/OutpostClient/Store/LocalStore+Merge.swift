@@ -1,0 +1,72 @@
+import Foundation
+import GRDB
+import OutpostProtocol
+
+extension LocalStore {
+    /// Brings records as the server holds them into the store, with the device's own queued changes kept on
+    /// top, and saves the pull cursor in the same transaction.
+    ///
+    /// A record with nothing queued becomes the server's state, synced. A record with queued mutations takes
+    /// the server's fields with the queued ones replayed over them, and stays pending: what the user did on
+    /// this device shows until the server has answered it. A crash leaves either the whole page and its
+    /// cursor, or neither.
+    ///
+    /// - Returns: how many records changed.
+    @discardableResult
+    public func merge(_ changes: [Change], cursorSetting: String, cursor: String) async throws -> Int {
+        let sealer = self.sealer
+        return try await perform {
+            try await self.queue.write { db in
+                var queued = Set<RecordKey>()
+                if !changes.isEmpty {
+                    for row in try Row.fetchAll(db, sql: "SELECT DISTINCT collection, record_id FROM outbox") {
+                        queued.insert(RecordKey(row["collection"], row["record_id"]))
+                    }
+                }
+                var merged = 0
+                for change in changes {
+                    let key = RecordKey(change.collection, change.recordId)
+                    let existing = try Self.record(db, collection: change.collection, recordId: change.recordId, sealer: sealer)
+                    if let existing, existing.version ?? 0 >= change.version, existing.syncStatus == .synced {
+                        continue
+                    }
+                    var fields = change.fields
+                    var deleted = change.tombstone
+                    if queued.contains(key) {
+                        for row in try Row.fetchAll(
+                            db,
+                            sql: "SELECT idempotency_key, op, payload FROM outbox WHERE collection = ? AND record_id = ? ORDER BY seq",
+                            arguments: [change.collection, change.recordId])
+                        {
+                            let idempotencyKey: String = row["idempotency_key"]
+                            if row["op"] == MutationOperation.delete.rawValue {
+                                fields = [:]
+                                deleted = true
+                            } else {
+                                let queuedFields = try sealer.open(
+                                    json: [String: JSONValue].self, from: row["payload"],
+                                    context: "outbox:\(idempotencyKey)")
+                                fields.merge(queuedFields) { $1 }
+                                deleted = false
+                            }
+                        }
+                    }
+                    let isQueued = queued.contains(key)
+                    let record = LocalRecord(
+                        collection: change.collection, recordId: change.recordId, fields: fields, deleted: deleted,
+                        syncStatus: isQueued ? existing?.syncStatus ?? .pending : existing?.conflict != nil ? .failed : .synced,
+                        lastSyncAttempt: existing?.lastSyncAttempt,
+                        syncError: isQueued || existing?.conflict != nil ? existing?.syncError : nil,
+                        isOfflineEntry: fields[LocalRecord.offlineEntryField] == .bool(true),
+                        createdAt: min(change.createdAt, existing?.createdAt ?? change.createdAt),
+                        updatedAt: max(change.updatedAt, existing?.updatedAt ?? change.updatedAt),
+                        version: change.version, conflict: existing?.conflict)
+                    try Self.save(record, db: db, sealer: sealer)
+                    merged += 1
+                }
+                try Self.saveSetting(cursorSetting, cursor, db: db, sealer: sealer)
+                return merged
+            }
+        }
+    }
+}

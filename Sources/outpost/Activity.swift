@@ -1,0 +1,128 @@
+import ArgumentParser
+import Foundation
+import OutpostApps
+import OutpostClient
+import OutpostProtocol
+
+/// `outpost activity …`: peer mentors register their activities.
+struct ActivityCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "activity",
+        abstract: "Register activities, online or offline; list and edit them.",
+        subcommands: [ActivityRegister.self, ActivityList.self, ActivityEdit.self])
+}
+
+/// The fields of an activity as options; all optional so that `edit` can share them.
+struct ActivityFieldOptions: ParsableArguments {
+    @Option(help: "The kind of activity, such as home-visit.")
+    var type: String?
+    @Option(help: "The day, YYYY-MM-DD.")
+    var date: String?
+    @Option(help: "How long: minutes (90) or 1h30m.")
+    var duration: String?
+    @Option(help: "How many took part.")
+    var participants: Int64?
+    @Option(help: "Free notes.")
+    var notes: String?
+    @Option(name: .customLong("travel-expense"), help: "Travel expense, such as 12.50 (a protected money field).")
+    var travelExpense: String?
+
+    /// The fields given, in their wire form.
+    func fields() throws -> [String: JSONValue] {
+        var fields: [String: JSONValue] = [:]
+        if let type { fields[Activity.Field.type] = .string(type) }
+        if let date {
+            guard let day = CalendarDay(date) else { throw CLIError("--date must be a date written YYYY-MM-DD") }
+            fields[Activity.Field.date] = .string(day.description)
+        }
+        if let duration {
+            guard let minutes = Activity.parseDuration(duration) else {
+                throw CLIError("--duration must be minutes (90) or hours and minutes (1h30m)")
+            }
+            fields[Activity.Field.durationMinutes] = .integer(minutes)
+        }
+        if let participants { fields[Activity.Field.participants] = .integer(participants) }
+        if let notes { fields[Activity.Field.notes] = .string(notes) }
+        if let travelExpense {
+            guard let amount = Activity.parseMoney(travelExpense) else {
+                throw CLIError("--travel-expense must be an amount such as 12.50")
+            }
+            fields[Activity.Field.travelExpense] = .string(amount)
+        }
+        return fields
+    }
+}
+
+struct ActivityRegister: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "register", abstract: "Register an activity: saved on the device first, then synced.")
+    @OptionGroup var activity: ActivityFieldOptions
+    @OptionGroup var options: DeviceStoreOptions
+
+    func validate() throws {
+        guard activity.type != nil, activity.date != nil, activity.duration != nil else {
+            throw ValidationError("--type, --date and --duration are required")
+        }
+    }
+
+    func run() async throws {
+        let fields = try activity.fields()
+        guard let type = activity.type, let date = fields[Activity.Field.date]?.stringValue.flatMap(CalendarDay.init),
+            let minutes = FieldRules.integer(fields[Activity.Field.durationMinutes])
+        else { throw CLIError("--type, --date and --duration are required") }
+        let draft = ActivityDraft(
+            type: type, date: date, durationMinutes: minutes, participants: activity.participants,
+            notes: activity.notes, travelExpense: fields[Activity.Field.travelExpense]?.stringValue)
+        try await options.withDevice { device in
+            await device.engine.probe()
+            let saved = try await ActivityLog(engine: device.engine).register(draft)
+            say("\(saved.confirmation) (\(saved.activity.recordId))")
+        }
+    }
+}
+
+struct ActivityEdit: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "edit", abstract: "Change fields of an activity; money fields conflict instead of overwriting.")
+    @Argument(help: "The activity id.")
+    var activityId: String
+    @OptionGroup var activity: ActivityFieldOptions
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        let changes = try activity.fields()
+        try await options.withDevice { device in
+            await device.engine.probe()
+            let log = ActivityLog(engine: device.engine)
+            if await device.engine.status.isOnline { _ = try? await log.refresh() }
+            let saved = try await log.edit(activityId, changes: changes)
+            say("\(saved.confirmation) (\(saved.activity.recordId))")
+        }
+    }
+}
+
+struct ActivityList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "list", abstract: "Activities on this device, with sync badges; online, fetches changes first.")
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        try await options.withDevice { device in
+            let log = ActivityLog(engine: device.engine)
+            if await device.engine.probe() { _ = try? await log.refresh() }
+            let activities = try await log.list()
+            if activities.isEmpty { say("no activities") }
+            for entry in activities {
+                var line = "\(entry.recordId)  \(entry.date)  \(entry.type)  \(entry.durationMinutes.map { "\($0) min" } ?? "")"
+                if let participants = FieldRules.integer(entry.fields[Activity.Field.participants]) {
+                    line += "  \(participants) participants"
+                }
+                if let expense = entry.travelExpense { line += "  travel \(expense)" }
+                line += "  \(entry.badge.symbol)"
+                if entry.isOfflineEntry && entry.syncStatus != .synced { line += "  (saved offline)" }
+                say(line)
+                if entry.syncStatus == .failed, let error = entry.syncError { say("    \(error)") }
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+import ArgumentParser
+import Foundation
+import OutpostApps
+import OutpostClient
+import OutpostProtocol
+
+/// `outpost builds …`: crews log builds to an archive that always saves locally first.
+struct BuildsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "builds",
+        abstract: "Save builds to the archive (locally first), list them with their status, retry uploads.",
+        subcommands: [BuildsSave.self, BuildsList.self, BuildsRetry.self, BuildsSyncAll.self])
+}
+
+struct BuildsSave: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "save", abstract: "Save a build; it uploads when it can.")
+    @Option(help: "The build's name.")
+    var name: String
+    @Argument(help: "More fields as key=value; values that parse as JSON keep their type.")
+    var fields: [String] = []
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        let values = try fieldValues(fields)
+        try await options.withDevice { device in
+            await device.engine.probe()
+            let saved = try await BuildArchive(engine: device.engine).save(name: name, fields: values)
+            say("\(saved.message) (\(saved.build.buildId))")
+            if saved.build.syncStatus == .failed { say("    retry: outpost builds retry \(saved.build.buildId)") }
+        }
+    }
+}
+
+struct BuildsList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "list", abstract: "Every build with its status; the error under each failed one.")
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        try await options.withDevice { device in
+            let builds = try await BuildArchive(engine: device.engine).list()
+            if builds.isEmpty { say("no builds") }
+            for build in builds {
+                say("\(build.buildId)  \(build.name)  \(build.syncStatus.rawValue)")
+                if build.syncStatus == .failed { say("    \(build.syncError ?? "unknown error")") }
+            }
+        }
+    }
+}
+
+struct BuildsRetry: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "retry", abstract: "Upload one build again.")
+    @Argument(help: "The build id, as `outpost builds list` shows it.")
+    var buildId: String
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        let summary = try await options.withDevice { device in
+            try await BuildArchive(engine: device.engine).retry(buildId)
+        }
+        say(summary.description)
+        if summary.failed > 0 { throw ExitCode(1) }
+    }
+}
+
+struct BuildsSyncAll: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "sync-all", abstract: "Upload everything waiting or failed, with a summary.")
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        let summary = try await options.withDevice { device in
+            try await BuildArchive(engine: device.engine).syncAll()
+        }
+        say(summary.description)
+        if summary.failed > 0 { throw ExitCode(1) }
+    }
+}

@@ -1,0 +1,126 @@
+import Foundation
+import OutpostApps
+import OutpostClient
+import OutpostProtocol
+import OutpostTesting
+import Testing
+
+@Suite("Attendance")
+struct AttendanceLogTests {
+    static let office = FixedLocation(LocationFix(latitude: 51.5072, longitude: -0.1276, accuracy: 8))
+    static let utc = TimeZone(identifier: "UTC")!
+
+    func makeLog(_ device: TestDevice, location: any LocationProvider = office) -> AttendanceLog {
+        AttendanceLog(engine: device.engine, userId: "ana", location: location, timeZone: Self.utc)
+    }
+
+    @Test("without a GPS fix, check-in and check-out are refused with the message, online or offline, and nothing is written",
+          arguments: [false, true])
+    func noFix(online: Bool) async throws {
+        try await withTestDevice(online: online) { device async throws in
+            let log = makeLog(device, location: FixedLocation(nil))
+            let error = await #expect(throws: ClientError.self) { try await log.checkIn() }
+            #expect(error?.code == .noLocationFix)
+            #expect(error?.message == "GPS signal required. Please move to an open area.")
+            await #expect(throws: ClientError.self) { try await log.checkOut() }
+            #expect(try await device.store.records().isEmpty)
+            #expect(try await device.outbox().isEmpty)
+            #expect(await device.server.applied.isEmpty)
+        }
+    }
+
+    @Test("a fix outside the Earth's coordinates is refused, and nothing is written")
+    func badCoordinates() async throws {
+        try await withTestDevice { device async throws in
+            let log = makeLog(device, location: FixedLocation(LocationFix(latitude: 95, longitude: 0)))
+            let error = await #expect(throws: ClientError.self) { try await log.checkIn() }
+            #expect(error?.code == .invalidInput)
+            #expect(try await device.store.records().isEmpty)
+        }
+    }
+
+    @Test("offline: the state changes at once with a pending indicator; the records carry isOfflineEntry and sync on reconnect")
+    func offlineDay() async throws {
+        try await withTestDevice { device in
+            let log = makeLog(device)
+            #expect(try await log.state().text == "Not checked in")
+
+            let checkIn = try await log.checkIn()
+            #expect(checkIn.action == .checkIn)
+            #expect(checkIn.isOfflineEntry)
+            #expect(checkIn.syncStatus == .pending)
+            var state = try await log.state()
+            #expect(state.text == "Checked In")
+            #expect(state.isPendingSync)
+
+            device.now.advance(seconds: 8 * 3600)
+            try await log.checkOut()
+            state = try await log.state()
+            #expect(state.text == "Checked Out")
+            #expect(state.isPendingSync)
+
+            // The history lists both, newest first, each with its pending badge.
+            let history = try await log.history()
+            #expect(history.map(\.action) == [.checkOut, .checkIn])
+            #expect(history.allSatisfy { $0.badge.accessibilityLabel == "Record pending synchronization" })
+
+            // What goes to the server: the whole record, with its coordinates and the offline flag.
+            let outbox = try await device.outbox()
+            #expect(outbox.map(\.recordId) == ["ana.2026-11-21.in", "ana.2026-11-21.out"])
+            #expect(FieldRules.number(outbox[0].fields["latitude"]) == 51.5072)
+            #expect(FieldRules.number(outbox[0].fields["accuracy_m"]) == 8)
+            #expect(outbox.allSatisfy { $0.fields[LocalRecord.offlineEntryField] == true })
+
+            await device.setOnline(true)
+            #expect(await device.server.applied.count == 2)
+            #expect(try await log.state().isPendingSync == false)
+            #expect(try await log.history().allSatisfy { $0.syncStatus == .synced })
+        }
+    }
+
+    @Test("online: a check-in syncs at once and is not an offline entry")
+    func onlineCheckIn() async throws {
+        try await withTestDevice(online: true) { device in
+            let entry = try await makeLog(device).checkIn()
+            #expect(entry.syncStatus == .synced)
+            #expect(!entry.isOfflineEntry)
+            #expect(await device.server.applied.first?.mutation.fields[LocalRecord.offlineEntryField] == nil)
+        }
+    }
+
+    @Test("one check-in a day; a check-out needs a check-in; one check-out; the next day starts afresh")
+    func oneCheckInPerDay() async throws {
+        try await withTestDevice { device in
+            let log = makeLog(device)
+            var error = await #expect(throws: ClientError.self) { try await log.checkOut() }
+            #expect(error?.code == .notCheckedIn)
+            try await log.checkIn()
+            error = await #expect(throws: ClientError.self) { try await log.checkIn() }
+            #expect(error?.code == .alreadyCheckedIn)
+            #expect(error?.message == "Already checked in today at 09:00.")
+            try await log.checkOut()
+            error = await #expect(throws: ClientError.self) { try await log.checkOut() }
+            #expect(error?.code == .alreadyCheckedOut)
+            error = await #expect(throws: ClientError.self) { try await log.checkIn() }
+            #expect(error?.code == .alreadyCheckedIn)
+            #expect(try await device.outbox().count == 2)
+
+            device.now.advance(seconds: 24 * 3600)
+            #expect(try await log.state().text == "Not checked in")
+            let next = try await log.checkIn()
+            #expect(next.recordId == "ana.2026-11-22.in")
+        }
+    }
+
+    @Test("the device user comes from the token's claims")
+    func userFromToken() throws {
+        func part(_ json: String) -> String {
+            Data(json.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        }
+        let token = "\(part(#"{"alg":"HS256"}"#)).\(part(#"{"tenant":"acme","sub":"ana","role":"staff","name":"Ana Staff","exp":1}"#)).sig"
+        #expect(DeviceUser(token: token) == DeviceUser(tenant: "acme", userId: "ana", name: "Ana Staff", role: .staff))
+        #expect(DeviceUser(token: "not-a-jwt") == nil)
+        #expect(DeviceUser(token: "a.\(part(#"{"tenant":"acme","sub":"../x","role":"staff"}"#)).c") == nil)
+    }
+}

@@ -1,0 +1,65 @@
+import Foundation
+import GRDB
+import OutpostApps
+import OutpostClient
+import OutpostProtocol
+import OutpostTesting
+import Testing
+
+@Suite("Build archive")
+struct BuildArchiveTests {
+    @Test("saving always succeeds locally first; offline it says the build will upload when connected")
+    func offlineSave() async throws {
+        try await withTestDevice { device in
+            let saved = try await BuildArchive(engine: device.engine).save(name: "Shed", fields: ["floor": 2])
+            #expect(saved.build.syncStatus == .pending)
+            #expect(saved.message.contains("saved on this device"))
+            let listed = try await BuildArchive(engine: device.engine).list()
+            #expect(listed.map(\.name) == ["Shed"])
+            #expect(listed[0].fields["floor"] == 2)
+        }
+    }
+
+    @Test("a failed upload says the build was saved and can be retried; the list shows the error; retry and sync-all summarise")
+    func failedUpload() async throws {
+        let refusing = InMemoryServer(rejecting: { mutation in
+            mutation.fields["name"] == "Bad" ? .init(code: .invalidFields, message: "no permit attached") : nil
+        })
+        try await withTestDevice(online: true, server: refusing) { device in
+            let archive = BuildArchive(engine: device.engine)
+            let bad = try await archive.save(name: "Bad")
+            #expect(bad.build.syncStatus == .failed)
+            #expect(bad.message == "Build \"Bad\" saved. The upload failed (no permit attached); retry it from the archive.")
+            let good = try await archive.save(name: "Roof")
+            #expect(good.build.syncStatus == .synced)
+
+            // Offline, three more queue; sync-all reports each outcome.
+            await device.setOnline(false)
+            for name in ["A", "B", "C"] { _ = try await archive.save(name: name) }
+            let listed = try await archive.list()
+            #expect(listed.first { $0.name == "Bad" }?.syncError == "no permit attached")
+            // The network returns; the user presses "sync all" before the device noticed.
+            device.transport.isOnline = true
+            let summary = try await archive.syncAll()
+            #expect(summary.description == "3 synced, 1 failed: no permit attached")
+            let retried = try await archive.retry(bad.build.buildId)
+            #expect(retried.failed == 1)
+            await #expect(throws: ClientError.self) { try await archive.retry("build-404") }
+        }
+    }
+
+    @Test("builds with no status, left by an older version, read as synced")
+    func legacyBuilds() async throws {
+        try await withTestDevice { device in
+            let archive = BuildArchive(engine: device.engine)
+            let saved = try await archive.save(name: "Old shed")
+            // An older version wrote no status column value.
+            let queue = try DatabaseQueue(path: device.store.url.path)
+            try await queue.write { db in
+                try db.execute(sql: "UPDATE records SET sync_status = NULL WHERE record_id = ?", arguments: [saved.build.buildId])
+                try db.execute(sql: "DELETE FROM outbox")
+            }
+            #expect(try await archive.list().map(\.syncStatus) == [.synced])
+        }
+    }
+}
