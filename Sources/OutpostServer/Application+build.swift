@@ -7,17 +7,20 @@ import OutpostProtocol
 ///
 /// - Parameters:
 ///   - storage: the engine; it runs as one of the application's services.
-///   - now: the server's clock, for receive times and token expiry.
+///   - now: the server's clock, for receive times, token expiry and the monitor's device states.
+///   - metrics: where the server counts; served at `GET /metrics`.
 ///   - onListening: called with the bound port once the server accepts connections.
 package func buildApplication<Storage: SyncStorage>(
     configuration: ServerConfiguration,
     storage: Storage,
     now: @escaping @Sendable () -> Date = { Date() },
+    metrics: ServerMetrics = ServerMetrics(),
     logger: Logger,
     onListening: @escaping @Sendable (Int) async -> Void = { _ in }
 ) -> some ApplicationProtocol {
     let secrets = ServerSecrets()
-    let router = buildRouter(configuration: configuration, storage: storage, secrets: secrets, now: now)
+    let router = buildRouter(
+        configuration: configuration, storage: storage, secrets: secrets, metrics: metrics, now: now)
     var app = Application(
         router: router,
         configuration: .init(
@@ -43,14 +46,20 @@ package func buildRouter<Storage: SyncStorage>(
     configuration: ServerConfiguration,
     storage: Storage,
     secrets: ServerSecrets = ServerSecrets(),
+    metrics: ServerMetrics = ServerMetrics(),
     now: @escaping @Sendable () -> Date = { Date() }
 ) -> Router<OutpostRequestContext> {
     let router = Router(context: OutpostRequestContext.self)
     router.add(middleware: AccessLogMiddleware())
+    router.add(middleware: MetricsMiddleware(metrics: metrics))
     router.add(middleware: ErrorMiddleware())
-    MetaController(storage: storage).addRoutes(to: router)
+    MetaController(storage: storage, metrics: metrics, now: now).addRoutes(to: router)
+    AdminController(storage: storage, secrets: secrets, now: now).addRoutes(to: router.group("admin"))
     let v1 = router.group("v1").add(middleware: AuthMiddleware(secrets: secrets, now: now))
-    SyncController(storage: storage, configuration: configuration, secrets: secrets, now: now).addRoutes(to: v1)
+    SyncController(storage: storage, configuration: configuration, secrets: secrets, metrics: metrics, now: now)
+        .addRoutes(to: v1)
     ReviewController(storage: storage, configuration: configuration).addRoutes(to: v1)
+    MonitorController(storage: storage, configuration: configuration, secrets: secrets, metrics: metrics, now: now)
+        .addRoutes(to: v1)
     return router
 }

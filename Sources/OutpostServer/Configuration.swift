@@ -20,6 +20,9 @@ public struct ServerConfiguration: Sendable {
     /// The HS256 secret; when `nil` the storage generates one on first start and keeps it.
     public var jwtSecret: [UInt8]?
     public var collections: CollectionRegistry
+    /// Whether persistent sync failures reported by devices are recorded, logged and counted. Off lets an
+    /// operator roll escalation out gradually: reports are then acknowledged and dropped.
+    public var escalationEnabled: Bool
 
     public init(
         host: String = "127.0.0.1",
@@ -33,7 +36,8 @@ public struct ServerConfiguration: Sendable {
         maxClockSkew: Duration = .seconds(24 * 3600),
         earliestTimestamp: Timestamp = Timestamp(iso8601: "2000-01-01T00:00:00.000Z")!,
         jwtSecret: [UInt8]? = nil,
-        collections: CollectionRegistry = .standard
+        collections: CollectionRegistry = .standard,
+        escalationEnabled: Bool = true
     ) {
         self.host = host
         self.port = port
@@ -47,5 +51,6 @@ public struct ServerConfiguration: Sendable {
         self.earliestTimestamp = earliestTimestamp
         self.jwtSecret = jwtSecret
         self.collections = collections
+        self.escalationEnabled = escalationEnabled
     }
 }

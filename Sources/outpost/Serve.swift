@@ -25,6 +25,11 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("max-batch-size"), help: "Most mutations accepted in one push.")
     var maxBatchSize: Int = 500
 
+    @Flag(
+        name: .customLong("no-escalation"),
+        help: "Acknowledge persistent-failure reports without recording them (default $OUTPOST_ESCALATION, else on).")
+    var noEscalation = false
+
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
         guard maxBatchSize >= 1 else { throw ValidationError("--max-batch-size must be at least 1") }
@@ -33,13 +38,11 @@ struct Serve: AsyncParsableCommand {
 
     func run() async throws {
         let level = Logger.configuredLevel
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        // One JSON object per line on stderr, for log collectors.
+        LoggingSystem.bootstrap { label in JSONLogHandler(label: label, level: level) }
         let logger = Logger.cli("outpost")
         var configuration = ServerConfiguration(host: host, port: port, maxBatchSize: maxBatchSize)
+        configuration.escalationEnabled = !noEscalation && ProcessInfo.processInfo.environment["OUTPOST_ESCALATION"] != "off"
         configuration.jwtSecret = try StorageOptions.environmentSecret()
         let storage = try storageOptions.openStorage(logger: logger)
         let summary = storage.summary

@@ -48,7 +48,7 @@ public enum Guest {
         return nil
     }
 
-    static func isPlausibleEmail(_ text: String) -> Bool {
+    public static func isPlausibleEmail(_ text: String) -> Bool {
         let parts = text.split(separator: "@", omittingEmptySubsequences: false)
         return text.count <= 254 && parts.count == 2 && !parts[0].isEmpty && parts[1].contains(".")
             && !text.contains(where: { $0.isWhitespace })

@@ -9,6 +9,7 @@ package final class ServerSecrets: Sendable {
     private struct Keys {
         var tokens: TokenAuthority
         var continuation: SymmetricKey
+        var fingerprint: SymmetricKey
     }
 
     private let keys = LockedValue<Keys?>(nil)
@@ -19,7 +20,10 @@ package final class ServerSecrets: Sendable {
         // A separate key for continuation tokens, so that no JWT can ever pass for one.
         let continuation = SymmetricKey(
             data: HMAC<SHA256>.authenticationCode(for: Array("outpost-snapshot-continuation".utf8), using: SymmetricKey(data: secret)))
-        keys.withLock { $0 = Keys(tokens: tokens, continuation: continuation) }
+        // And one for device fingerprints: every server sharing the secret computes the same ones.
+        let fingerprint = SymmetricKey(
+            data: HMAC<SHA256>.authenticationCode(for: Array("outpost-device-fingerprint".utf8), using: SymmetricKey(data: secret)))
+        keys.withLock { $0 = Keys(tokens: tokens, continuation: continuation, fingerprint: fingerprint) }
     }
 
     func tokens() throws -> TokenAuthority {
@@ -30,5 +34,13 @@ package final class ServerSecrets: Sendable {
     func continuationKey() throws -> SymmetricKey {
         guard let keys = keys.withLock({ $0 }) else { throw OutpostHTTPError.unavailable }
         return keys.continuation
+    }
+
+    /// A device's fingerprint in a tenant: a keyed hash of both ids, so that one physical device at two
+    /// tenants' events has two unrelated fingerprints, and the id cannot be recovered from either.
+    func fingerprint(tenant: String, deviceId: String) throws -> String {
+        guard let keys = keys.withLock({ $0 }) else { throw OutpostHTTPError.unavailable }
+        let code = HMAC<SHA256>.authenticationCode(for: Array("\(tenant)\u{0}\(deviceId)".utf8), using: keys.fingerprint)
+        return code.prefix(8).map { String(format: "%02x", $0) }.joined()
     }
 }

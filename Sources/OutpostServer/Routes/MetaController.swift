@@ -2,13 +2,25 @@ import Foundation
 import Hummingbird
 import OutpostProtocol
 
-/// `GET /health` and `GET /openapi.yaml`: the routes that need no token.
+/// `GET /health`, `GET /openapi.yaml` and `GET /metrics`: the routes that need no token.
 struct MetaController<Storage: SyncStorage> {
     let storage: Storage
+    let metrics: ServerMetrics
+    let now: @Sendable () -> Date
 
     func addRoutes(to router: Router<OutpostRequestContext>) {
         router.get("health", use: health)
         router.get("openapi.yaml", use: openAPI)
+        router.get("metrics", use: prometheus)
+    }
+
+    /// The Prometheus text format. Counts and states only: no tenant, id or name is a label.
+    @Sendable func prometheus(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let text = try await metrics.exposition(storage: storage, now: now())
+        return Response(
+            status: .ok,
+            headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8", .cacheControl: "no-store"],
+            body: .init(byteBuffer: ByteBuffer(string: text)))
     }
 
     @Sendable func health(_ request: Request, context: OutpostRequestContext) async throws -> Response {

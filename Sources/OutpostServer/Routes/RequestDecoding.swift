@@ -104,11 +104,16 @@ enum RequestDecoding {
 
     /// A scope: an identifier, or absent.
     static func scope(in request: Request) throws -> String? {
-        guard let scope = optional("scope", in: request) else { return nil }
-        guard Identifier.isValid(scope) else {
-            throw OutpostHTTPError.badRequest("scope must be an identifier (A-Z a-z 0-9 . _ : @ -)")
+        try optionalIdentifier("scope", in: request)
+    }
+
+    /// A query parameter that must be an identifier when present.
+    static func optionalIdentifier(_ name: String, in request: Request) throws -> String? {
+        guard let value = optional(name, in: request) else { return nil }
+        guard Identifier.isValid(value) else {
+            throw OutpostHTTPError.badRequest("\(name) must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }
-        return scope
+        return value
     }
 }
 

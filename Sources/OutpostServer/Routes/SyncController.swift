@@ -8,6 +8,7 @@ struct SyncController<Storage: SyncStorage> {
     let storage: Storage
     let configuration: ServerConfiguration
     let secrets: ServerSecrets
+    let metrics: ServerMetrics
     let now: @Sendable () -> Date
 
     func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
@@ -42,6 +43,7 @@ struct SyncController<Storage: SyncStorage> {
             tenant: identity.tenant, deviceId: body.deviceId, userId: identity.userId, userName: identity.name,
             receivedAt: Timestamp(receivedAt))
         let results = try await storage.push(items, context: context, collections: configuration.collections)
+        metrics.count(results)
         return try .json(PushResponse(results: results))
     }
 
@@ -60,6 +62,7 @@ struct SyncController<Storage: SyncStorage> {
         }
         let page = try await storage.pull(
             tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit)
+        metrics.pulls.increment()
         return try .json(
             PullResponse(changes: page.records.map(\.change), cursor: page.cursor.token, hasMore: page.hasMore))
     }
@@ -97,6 +100,7 @@ struct SyncController<Storage: SyncStorage> {
         var records = try await storage.snapshotPage(
             tenant: identity.tenant, collection: policy.name, scope: scope,
             after: state.after.isEmpty ? nil : state.after, limit: limit + 1)
+        metrics.snapshots.increment()
         let isLast = records.count <= limit
         records = Array(records.prefix(limit))
         var continuation: String?

@@ -73,5 +73,40 @@ extension PostgresStorage {
                 "CREATE INDEX conflicts_by_time ON conflicts (tenant, received_at)",
                 "CREATE TABLE outpost_settings (name TEXT PRIMARY KEY, value BYTEA NOT NULL)",
             ]),
+        Migration(
+            version: "v2-monitor",
+            statements: [
+                // Devices by a tenant-scoped fingerprint, never their id; failures once per device and record.
+                """
+                CREATE TABLE devices (
+                  tenant TEXT NOT NULL,
+                  fingerprint TEXT NOT NULL,
+                  user_id TEXT NOT NULL,
+                  staff_name TEXT NOT NULL,
+                  event TEXT NOT NULL,
+                  pending_count BIGINT NOT NULL,
+                  failed_count BIGINT NOT NULL,
+                  last_roster_fetch BIGINT,
+                  app_version TEXT NOT NULL,
+                  last_seen BIGINT NOT NULL,
+                  PRIMARY KEY (tenant, fingerprint)
+                )
+                """,
+                "CREATE INDEX devices_by_event ON devices (tenant, event, last_seen)",
+                "CREATE INDEX devices_by_last_seen ON devices (last_seen)",
+                """
+                CREATE TABLE sync_failures (
+                  tenant TEXT NOT NULL,
+                  fingerprint TEXT NOT NULL,
+                  collection TEXT NOT NULL,
+                  record_id TEXT NOT NULL,
+                  user_id TEXT NOT NULL,
+                  first_attempt BIGINT NOT NULL,
+                  last_error TEXT NOT NULL,
+                  reported_at BIGINT NOT NULL,
+                  PRIMARY KEY (tenant, fingerprint, collection, record_id)
+                )
+                """,
+            ]),
     ]
 }

@@ -69,6 +69,39 @@ extension SQLiteStorage {
                     INSERT INTO change_counter (id, seq) VALUES (1, 0);
                     """)
         }
+        migrator.registerMigration("v2-monitor") { db in
+            // Devices by a tenant-scoped fingerprint, never their id; failures once per device and record.
+            try db.execute(
+                sql: """
+                    CREATE TABLE devices (
+                      tenant TEXT NOT NULL,
+                      fingerprint TEXT NOT NULL,
+                      user_id TEXT NOT NULL,
+                      staff_name TEXT NOT NULL,
+                      event TEXT NOT NULL,
+                      pending_count INTEGER NOT NULL,
+                      failed_count INTEGER NOT NULL,
+                      last_roster_fetch INTEGER,
+                      app_version TEXT NOT NULL,
+                      last_seen INTEGER NOT NULL,
+                      PRIMARY KEY (tenant, fingerprint)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX devices_by_event ON devices (tenant, event, last_seen);
+                    CREATE INDEX devices_by_last_seen ON devices (last_seen);
+
+                    CREATE TABLE sync_failures (
+                      tenant TEXT NOT NULL,
+                      fingerprint TEXT NOT NULL,
+                      collection TEXT NOT NULL,
+                      record_id TEXT NOT NULL,
+                      user_id TEXT NOT NULL,
+                      first_attempt INTEGER NOT NULL,
+                      last_error TEXT NOT NULL,
+                      reported_at INTEGER NOT NULL,
+                      PRIMARY KEY (tenant, fingerprint, collection, record_id)
+                    ) WITHOUT ROWID;
+                    """)
+        }
         return migrator
     }
 }

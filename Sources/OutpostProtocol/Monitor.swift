@@ -1,0 +1,211 @@
+/// What a device reports about itself: `POST /v1/heartbeats`, on every sync and every minute in `run` mode.
+///
+/// The staff name is not sent: the server takes it from the token. The server keeps the report under a
+/// tenant-scoped fingerprint of the device id, never the id itself.
+public struct Heartbeat: Sendable, Hashable, Codable {
+    public var deviceId: String
+    /// The event the device has open, if any: the monitor groups devices by it.
+    public var event: String?
+    public var pendingCount: Int
+    public var failedCount: Int
+    /// When the device last fetched its roster (download or refresh), if ever.
+    public var lastRosterFetch: Timestamp?
+    public var appVersion: String
+
+    public init(
+        deviceId: String, event: String?, pendingCount: Int, failedCount: Int, lastRosterFetch: Timestamp?,
+        appVersion: String
+    ) {
+        self.deviceId = deviceId
+        self.event = event
+        self.pendingCount = pendingCount
+        self.failedCount = failedCount
+        self.lastRosterFetch = lastRosterFetch
+        self.appVersion = appVersion
+    }
+}
+
+/// The answer to a heartbeat.
+public struct HeartbeatResponse: Sendable, Hashable, Codable {
+    /// The device's fingerprint in this tenant, as the monitor shows it.
+    public var fingerprint: String
+
+    public init(fingerprint: String) {
+        self.fingerprint = fingerprint
+    }
+}
+
+/// A device's health on the sync monitor, from the time since its last report.
+public enum DeviceState: String, Sendable, Hashable, Codable, CaseIterable {
+    /// Reported within the last 10 minutes.
+    case ok
+    /// No report for 10 minutes or more: a yellow "Stale" pill.
+    case stale
+    /// No report for 30 minutes or more: a red "Offline" pill.
+    case offline
+
+    /// After this long without a report a device is stale.
+    public static let staleAfter: Duration = .seconds(10 * 60)
+    /// After this long without a report a device is offline.
+    public static let offlineAfter: Duration = .seconds(30 * 60)
+
+    /// The state of a device last seen at `lastSeen`, at `now`.
+    public init(lastSeen: Timestamp, now: Timestamp) {
+        let silence = now.millisecondsSince1970 - lastSeen.millisecondsSince1970
+        if silence >= Self.offlineAfter.milliseconds {
+            self = .offline
+        } else if silence >= Self.staleAfter.milliseconds {
+            self = .stale
+        } else {
+            self = .ok
+        }
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds.
+    public var milliseconds: Int64 {
+        components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000
+    }
+}
+
+/// `GET /v1/monitor?event=E`: the sync monitor's data, which the `/admin/monitor` page shows.
+public struct MonitorResponse: Sendable, Hashable, Codable {
+    /// The event shown, or nil for every device of the tenant.
+    public var event: String?
+    /// The events devices have reported, for a picker.
+    public var events: [String]
+    public var generatedAt: Timestamp
+    /// One entry per device, most recently seen first.
+    public var devices: [MonitorDevice]
+    /// The notice when no device has reported in the last 30 minutes, else nil.
+    public var emptyState: String?
+    /// How to reach the event's operations team, from the event's `ops_contact`, if set.
+    public var opsContact: String?
+    /// Records that have failed to sync for over a day, by device.
+    public var persistentFailures: [PersistentFailure]
+    /// The start of the first check-in bucket; each device's `checkIns` counts per 5 minutes from here.
+    public var bucketStart: Timestamp
+
+    /// The empty state's words, named once.
+    public static let emptyStateMessage =
+        "No devices have synced in the last 30 minutes. If your event is live, this may indicate a network problem at the venue."
+    /// Check-in buckets are this long.
+    public static let bucketLength: Duration = .seconds(5 * 60)
+    /// How many buckets the chart shows (the last hour).
+    public static let bucketCount = 12
+
+    public init(
+        event: String?, events: [String], generatedAt: Timestamp, devices: [MonitorDevice], emptyState: String?,
+        opsContact: String?, persistentFailures: [PersistentFailure], bucketStart: Timestamp
+    ) {
+        self.event = event
+        self.events = events
+        self.generatedAt = generatedAt
+        self.devices = devices
+        self.emptyState = emptyState
+        self.opsContact = opsContact
+        self.persistentFailures = persistentFailures
+        self.bucketStart = bucketStart
+    }
+}
+
+/// One device on the sync monitor.
+public struct MonitorDevice: Sendable, Hashable, Codable {
+    public var fingerprint: String
+    public var staffName: String
+    public var status: DeviceState
+    public var lastSeen: Timestamp
+    public var lastRosterFetch: Timestamp?
+    public var pendingCount: Int
+    public var failedCount: Int
+    public var appVersion: String
+    /// Check-ins this device scanned per 5 minutes over the last hour, oldest first.
+    public var checkIns: [Int]
+    /// How many of its records have failed to sync for over a day.
+    public var persistentFailures: Int
+
+    public init(
+        fingerprint: String, staffName: String, status: DeviceState, lastSeen: Timestamp, lastRosterFetch: Timestamp?,
+        pendingCount: Int, failedCount: Int, appVersion: String, checkIns: [Int], persistentFailures: Int
+    ) {
+        self.fingerprint = fingerprint
+        self.staffName = staffName
+        self.status = status
+        self.lastSeen = lastSeen
+        self.lastRosterFetch = lastRosterFetch
+        self.pendingCount = pendingCount
+        self.failedCount = failedCount
+        self.appVersion = appVersion
+        self.checkIns = checkIns
+        self.persistentFailures = persistentFailures
+    }
+}
+
+/// One record a device has failed to sync for over a day, as reported to `POST /v1/sync-failures`.
+public struct SyncFailure: Sendable, Hashable, Codable {
+    public var collection: String
+    public var recordId: String
+    /// When the device first tried to send it.
+    public var firstAttempt: Timestamp
+    /// The last failure's reason, as the device shows it.
+    public var lastError: String
+
+    public init(collection: String, recordId: String, firstAttempt: Timestamp, lastError: String) {
+        self.collection = collection
+        self.recordId = recordId
+        self.firstAttempt = firstAttempt
+        self.lastError = lastError
+    }
+}
+
+/// `POST /v1/sync-failures`: a device's persistent failures. Never a record's payload.
+public struct SyncFailureReport: Sendable, Hashable, Codable {
+    public var deviceId: String
+    public var failures: [SyncFailure]
+
+    public init(deviceId: String, failures: [SyncFailure]) {
+        self.deviceId = deviceId
+        self.failures = failures
+    }
+}
+
+/// The answer to a failure report.
+public struct SyncFailureReceipt: Sendable, Hashable, Codable {
+    /// Reports recorded for the first time.
+    public var recorded: Int
+    /// Reports the server already had: not counted again.
+    public var alreadyKnown: Int
+    /// False when escalation is switched off on the server: nothing was recorded.
+    public var escalationEnabled: Bool
+
+    public init(recorded: Int, alreadyKnown: Int, escalationEnabled: Bool) {
+        self.recorded = recorded
+        self.alreadyKnown = alreadyKnown
+        self.escalationEnabled = escalationEnabled
+    }
+}
+
+/// A persistent failure as the monitor lists it.
+public struct PersistentFailure: Sendable, Hashable, Codable {
+    public var fingerprint: String
+    public var staffName: String
+    public var collection: String
+    public var recordId: String
+    public var firstAttempt: Timestamp
+    public var lastError: String
+    public var reportedAt: Timestamp
+
+    public init(
+        fingerprint: String, staffName: String, collection: String, recordId: String, firstAttempt: Timestamp,
+        lastError: String, reportedAt: Timestamp
+    ) {
+        self.fingerprint = fingerprint
+        self.staffName = staffName
+        self.collection = collection
+        self.recordId = recordId
+        self.firstAttempt = firstAttempt
+        self.lastError = lastError
+        self.reportedAt = reportedAt
+    }
+}

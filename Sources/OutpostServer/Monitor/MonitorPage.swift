@@ -1,0 +1,173 @@
+import Foundation
+import Mustache
+import OutpostProtocol
+
+/// The sync monitor's HTML: Mustache templates shipped with the module, rendered from ``MonitorResponse``.
+///
+/// Mustache escapes every `{{value}}` (`& < > " '`), and the templates use no raw `{{{…}}}`, so nothing a
+/// device or an organizer typed can become markup.
+package struct MonitorPages: Sendable {
+    let library: MustacheLibrary
+    let assets: [String: (contentType: String, body: String)]
+
+    package init() throws {
+        guard let directory = Bundle.module.url(forResource: "Templates", withExtension: nil) else {
+            throw OutpostHTTPError(.internalServerError, .internalError, "the monitor's templates are missing")
+        }
+        func read(_ name: String) throws -> String {
+            try String(contentsOf: directory.appendingPathComponent(name), encoding: .utf8)
+        }
+        var library = MustacheLibrary()
+        for name in ["monitor", "monitor-body", "sign-in"] {
+            try library.register(try read("\(name).mustache"), named: name)
+        }
+        self.library = library
+        self.assets = [
+            "monitor.css": ("text/css; charset=utf-8", try read("monitor.css")),
+            "monitor.js": ("text/javascript; charset=utf-8", try read("monitor.js")),
+        ]
+    }
+
+    func page(_ monitor: MonitorResponse, refresh: Duration) -> String {
+        library.render(View(monitor, refresh: refresh), withTemplate: "monitor") ?? ""
+    }
+
+    func body(_ monitor: MonitorResponse, refresh: Duration) -> String {
+        library.render(View(monitor, refresh: refresh), withTemplate: "monitor-body") ?? ""
+    }
+
+    func signIn(error: String?) -> String {
+        library.render(SignInView(error: error), withTemplate: "sign-in") ?? ""
+    }
+
+    struct SignInView {
+        var error: String?
+    }
+
+    /// What the templates read: stored properties only (Mustache reads them by reflection).
+    struct View {
+        var event: String?
+        var events: [EventOption]
+        var generatedAt: String
+        var refreshMs: Int64
+        var refreshSeconds: Int64
+        var empty: Bool
+        var emptyMessage: String
+        var opsLink: String?
+        var hasDevices: Bool
+        var deviceCount: Int
+        var devices: [DeviceRow]
+        var failures: [FailureRow]
+
+        init(_ monitor: MonitorResponse, refresh: Duration) {
+            let now = monitor.generatedAt
+            event = monitor.event
+            events = monitor.events.map { EventOption(name: $0, selected: $0 == monitor.event) }
+            generatedAt = MonitorPages.clock(now)
+            refreshMs = refresh.milliseconds
+            refreshSeconds = refresh.components.seconds
+            empty = monitor.emptyState != nil
+            emptyMessage = monitor.emptyState ?? ""
+            opsLink = monitor.opsContact.flatMap(MonitorPages.contactLink)
+            hasDevices = !monitor.devices.isEmpty
+            deviceCount = monitor.devices.count
+            devices = monitor.devices.map { DeviceRow($0, now: now, bucketStart: monitor.bucketStart) }
+            failures = monitor.persistentFailures.map(FailureRow.init)
+        }
+    }
+
+    struct EventOption {
+        var name: String
+        var selected: Bool
+    }
+
+    struct DeviceRow {
+        var fingerprint: String
+        var staffName: String
+        var status: String
+        var isOk: Bool
+        var isStale: Bool
+        var isOffline: Bool
+        var lastSeen: String
+        var lastSeenISO: String
+        var lastSeenAgo: String
+        var rosterFetch: String
+        var pendingCount: Int
+        var failedNote: String?
+        var bars: [Bar]
+        var chartLabel: String
+
+        init(_ device: MonitorDevice, now: Timestamp, bucketStart: Timestamp) {
+            fingerprint = device.fingerprint
+            staffName = device.staffName
+            status = device.status.rawValue
+            isOk = device.status == .ok
+            isStale = device.status == .stale
+            isOffline = device.status == .offline
+            lastSeen = MonitorPages.clock(device.lastSeen)
+            lastSeenISO = device.lastSeen.iso8601
+            lastSeenAgo = MonitorPages.ago(device.lastSeen, now: now)
+            rosterFetch = device.lastRosterFetch.map { MonitorPages.clock($0) } ?? "never"
+            pendingCount = device.pendingCount
+            failedNote = device.failedCount > 0 ? "\(device.failedCount) failed" : nil
+            let most = max(device.checkIns.max() ?? 0, 1)
+            bars = device.checkIns.enumerated().map { index, count in
+                let height = count == 0 ? 1 : max(2, Int((Double(count) / Double(most) * 22).rounded()))
+                return Bar(x: index * 8, y: 24 - height, height: height, count: count)
+            }
+            chartLabel = "Check-ins per 5 minutes over the last hour, oldest first: "
+                + device.checkIns.map(String.init).joined(separator: ", ")
+        }
+    }
+
+    struct Bar {
+        var x: Int
+        var y: Int
+        var height: Int
+        var count: Int
+    }
+
+    struct FailureRow {
+        var fingerprint: String
+        var staffName: String
+        var collection: String
+        var recordId: String
+        var firstAttempt: String
+        var lastError: String
+
+        init(_ failure: PersistentFailure) {
+            fingerprint = failure.fingerprint
+            staffName = failure.staffName
+            collection = failure.collection
+            recordId = failure.recordId
+            firstAttempt = MonitorPages.clock(failure.firstAttempt)
+            lastError = failure.lastError
+        }
+    }
+
+    /// "2026-11-21 09:12:05 UTC".
+    static func clock(_ time: Timestamp) -> String {
+        let iso = time.iso8601
+        return "\(iso.prefix(10)) \(iso.dropFirst(11).prefix(8)) UTC"
+    }
+
+    /// "just now", "4 min ago", "2 h 5 min ago".
+    static func ago(_ time: Timestamp, now: Timestamp) -> String {
+        let minutes = max(0, (now.millisecondsSince1970 - time.millisecondsSince1970) / 60_000)
+        if minutes < 1 { return "just now" }
+        if minutes < 60 { return "\(minutes) min ago" }
+        return "\(minutes / 60) h \(minutes % 60) min ago"
+    }
+
+    /// A `mailto:`, `tel:` or https link for an ops contact, or nil when it is none of these.
+    static func contactLink(_ contact: String) -> String? {
+        let text = contact.trimmingCharacters(in: .whitespaces)
+        if text.hasPrefix("https://") || text.hasPrefix("mailto:") || text.hasPrefix("tel:") { return text }
+        if Guest.isPlausibleEmail(text) {
+            return "mailto:\(text)?subject=\("Urgent: sync monitor".addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "Urgent")"
+        }
+        let digits = text.filter { $0.isNumber || $0 == "+" }
+        if digits.count >= 6, text.allSatisfy({ $0.isNumber || " +-().".contains($0) }) { return "tel:\(digits)" }
+        return nil
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+import OutpostProtocol
+
+/// Builds what the sync monitor shows from stored reports. One function for the JSON endpoint and the page.
+enum MonitorReport {
+    /// Loads and assembles the monitor for `tenant`, in `event` when given.
+    static func load(
+        tenant: String, event: String?, storage: some MonitorStorage, secrets: ServerSecrets, now: Date
+    ) async throws -> MonitorResponse {
+        let generatedAt = Timestamp(now)
+        let bucketStart = Self.bucketStart(now: generatedAt)
+        let events = try await storage.reportedEvents(tenant: tenant)
+        let reports = try await storage.deviceReports(tenant: tenant, event: event)
+        var scans: [(fingerprint: String, at: Int64)] = []
+        var opsContact: String?
+        if let event {
+            // Devices' ids appear only inside check-ins; the monitor sees their fingerprints.
+            var fingerprints: [String: String] = [:]
+            for scan in try await storage.checkInScans(tenant: tenant, event: event, since: bucketStart.millisecondsSince1970) {
+                if fingerprints[scan.scannedBy] == nil {
+                    fingerprints[scan.scannedBy] = try secrets.fingerprint(tenant: tenant, deviceId: scan.scannedBy)
+                }
+                scans.append((fingerprints[scan.scannedBy]!, scan.at))
+            }
+            let record = try await storage.record(tenant: tenant, collection: "events", recordId: event)
+            opsContact = record?.tombstone == false ? record?.fields["ops_contact"]?.stringValue : nil
+        }
+        let failures = try await storage.syncFailures(tenant: tenant)
+        return assemble(
+            event: event, events: events, reports: reports, scans: scans, failures: failures, opsContact: opsContact,
+            now: generatedAt)
+    }
+
+    /// The first 5-minute bucket of the chart: the last hour, the current bucket last.
+    static func bucketStart(now: Timestamp) -> Timestamp {
+        let length = MonitorResponse.bucketLength.milliseconds
+        let current = now.millisecondsSince1970 / length * length
+        return Timestamp(millisecondsSince1970: current - length * Int64(MonitorResponse.bucketCount - 1))
+    }
+
+    /// Pure: the monitor from its parts.
+    static func assemble(
+        event: String?, events: [String], reports: [DeviceReport], scans: [(fingerprint: String, at: Int64)],
+        failures: [StoredSyncFailure], opsContact: String?, now: Timestamp
+    ) -> MonitorResponse {
+        let start = bucketStart(now: now)
+        let length = MonitorResponse.bucketLength.milliseconds
+        var buckets: [String: [Int]] = [:]
+        for scan in scans {
+            let index = Int((scan.at - start.millisecondsSince1970) / length)
+            guard (0..<MonitorResponse.bucketCount).contains(index) else { continue }
+            buckets[scan.fingerprint, default: Array(repeating: 0, count: MonitorResponse.bucketCount)][index] += 1
+        }
+        let shown = Set(reports.map(\.fingerprint))
+        let staff = Dictionary(reports.map { ($0.fingerprint, $0.staffName) }, uniquingKeysWith: { first, _ in first })
+        let relevant = failures.filter { shown.contains($0.fingerprint) }
+        let failuresByDevice = Dictionary(grouping: relevant, by: \.fingerprint).mapValues(\.count)
+        let devices = reports.map { report in
+            MonitorDevice(
+                fingerprint: report.fingerprint, staffName: report.staffName,
+                status: DeviceState(lastSeen: Timestamp(millisecondsSince1970: report.lastSeen), now: now),
+                lastSeen: Timestamp(millisecondsSince1970: report.lastSeen),
+                lastRosterFetch: report.lastRosterFetch.map(Timestamp.init(millisecondsSince1970:)),
+                pendingCount: report.pendingCount, failedCount: report.failedCount, appVersion: report.appVersion,
+                checkIns: buckets[report.fingerprint] ?? Array(repeating: 0, count: MonitorResponse.bucketCount),
+                persistentFailures: failuresByDevice[report.fingerprint] ?? 0)
+        }
+        let anyRecent = devices.contains { $0.status != .offline }
+        return MonitorResponse(
+            event: event, events: events, generatedAt: now, devices: devices,
+            emptyState: anyRecent ? nil : MonitorResponse.emptyStateMessage, opsContact: opsContact,
+            persistentFailures: relevant.map { failure in
+                PersistentFailure(
+                    fingerprint: failure.fingerprint, staffName: staff[failure.fingerprint] ?? "",
+                    collection: failure.collection, recordId: failure.recordId,
+                    firstAttempt: Timestamp(millisecondsSince1970: failure.firstAttempt), lastError: failure.lastError,
+                    reportedAt: Timestamp(millisecondsSince1970: failure.reportedAt))
+            },
+            bucketStart: start)
+    }
+}

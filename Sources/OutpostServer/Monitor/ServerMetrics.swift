@@ -1,0 +1,101 @@
+import Foundation
+import Hummingbird
+import OutpostProtocol
+import Prometheus
+
+/// The server's Prometheus metrics, served at `GET /metrics`.
+///
+/// One registry per application, handed in by the caller: no global metrics system, so two servers in one
+/// process (as in tests) never share counts. Counters and histograms are safe to use from any task.
+package final class ServerMetrics: Sendable {
+    package let registry: PrometheusCollectorRegistry
+    let pushes: Counter
+    let mutations: [MutationResult.Status: Counter]
+    let pulls: Counter
+    let snapshots: Counter
+    let heartbeats: Counter
+    let persistentFailures: Counter
+    let devices: [DeviceState: Gauge]
+
+    static let latencyBuckets: [Duration] = [
+        .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+        .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2),
+        .seconds(5),
+    ]
+
+    package init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
+        self.registry = registry
+        func counter(_ name: String, _ help: String, _ labels: [(String, String)] = []) -> Counter {
+            registry.makeCounter(
+                descriptor: MetricNameDescriptor(metricName: name, unitName: "total", helpText: help), labels: labels)
+        }
+        pushes = counter("outpost_pushes", "Push requests accepted")
+        let statuses: [MutationResult.Status] = [.applied, .duplicate, .conflict, .rejected]
+        mutations = Dictionary(
+            uniqueKeysWithValues: statuses.map {
+                ($0, counter("outpost_mutations", "Mutations by outcome", [("status", $0.rawValue)]))
+            })
+        pulls = counter("outpost_pulls", "Pull requests served")
+        snapshots = counter("outpost_snapshots", "Snapshot pages served")
+        heartbeats = counter("outpost_heartbeats", "Device heartbeats received")
+        persistentFailures = counter(
+            "outpost_persistent_sync_failures", "Records reported as failing to sync for over a day (each counted once)")
+        devices = Dictionary(
+            uniqueKeysWithValues: DeviceState.allCases.map { state in
+                (
+                    state,
+                    registry.makeGauge(
+                        descriptor: MetricNameDescriptor(
+                            metricName: "outpost_devices", unitName: "",
+                            helpText: "Devices seen in the last day, by state (ok, stale after 10 min, offline after 30 min)"),
+                        labels: [("state", state.rawValue)])
+                )
+            })
+    }
+
+    func count(_ results: [MutationResult]) {
+        pushes.increment()
+        for result in results { mutations[result.status]?.increment() }
+    }
+
+    /// The latency histogram of one route, method and status.
+    func latency(route: String, method: String, status: Int) -> DurationHistogram {
+        registry.makeDurationHistogram(
+            descriptor: MetricNameDescriptor(
+                metricName: "outpost_http_request_duration", unitName: "seconds", helpText: "Request latency by route"),
+            labels: [("route", route), ("method", method), ("status", String(status))],
+            buckets: Self.latencyBuckets)
+    }
+
+    /// The exposition text, with the device gauges read from storage first, so that every server sharing
+    /// one database reports the same devices.
+    func exposition(storage: some MonitorStorage, now: Date) async throws -> String {
+        let counts = try await storage.deviceStateCounts(now: Timestamp(now).millisecondsSince1970)
+        for (state, gauge) in devices { gauge.set(to: Double(counts[state] ?? 0)) }
+        return registry.emitToString()
+    }
+}
+
+/// Records every request's latency under its route pattern (never its concrete path, which could hold ids).
+struct MetricsMiddleware<Context: RequestContext>: RouterMiddleware {
+    let metrics: ServerMetrics
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        let start = ContinuousClock.now
+        var status = 500
+        defer {
+            metrics.latency(route: context.endpointPath ?? "unmatched", method: request.method.rawValue, status: status)
+                .record(ContinuousClock.now - start)
+        }
+        do {
+            let response = try await next(request, context)
+            status = response.status.code
+            return response
+        } catch let error as any HTTPResponseError {
+            status = error.status.code
+            throw error
+        }
+    }
+}

@@ -1,0 +1,168 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import OutpostProtocol
+
+/// The organizer's sync monitor in a browser: `/admin/monitor`, behind a session cookie.
+///
+/// An organizer signs in with an organizer token (a form, or a sign-in link carrying it); the server answers
+/// with a fresh, shorter-lived token in a `Secure`, `HttpOnly`, `SameSite=Strict` cookie scoped to `/admin`,
+/// so page scripts never see it and no other site can send it. Browsers keep `Secure` cookies over plain
+/// http only on loopback; anywhere else, serve the monitor over TLS.
+struct AdminController<Storage: SyncStorage> {
+    let storage: Storage
+    let secrets: ServerSecrets
+    let now: @Sendable () -> Date
+    let pages: MonitorPages?
+
+    static var cookieName: String { "outpost_session" }
+    static var sessionLifetime: Duration { .seconds(8 * 3600) }
+    static var defaultRefresh: Duration { .seconds(15) }
+
+    init(storage: Storage, secrets: ServerSecrets, now: @escaping @Sendable () -> Date) {
+        self.storage = storage
+        self.secrets = secrets
+        self.now = now
+        self.pages = try? MonitorPages()
+    }
+
+    func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
+        group.get("sign-in", use: signInPage)
+        group.post("session", use: signInForm)
+        group.get("session", use: signInLink)
+        group.post("sign-out", use: signOut)
+        group.get("monitor", use: monitor)
+        group.get("monitor/fragment", use: fragment)
+        group.get("assets/:name", use: asset)
+    }
+
+    private func templates() throws -> MonitorPages {
+        guard let pages else {
+            throw OutpostHTTPError(.internalServerError, .internalError, "the monitor's templates are missing")
+        }
+        return pages
+    }
+
+    @Sendable func signInPage(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        Self.html(try templates().signIn(error: nil))
+    }
+
+    @Sendable func signInForm(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let buffer = try await request.body.collect(upTo: 16 * 1024)
+        guard let form = try? URLEncodedFormDecoder().decode(SignInForm.self, from: String(buffer: buffer)) else {
+            return Self.html(try templates().signIn(error: "Enter an organizer token."), status: .badRequest)
+        }
+        return try await startSession(token: form.token)
+    }
+
+    /// `GET /admin/session?token=…`: the sign-in link the demo prints. The token leaves the address bar at
+    /// once (a redirect), and the page sends no referrer.
+    @Sendable func signInLink(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        guard let token = RequestDecoding.optional("token", in: request) else {
+            return Response.redirect(to: "/admin/sign-in", type: .normal)
+        }
+        return try await startSession(token: token)
+    }
+
+    private func startSession(token: String) async throws -> Response {
+        let authority = try secrets.tokens()
+        let date = now()
+        guard let identity = await authority.identity(fromToken: token.trimmingCharacters(in: .whitespacesAndNewlines), now: date)
+        else {
+            return Self.html(try templates().signIn(error: "That token is invalid or expired."), status: .unauthorized)
+        }
+        guard identity.role >= .organizer else {
+            return Self.html(
+                try templates().signIn(error: "The sync monitor needs an organizer token."), status: .forbidden)
+        }
+        let session = try await authority.token(for: identity, lifetime: Self.sessionLifetime, now: date)
+        var response = Response.redirect(to: "/admin/monitor", type: .normal)
+        response.setCookie(
+            Cookie(
+                name: Self.cookieName, value: session, maxAge: Int(Self.sessionLifetime.components.seconds),
+                path: "/admin", secure: true, httpOnly: true, sameSite: .strict))
+        Self.secure(&response.headers)
+        return response
+    }
+
+    @Sendable func signOut(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        var response = Response.redirect(to: "/admin/sign-in", type: .normal)
+        response.setCookie(
+            Cookie(name: Self.cookieName, value: "", maxAge: 0, path: "/admin", secure: true, httpOnly: true, sameSite: .strict))
+        return response
+    }
+
+    /// The organizer the session cookie proves, or nil.
+    private func organizer(_ request: Request) async throws -> Identity? {
+        guard let value = request.cookies[Self.cookieName]?.value, !value.isEmpty else { return nil }
+        guard let identity = try await secrets.tokens().identity(fromToken: value, now: now()),
+            identity.role >= .organizer
+        else { return nil }
+        return identity
+    }
+
+    @Sendable func monitor(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        guard let identity = try await organizer(request) else {
+            return Response.redirect(to: "/admin/sign-in", type: .normal)
+        }
+        let report = try await load(request, identity: identity)
+        return Self.html(try templates().page(report, refresh: try Self.refresh(in: request)))
+    }
+
+    @Sendable func fragment(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        guard let identity = try await organizer(request) else {
+            throw OutpostHTTPError.unauthorized(.unauthorized, "sign in at /admin/sign-in")
+        }
+        let report = try await load(request, identity: identity)
+        return Self.html(try templates().body(report, refresh: try Self.refresh(in: request)))
+    }
+
+    private func load(_ request: Request, identity: Identity) async throws -> MonitorResponse {
+        var event = try RequestDecoding.optionalIdentifier("event", in: request)
+        if event == nil {
+            event = try await storage.reportedEvents(tenant: identity.tenant).first
+        }
+        return try await MonitorReport.load(
+            tenant: identity.tenant, event: event, storage: storage, secrets: secrets, now: now())
+    }
+
+    /// `?refresh=SECONDS`, 1 to 300; 15 by default.
+    static func refresh(in request: Request) throws -> Duration {
+        guard let text = RequestDecoding.optional("refresh", in: request) else { return defaultRefresh }
+        guard let seconds = Int64(text), (1...300).contains(seconds) else {
+            throw OutpostHTTPError.badRequest("refresh must be a number of seconds from 1 to 300")
+        }
+        return .seconds(seconds)
+    }
+
+    @Sendable func asset(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        guard let name = context.parameters.get("name"), let asset = try templates().assets[name] else {
+            throw OutpostHTTPError(.notFound, .notFound, "no such asset")
+        }
+        return Response(
+            status: .ok,
+            headers: [.contentType: asset.contentType, .cacheControl: "no-cache"],
+            body: .init(byteBuffer: ByteBuffer(string: asset.body)))
+    }
+
+    static func html(_ text: String, status: HTTPResponse.Status = .ok) -> Response {
+        var headers: HTTPFields = [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"]
+        secure(&headers)
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
+    }
+
+    /// Headers that keep the page's content its own: scripts and styles from this server only, no framing,
+    /// no referrer (a sign-in link's token never leaves in one).
+    static func secure(_ headers: inout HTTPFields) {
+        headers[.contentSecurityPolicy] =
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'"
+        headers[.xContentTypeOptions] = "nosniff"
+        headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
+    }
+}
+
+/// The sign-in form's body.
+struct SignInForm: Decodable {
+    var token: String
+}

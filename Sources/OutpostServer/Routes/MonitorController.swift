@@ -1,0 +1,126 @@
+import Crypto
+import Foundation
+import Hummingbird
+import Logging
+import OutpostProtocol
+
+/// `POST /v1/heartbeats`, `POST /v1/sync-failures` (devices) and `GET /v1/monitor` (organizers).
+struct MonitorController<Storage: SyncStorage> {
+    let storage: Storage
+    let configuration: ServerConfiguration
+    let secrets: ServerSecrets
+    let metrics: ServerMetrics
+    let now: @Sendable () -> Date
+
+    static var maxFailuresPerReport: Int { 500 }
+    static var maxErrorLength: Int { 1000 }
+
+    func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
+        group.post("heartbeats", use: heartbeat)
+        group.post("sync-failures", use: syncFailures)
+        group.get("monitor", use: monitor)
+    }
+
+    @Sendable func heartbeat(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        let beat = try await RequestDecoding.decodeBody(Heartbeat.self, from: request, maxBytes: 16 * 1024)
+        guard Identifier.isValid(beat.deviceId) else {
+            throw OutpostHTTPError.badRequest("deviceId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
+        }
+        if let event = beat.event, !Identifier.isValid(event) {
+            throw OutpostHTTPError.badRequest("event must be an identifier")
+        }
+        guard (0...10_000_000).contains(beat.pendingCount), (0...10_000_000).contains(beat.failedCount) else {
+            throw OutpostHTTPError.badRequest("pendingCount and failedCount must be from 0 to 10000000")
+        }
+        guard (1...64).contains(beat.appVersion.utf8.count), beat.appVersion.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
+        else { throw OutpostHTTPError.badRequest("appVersion must be 1 to 64 printable ASCII characters") }
+        let received = Timestamp(now())
+        if let fetched = beat.lastRosterFetch, fetched.millisecondsSince1970 > received.millisecondsSince1970 + configuration.maxClockSkew.milliseconds {
+            throw OutpostHTTPError.badRequest("lastRosterFetch is in the future", code: .invalidTimestamp)
+        }
+        let fingerprint = try secrets.fingerprint(tenant: identity.tenant, deviceId: beat.deviceId)
+        try await storage.recordHeartbeat(
+            DeviceReport(
+                tenant: identity.tenant, fingerprint: fingerprint, userId: identity.userId, staffName: identity.name,
+                event: beat.event ?? "", pendingCount: beat.pendingCount, failedCount: beat.failedCount,
+                lastRosterFetch: beat.lastRosterFetch?.millisecondsSince1970, appVersion: beat.appVersion,
+                lastSeen: received.millisecondsSince1970))
+        metrics.heartbeats.increment()
+        return try .json(HeartbeatResponse(fingerprint: fingerprint))
+    }
+
+    @Sendable func syncFailures(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        let report = try await RequestDecoding.decodeBody(SyncFailureReport.self, from: request, maxBytes: 1024 * 1024)
+        guard Identifier.isValid(report.deviceId) else {
+            throw OutpostHTTPError.badRequest("deviceId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
+        }
+        guard (1...Self.maxFailuresPerReport).contains(report.failures.count) else {
+            throw OutpostHTTPError.badRequest("a report carries 1 to \(Self.maxFailuresPerReport) failures")
+        }
+        let received = Timestamp(now())
+        // Everything is checked before anything is written: a report is recorded whole or not at all.
+        for failure in report.failures {
+            guard configuration.collections[failure.collection] != nil else {
+                throw OutpostHTTPError.badRequest("unknown collection \(failure.collection.prefix(64))", code: .unknownCollection)
+            }
+            guard Identifier.isValid(failure.recordId) else {
+                throw OutpostHTTPError.badRequest("recordId must be an identifier", code: .invalidRecordId)
+            }
+            guard failure.firstAttempt.millisecondsSince1970 <= received.millisecondsSince1970 + configuration.maxClockSkew.milliseconds,
+                failure.firstAttempt >= configuration.earliestTimestamp
+            else { throw OutpostHTTPError.badRequest("firstAttempt is out of range", code: .invalidTimestamp) }
+            guard !failure.lastError.isEmpty, failure.lastError.count <= Self.maxErrorLength else {
+                throw OutpostHTTPError.badRequest("lastError must be 1 to \(Self.maxErrorLength) characters")
+            }
+            // Only the device's own records: one another device or user wrote, and this one never did, is refused.
+            let writers = try await storage.recordWriters(
+                tenant: identity.tenant, collection: failure.collection, recordId: failure.recordId)
+            let mine = RecordWriter(deviceId: report.deviceId, userId: identity.userId)
+            if !writers.isEmpty && !writers.contains(mine) {
+                throw OutpostHTTPError.forbidden("\(failure.collection)/\(failure.recordId) was written by another device")
+            }
+        }
+        guard configuration.escalationEnabled else {
+            return try .json(SyncFailureReceipt(recorded: 0, alreadyKnown: 0, escalationEnabled: false))
+        }
+        let fingerprint = try secrets.fingerprint(tenant: identity.tenant, deviceId: report.deviceId)
+        var recorded = 0
+        for failure in report.failures {
+            let stored = StoredSyncFailure(
+                tenant: identity.tenant, fingerprint: fingerprint, userId: identity.userId,
+                collection: failure.collection, recordId: failure.recordId,
+                firstAttempt: failure.firstAttempt.millisecondsSince1970, lastError: failure.lastError,
+                reportedAt: received.millisecondsSince1970)
+            guard try await storage.recordSyncFailure(stored) else { continue }
+            recorded += 1
+            metrics.persistentFailures.increment()
+            let hours = (received.millisecondsSince1970 - failure.firstAttempt.millisecondsSince1970) / 3_600_000
+            // Ids and times only: never the payload, the error text (it may quote a value) or a name.
+            context.logger.error(
+                "Persistent Sync Failure",
+                metadata: [
+                    "tenant": "\(identity.tenant)", "device": "\(fingerprint)", "collection": "\(failure.collection)",
+                    "record": "\(Self.reference(tenant: identity.tenant, recordId: failure.recordId))",
+                    "first_attempt": "\(failure.firstAttempt.iso8601)", "age_hours": "\(hours)",
+                ])
+        }
+        return try .json(
+            SyncFailureReceipt(
+                recorded: recorded, alreadyKnown: report.failures.count - recorded, escalationEnabled: true))
+    }
+
+    /// A short, stable reference to a record for logs: its id can embed a user id.
+    static func reference(tenant: String, recordId: String) -> String {
+        SHA256.hash(data: Array("\(tenant)\u{0}\(recordId)".utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+    }
+
+    @Sendable func monitor(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        guard identity.role >= .organizer else { throw OutpostHTTPError.forbidden("the sync monitor needs the organizer role") }
+        let event = try RequestDecoding.optionalIdentifier("event", in: request)
+        return try .json(
+            try await MonitorReport.load(tenant: identity.tenant, event: event, storage: storage, secrets: secrets, now: now()))
+    }
+}

@@ -1,0 +1,73 @@
+import OutpostProtocol
+
+/// A device's latest heartbeat as stored: under its tenant-scoped fingerprint, never its id.
+package struct DeviceReport: Sendable, Hashable {
+    package var tenant: String
+    package var fingerprint: String
+    package var userId: String
+    package var staffName: String
+    /// The event the device has open, or "".
+    package var event: String
+    package var pendingCount: Int
+    package var failedCount: Int
+    package var lastRosterFetch: Int64?
+    package var appVersion: String
+    package var lastSeen: Int64
+}
+
+/// A device and user that wrote a record.
+package struct RecordWriter: Sendable, Hashable {
+    package var deviceId: String
+    package var userId: String
+}
+
+/// A persistent sync failure as stored: one row per device and record, so a report sent again counts once.
+package struct StoredSyncFailure: Sendable, Hashable {
+    package var tenant: String
+    package var fingerprint: String
+    package var userId: String
+    package var collection: String
+    package var recordId: String
+    package var firstAttempt: Int64
+    package var lastError: String
+    package var reportedAt: Int64
+}
+
+/// The storage the sync monitor needs: heartbeats, persistent failures, and what the monitor reads.
+///
+/// Every method is scoped to a tenant, except ``deviceStateCounts(now:)``, which feeds the process-wide
+/// metrics.
+package protocol MonitorStorage: Sendable {
+    /// Keeps `report` as the device's latest.
+    func recordHeartbeat(_ report: DeviceReport) async throws
+
+    /// The latest report of each device of `tenant`, in `event` when given, most recently seen first.
+    func deviceReports(tenant: String, event: String?) async throws -> [DeviceReport]
+
+    /// The events devices of `tenant` have reported, most recently seen first.
+    func reportedEvents(tenant: String) async throws -> [String]
+
+    /// Who scanned (the `scanned_by` device id) and when, for each check-in of `event` scanned at `since` or later.
+    func checkInScans(tenant: String, event: String, since: Int64) async throws -> [(scannedBy: String, at: Int64)]
+
+    /// Stores a persistent failure; false when this device had already reported that record.
+    func recordSyncFailure(_ failure: StoredSyncFailure) async throws -> Bool
+
+    /// The persistent failures of `tenant`, oldest first.
+    func syncFailures(tenant: String) async throws -> [StoredSyncFailure]
+
+    /// The devices and users that have written a record (its audit), for checking who may report on it.
+    func recordWriters(tenant: String, collection: String, recordId: String) async throws -> Set<RecordWriter>
+
+    /// One stored record, tombstones included, or nil.
+    func record(tenant: String, collection: String, recordId: String) async throws -> StoredRecord?
+
+    /// How many devices, across tenants, are in each state at `now`; devices silent for more than a day
+    /// are left out (their event is over).
+    func deviceStateCounts(now: Int64) async throws -> [DeviceState: Int]
+}
+
+extension MonitorStorage {
+    /// Devices silent longer than this are no longer counted in the metrics.
+    package static var activeWindow: Int64 { 24 * 3600 * 1000 }
+}

@@ -1,0 +1,152 @@
+import OutpostProtocol
+import PostgresNIO
+
+extension PostgresStorage {
+    package func recordHeartbeat(_ report: DeviceReport) async throws {
+        _ = try await guarded {
+            try await client.query(
+                """
+                INSERT INTO devices (tenant, fingerprint, user_id, staff_name, event, pending_count, failed_count,
+                                     last_roster_fetch, app_version, last_seen)
+                VALUES (\(report.tenant), \(report.fingerprint), \(report.userId), \(report.staffName), \(report.event),
+                        \(Int64(report.pendingCount)), \(Int64(report.failedCount)), \(report.lastRosterFetch),
+                        \(report.appVersion), \(report.lastSeen))
+                ON CONFLICT (tenant, fingerprint) DO UPDATE SET
+                  user_id = excluded.user_id, staff_name = excluded.staff_name, event = excluded.event,
+                  pending_count = excluded.pending_count, failed_count = excluded.failed_count,
+                  last_roster_fetch = excluded.last_roster_fetch, app_version = excluded.app_version,
+                  last_seen = greatest(devices.last_seen, excluded.last_seen)
+                """, logger: logger)
+        }
+    }
+
+    package func deviceReports(tenant: String, event: String?) async throws -> [DeviceReport] {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT tenant, fingerprint, user_id, staff_name, event, pending_count, failed_count, last_roster_fetch,
+                       app_version, last_seen
+                FROM devices WHERE tenant = \(tenant) AND (\(event)::text IS NULL OR event = \(event))
+                ORDER BY last_seen DESC, fingerprint
+                """, logger: logger)
+            var reports: [DeviceReport] = []
+            for try await (tenant, fingerprint, userId, staffName, event, pending, failed, rosterFetch, version, lastSeen)
+                in rows.decode((String, String, String, String, String, Int64, Int64, Int64?, String, Int64).self)
+            {
+                reports.append(
+                    DeviceReport(
+                        tenant: tenant, fingerprint: fingerprint, userId: userId, staffName: staffName, event: event,
+                        pendingCount: Int(pending), failedCount: Int(failed), lastRosterFetch: rosterFetch,
+                        appVersion: version, lastSeen: lastSeen))
+            }
+            return reports
+        }
+    }
+
+    package func reportedEvents(tenant: String) async throws -> [String] {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT event FROM devices WHERE tenant = \(tenant) AND event <> ''
+                GROUP BY event ORDER BY max(last_seen) DESC, event
+                """, logger: logger)
+            var events: [String] = []
+            for try await event in rows.decode(String.self) { events.append(event) }
+            return events
+        }
+    }
+
+    package func checkInScans(tenant: String, event: String, since: Int64) async throws -> [(scannedBy: String, at: Int64)] {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT fields::jsonb ->> 'scanned_by', created_at FROM records
+                WHERE tenant = \(tenant) AND collection = \(CheckIn.collection) AND scope = \(event)
+                  AND created_at >= \(since) AND NOT tombstone
+                """, logger: logger)
+            var scans: [(scannedBy: String, at: Int64)] = []
+            for try await (device, at) in rows.decode((String?, Int64).self) {
+                if let device { scans.append((device, at)) }
+            }
+            return scans
+        }
+    }
+
+    package func recordSyncFailure(_ failure: StoredSyncFailure) async throws -> Bool {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                INSERT INTO sync_failures (tenant, fingerprint, collection, record_id, user_id, first_attempt,
+                                           last_error, reported_at)
+                VALUES (\(failure.tenant), \(failure.fingerprint), \(failure.collection), \(failure.recordId),
+                        \(failure.userId), \(failure.firstAttempt), \(failure.lastError), \(failure.reportedAt))
+                ON CONFLICT (tenant, fingerprint, collection, record_id) DO NOTHING
+                RETURNING 1
+                """, logger: logger)
+            var inserted = false
+            for try await _ in rows { inserted = true }
+            return inserted
+        }
+    }
+
+    package func syncFailures(tenant: String) async throws -> [StoredSyncFailure] {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT tenant, fingerprint, user_id, collection, record_id, first_attempt, last_error, reported_at
+                FROM sync_failures WHERE tenant = \(tenant) ORDER BY first_attempt, record_id
+                """, logger: logger)
+            var failures: [StoredSyncFailure] = []
+            for try await (tenant, fingerprint, userId, collection, recordId, firstAttempt, lastError, reportedAt)
+                in rows.decode((String, String, String, String, String, Int64, String, Int64).self)
+            {
+                failures.append(
+                    StoredSyncFailure(
+                        tenant: tenant, fingerprint: fingerprint, userId: userId, collection: collection,
+                        recordId: recordId, firstAttempt: firstAttempt, lastError: lastError, reportedAt: reportedAt))
+            }
+            return failures
+        }
+    }
+
+    package func recordWriters(tenant: String, collection: String, recordId: String) async throws -> Set<RecordWriter> {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT DISTINCT device_id, user_id FROM mutations
+                WHERE tenant = \(tenant) AND collection = \(collection) AND record_id = \(recordId)
+                """, logger: logger)
+            var writers = Set<RecordWriter>()
+            for try await (device, user) in rows.decode((String, String).self) {
+                writers.insert(RecordWriter(deviceId: device, userId: user))
+            }
+            return writers
+        }
+    }
+
+    package func record(tenant: String, collection: String, recordId: String) async throws -> StoredRecord? {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT \(unescaped: Self.recordColumns) FROM records
+                WHERE tenant = \(tenant) AND collection = \(collection) AND record_id = \(recordId)
+                """, logger: logger)
+            for try await row in rows { return try Self.record(row) }
+            return nil
+        }
+    }
+
+    package func deviceStateCounts(now: Int64) async throws -> [DeviceState: Int] {
+        try await guarded {
+            let rows = try await client.query(
+                "SELECT last_seen FROM devices WHERE last_seen >= \(now - Self.activeWindow)", logger: logger)
+            var counts: [DeviceState: Int] = [:]
+            for try await lastSeen in rows.decode(Int64.self) {
+                let state = DeviceState(
+                    lastSeen: Timestamp(millisecondsSince1970: lastSeen), now: Timestamp(millisecondsSince1970: now))
+                counts[state, default: 0] += 1
+            }
+            return counts
+        }
+    }
+}

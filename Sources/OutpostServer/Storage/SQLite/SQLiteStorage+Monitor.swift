@@ -1,0 +1,135 @@
+import GRDB
+import OutpostProtocol
+
+extension SQLiteStorage {
+    package func recordHeartbeat(_ report: DeviceReport) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO devices (tenant, fingerprint, user_id, staff_name, event, pending_count, failed_count,
+                                         last_roster_fetch, app_version, last_seen)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (tenant, fingerprint) DO UPDATE SET
+                      user_id = excluded.user_id, staff_name = excluded.staff_name, event = excluded.event,
+                      pending_count = excluded.pending_count, failed_count = excluded.failed_count,
+                      last_roster_fetch = excluded.last_roster_fetch, app_version = excluded.app_version,
+                      last_seen = max(devices.last_seen, excluded.last_seen)
+                    """,
+                arguments: [
+                    report.tenant, report.fingerprint, report.userId, report.staffName, report.event,
+                    report.pendingCount, report.failedCount, report.lastRosterFetch, report.appVersion, report.lastSeen,
+                ])
+        }
+    }
+
+    package func deviceReports(tenant: String, event: String?) async throws -> [DeviceReport] {
+        try await pool.read { db in
+            var sql = "SELECT * FROM devices WHERE tenant = ?"
+            var arguments: StatementArguments = [tenant]
+            if let event {
+                sql += " AND event = ?"
+                arguments += [event]
+            }
+            sql += " ORDER BY last_seen DESC, fingerprint"
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).map { row in
+                DeviceReport(
+                    tenant: row["tenant"], fingerprint: row["fingerprint"], userId: row["user_id"],
+                    staffName: row["staff_name"], event: row["event"], pendingCount: row["pending_count"],
+                    failedCount: row["failed_count"], lastRosterFetch: row["last_roster_fetch"],
+                    appVersion: row["app_version"], lastSeen: row["last_seen"])
+            }
+        }
+    }
+
+    package func reportedEvents(tenant: String) async throws -> [String] {
+        try await pool.read { db in
+            try String.fetchAll(
+                db,
+                sql: """
+                    SELECT event FROM devices WHERE tenant = ? AND event <> ''
+                    GROUP BY event ORDER BY max(last_seen) DESC, event
+                    """, arguments: [tenant])
+        }
+    }
+
+    package func checkInScans(tenant: String, event: String, since: Int64) async throws -> [(scannedBy: String, at: Int64)] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT json_extract(fields, '$.scanned_by') AS scanned_by, created_at FROM records
+                    WHERE tenant = ? AND collection = ? AND scope = ? AND created_at >= ? AND NOT tombstone
+                    """, arguments: [tenant, CheckIn.collection, event, since]
+            ).compactMap { row in
+                guard let device: String = row["scanned_by"] else { return nil }
+                return (device, row["created_at"])
+            }
+        }
+    }
+
+    package func recordSyncFailure(_ failure: StoredSyncFailure) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO sync_failures (tenant, fingerprint, collection, record_id, user_id, first_attempt,
+                                               last_error, reported_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (tenant, fingerprint, collection, record_id) DO NOTHING
+                    """,
+                arguments: [
+                    failure.tenant, failure.fingerprint, failure.collection, failure.recordId, failure.userId,
+                    failure.firstAttempt, failure.lastError, failure.reportedAt,
+                ])
+            return db.changesCount > 0
+        }
+    }
+
+    package func syncFailures(tenant: String) async throws -> [StoredSyncFailure] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM sync_failures WHERE tenant = ? ORDER BY first_attempt, record_id",
+                arguments: [tenant]
+            ).map { row in
+                StoredSyncFailure(
+                    tenant: row["tenant"], fingerprint: row["fingerprint"], userId: row["user_id"],
+                    collection: row["collection"], recordId: row["record_id"], firstAttempt: row["first_attempt"],
+                    lastError: row["last_error"], reportedAt: row["reported_at"])
+            }
+        }
+    }
+
+    package func recordWriters(tenant: String, collection: String, recordId: String) async throws -> Set<RecordWriter> {
+        try await pool.read { db in
+            Set(
+                try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT DISTINCT device_id, user_id FROM mutations
+                        WHERE tenant = ? AND collection = ? AND record_id = ?
+                        """,
+                    arguments: [tenant, collection, recordId]
+                ).map { RecordWriter(deviceId: $0["device_id"], userId: $0["user_id"]) })
+        }
+    }
+
+    package func record(tenant: String, collection: String, recordId: String) async throws -> StoredRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(
+                db, sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ?",
+                arguments: [tenant, collection, recordId]
+            ).map(Self.record)
+        }
+    }
+
+    package func deviceStateCounts(now: Int64) async throws -> [DeviceState: Int] {
+        try await pool.read { db in
+            var counts: [DeviceState: Int] = [:]
+            for lastSeen in try Int64.fetchAll(
+                db, sql: "SELECT last_seen FROM devices WHERE last_seen >= ?", arguments: [now - Self.activeWindow])
+            {
+                counts[DeviceState(lastSeen: Timestamp(millisecondsSince1970: lastSeen), now: Timestamp(millisecondsSince1970: now)), default: 0] += 1
+            }
+            return counts
+        }
+    }
+}
