@@ -105,8 +105,10 @@ let package = Package(
                 "OutpostServer",
                 "OutpostClient",
                 "OutpostApps",
+                "OutpostTesting",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ]

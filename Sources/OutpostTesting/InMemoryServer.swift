@@ -15,6 +15,10 @@ public actor InMemoryServer {
     private var processed: [String: (mutation: Mutation, result: MutationResult)] = [:]
     private var versions: [String: Int64] = [:]
     public private(set) var applied: [Application] = []
+    /// Every heartbeat received, in order.
+    public private(set) var heartbeats: [Heartbeat] = []
+    /// Every failure report received, in order.
+    public private(set) var failureReports: [SyncFailureReport] = []
     /// Decides which mutations the server rejects, with a code and message.
     private let rejection: @Sendable (Mutation) -> WireError.Detail?
     /// Records as they stand, and every change in order: a pull cursor is a position in `log`.
@@ -88,6 +92,16 @@ public actor InMemoryServer {
         })
     }
 
+    public func heartbeat(_ heartbeat: Heartbeat) -> HeartbeatResponse {
+        heartbeats.append(heartbeat)
+        return HeartbeatResponse(fingerprint: "fp-\(heartbeat.deviceId)")
+    }
+
+    public func reportFailures(_ report: SyncFailureReport) -> SyncFailureReceipt {
+        failureReports.append(report)
+        return SyncFailureReceipt(recorded: report.failures.count, alreadyKnown: 0, escalationEnabled: true)
+    }
+
     /// How many times each key was applied (never more than once, if the protocol holds).
     public func applicationCounts() -> [String: Int] {
         applied.reduce(into: [:]) { $0[$1.mutation.idempotencyKey, default: 0] += 1 }
@@ -135,5 +149,15 @@ public final class InMemoryTransport: SyncTransport, @unchecked Sendable {
     public func health() async throws -> HealthResponse {
         guard isOnline else { throw TransportError(kind: .network, message: "offline") }
         return HealthResponse(status: "ok", storage: "ok")
+    }
+
+    public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
+        guard isOnline else { throw TransportError(kind: .network, message: "offline") }
+        return await server.heartbeat(heartbeat)
+    }
+
+    public func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
+        guard isOnline else { throw TransportError(kind: .network, message: "offline") }
+        return await server.reportFailures(report)
     }
 }

@@ -83,6 +83,10 @@ struct DeviceStatus: AsyncParsableCommand {
             say("pending:  \(status.pendingCount)")
             say("failed:   \(status.failedCount)")
             say("status:   \(status.offlineIndicatorText)")
+            _ = try? await device.engine.checkPersistentFailures()
+            if let notice = await device.engine.status.persistentFailureNotice {
+                say("notice:   \(notice.message) — `outpost device retry --all` (\(PersistentFailureNotice.actionTitle))")
+            }
         }
     }
 }

@@ -15,6 +15,10 @@ struct DeviceRun: AsyncParsableCommand {
     var retryInterval: DurationArgument = DurationArgument(argument: "60s")!
     @Option(name: .customLong("refresh-interval"), help: "How often to refresh the opened event's roster (delta only), such as 15m.")
     var refreshInterval: DurationArgument = DurationArgument(argument: "15m")!
+    @Option(name: .customLong("heartbeat-interval"), help: "How often to report to the sync monitor, such as 60s.")
+    var heartbeatInterval: DurationArgument = DurationArgument(argument: "60s")!
+    @Option(name: .customLong("escalation-interval"), help: "How often to look for records failing for too long, such as 1h.")
+    var escalationInterval: DurationArgument = DurationArgument(argument: "1h")!
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
@@ -23,23 +27,40 @@ struct DeviceRun: AsyncParsableCommand {
 
     private func run(_ device: Device) async throws {
         let data = ReferenceData(store: device.store, transport: device.transport)
+        let engine = device.engine
         let scheduler = SyncScheduler(
-            engine: device.engine,
+            engine: engine,
             monitor: HealthProbeMonitor(transport: device.transport, interval: probeInterval.duration),
             retryInterval: retryInterval.duration,
-            periodic: (refreshInterval.duration, {
-                guard let event = try? await device.store.setting(EventOption.currentEventSetting),
-                    (try? await data.state(collection: Guest.collection, scope: event))?.isReady == true,
-                    let summary = try? await data.refresh(collection: Guest.collection, scope: event)
-                else { return }
-                say("roster \(event) refreshed: \(summary.updated) updated, \(summary.removed) removed")
-            }))
+            periodic: [
+                .init(every: refreshInterval.duration) {
+                    guard let event = try? await device.store.setting(LocalStore.currentEventSetting),
+                        (try? await data.state(collection: Guest.collection, scope: event))?.isReady == true,
+                        let summary = try? await data.refresh(collection: Guest.collection, scope: event)
+                    else { return }
+                    say("roster \(event) refreshed: \(summary.updated) updated, \(summary.removed) removed")
+                },
+                .init(every: heartbeatInterval.duration) { await engine.sendHeartbeat() },
+                .init(every: escalationInterval.duration, onlineOnly: false) {
+                    await Self.escalate(engine)
+                },
+            ])
+        // On launch: look for records failing too long, before anything else.
+        await Self.escalate(engine)
         let service = DeviceService(device: device, scheduler: scheduler)
         let group = ServiceGroup(
             configuration: .init(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: .cli("outpost-device")))
         say("device \(device.deviceId) running against \(device.serverURL.absoluteString); Ctrl-C stops")
         try await group.run()
         say("device stopped: \(await device.engine.status.offlineIndicatorText)")
+    }
+
+    /// Checks for persistent failures and prints the notice when there is one.
+    static func escalate(_ engine: SyncEngine) async {
+        guard let failures = try? await engine.checkPersistentFailures(), !failures.isEmpty,
+            let notice = await engine.status.persistentFailureNotice
+        else { return }
+        say("notice: \(notice.message) — run `outpost device retry --all` (\(PersistentFailureNotice.actionTitle))")
     }
 }
 

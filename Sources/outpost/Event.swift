@@ -17,8 +17,6 @@ struct EventOption: ParsableArguments {
     @Option(help: "The event id (default: the last one opened on this device).")
     var event: String?
 
-    static let currentEventSetting = "current_event"
-
     /// The opened event's roster, from the device store alone (no network), once fully downloaded.
     func offlineRoster(_ options: DeviceStoreOptions) async throws -> (ReferenceData, String) {
         let store = try options.openStore()
@@ -27,7 +25,7 @@ struct EventOption: ParsableArguments {
 
     func resolve(_ store: LocalStore) async throws -> String {
         if let event { return try checkedEvent(event) }
-        guard let current = try await store.setting(Self.currentEventSetting) else {
+        guard let current = try await store.setting(LocalStore.currentEventSetting) else {
             throw CLIError("no event opened on this device yet: run `outpost event open EVENT`")
         }
         return current
@@ -46,7 +44,7 @@ struct EventOpen: AsyncParsableCommand {
     func run() async throws {
         let event = try checkedEvent(self.event)
         try await options.withDevice { device in
-            try await device.store.setSetting(EventOption.currentEventSetting, event)
+            try await device.store.setSetting(LocalStore.currentEventSetting, event)
             let data = ReferenceData(store: device.store, transport: device.transport)
             let bar = ProgressBar(label: "roster \(event)")
             do {

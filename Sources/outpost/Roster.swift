@@ -9,7 +9,7 @@ struct RosterCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "roster",
         abstract: "Manage an event's guest roster (organizer token).",
-        subcommands: [RosterImport.self, RosterAdd.self, RosterCancel.self, RosterGenerate.self])
+        subcommands: [RosterImport.self, RosterAdd.self, RosterCancel.self, RosterEvent.self, RosterGenerate.self])
 }
 
 /// The server and token of an organizer command: flags, or `$OUTPOST_SERVER` and `$OUTPOST_TOKEN`.
@@ -127,6 +127,34 @@ struct RosterAdd: AsyncParsableCommand {
         let mutation = rosterMutation(event: event, guestId: guestId, fields: values, at: Timestamp(Date()))
         try await connection.withTransport { try await pushRoster([mutation], via: $0) }
         say("added \(guestId) to \(event)")
+    }
+}
+
+struct RosterEvent: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "event", abstract: "Set an event's name and ops contact (the sync monitor's urgent-message link).")
+
+    @Option(help: "The event id.")
+    var event: String
+    @Option(help: "The event's name.")
+    var name: String?
+    @Option(name: .customLong("ops-contact"), help: "An e-mail, phone number or https link for the operations team.")
+    var opsContact: String?
+    @OptionGroup var connection: ConnectionOptions
+
+    func run() async throws {
+        let event = try checkedEvent(self.event)
+        var fields: [String: JSONValue] = [:]
+        if let name { fields[EventRecord.Field.name] = .string(name) }
+        if let opsContact { fields[EventRecord.Field.opsContact] = .string(opsContact) }
+        guard !fields.isEmpty else { throw CLIError("give --name or --ops-contact") }
+        if let problem = EventRecord.problem(in: fields) { throw CLIError(problem) }
+        let time = Timestamp(Date())
+        let mutation = Mutation(
+            idempotencyKey: "event:\(event):\(time.iso8601)", collection: EventRecord.collection, recordId: event, op: .upsert,
+            fields: fields, clientTimestamp: time)
+        try await connection.withTransport { try await pushRoster([mutation], via: $0) }
+        say("event \(event) updated")
     }
 }
 

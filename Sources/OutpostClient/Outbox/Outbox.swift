@@ -75,8 +75,12 @@ extension LocalStore {
                         outcome.error = "Conflict: \(fields) changed on the server; kept the server's value"
                     case .rejected:
                         try db.execute(
-                            sql: "UPDATE outbox SET state = 'rejected', attempts = attempts + 1, last_attempt = ? WHERE seq = ?",
-                            arguments: [now, entry.seq])
+                            sql: """
+                                UPDATE outbox SET state = 'rejected', attempts = attempts + 1, last_attempt = ?,
+                                                  first_attempt = coalesce(first_attempt, ?)
+                                WHERE seq = ?
+                                """,
+                            arguments: [now, now, entry.seq])
                         outcome.error = result.error?.message ?? "rejected by the server"
                     }
                     touched[key] = outcome
@@ -153,6 +157,47 @@ extension LocalStore {
             }
         }
     }
+}
+
+extension LocalStore {
+    /// Records whose queued mutations were first tried at `cutoff` or earlier and have still not reached
+    /// the server: what the device escalates. Carries ids, times and the reason, never the payload.
+    public func persistentFailures(firstAttemptBefore cutoff: Date) async throws -> [SyncFailure] {
+        let sealer = self.sealer
+        return try await perform {
+            try await self.queue.read { db in
+                let rows = try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT collection, record_id, MIN(first_attempt) AS first FROM outbox
+                        WHERE first_attempt IS NOT NULL GROUP BY collection, record_id HAVING first <= ?
+                        ORDER BY first, collection, record_id
+                        """, arguments: [Timestamp(cutoff).millisecondsSince1970])
+                return try rows.map { row in
+                    let collection: String = row["collection"]
+                    let recordId: String = row["record_id"]
+                    let record = try Self.record(db, collection: collection, recordId: recordId, sealer: sealer)
+                    return SyncFailure(
+                        collection: collection, recordId: recordId,
+                        firstAttempt: Timestamp(millisecondsSince1970: row["first"]),
+                        lastError: record?.syncError ?? "not yet delivered")
+                }
+            }
+        }
+    }
+
+    /// When reference data (a roster) was last downloaded or refreshed on this device, if ever.
+    public func lastReferenceFetch() async throws -> Date? {
+        try await perform {
+            try await self.queue.read { db in
+                try Int64.fetchOne(db, sql: "SELECT max(max(coalesce(completed_at, 0), coalesce(refreshed_at, 0))) FROM reference_state")
+                    .flatMap { $0 > 0 ? Timestamp(millisecondsSince1970: $0).date : nil }
+            }
+        }
+    }
+
+    /// The setting that names the event opened on this device (`outpost event open`).
+    public static let currentEventSetting = "current_event"
 }
 
 /// A record's identity on the device.

@@ -7,6 +7,8 @@ public struct SyncStatus: Sendable, Hashable {
     public var pendingCount: Int
     public var failedCount: Int
     public var lastSyncAt: Date?
+    /// Held while records have failed to sync for over the escalation threshold; cannot be dismissed.
+    public var persistentFailureNotice: PersistentFailureNotice?
 
     public init(isOnline: Bool = false, isSyncing: Bool = false, pendingCount: Int = 0, failedCount: Int = 0, lastSyncAt: Date? = nil) {
         self.isOnline = isOnline

@@ -9,11 +9,20 @@ public struct SyncConfiguration: Sendable {
     public var chunkSize: Int
     /// The waits between retries of a failed push: 1 s, 2 s, 4 s, then give up until the next trigger.
     public var retryDelays: [Duration]
+    /// What the heartbeat names as the app's version.
+    public var appVersion: String
+    /// When records count as persistently failing, and whether they are reported to the server.
+    public var escalation: EscalationPolicy
 
-    public init(deviceId: String, chunkSize: Int = 50, retryDelays: [Duration] = [.seconds(1), .seconds(2), .seconds(4)]) {
+    public init(
+        deviceId: String, chunkSize: Int = 50, retryDelays: [Duration] = [.seconds(1), .seconds(2), .seconds(4)],
+        appVersion: String = "outpost-sdk/\(OutpostVersion.current)", escalation: EscalationPolicy = EscalationPolicy()
+    ) {
         self.deviceId = deviceId
         self.chunkSize = chunkSize
         self.retryDelays = retryDelays
+        self.appVersion = appVersion
+        self.escalation = escalation
     }
 }
 
@@ -24,12 +33,12 @@ public struct SyncConfiguration: Sendable {
 public actor SyncEngine {
     public let store: LocalStore
     public nonisolated let configuration: SyncConfiguration
-    private let transport: any SyncTransport
-    private let clock: any Clock<Duration>
+    let transport: any SyncTransport
+    let clock: any Clock<Duration>
     /// The engine's time: every local write is stamped with it. Apps that derive a day from "now" read it here.
     public nonisolated let now: @Sendable () -> Date
 
-    public private(set) var status = SyncStatus()
+    public internal(set) var status = SyncStatus()
     private var observers: [UUID: AsyncStream<SyncStatus>.Continuation] = [:]
 
     public init(
@@ -64,7 +73,7 @@ public actor SyncEngine {
         observers[id] = nil
     }
 
-    private func publish() {
+    func publish() {
         for continuation in observers.values { continuation.yield(status) }
     }
 
@@ -159,6 +168,7 @@ public actor SyncEngine {
                 summary.reasons = reasons.sorted { $0.value > $1.value }.map(\.key)
                 summary.synced = synced.count
                 try await refreshStatus()
+                await afterSync()
                 return summary
             }
             guard response.results.count == chunk.count else {
@@ -193,6 +203,7 @@ public actor SyncEngine {
         status.lastSyncAt = now()
         try await refreshStatus()
         if summary.chunks > 0 { try? await store.checkpoint() }
+        await afterSync()
         return summary
     }
 

@@ -5,19 +5,32 @@ import Foundation
 /// - Going online (from the monitor) syncs anything pending.
 /// - Every `retryInterval`, while online with something queued, it syncs again; this is how records that
 ///   failed after their retries get another chance without a user.
-/// - Every `periodic.interval`, while online, it runs `periodic.work` (the CLI refreshes the event roster).
+/// - Each periodic job runs every `interval` (only while online when it says so): heartbeats, roster
+///   refreshes, the persistent-failure check.
 public struct SyncScheduler: Sendable {
+    /// Work a running device repeats.
+    public struct PeriodicWork: Sendable {
+        public var interval: Duration
+        /// Skip the run while offline (work that needs the server).
+        public var onlineOnly: Bool
+        public var work: @Sendable () async -> Void
+
+        public init(every interval: Duration, onlineOnly: Bool = true, _ work: @escaping @Sendable () async -> Void) {
+            self.interval = interval
+            self.onlineOnly = onlineOnly
+            self.work = work
+        }
+    }
+
     public let engine: SyncEngine
     public let monitor: any ConnectivityMonitor
     public let clock: any Clock<Duration>
     public let retryInterval: Duration
-    /// Periodic work while online, such as refreshing reference data; with its interval.
-    public let periodic: (interval: Duration, work: @Sendable () async -> Void)?
+    public let periodic: [PeriodicWork]
 
     public init(
         engine: SyncEngine, monitor: any ConnectivityMonitor, clock: any Clock<Duration> = ContinuousClock(),
-        retryInterval: Duration = .seconds(60),
-        periodic: (interval: Duration, work: @Sendable () async -> Void)? = nil
+        retryInterval: Duration = .seconds(60), periodic: [PeriodicWork] = []
     ) {
         self.engine = engine
         self.monitor = monitor
@@ -43,11 +56,12 @@ public struct SyncScheduler: Sendable {
                     }
                 }
             }
-            if let periodic {
+            for job in periodic {
                 group.addTask {
                     while !Task.isCancelled {
-                        do { try await clock.sleep(for: periodic.interval) } catch { return }
-                        if await engine.status.isOnline { await periodic.work() }
+                        do { try await clock.sleep(for: job.interval) } catch { return }
+                        let online = await engine.status.isOnline
+                        if online || !job.onlineOnly { await job.work() }
                     }
                 }
             }

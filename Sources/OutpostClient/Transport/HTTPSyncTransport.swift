@@ -58,6 +58,14 @@ public struct HTTPSyncTransport: SyncTransport {
         try await send(.GET, path: "/health", query: [], body: nil)
     }
 
+    public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
+        try await send(.POST, path: "/v1/heartbeats", query: [], body: try JSONEncoder().encode(heartbeat))
+    }
+
+    public func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
+        try await send(.POST, path: "/v1/sync-failures", query: [], body: try JSONEncoder().encode(report))
+    }
+
     private func send<T: Decodable>(
         _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data? = nil
     ) async throws -> T {

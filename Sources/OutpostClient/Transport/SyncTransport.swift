@@ -12,6 +12,22 @@ public protocol SyncTransport: Sendable {
         -> SnapshotResponse
     /// Whether the server is reachable and its storage up.
     func health() async throws -> HealthResponse
+    /// Reports the device's state to the sync monitor.
+    func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse
+    /// Escalates records that have failed to sync for too long.
+    func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt
+}
+
+extension SyncTransport {
+    /// Transports that reach no sync monitor (test doubles, an offline reader) refuse heartbeats.
+    public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
+        throw TransportError(kind: .server, status: 404, message: "this transport reaches no sync monitor")
+    }
+
+    /// Transports that reach no sync monitor refuse failure reports.
+    public func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
+        throw TransportError(kind: .server, status: 404, message: "this transport reaches no sync monitor")
+    }
 }
 
 /// Why a transport call failed.

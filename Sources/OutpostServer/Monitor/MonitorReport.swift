@@ -22,8 +22,8 @@ enum MonitorReport {
                 }
                 scans.append((fingerprints[scan.scannedBy]!, scan.at))
             }
-            let record = try await storage.record(tenant: tenant, collection: "events", recordId: event)
-            opsContact = record?.tombstone == false ? record?.fields["ops_contact"]?.stringValue : nil
+            let record = try await storage.record(tenant: tenant, collection: EventRecord.collection, recordId: event)
+            opsContact = record?.tombstone == false ? record?.fields[EventRecord.Field.opsContact]?.stringValue : nil
         }
         let failures = try await storage.syncFailures(tenant: tenant)
         return assemble(

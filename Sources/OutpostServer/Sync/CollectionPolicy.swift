@@ -58,7 +58,7 @@ public struct CollectionRegistry: Sendable, Hashable {
     /// The collections of Outpost's field apps, plus `notes` for scripts and tests.
     public static let standard = CollectionRegistry([
         CollectionPolicy(name: Guest.collection, kind: .reference, scopeField: Guest.scopeField),
-        CollectionPolicy(name: "events", kind: .reference),
+        CollectionPolicy(name: EventRecord.collection, kind: .reference),
         CollectionPolicy(name: CheckIn.collection, scopeField: CheckIn.scopeField, merge: .firstWriteWins),
         CollectionPolicy(name: Attendance.collection),
         CollectionPolicy(name: Activity.collection, protectedFields: Activity.financialFields),

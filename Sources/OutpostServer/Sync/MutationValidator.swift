@@ -78,6 +78,7 @@ struct MutationValidator: Sendable {
     /// stored records are ``RecordRule``s.
     static let fieldRules: [String: @Sendable (Mutation) -> String?] = [
         Guest.collection: { Guest.problem(in: $0.fields) },
+        EventRecord.collection: { EventRecord.problem(in: $0.fields) },
         Attendance.collection: {
             Attendance.problem(in: $0.fields) ?? Attendance.problem(recordId: $0.recordId, fields: $0.fields)
         },

@@ -12,6 +12,8 @@ func withServer(
     _ kind: StorageKind,
     setup: TestingSetup = .router,
     configure: (inout ServerConfiguration) -> Void = { _ in },
+    now: @escaping @Sendable () -> Date = { Fixtures.serverNow.date },
+    metrics: ServerMetrics = ServerMetrics(),
     _ body: @escaping @Sendable (any TestClientProtocol, any SyncStorage) async throws -> Void
 ) async throws {
     var configuration = ServerConfiguration(port: 0, jwtSecret: Fixtures.secret)
@@ -20,23 +22,23 @@ func withServer(
     case .sqlite:
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-test-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
-        try await run(SQLiteStorage(directory: directory), configuration, setup, body)
+        try await run(SQLiteStorage(directory: directory), configuration, setup, now, metrics, body)
     case .postgres:
         let url = try await TestPostgres.shared.makeDatabase()
         try await run(
             PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger), configuration,
-            setup, body)
+            setup, now, metrics, body)
         await TestPostgres.shared.dropDatabase(url: url)
     }
 }
 
 private func run<Storage: SyncStorage>(
     _ storage: Storage, _ configuration: ServerConfiguration, _ setup: TestingSetup,
+    _ now: @escaping @Sendable () -> Date, _ metrics: ServerMetrics,
     _ body: @escaping @Sendable (any TestClientProtocol, any SyncStorage) async throws -> Void
 ) async throws {
     let app = buildApplication(
-        configuration: configuration, storage: storage, now: { Fixtures.serverNow.date },
-        logger: Fixtures.quietLogger)
+        configuration: configuration, storage: storage, now: now, metrics: metrics, logger: Fixtures.quietLogger)
     try await app.test(setup) { client in try await body(client, storage) }
 }
 
@@ -75,6 +77,11 @@ extension TestClientProtocol {
             .post, "/v1/push", token: token, body: try Fixtures.json(PushRequest(deviceId: device, mutations: mutations)))
         #expect(response.status == .ok)
         return try JSONDecoder().decode(PushResponse.self, from: response.body)
+    }
+
+    /// POSTs `value` as JSON with a bearer token.
+    func post(_ uri: String, _ value: some Encodable, token: String?) async throws -> TestResponse {
+        try await send(.post, uri, token: token, body: try Fixtures.json(value))
     }
 
     func pull(_ query: String, token: String) async throws -> PullResponse {

@@ -1,0 +1,161 @@
+import Foundation
+import OutpostProtocol
+
+/// The SDK's version, as heartbeats report it.
+public enum OutpostVersion {
+    public static let current = "0.5.0"
+}
+
+/// When a record counts as persistently failing, and whether the device tells the server.
+public struct EscalationPolicy: Sendable, Hashable {
+    /// Report persistent failures to `POST /v1/sync-failures`. Off, the device still shows its notice.
+    public var reportsToServer: Bool
+    /// How long a record may keep failing before it counts: a day.
+    public var threshold: Duration
+    /// The waits between attempts to deliver a report.
+    public var retryDelays: [Duration]
+
+    public init(
+        reportsToServer: Bool = true, threshold: Duration = .seconds(24 * 3600),
+        retryDelays: [Duration] = [.seconds(1), .seconds(2), .seconds(4)]
+    ) {
+        self.reportsToServer = reportsToServer
+        self.threshold = threshold
+        self.retryDelays = retryDelays
+    }
+}
+
+/// The notice a device holds while records have failed to sync for over the escalation threshold.
+///
+/// It cannot be dismissed: ``SyncEngine/dismissPersistentFailureNotice()`` refuses. It goes away only when
+/// those records sync.
+public struct PersistentFailureNotice: Sendable, Hashable {
+    /// How many records have failed for too long.
+    public var count: Int
+    /// True while a retry runs: the action shows a busy state and ignores a second press.
+    public var isRetrying: Bool
+    /// A short error after a failed retry.
+    public var retryError: String?
+
+    public init(count: Int, isRetrying: Bool = false, retryError: String? = nil) {
+        self.count = count
+        self.isRetrying = isRetrying
+        self.retryError = retryError
+    }
+
+    /// "3 records have not synced for over 24 hours".
+    public var message: String {
+        count == 1 ? "1 record has not synced for over 24 hours" : "\(count) records have not synced for over 24 hours"
+    }
+
+    /// The notice's only action.
+    public static let actionTitle = "Retry sync"
+    public var isDismissible: Bool { false }
+}
+
+/// What pressing "Retry sync" did.
+public enum NoticeRetry: Sendable, Hashable {
+    /// A retry was already running: this press is ignored.
+    case alreadyRunning
+    /// The retry ran; the notice is gone when everything synced.
+    case finished(SyncSummary)
+}
+
+extension ClientError.Code {
+    /// The persistent-failure notice cannot be dismissed.
+    public static let notDismissible = Self(rawValue: "not_dismissible")
+}
+
+extension SyncEngine {
+    // MARK: Heartbeats
+
+    /// Reports this device's state to the sync monitor: ids and counts only. Best effort: returns false when
+    /// the server cannot be reached, and the next sync or minute tries again.
+    @discardableResult
+    public func sendHeartbeat() async -> Bool {
+        guard let counts = try? await store.counts() else { return false }
+        let event = try? await store.setting(LocalStore.currentEventSetting)
+        let fetched = try? await store.lastReferenceFetch()
+        let beat = Heartbeat(
+            deviceId: configuration.deviceId, event: event ?? nil, pendingCount: counts.pending,
+            failedCount: counts.failed, lastRosterFetch: fetched.flatMap { $0 }.map(Timestamp.init),
+            appVersion: configuration.appVersion)
+        return (try? await transport.heartbeat(beat)) != nil
+    }
+
+    /// After every sync: a heartbeat when online, and the notice brought up to date.
+    func afterSync() async {
+        if status.isOnline { await sendHeartbeat() }
+        _ = try? await refreshPersistentFailureNotice()
+    }
+
+    // MARK: Persistent failures
+
+    /// Looks for records failing for longer than the escalation threshold, updates the notice, and (when
+    /// the policy says so) reports them to the server, retrying with backoff. Run it on launch and hourly.
+    ///
+    /// - Returns: the failures found (empty when there are none).
+    @discardableResult
+    public func checkPersistentFailures() async throws -> [SyncFailure] {
+        let failures = try await refreshPersistentFailureNotice()
+        guard !failures.isEmpty, configuration.escalation.reportsToServer else { return failures }
+        let report = SyncFailureReport(deviceId: configuration.deviceId, failures: failures)
+        var attempt = 0
+        while true {
+            do {
+                _ = try await transport.reportFailures(report)
+                return failures
+            } catch let error as TransportError {
+                guard error.isRetryable, attempt < configuration.escalation.retryDelays.count else { return failures }
+                try await clock.sleep(for: configuration.escalation.retryDelays[attempt])
+                attempt += 1
+            }
+        }
+    }
+
+    /// Recomputes the notice from the store, keeping a running retry's state.
+    @discardableResult
+    func refreshPersistentFailureNotice() async throws -> [SyncFailure] {
+        let cutoff = now().addingTimeInterval(-Double(configuration.escalation.threshold.components.seconds))
+        let failures = try await store.persistentFailures(firstAttemptBefore: cutoff)
+        let previous = status.persistentFailureNotice
+        status.persistentFailureNotice =
+            failures.isEmpty
+            ? nil
+            : PersistentFailureNotice(
+                count: failures.count, isRetrying: previous?.isRetrying ?? false, retryError: previous?.retryError)
+        if previous != status.persistentFailureNotice { publish() }
+        return failures
+    }
+
+    /// Refuses, always: the notice stays until the records sync.
+    public func dismissPersistentFailureNotice() throws {
+        throw ClientError(.notDismissible, "This notice stays until those records sync: use \(PersistentFailureNotice.actionTitle)")
+    }
+
+    /// The notice's "Retry sync": requeues and syncs everything, showing a busy state while it runs.
+    ///
+    /// A second press while one runs is ignored (`alreadyRunning`). On failure the notice stays, with a short error.
+    public func retryPersistentFailures() async throws -> NoticeRetry {
+        guard status.persistentFailureNotice?.isRetrying != true else { return .alreadyRunning }
+        status.persistentFailureNotice?.isRetrying = true
+        status.persistentFailureNotice?.retryError = nil
+        publish()
+        let summary: SyncSummary
+        do {
+            summary = try await retryAll()
+        } catch {
+            status.persistentFailureNotice?.isRetrying = false
+            status.persistentFailureNotice?.retryError = "Retry failed: the device store could not be read"
+            publish()
+            throw error
+        }
+        status.persistentFailureNotice?.isRetrying = false
+        try await refreshPersistentFailureNotice()
+        if status.persistentFailureNotice != nil {
+            status.persistentFailureNotice?.retryError = "Retry failed: \(summary.reasons.first ?? "records still not synced")"
+            publish()
+        }
+        return .finished(summary)
+    }
+}

@@ -1,0 +1,222 @@
+import Foundation
+import HummingbirdTesting
+import OutpostProtocol
+import OutpostTesting
+import Prometheus
+import Testing
+
+@testable import OutpostServer
+
+/// Heartbeats, the sync monitor's data, persistent-failure reports and metrics, through the real router.
+@Suite("Sync monitor")
+struct MonitorTests {
+    static func beat(_ device: String, event: String? = "gala", pending: Int = 0, failed: Int = 0) -> Heartbeat {
+        Heartbeat(
+            deviceId: device, event: event, pendingCount: pending, failedCount: failed,
+            lastRosterFetch: Fixtures.time(0), appVersion: "test/1")
+    }
+
+    @Test("devices report under tenant-scoped fingerprints; the monitor shows ok, stale and offline by the server's clock",
+          arguments: StorageKind.allCases)
+    func heartbeatsAndStates(kind: StorageKind) async throws {
+        let clock = ManualNow(Fixtures.serverNow.date)
+        try await withServer(kind, now: { clock.date }) { client, _ in
+            let ana = try await Fixtures.token(user: "ana", name: "Ana Staff")
+            let ben = try await Fixtures.token(user: "ben", name: "Ben Staff")
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            let other = try await Fixtures.token(tenant: "globex", user: "gus", name: "Gus")
+
+            let a = try JSONDecoder().decode(
+                HeartbeatResponse.self, from: try await client.post("/v1/heartbeats", Self.beat("phone-1", pending: 3), token: ana).body)
+            clock.advance(seconds: 11 * 60)
+            _ = try await client.post("/v1/heartbeats", Self.beat("phone-2", failed: 1), token: ben)
+            // The same physical device at another tenant's event: another fingerprint, never shown here.
+            let g = try JSONDecoder().decode(
+                HeartbeatResponse.self, from: try await client.post("/v1/heartbeats", Self.beat("phone-1"), token: other).body)
+            #expect(a.fingerprint != g.fingerprint)
+            #expect(!a.fingerprint.contains("phone"))
+
+            var monitor = try await monitor(client, organizer)
+            #expect(monitor.devices.map(\.staffName) == ["Ben Staff", "Ana Staff"])
+            #expect(monitor.devices.map(\.status) == [.ok, .stale])
+            #expect(monitor.devices[1].pendingCount == 3)
+            #expect(monitor.devices[1].lastRosterFetch == Fixtures.time(0))
+            #expect(monitor.devices[0].failedCount == 1)
+            #expect(monitor.emptyState == nil)
+            #expect(monitor.events == ["gala"])
+
+            clock.advance(seconds: 30 * 60)
+            monitor = try await self.monitor(client, organizer)
+            #expect(monitor.devices.map(\.status) == [.offline, .offline])
+            #expect(monitor.emptyState == MonitorResponse.emptyStateMessage)
+
+            // Staff cannot read the monitor; a heartbeat with bad input is refused whole.
+            #expect(try await client.send(.get, "/v1/monitor?event=gala", token: ana).status == .forbidden)
+            let bad = try await client.post("/v1/heartbeats", Self.beat("../etc"), token: ana)
+            #expect(bad.status == .badRequest)
+            #expect(bad.wireError?.code == .invalidRequest)
+        }
+    }
+
+    func monitor(_ client: some TestClientProtocol, _ token: String, event: String = "gala") async throws -> MonitorResponse {
+        let response = try await client.send(.get, "/v1/monitor?event=\(event)", token: token)
+        #expect(response.status == .ok)
+        return try JSONDecoder().decode(MonitorResponse.self, from: response.body)
+    }
+
+    @Test("check-ins per 5 minutes per device, by the scanning device's fingerprint", arguments: StorageKind.allCases)
+    func checkInChart(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let staff = try await Fixtures.token()
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            _ = try await client.push(
+                (0..<3).map { Fixtures.upsert("g\($0)", ["name": "G", "event_id": "gala"], collection: Guest.collection, device: "admin") },
+                token: organizer, device: "admin")
+            // Scans 50, 40 and 2 minutes before the server's now.
+            let offsets: [Double] = [50 * 60, 40 * 60, 2 * 60]
+            var scans: [Mutation] = []
+            for (guest, minutesBefore) in offsets.enumerated() {
+                scans.append(RecordRulesTests.scan("g\(guest)", device: "door-1", at: 3600 - minutesBefore))
+            }
+            _ = try await client.push(scans, token: staff, device: "door-1")
+            _ = try await client.post("/v1/heartbeats", Self.beat("door-1"), token: staff)
+            try await storage.settle()
+            let monitor = try await monitor(client, organizer)
+            let counts = try #require(monitor.devices.first?.checkIns)
+            // Buckets from 09:05 to 10:00 (server time 10:00): scans at 09:10, 09:20 and 09:58.
+            #expect(counts == [0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0])
+        }
+    }
+
+    static func failure(_ recordId: String, collection: String = "notes") -> SyncFailure {
+        SyncFailure(collection: collection, recordId: recordId, firstAttempt: Fixtures.time(-26 * 3600), lastError: "The server could not be reached")
+    }
+
+    @Test("persistent failures: own records only, counted once, never half-recorded; listed on the monitor and counted in /metrics",
+          arguments: StorageKind.allCases)
+    func persistentFailures(kind: StorageKind) async throws {
+        let metrics = ServerMetrics()
+        try await withServer(kind, metrics: metrics) { client, _ in
+            let ana = try await Fixtures.token(user: "ana")
+            let ben = try await Fixtures.token(user: "ben")
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            _ = try await client.post("/v1/heartbeats", Self.beat("phone-1"), token: ana)
+            // ben's device wrote n9; ana's never did.
+            _ = try await client.push([Fixtures.upsert("n9", ["t": "x"], device: "phone-9")], token: ben, device: "phone-9")
+
+            let report = SyncFailureReport(deviceId: "phone-1", failures: [Self.failure("n1"), Self.failure("n2")])
+            var response = try await client.post("/v1/sync-failures", report, token: ana)
+            var receipt = try JSONDecoder().decode(SyncFailureReceipt.self, from: response.body)
+            #expect(receipt == SyncFailureReceipt(recorded: 2, alreadyKnown: 0, escalationEnabled: true))
+            response = try await client.post("/v1/sync-failures", report, token: ana)
+            receipt = try JSONDecoder().decode(SyncFailureReceipt.self, from: response.body)
+            #expect(receipt == SyncFailureReceipt(recorded: 0, alreadyKnown: 2, escalationEnabled: true))
+
+            // Someone else's record refuses the whole report: n3 is not recorded either.
+            response = try await client.post(
+                "/v1/sync-failures", SyncFailureReport(deviceId: "phone-1", failures: [Self.failure("n3"), Self.failure("n9")]),
+                token: ana)
+            #expect(response.status == .forbidden)
+            #expect(response.wireError?.code == .forbidden)
+            for bad in [
+                SyncFailureReport(deviceId: "phone-1", failures: []),
+                SyncFailureReport(deviceId: "phone-1", failures: [Self.failure("n4", collection: "nope")]),
+                SyncFailureReport(deviceId: "phone-1", failures: [Self.failure("../n5")]),
+                SyncFailureReport(deviceId: "bad id", failures: [Self.failure("n6")]),
+            ] {
+                let refused = try await client.post("/v1/sync-failures", bad, token: ana)
+                #expect(refused.status.code / 100 == 4)
+                #expect(refused.wireError != nil)
+            }
+            #expect(try await client.post("/v1/sync-failures", report, token: nil).status == .unauthorized)
+
+            let monitor = try await monitor(client, organizer)
+            #expect(monitor.persistentFailures.map(\.recordId) == ["n1", "n2"])
+            #expect(monitor.devices.first?.persistentFailures == 2)
+            let text = String(decoding: try await client.send(.get, "/metrics", token: nil).body.readableBytesView, as: UTF8.self)
+            #expect(text.contains("outpost_persistent_sync_failures_total 2"))
+            #expect(text.contains(#"outpost_devices{state="ok"} 1"#))
+            #expect(text.contains(#"outpost_mutations_total{status="applied"} 1"#))
+            #expect(text.contains("outpost_http_request_duration_seconds_bucket"))
+        }
+    }
+
+    @Test("escalation switched off on the server: reports are acknowledged and not recorded")
+    func escalationOff() async throws {
+        try await withServer(.sqlite, configure: { $0.escalationEnabled = false }) { client, storage in
+            let ana = try await Fixtures.token(user: "ana")
+            let response = try await client.post(
+                "/v1/sync-failures", SyncFailureReport(deviceId: "phone-1", failures: [Self.failure("n1")]), token: ana)
+            #expect(try JSONDecoder().decode(SyncFailureReceipt.self, from: response.body).escalationEnabled == false)
+            #expect(try await storage.syncFailures(tenant: "acme").isEmpty)
+        }
+    }
+
+    @Test("device state: stale at 10 minutes, offline at 30")
+    func deviceStates() {
+        let seen = Fixtures.now
+        #expect(DeviceState(lastSeen: seen, now: Fixtures.time(9 * 60 + 59)) == .ok)
+        #expect(DeviceState(lastSeen: seen, now: Fixtures.time(10 * 60)) == .stale)
+        #expect(DeviceState(lastSeen: seen, now: Fixtures.time(29 * 60 + 59)) == .stale)
+        #expect(DeviceState(lastSeen: seen, now: Fixtures.time(30 * 60)) == .offline)
+    }
+
+    @Test("the ops contact becomes a mailto, tel or https link, and nothing else")
+    func contactLinks() {
+        #expect(MonitorPages.contactLink("ops@example.org")?.hasPrefix("mailto:ops@example.org") == true)
+        #expect(MonitorPages.contactLink("+44 20 7946 0000") == "tel:+442079460000")
+        #expect(MonitorPages.contactLink("https://chat.example.org/ops") == "https://chat.example.org/ops")
+        #expect(MonitorPages.contactLink("javascript:alert(1)") == nil)
+    }
+
+    @Test("/metrics passes promtool check metrics")
+    func promtool() async throws {
+        try await withServer(.sqlite) { client, _ in
+            let ana = try await Fixtures.token(user: "ana")
+            _ = try await client.push([Fixtures.upsert("n1", ["t": "x"])], token: ana)
+            _ = try await client.post("/v1/heartbeats", Self.beat("phone-1"), token: ana)
+            let body = try await client.send(.get, "/metrics", token: nil).body
+            let result = try Tool.run("promtool", ["check", "metrics"], input: Data(body.readableBytesView))
+            #expect(result.status == 0, "\(result.output)")
+        }
+    }
+}
+
+/// A command-line tool from the machine, run to completion.
+enum Tool {
+    static func run(_ name: String, _ arguments: [String], input: Data? = nil, in directory: URL? = nil) throws
+        -> (status: Int32, output: String)
+    {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [name] + arguments
+        if let directory { process.currentDirectoryURL = directory }
+        let output = Pipe()
+        let stdin = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        process.standardInput = stdin
+        try process.run()
+        if let input { stdin.fileHandleForWriting.write(input) }
+        try stdin.fileHandleForWriting.close()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, text)
+    }
+}
+
+@Suite("Alert rules")
+struct AlertRulesTests {
+    static var directory: URL {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("deploy/prometheus")
+    }
+
+    @Test("deploy/prometheus/alerts.yml passes promtool check rules and its unit tests")
+    func rules() throws {
+        let check = try Tool.run("promtool", ["check", "rules", "alerts.yml"], in: Self.directory)
+        #expect(check.status == 0, "\(check.output)")
+        let test = try Tool.run("promtool", ["test", "rules", "alerts.test.yml"], in: Self.directory)
+        #expect(test.status == 0, "\(test.output)")
+    }
+}
