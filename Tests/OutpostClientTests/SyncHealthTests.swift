@@ -1,0 +1,228 @@
+import Clocks
+import Foundation
+import OutpostClient
+import OutpostProtocol
+import OutpostTesting
+import Testing
+
+@Suite("Sync health on the device")
+struct SyncHealthTests {
+    func engine(
+        _ store: LocalStore, transport: any SyncTransport, now: ManualNow = ManualNow(),
+        clock: any Clock<Duration> = TestClock<Duration>(), escalation: EscalationPolicy = EscalationPolicy(retryDelays: [])
+    ) -> SyncEngine {
+        SyncEngine(
+            store: store, transport: transport,
+            configuration: SyncConfiguration(deviceId: "phone-1", retryDelays: [], appVersion: "test/1", escalation: escalation),
+            clock: clock, now: now.closure)
+    }
+
+    @Test("every sync ends with a heartbeat: device, event, counts, roster fetch and version, never a payload")
+    func heartbeatOnSync() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let engine = engine(store, transport: InMemoryTransport(server: server))
+            try await store.setSetting(LocalStore.currentEventSetting, "gala")
+            await engine.setOnline(true)
+            try await engine.save(note("n1", ["secret": "do not send"]))
+            _ = try await engine.sync()
+            let beat = try #require(await server.heartbeats.last)
+            #expect(beat.deviceId == "phone-1")
+            #expect(beat.event == "gala")
+            #expect(beat.pendingCount == 0 && beat.failedCount == 0)
+            #expect(beat.appVersion == "test/1")
+            #expect(beat.lastRosterFetch == nil)
+            #expect(!String(decoding: try JSONEncoder().encode(beat), as: UTF8.self).contains("do not send"))
+        }
+    }
+
+    @Test("records failing for over 24 hours raise a notice that cannot be dismissed, are reported once online, and clear when they sync")
+    func persistentFailureNotice() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let transport = InMemoryTransport(server: server)
+            transport.isOnline = false
+            let now = ManualNow()
+            let engine = engine(store, transport: transport, now: now)
+            try await engine.save(note("n1"))
+            try await engine.save(note("n2"))
+            _ = try await engine.sync()
+            #expect(await engine.status.failedCount == 2)
+
+            now.advance(seconds: 23 * 3600)
+            #expect(try await engine.checkPersistentFailures().isEmpty)
+            #expect(await engine.status.persistentFailureNotice == nil)
+
+            now.advance(seconds: 2 * 3600)
+            let failures = try await engine.checkPersistentFailures()
+            #expect(failures.map(\.recordId) == ["n1", "n2"])
+            #expect(failures.allSatisfy { $0.lastError == "The server could not be reached" })
+            let notice = try #require(await engine.status.persistentFailureNotice)
+            #expect(notice.message == "2 records have not synced for over 24 hours")
+            #expect(!notice.isDismissible)
+            let refusal = await #expect(throws: ClientError.self) { try await engine.dismissPersistentFailureNotice() }
+            #expect(refusal?.code == .notDismissible)
+            #expect(await server.failureReports.isEmpty)
+
+            // Online again: the check reports them (ids, times and reasons only).
+            transport.isOnline = true
+            _ = try await engine.checkPersistentFailures()
+            let report = try #require(await server.failureReports.first)
+            #expect(report.deviceId == "phone-1")
+            #expect(report.failures.map(\.recordId) == ["n1", "n2"])
+
+            // "Retry sync" delivers them, and the notice goes.
+            guard case .finished(let summary) = try await engine.retryPersistentFailures() else {
+                Issue.record("the retry did not run")
+                return
+            }
+            #expect(summary.synced == 2)
+            #expect(await engine.status.persistentFailureNotice == nil)
+        }
+    }
+
+    @Test("a retry shows a busy state, ignores a second press, and on failure keeps the notice with a short error")
+    func retryBusyState() async throws {
+        try await withStore { store, _ in
+            let gate = GatedTransport(inner: InMemoryTransport(server: InMemoryServer(rejecting: { _ in
+                .init(code: .invalidFields, message: "refused")
+            })))
+            let now = ManualNow()
+            let engine = engine(store, transport: gate, now: now)
+            gate.inner.isOnline = false
+            try await engine.save(note("n1"))
+            _ = try await engine.sync()
+            now.advance(seconds: 25 * 3600)
+            try await engine.checkPersistentFailures()
+            gate.inner.isOnline = true
+            gate.close()
+
+            var updates = await engine.statusUpdates().makeAsyncIterator()
+            let first = Task { try await engine.retryPersistentFailures() }
+            while let status = await updates.next(), status.persistentFailureNotice?.isRetrying != true {}
+            #expect(try await engine.retryPersistentFailures() == .alreadyRunning)
+            await gate.open()
+            guard case .finished = try await first.value else {
+                Issue.record("the first press did not run")
+                return
+            }
+            let notice = try #require(await engine.status.persistentFailureNotice)
+            #expect(!notice.isRetrying)
+            #expect(notice.retryError == "Retry failed: refused")
+        }
+    }
+
+    @Test("reports are retried with backoff; with escalation off in the SDK, the notice stays and nothing is sent")
+    func reportBackoffAndSwitch() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let inner = InMemoryTransport(server: server)
+            let transport = FlakyReports(inner: inner, failures: 2)
+            let clock = ObservedClock(TestClock<Duration>())
+            let now = ManualNow()
+            let engine = engine(
+                store, transport: transport, now: now, clock: clock,
+                escalation: EscalationPolicy(retryDelays: [.seconds(1), .seconds(2), .seconds(4)]))
+            inner.isOnline = false
+            try await engine.save(note("n1"))
+            _ = try await engine.sync()
+            inner.isOnline = true
+            now.advance(seconds: 25 * 3600)
+            let check = Task { try await engine.checkPersistentFailures() }
+            var sleeps = clock.sleeps.makeAsyncIterator()
+            #expect(await sleeps.next() == .seconds(1))
+            await clock.base.advance(by: .seconds(1))
+            #expect(await sleeps.next() == .seconds(2))
+            await clock.base.advance(by: .seconds(2))
+            _ = try await check.value
+            #expect(await server.failureReports.count == 1)
+
+            let quiet = self.engine(
+                store, transport: InMemoryTransport(server: server), now: now,
+                escalation: EscalationPolicy(reportsToServer: false))
+            _ = try await quiet.checkPersistentFailures()
+            #expect(await quiet.status.persistentFailureNotice?.count == 1)
+            #expect(await server.failureReports.count == 1)
+        }
+    }
+}
+
+/// Passes pushes through until `close()`; then holds them until `open()`.
+final class GatedTransport: SyncTransport, @unchecked Sendable {
+    let inner: InMemoryTransport
+    private let lock = NSLock()
+    private var isOpen = true
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    init(inner: InMemoryTransport) {
+        self.inner = inner
+    }
+
+    func close() {
+        lock.withLock { isOpen = false }
+    }
+
+    func open() async {
+        let resumed = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
+            isOpen = true
+            defer { waiting = [] }
+            return waiting
+        }
+        for continuation in resumed { continuation.resume() }
+    }
+
+    func push(_ request: PushRequest) async throws -> PushResponse {
+        await withCheckedContinuation { continuation in
+            let resumeNow = lock.withLock { () -> Bool in
+                if isOpen { return true }
+                waiting.append(continuation)
+                return false
+            }
+            if resumeNow { continuation.resume() }
+        }
+        return try await inner.push(request)
+    }
+
+    func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
+        try await inner.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
+    }
+
+    func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse {
+        try await inner.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
+    }
+
+    func health() async throws -> HealthResponse { try await inner.health() }
+}
+
+/// Fails the first `failures` failure reports with a 503.
+final class FlakyReports: SyncTransport, @unchecked Sendable {
+    let inner: InMemoryTransport
+    private let lock = NSLock()
+    private var failures: Int
+
+    init(inner: InMemoryTransport, failures: Int) {
+        self.inner = inner
+        self.failures = failures
+    }
+
+    func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
+        let fail = lock.withLock { () -> Bool in
+            failures -= 1
+            return failures >= 0
+        }
+        if fail { throw TransportError(kind: .server, status: 503, message: "unavailable") }
+        return try await inner.reportFailures(report)
+    }
+
+    func push(_ request: PushRequest) async throws -> PushResponse { try await inner.push(request) }
+
+    func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
+        try await inner.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
+    }
+
+    func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse {
+        try await inner.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
+    }
+
+    func health() async throws -> HealthResponse { try await inner.health() }
+}
