@@ -1,0 +1,163 @@
+"""Drives the sync monitor page in a real headless Chromium (Debian's chromium + chromium-driver, selenium).
+
+Run by MonitorBrowserTests.swift, which owns the server and its clock. The two talk over stdin/stdout:
+this script prints "STEP <name>" when it needs the server's clock moved, and waits for a line on stdin.
+Any failed check exits non-zero with the reason on stderr.
+"""
+import argparse
+import sys
+import time
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+MESSAGE = ("No devices have synced in the last 30 minutes. If your event is live, "
+           "this may indicate a network problem at the venue.")
+
+
+def fail(reason):
+    print(f"FAILED: {reason}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def check(condition, reason):
+    if not condition:
+        fail(reason)
+
+
+def step(name):
+    print(f"STEP {name}", flush=True)
+    if not sys.stdin.readline():
+        fail("the test ended before the step " + name)
+
+
+def wait_for(predicate, reason, timeout=15):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    fail(reason)
+
+
+def by_testid(driver, testid):
+    return driver.find_elements(By.CSS_SELECTOR, f'[data-testid="{testid}"]')
+
+
+def luminance(rgba):
+    parts = [float(x) for x in rgba[rgba.index("(") + 1:rgba.index(")")].split(",")[:3]]
+    channels = []
+    for value in parts:
+        c = value / 255
+        channels.append(c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4)
+    return 0.2126 * channels[0] + 0.7152 * channels[1] + 0.0722 * channels[2]
+
+
+def contrast(element):
+    fg = luminance(element.value_of_css_property("color"))
+    bg = luminance(element.value_of_css_property("background-color"))
+    light, dark = max(fg, bg), min(fg, bg)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--organizer", required=True)
+    parser.add_argument("--staff", required=True)
+    args = parser.parse_args()
+
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        run(driver, args)
+    finally:
+        driver.quit()
+    print("DONE", flush=True)
+
+
+def sign_in(driver, url, token):
+    driver.get(url + "/admin/sign-in")
+    field = driver.find_element(By.ID, "token")
+    field.clear()
+    field.send_keys(token)
+    field.submit()
+
+
+def run(driver, args):
+    url = args.url
+    # Without a session the page sends the organizer to sign in.
+    driver.get(url + "/admin/monitor")
+    check(by_testid(driver, "sync-monitor-sign-in"), "the monitor did not ask to sign in")
+    sign_in(driver, url, "not-a-token")
+    check("invalid or expired" in driver.page_source, "a bad token was not refused")
+    sign_in(driver, url, args.staff)
+    check("needs an organizer token" in driver.page_source, "a staff token was not refused")
+    sign_in(driver, url, args.organizer)
+    check(by_testid(driver, "sync-monitor-page"), "signing in did not open the monitor")
+
+    # The session is a secure, HTTP-only, same-site cookie that page scripts cannot read.
+    cookies = {c["name"]: c for c in driver.get_cookies()}
+    session = cookies.get("outpost_session")
+    check(session is not None, "no session cookie")
+    check(session.get("httpOnly") and session.get("secure") and session.get("sameSite") == "Strict",
+          f"the session cookie is not Secure/HttpOnly/SameSite=Strict: {session}")
+    check("outpost_session" not in driver.execute_script("return document.cookie"), "scripts can read the session")
+
+    driver.get(url + "/admin/monitor?event=gala&refresh=1")
+    rows = by_testid(driver, "sync-monitor-device-row")
+    check(len(rows) == 2, f"expected 2 device rows, got {len(rows)}")
+    check(not by_testid(driver, "sync-monitor-stale-pill"), "a fresh device shows as stale")
+    check(not by_testid(driver, "sync-monitor-empty-state"), "the empty state shows while devices report")
+    # What a device or organizer typed is shown as text, never run as markup.
+    check("<img src=x onerror=window.__xss=1>" in driver.find_element(By.TAG_NAME, "main").text,
+          "the staff name was not shown literally")
+    check(driver.execute_script("return window.__xss === undefined"), "markup from a staff name ran")
+    charts = driver.find_elements(By.CSS_SELECTOR, '[data-testid="sync-monitor-device-row"] svg.chart rect')
+    check(len(charts) == 24, f"expected 12 chart bars per device, got {len(charts)}")
+    failures = by_testid(driver, "sync-monitor-failure")
+    check(len(failures) == 1 and "n-lost" in failures[0].text, "the persistent failure is not listed")
+    for pill in driver.find_elements(By.CSS_SELECTOR, ".pill.ok"):
+        check(contrast(pill) >= 4.5, f"the OK pill's contrast is {contrast(pill):.2f}")
+    loaded_at = driver.execute_script("return window.outpostMonitorLoadedAt")
+
+    # Ten minutes without a report: yellow Stale pills appear, without a reload.
+    step("stale")
+    wait_for(lambda: len(by_testid(driver, "sync-monitor-stale-pill")) == 2, "no Stale pills after 10 minutes")
+    check(driver.execute_script("return window.outpostMonitorLoadedAt") == loaded_at, "the page reloaded")
+    for pill in by_testid(driver, "sync-monitor-stale-pill"):
+        check(pill.text == "Stale", "the stale pill does not say Stale")
+        check(contrast(pill) >= 4.5, f"the Stale pill's contrast is {contrast(pill):.2f}")
+    check("10 min ago" in driver.find_element(By.TAG_NAME, "main").text or "11 min ago" in driver.find_element(By.TAG_NAME, "main").text,
+          "the last-seen time is not shown")
+
+    # Thirty minutes: red Offline pills, and the empty state with the urgent-message link.
+    step("offline")
+    wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, ".pill.offline")) == 2, "no Offline pills after 30 minutes")
+    check(not by_testid(driver, "sync-monitor-stale-pill"), "Stale pills remain after 30 minutes")
+    for pill in driver.find_elements(By.CSS_SELECTOR, ".pill.offline"):
+        check(contrast(pill) >= 4.5, f"the Offline pill's contrast is {contrast(pill):.2f}")
+    empty = by_testid(driver, "sync-monitor-empty-state")
+    check(len(empty) == 1 and MESSAGE in empty[0].text, "the empty state's message is missing")
+    link = empty[0].find_element(By.LINK_TEXT, "Send urgent message to staff")
+    check(link.get_attribute("href").startswith("mailto:ops@example.org"), f"the urgent link is {link.get_attribute('href')}")
+    check(driver.execute_script("return window.outpostMonitorLoadedAt") == loaded_at, "the page reloaded")
+
+    # At phone width the rows still show, with no sideways scrolling.
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+    driver.get(url + "/admin/monitor?event=gala&refresh=1")
+    width = driver.execute_script("return document.documentElement.scrollWidth")
+    check(width <= 391, f"the page is {width}px wide at a 390px phone width")
+    rows = by_testid(driver, "sync-monitor-device-row")
+    check(len(rows) == 2 and all(row.is_displayed() for row in rows), "rows are hidden at phone width")
+
+
+if __name__ == "__main__":
+    main()
