@@ -43,7 +43,8 @@ public struct Device: Sendable {
         transport: (any SyncTransport)? = nil,
         httpClient: HTTPClient = .shared,
         clock: any Clock<Duration> = ContinuousClock(),
-        now: @escaping @Sendable () -> Date = { Date() }
+        now: @escaping @Sendable () -> Date = { Date() },
+        configure: (inout SyncConfiguration) -> Void = { _ in }
     ) async throws -> Device {
         guard let server = try await store.setting(SettingName.server).flatMap(URL.init(string:)),
             let token = try await store.setting(SettingName.token),
@@ -52,9 +53,9 @@ public struct Device: Sendable {
             throw ClientError(.notConfigured, "this device is not set up: run `outpost device init --server URL --token T` first")
         }
         let transport = transport ?? HTTPSyncTransport(baseURL: server, token: token, client: httpClient, timeout: .seconds(15))
-        let engine = SyncEngine(
-            store: store, transport: transport, configuration: SyncConfiguration(deviceId: deviceId), clock: clock,
-            now: now)
+        var configuration = SyncConfiguration(deviceId: deviceId)
+        configure(&configuration)
+        let engine = SyncEngine(store: store, transport: transport, configuration: configuration, clock: clock, now: now)
         try await engine.refreshStatus()
         return Device(
             store: store, engine: engine, transport: transport, serverURL: server, user: DeviceUser(token: token))

@@ -11,7 +11,7 @@ struct DeviceCommand: AsyncParsableCommand {
         abstract: "Act as a field device: a durable encrypted store, an outbox and a sync engine.",
         subcommands: [
             DeviceInit.self, DeviceStatus.self, DeviceSync.self, DeviceRetry.self, DeviceRun.self,
-            DeviceRecords.self, DevicePut.self,
+            DeviceRecords.self, DevicePut.self, DeviceNotice.self,
         ])
 }
 
@@ -34,11 +34,14 @@ struct DeviceStoreOptions: ParsableArguments {
     }
 
     /// Opens the device, runs `body`, and shuts its HTTP client down, whatever happens.
-    func withDevice<T>(_ body: (Device) async throws -> T) async throws -> T {
+    func withDevice<T>(escalateAfter: Duration? = nil, _ body: (Device) async throws -> T) async throws -> T {
         try await withDeviceHTTPClient { client in
             let device: Device
             do {
-                device = try await Device.open(store: try openStore(), httpClient: client)
+                device = try await Device.open(store: try openStore(), httpClient: client, configure: { configuration in
+                    configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
+                    if let escalateAfter { configuration.escalation.threshold = escalateAfter }
+                })
             } catch let error as ClientError {
                 throw CLIError(error.message)
             }
@@ -70,12 +73,19 @@ struct DeviceInit: AsyncParsableCommand {
     }
 }
 
+/// How long a record may fail before the device escalates it: `--escalate-after`, 24 h by default.
+struct EscalationOptions: ParsableArguments {
+    @Option(name: .customLong("escalate-after"), help: "How long a record may fail to sync before it is escalated, such as 24h.")
+    var escalateAfter: DurationArgument = DurationArgument(argument: "24h")!
+}
+
 struct DeviceStatus: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "status", abstract: "Show connectivity and what waits to sync.")
+    @OptionGroup var escalation: EscalationOptions
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        try await options.withDevice { device in
+        try await options.withDevice(escalateAfter: escalation.escalateAfter.duration) { device in
             await device.engine.probe()
             let status = await device.engine.status
             say("device:   \(device.deviceId)")
@@ -85,7 +95,7 @@ struct DeviceStatus: AsyncParsableCommand {
             say("status:   \(status.offlineIndicatorText)")
             _ = try? await device.engine.checkPersistentFailures()
             if let notice = await device.engine.status.persistentFailureNotice {
-                say("notice:   \(notice.message) — `outpost device retry --all` (\(PersistentFailureNotice.actionTitle))")
+                say("notice:   \(notice.message) [\(PersistentFailureNotice.actionTitle): outpost device notice --retry]")
             }
         }
     }
@@ -184,6 +194,42 @@ struct DevicePut: AsyncParsableCommand {
             case .synced: say("saved \(collection)/\(recordId): synced")
             case .pending: say("saved \(collection)/\(recordId) locally: pending sync (\(await device.engine.status.offlineIndicatorText))")
             case .failed: say("saved \(collection)/\(recordId) locally: sync failed: \(saved.syncError ?? "unknown"); retry with `outpost device retry \(recordId)`")
+            }
+        }
+    }
+}
+
+struct DeviceNotice: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "notice",
+        abstract: "The persistent-failure notice: records failing to sync for too long. It cannot be dismissed.")
+    @Flag(help: "Retry sync (the notice's action).")
+    var retry = false
+    @Flag(help: "Try to dismiss the notice (refused: it goes when those records sync).")
+    var dismiss = false
+    @OptionGroup var escalation: EscalationOptions
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        try await options.withDevice(escalateAfter: escalation.escalateAfter.duration) { device in
+            let engine = device.engine
+            await engine.probe()
+            _ = try await engine.checkPersistentFailures()
+            guard await engine.status.persistentFailureNotice != nil else {
+                say("no notice: nothing has failed to sync for longer than \(escalation.escalateAfter)")
+                return
+            }
+            if dismiss { try await engine.dismissPersistentFailureNotice() }
+            if retry {
+                say("retrying…")
+                if case .finished(let summary) = try await engine.retryPersistentFailures() { say("sync: \(summary)") }
+            }
+            if let notice = await engine.status.persistentFailureNotice {
+                say("notice: \(notice.message) [\(PersistentFailureNotice.actionTitle): outpost device notice --retry]")
+                if let error = notice.retryError { say("    \(error)") }
+                if retry { throw ExitCode(1) }
+            } else {
+                say("notice cleared: every record has synced")
             }
         }
     }

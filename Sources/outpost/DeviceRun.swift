@@ -19,10 +19,11 @@ struct DeviceRun: AsyncParsableCommand {
     var heartbeatInterval: DurationArgument = DurationArgument(argument: "60s")!
     @Option(name: .customLong("escalation-interval"), help: "How often to look for records failing for too long, such as 1h.")
     var escalationInterval: DurationArgument = DurationArgument(argument: "1h")!
+    @OptionGroup var escalation: EscalationOptions
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        try await options.withDevice { device in try await run(device) }
+        try await options.withDevice(escalateAfter: escalation.escalateAfter.duration) { device in try await run(device) }
     }
 
     private func run(_ device: Device) async throws {
@@ -60,7 +61,7 @@ struct DeviceRun: AsyncParsableCommand {
         guard let failures = try? await engine.checkPersistentFailures(), !failures.isEmpty,
             let notice = await engine.status.persistentFailureNotice
         else { return }
-        say("notice: \(notice.message) — run `outpost device retry --all` (\(PersistentFailureNotice.actionTitle))")
+        say("notice: \(notice.message) [\(PersistentFailureNotice.actionTitle): outpost device notice --retry]")
     }
 }
 

@@ -51,10 +51,14 @@ extension Logger {
 }
 
 /// Parses spans such as `90s`, `30m`, `12h` or `7d`.
-struct DurationArgument: ExpressibleByArgument {
+struct DurationArgument: ExpressibleByArgument, CustomStringConvertible {
     var duration: Duration
+    /// As written, such as `24h`.
+    var description: String
+    var defaultValueDescription: String { description }
 
     init?(argument: String) {
+        description = argument
         guard let unit = argument.last, let value = Int64(argument.dropLast()), value > 0 else { return nil }
         let seconds: Int64
         switch unit {

@@ -73,7 +73,9 @@ struct ActivityLogTests {
             device.transport.isOnline = true
             // The first probe after the network returns (5 s) finds the server, and the engine drains the outbox.
             await clock.base.advance(by: .seconds(5))
-            while let status = await statuses.next(), status.pendingCount > 0 {}
+            while let status = await statuses.next() {
+                if status.pendingCount == 0 { break }
+            }
             #expect(try await log(device).list().allSatisfy { $0.syncStatus == .synced })
             #expect(await device.server.applied.count == 3)
         }

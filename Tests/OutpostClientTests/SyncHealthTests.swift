@@ -99,7 +99,10 @@ struct SyncHealthTests {
 
             var updates = await engine.statusUpdates().makeAsyncIterator()
             let first = Task { try await engine.retryPersistentFailures() }
-            while let status = await updates.next(), status.persistentFailureNotice?.isRetrying != true {}
+            while let status = await updates.next() {
+                let retrying = status.persistentFailureNotice.map(\.isRetrying) ?? false
+                if retrying { break }
+            }
             #expect(try await engine.retryPersistentFailures() == .alreadyRunning)
             await gate.open()
             guard case .finished = try await first.value else {

@@ -32,10 +32,13 @@ final class AppSession: @unchecked Sendable {
         self.server = server
     }
 
-    /// Stops the server: the network is down for every device.
-    func stopServer() {
+    /// Stops the server: the network is down for every device. Returns what it logged.
+    @discardableResult
+    func stopServer() -> String {
         #expect(server?.stop() == 0)
+        let logs = server?.stderr ?? ""
         server = nil
+        return logs
     }
 
     func token(user: String, role: String = "staff") throws -> String {
@@ -54,11 +57,18 @@ final class AppSession: @unchecked Sendable {
 
     /// GET `path` with an organizer's token, decoded.
     func get<T: Decodable>(_ path: String, as type: T.Type) async throws -> T {
-        let request = URLRequest(url: URL(string: url + path)!)
-        var authorized = request
-        authorized.setValue("Bearer \(try token(user: "olga", role: "organizer"))", forHTTPHeaderField: "Authorization")
-        let (body, _) = try await URLSession.shared.data(for: authorized)
-        return try JSONDecoder().decode(T.self, from: body)
+        try JSONDecoder().decode(T.self, from: try await data(path))
+    }
+
+    /// GET `path` with an organizer's token, as text.
+    func text(_ path: String) async throws -> String {
+        String(decoding: try await data(path), as: UTF8.self)
+    }
+
+    private func data(_ path: String) async throws -> Data {
+        var request = URLRequest(url: URL(string: url + path)!)
+        request.setValue("Bearer \(try token(user: "olga", role: "organizer"))", forHTTPHeaderField: "Authorization")
+        return try await URLSession.shared.data(for: request).0
     }
 }
 

@@ -32,20 +32,33 @@ public struct EscalationPolicy: Sendable, Hashable {
 public struct PersistentFailureNotice: Sendable, Hashable {
     /// How many records have failed for too long.
     public var count: Int
+    /// How long "too long" is: the escalation threshold.
+    public var threshold: Duration
     /// True while a retry runs: the action shows a busy state and ignores a second press.
     public var isRetrying: Bool
     /// A short error after a failed retry.
     public var retryError: String?
 
-    public init(count: Int, isRetrying: Bool = false, retryError: String? = nil) {
+    public init(count: Int, threshold: Duration = .seconds(24 * 3600), isRetrying: Bool = false, retryError: String? = nil) {
         self.count = count
+        self.threshold = threshold
         self.isRetrying = isRetrying
         self.retryError = retryError
     }
 
     /// "3 records have not synced for over 24 hours".
     public var message: String {
-        count == 1 ? "1 record has not synced for over 24 hours" : "\(count) records have not synced for over 24 hours"
+        let records = count == 1 ? "1 record has" : "\(count) records have"
+        return "\(records) not synced for over \(Self.describe(threshold))"
+    }
+
+    /// "24 hours", "30 minutes", "1 hour".
+    static func describe(_ span: Duration) -> String {
+        let seconds = span.components.seconds
+        func unit(_ value: Int64, _ name: String) -> String { "\(value) \(name)\(value == 1 ? "" : "s")" }
+        if seconds % 3600 == 0 { return unit(seconds / 3600, "hour") }
+        if seconds % 60 == 0 { return unit(seconds / 60, "minute") }
+        return unit(seconds, "second")
     }
 
     /// The notice's only action.
@@ -123,7 +136,8 @@ extension SyncEngine {
             failures.isEmpty
             ? nil
             : PersistentFailureNotice(
-                count: failures.count, isRetrying: previous?.isRetrying ?? false, retryError: previous?.retryError)
+                count: failures.count, threshold: configuration.escalation.threshold,
+                isRetrying: previous?.isRetrying ?? false, retryError: previous?.retryError)
         if previous != status.persistentFailureNotice { publish() }
         return failures
     }

@@ -1,0 +1,53 @@
+import Foundation
+import OutpostProtocol
+import Testing
+
+/// Heartbeats and persistent-failure escalation with real processes: a server's JSON log line, its
+/// metrics, and a device's notice that will not be dismissed.
+@Suite("Sync health end to end")
+struct SyncHealthEndToEndTests {
+    @Test("a record failing too long is escalated once: one JSON ERROR line, counted once, a notice that stays until it syncs; logs hold no token, payload or name")
+    func escalation() async throws {
+        let session = try AppSession()
+        try await session.startServer()
+        let device = try session.device("phone-ana", user: "ana")
+        let token = try session.token(user: "ana")
+
+        // The server refuses this record (no coordinates): it fails, and keeps failing.
+        let put = try device(["device", "put", "attendance", "ana.\(Self.today).in", "action=check_in", "day=\(Self.today)", "note=S3CRET-PAYLOAD"])
+        #expect(put.stdout.contains("sync failed"), "\(put.stdout) \(put.stderr)")
+        try await Task.sleep(for: .milliseconds(1200))
+
+        // Past the threshold (1 s here, 24 h by default), status shows the notice and reports it.
+        var status = try device(["device", "status", "--escalate-after", "1s"])
+        #expect(status.stdout.contains("notice:   1 record has not synced for over 1 second"), "\(status.stdout)")
+        status = try device(["device", "status", "--escalate-after", "1s"])
+        let refused = try device(["device", "notice", "--dismiss", "--escalate-after", "1s"])
+        #expect(refused.status != 0)
+        #expect(refused.stderr.contains("This notice stays until those records sync"))
+
+        let metrics = try await session.text("/metrics")
+        #expect(metrics.contains("outpost_persistent_sync_failures_total 1"), "\(metrics)")
+        let monitor = try await session.get("/v1/monitor", as: MonitorResponse.self)
+        #expect(monitor.persistentFailures.map(\.recordId) == ["ana.\(Self.today).in"])
+
+        // A sync sends a heartbeat: the monitor shows the device under its fingerprint, with its staff name.
+        _ = try device(["device", "sync"])
+        let devices = try await session.get("/v1/monitor", as: MonitorResponse.self).devices
+        #expect(devices.map(\.staffName) == ["Ana"])
+        #expect(devices.first?.failedCount == 1)
+        #expect(devices.first?.fingerprint.contains("phone") == false)
+
+        let logs = session.stopServer()
+        let lines = logs.split(separator: "\n").filter { $0.contains("Persistent Sync Failure") }
+        #expect(lines.count == 1, "\(logs)")
+        let entry = try JSONSerialization.jsonObject(with: Data(lines[0].utf8)) as? [String: Any]
+        #expect(entry?["severity"] as? String == "ERROR")
+        #expect(entry?["collection"] as? String == "attendance")
+        for secret in [token, "S3CRET-PAYLOAD", "phone-ana", "ana.\(Self.today)", "Ana"] {
+            #expect(!logs.contains(secret), "the server's log holds \(secret)")
+        }
+    }
+
+    static var today: String { CalendarDay(Date(), timeZone: TimeZone(identifier: "UTC")!).description }
+}
