@@ -1,0 +1,27 @@
+import Foundation
+import Testing
+
+/// `outpost demo`, the README's first command, as a real process.
+@Suite("Demo")
+struct DemoTests {
+    @Test("`demo --fast --no-serve` tells the whole day and exits 0 because it balanced, leaving no data behind")
+    func demoBalances() throws {
+        let before = Set(try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory()).filter { $0.hasPrefix("outpost-demo-") })
+        let run = try OutpostProcess.run(["demo", "--fast", "--no-serve"])
+        #expect(run.status == 0, "\(run.stdout)\n\(run.stderr)")
+        for act in [
+            "1. A server on an embedded SQLite store", "imports 1000 guests", "roster: 1000/1000",
+            "The venue network fails", "150 check-ins pending", "force-quit and relaunched",
+            "150 of 150 pending check-ins still there", "chunk 3, 150/150 delivered", "Registration cancelled — refer to organizer",
+            "1 record has not synced", "the server's check-ins equal the devices' (509), each guest exactly once",
+            "/admin/monitor?event=gala", "/admin/session?token=", "The day balanced.",
+        ] {
+            #expect(run.stdout.contains(act), "missing: \(act)")
+        }
+        // In a pipe: plain lines, no terminal escapes.
+        #expect(!run.stdout.contains("\u{1B}["))
+        #expect(run.stderr.contains("Persistent Sync Failure"))
+        let after = Set(try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory()).filter { $0.hasPrefix("outpost-demo-") })
+        #expect(after.subtracting(before).isEmpty)
+    }
+}
