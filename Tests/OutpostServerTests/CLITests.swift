@@ -129,3 +129,19 @@ struct CLITests {
         }
     }
 }
+
+@Suite("Benchmark harness")
+struct BenchHarnessTests {
+    @Test("`bench failures --json` runs against a real server process and prints name, figure, unit, target and met")
+    func json() throws {
+        let run = try OutpostProcess.run(["bench", "failures", "--json"])
+        // A debug build may miss a target (exit 1); the document is printed either way.
+        #expect([0, 1].contains(run.status), "\(run.stderr)")
+        let start = try #require(run.stdout.firstIndex(of: "["))
+        let results = try JSONSerialization.jsonObject(with: Data(run.stdout[start...].utf8)) as? [[String: Any]]
+        let result = try #require(results?.first)
+        #expect(Set(result.keys) == ["name", "figure", "unit", "target", "met"])
+        #expect((result["name"] as? String)?.contains("persistent-failure report") == true)
+        #expect(result["unit"] as? String == "ms")
+    }
+}

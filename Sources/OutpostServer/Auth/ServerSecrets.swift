@@ -41,6 +41,6 @@ package final class ServerSecrets: Sendable {
     func fingerprint(tenant: String, deviceId: String) throws -> String {
         guard let keys = keys.withLock({ $0 }) else { throw OutpostHTTPError.unavailable }
         let code = HMAC<SHA256>.authenticationCode(for: Array("\(tenant)\u{0}\(deviceId)".utf8), using: keys.fingerprint)
-        return code.prefix(8).map { String(format: "%02x", $0) }.joined()
+        return code.prefix(8).hexString
     }
 }

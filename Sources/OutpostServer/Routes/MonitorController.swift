@@ -113,7 +113,7 @@ struct MonitorController<Storage: SyncStorage> {
 
     /// A short, stable reference to a record for logs: its id can embed a user id.
     static func reference(tenant: String, recordId: String) -> String {
-        SHA256.hash(data: Array("\(tenant)\u{0}\(recordId)".utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(data: Array("\(tenant)\u{0}\(recordId)".utf8)).prefix(6).hexString
     }
 
     @Sendable func monitor(_ request: Request, context: OutpostRequestContext) async throws -> Response {

@@ -90,6 +90,6 @@ struct MutationValidator: Sendable {
     /// A digest of everything a mutation says, so that a key sent again with other content is caught.
     static func contentHash(of mutation: Mutation) -> String {
         let data = (try? StorageCoding.encoder.encode(mutation)) ?? Data()
-        return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+        return SHA256.hash(data: data).hexString
     }
 }

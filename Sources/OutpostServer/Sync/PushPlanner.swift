@@ -56,9 +56,14 @@ struct PushPlan: Sendable {
 /// and write the plan.
 enum PushPlanner {
     /// The records a push reads: those it writes, and those their collections' rules consult.
-    static func recordKeys(of items: [PushItem], rules: [String: RecordRule] = RecordRule.standard) -> Set<RecordKey> {
+    ///
+    /// Mutations already `processed` (duplicates, reused keys) are answered from their idempotency row alone:
+    /// their records need not be read.
+    static func recordKeys(
+        of items: [PushItem], excluding processed: Set<String> = [], rules: [String: RecordRule] = RecordRule.standard
+    ) -> Set<RecordKey> {
         var keys = Set<RecordKey>()
-        for case .valid(let mutation, _) in items {
+        for case .valid(let mutation, _) in items where !processed.contains(mutation.idempotencyKey) {
             keys.insert(RecordKey(collection: mutation.collection, recordId: mutation.recordId))
             if let rule = rules[mutation.collection] { keys.formUnion(rule.related(mutation)) }
         }

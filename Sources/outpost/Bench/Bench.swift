@@ -26,6 +26,9 @@ struct Bench: AsyncParsableCommand {
     @Flag(help: "Print one JSON document instead of lines.")
     var json = false
 
+    @Option(name: .customLong("database-url"), help: "Also run the server scenarios on this PostgreSQL database.")
+    var databaseURL: String?
+
     func validate() throws {
         guard records >= 0 else { throw ValidationError("--records must not be negative") }
         guard samples >= 10 else { throw ValidationError("--samples must be at least 10") }
@@ -50,6 +53,17 @@ struct Bench: AsyncParsableCommand {
                 results += try await LocalWriteBench(directory: base, records: records, samples: samples) { line in
                     if !json { say(line) }
                 }.run()
+            case .drain, .devices, .monitor, .failures, .memory:
+                for database in [nil] + (databaseURL.map { [$0] } ?? []) {
+                    let bench = SyncBench(directory: base, databaseURL: database) { line in if !json { say(line) } }
+                    switch scenario {
+                    case .drain: results += try await bench.drain()
+                    case .devices: results += try await bench.devices()
+                    case .monitor: results += try await bench.monitor()
+                    case .failures: results += try await bench.failures()
+                    default: results += try await bench.memory()
+                    }
+                }
             }
         }
         if json {
@@ -65,7 +79,12 @@ struct Bench: AsyncParsableCommand {
 
 enum BenchScenario: String, CaseIterable, ExpressibleByArgument {
     case localWrite = "local-write"
+    case drain
+    case devices
     case roster
+    case monitor
+    case failures
+    case memory
 }
 
 /// One figure beside its target.

@@ -173,12 +173,14 @@ package struct PostgresStorage: SyncStorage {
                 }
             }
             var records: [RecordKey: StoredRecord] = [:]
-            if !recordKeys.isEmpty {
+            // Duplicates are answered from their idempotency rows: their records need not be read.
+            let toRead = PushPlanner.recordKeys(of: items, excluding: Set(processed.keys)).sorted()
+            if !toRead.isEmpty {
                 let rows = try await connection.query(
                     """
                     SELECT \(unescaped: Self.recordColumns) FROM records
                     WHERE tenant = \(tenant) AND (collection, record_id) IN (
-                      SELECT * FROM unnest(\(recordKeys.map(\.collection))::text[], \(recordKeys.map(\.recordId))::text[]))
+                      SELECT * FROM unnest(\(toRead.map(\.collection))::text[], \(toRead.map(\.recordId))::text[]))
                     """, logger: logger)
                 for try await row in rows {
                     let record = try Self.record(row)

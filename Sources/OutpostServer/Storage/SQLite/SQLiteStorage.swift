@@ -70,23 +70,20 @@ package struct SQLiteStorage: SyncStorage {
         try await pool.write { db in
             let keys = items.compactMap(\.key)
             var processed: [String: ProcessedMutation] = [:]
+            // Cached statements: compiling (and GRDB's authorizer) cost more than running them.
+            let findKey = try db.cachedStatement(
+                sql: "SELECT content_hash, status, version, conflict FROM mutations WHERE tenant = ? AND idempotency_key = ?")
             for key in Set(keys) {
-                if let row = try Row.fetchOne(
-                    db,
-                    sql: """
-                        SELECT content_hash, status, version, conflict FROM mutations
-                        WHERE tenant = ? AND idempotency_key = ?
-                        """, arguments: [context.tenant, key])
-                {
+                if let row = try Row.fetchOne(findKey, arguments: [context.tenant, key]) {
                     processed[key] = try Self.processedMutation(row)
                 }
             }
             var records: [RecordKey: StoredRecord] = [:]
-            for recordKey in PushPlanner.recordKeys(of: items) {
+            let findRecord = try db.cachedStatement(
+                sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ?")
+            for recordKey in PushPlanner.recordKeys(of: items, excluding: Set(processed.keys)) {
                 if let row = try Row.fetchOne(
-                    db,
-                    sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ?",
-                    arguments: [context.tenant, recordKey.collection, recordKey.recordId])
+                    findRecord, arguments: [context.tenant, recordKey.collection, recordKey.recordId])
                 {
                     records[recordKey] = try Self.record(row)
                 }
@@ -101,10 +98,8 @@ package struct SQLiteStorage: SyncStorage {
     private static func write(_ plan: PushPlan, tenant: String, db: Database) throws {
         if !plan.records.isEmpty {
             var seq = try Int64.fetchOne(db, sql: "SELECT seq FROM change_counter WHERE id = 1") ?? 0
-            for record in plan.records {
-                seq += 1
-                try db.execute(
-                    sql: """
+            let upsert = try db.cachedStatement(
+                sql: """
                         INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
                                              created_at, updated_at, change_seq)
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -112,7 +107,10 @@ package struct SQLiteStorage: SyncStorage {
                           scope = excluded.scope, version = excluded.version, tombstone = excluded.tombstone,
                           fields = excluded.fields, meta = excluded.meta, created_at = excluded.created_at,
                           updated_at = excluded.updated_at, change_seq = excluded.change_seq
-                        """,
+                        """)
+            for record in plan.records {
+                seq += 1
+                try upsert.execute(
                     arguments: [
                         tenant, record.collection, record.recordId, record.scope, record.version, record.tombstone,
                         try StorageCoding.encode(record.fields), try StorageCoding.encode(record.meta),
@@ -121,15 +119,16 @@ package struct SQLiteStorage: SyncStorage {
             }
             try db.execute(sql: "UPDATE change_counter SET seq = ? WHERE id = 1", arguments: [seq])
         }
+        let insertMutation = try db.cachedStatement(
+            sql: """
+                INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name,
+                                       collection, record_id, op, fields, client_ts, base_version, received_at,
+                                       status, version, conflict)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
         for row in plan.mutations {
             let m = row.mutation
-            try db.execute(
-                sql: """
-                    INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name,
-                                           collection, record_id, op, fields, client_ts, base_version, received_at,
-                                           status, version, conflict)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
+            try insertMutation.execute(
                 arguments: [
                     tenant, m.idempotencyKey, row.contentHash, row.deviceId, row.userId, row.userName,
                     m.collection, m.recordId, m.op.rawValue, try StorageCoding.encode(m.fields),
