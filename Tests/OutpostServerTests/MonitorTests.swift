@@ -169,6 +169,25 @@ struct MonitorTests {
         #expect(MonitorPages.contactLink("javascript:alert(1)") == nil)
     }
 
+    @Test("the page escapes everything it shows")
+    func escaping() throws {
+        let hostile = #"<script>alert("x")</script> & 'quotes'"#
+        let device = MonitorDevice(
+            fingerprint: "fp", staffName: hostile, status: .stale, lastSeen: Fixtures.now, lastRosterFetch: nil,
+            pendingCount: 1, failedCount: 2, appVersion: hostile, checkIns: Array(repeating: 1, count: 12), persistentFailures: 0)
+        let failure = PersistentFailure(
+            fingerprint: "fp", staffName: hostile, collection: "notes", recordId: "n1", firstAttempt: Fixtures.now,
+            lastError: hostile, reportedAt: Fixtures.now)
+        let monitor = MonitorResponse(
+            event: "gala", events: ["gala"], generatedAt: Fixtures.time(700), devices: [device], emptyState: nil,
+            opsContact: nil, persistentFailures: [failure], bucketStart: Fixtures.now)
+        let html = try MonitorPages().page(monitor, refresh: .seconds(15))
+        #expect(!html.contains("<script>alert"))
+        #expect(html.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;quotes&#39;"))
+        #expect(html.components(separatedBy: "sync-monitor-stale-pill").count == 2)
+        #expect(MonitorPages.escape(#"<a href="x">'&'</a>"#) == "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;")
+    }
+
     @Test("/metrics passes promtool check metrics")
     func promtool() async throws {
         try await withServer(.sqlite) { client, _ in

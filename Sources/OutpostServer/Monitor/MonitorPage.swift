@@ -4,8 +4,10 @@ import OutpostProtocol
 
 /// The sync monitor's HTML: Mustache templates shipped with the module, rendered from ``MonitorResponse``.
 ///
-/// Mustache escapes every `{{value}}` (`& < > " '`). The one raw `{{{chartBars}}}` is SVG built here from
-/// numbers alone, so nothing a device or an organizer typed can become markup.
+/// Mustache escapes every `{{value}}` (`& < > " '`). The device rows, one per device and a thousand at a
+/// large event, are built here instead (`{{{deviceRows}}}`): Mustache reads values by reflection, which cost
+/// about 0.4 ms a row. Every text in them goes through ``escape(_:)``, the same five characters Mustache
+/// escapes, so nothing a device or an organizer typed can become markup.
 package struct MonitorPages: Sendable {
     let library: MustacheLibrary
     let assets: [String: (contentType: String, body: String)]
@@ -57,6 +59,7 @@ package struct MonitorPages: Sendable {
         var hasDevices: Bool
         var deviceCount: Int
         var devices: [DeviceRow]
+        var deviceRows: String
         var failures: [FailureRow]
 
         init(_ monitor: MonitorResponse, refresh: Duration) {
@@ -72,6 +75,7 @@ package struct MonitorPages: Sendable {
             hasDevices = !monitor.devices.isEmpty
             deviceCount = monitor.devices.count
             devices = monitor.devices.map { DeviceRow($0, now: now, bucketStart: monitor.bucketStart) }
+            deviceRows = devices.map(\.html).joined()
             failures = monitor.persistentFailures.map(FailureRow.init)
         }
     }
@@ -119,6 +123,27 @@ package struct MonitorPages: Sendable {
             chartLabel = "Check-ins per 5 minutes over the last hour, oldest first: "
                 + device.checkIns.map(String.init).joined(separator: ", ")
         }
+
+        /// The row's `<tr>`, every text escaped.
+        var html: String {
+            let e = MonitorPages.escape
+            var pill = ""
+            if isStale { pill = #"<span class="pill stale" data-testid="sync-monitor-stale-pill">Stale</span>"# }
+            if isOffline { pill = #"<span class="pill offline" data-testid="sync-monitor-offline-pill">Offline</span>"# }
+            if isOk { pill = #"<span class="pill ok">OK</span>"# }
+            let failed = failedNote.map { #" <span class="failed">("# + e($0) + ")</span>" } ?? ""
+            var row = #"<tr data-testid="sync-monitor-device-row" data-fingerprint=""# + e(fingerprint)
+            row += #"" data-status=""# + e(status) + "\">\n"
+            row += #"<td data-label="Device"><code>"# + e(fingerprint) + "</code></td>\n"
+            row += #"<td data-label="Staff">"# + e(staffName) + "</td>\n"
+            row += #"<td data-label="Last seen">"# + pill + #" <time datetime=""# + e(lastSeenISO) + "\">"
+            row += e(lastSeen) + #"</time> <span class="ago">("# + e(lastSeenAgo) + ")</span></td>\n"
+            row += #"<td data-label="Roster fetched">"# + e(rosterFetch) + "</td>\n"
+            row += #"<td data-label="Pending">"# + String(pendingCount) + failed + "</td>\n"
+            row += #"<td data-label="Check-ins, last hour"><svg class="chart" width="96" height="24" viewBox="0 0 96 24" role="img" aria-label=""#
+            row += e(chartLabel) + "\">" + chartBars + "</svg></td>\n</tr>\n"
+            return row
+        }
     }
 
     struct FailureRow {
@@ -137,6 +162,23 @@ package struct MonitorPages: Sendable {
             firstAttempt = MonitorPages.clock(failure.firstAttempt)
             lastError = failure.lastError
         }
+    }
+
+    /// Text made safe for HTML content and attribute values: `& < > " '`, as Mustache escapes them.
+    static func escape(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        for character in text {
+            switch character {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&#39;"
+            default: out.append(character)
+            }
+        }
+        return out
     }
 
     /// "2026-11-21 09:12:05 UTC".
