@@ -132,10 +132,16 @@ final class BenchServer: @unchecked Sendable {
         process.arguments = ["serve", "--port", "0", "--data-dir", directory.path] + (databaseURL.map { ["--database-url", $0] } ?? [])
         var environment = ProcessInfo.processInfo.environment
         environment["OUTPOST_JWT_SECRET"] = String(decoding: secret, as: UTF8.self)
-        environment["LOG_LEVEL"] = "error"
+        // $OUTPOST_BENCH_SERVER_LOG names a file for the server's request log, to see where time goes.
+        let logPath = environment["OUTPOST_BENCH_SERVER_LOG"]
+        environment["LOG_LEVEL"] = logPath == nil ? "error" : "info"
         process.environment = environment
         process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
+        if let logPath, FileManager.default.createFile(atPath: logPath, contents: nil), let file = FileHandle(forWritingAtPath: logPath) {
+            process.standardError = file
+        } else {
+            process.standardError = FileHandle.nullDevice
+        }
         try process.run()
     }
 
