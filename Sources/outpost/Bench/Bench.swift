@@ -56,12 +56,20 @@ struct Bench: AsyncParsableCommand {
             case .drain, .devices, .monitor, .failures, .memory:
                 for database in [nil] + (databaseURL.map { [$0] } ?? []) {
                     let bench = SyncBench(directory: base, databaseURL: database) { line in if !json { say(line) } }
-                    switch scenario {
-                    case .drain: results += try await bench.drain()
-                    case .devices: results += try await bench.devices()
-                    case .monitor: results += try await bench.monitor()
-                    case .failures: results += try await bench.failures()
-                    default: results += try await bench.memory()
+                    do {
+                        switch scenario {
+                        case .drain: results += try await bench.drain()
+                        case .devices: results += try await bench.devices()
+                        case .monitor: results += try await bench.monitor()
+                        case .failures: results += try await bench.failures()
+                        default: results += try await bench.memory()
+                        }
+                    } catch {
+                        // One scenario's failure is reported as a missed target; the others still run.
+                        results.append(
+                            BenchResult(
+                                name: "\(scenario.rawValue) (\(bench.engine)) did not complete: \(error)", figure: 0, unit: "",
+                                target: "completes", met: false))
                     }
                 }
             }

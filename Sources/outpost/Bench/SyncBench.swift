@@ -188,7 +188,13 @@ struct SyncBench {
 
     /// The server's resident memory while 1,000 devices push and pull at once.
     func memory(devices: Int = 1000, rounds: Int = 5) async throws -> [BenchResult] {
-        try await withServer { base, token, client, pid in
+        try await withServer { base, token, _, pid in
+            // One connection per device, as 1,000 phones would have: the device client pools 8 per host.
+            var configuration = HTTPClient.Configuration()
+            configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = devices
+            configuration.timeout.connect = .seconds(30)
+            let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+            defer { _ = client.shutdown() }
             progress("memory (\(engine)): \(devices) devices syncing at once…")
             let tokens = try await (0..<20).asyncMap { try await token("staff\($0)", .staff) }
             var peak = 0
