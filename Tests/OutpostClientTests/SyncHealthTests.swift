@@ -89,12 +89,12 @@ struct SyncHealthTests {
             })))
             let now = ManualNow()
             let engine = engine(store, transport: gate, now: now)
-            gate.inner.isOnline = false
+            gate.memory.isOnline = false
             try await engine.save(note("n1"))
             _ = try await engine.sync()
             now.advance(seconds: 25 * 3600)
             try await engine.checkPersistentFailures()
-            gate.inner.isOnline = true
+            gate.memory.isOnline = true
             gate.close()
 
             var updates = await engine.statusUpdates().makeAsyncIterator()
@@ -151,14 +151,15 @@ struct SyncHealthTests {
 }
 
 /// Passes pushes through until `close()`; then holds them until `open()`.
-final class GatedTransport: SyncTransport, @unchecked Sendable {
-    let inner: InMemoryTransport
+final class GatedTransport: ForwardingTransport, @unchecked Sendable {
+    let memory: InMemoryTransport
+    var inner: any SyncTransport { memory }
     private let lock = NSLock()
     private var isOpen = true
     private var waiting: [CheckedContinuation<Void, Never>] = []
 
     init(inner: InMemoryTransport) {
-        self.inner = inner
+        self.memory = inner
     }
 
     func close() {
@@ -185,26 +186,17 @@ final class GatedTransport: SyncTransport, @unchecked Sendable {
         }
         return try await inner.push(request)
     }
-
-    func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
-        try await inner.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
-    }
-
-    func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse {
-        try await inner.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
-    }
-
-    func health() async throws -> HealthResponse { try await inner.health() }
 }
 
 /// Fails the first `failures` failure reports with a 503.
-final class FlakyReports: SyncTransport, @unchecked Sendable {
-    let inner: InMemoryTransport
+final class FlakyReports: ForwardingTransport, @unchecked Sendable {
+    let memory: InMemoryTransport
+    var inner: any SyncTransport { memory }
     private let lock = NSLock()
     private var failures: Int
 
     init(inner: InMemoryTransport, failures: Int) {
-        self.inner = inner
+        self.memory = inner
         self.failures = failures
     }
 
@@ -216,16 +208,4 @@ final class FlakyReports: SyncTransport, @unchecked Sendable {
         if fail { throw TransportError(kind: .server, status: 503, message: "unavailable") }
         return try await inner.reportFailures(report)
     }
-
-    func push(_ request: PushRequest) async throws -> PushResponse { try await inner.push(request) }
-
-    func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
-        try await inner.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
-    }
-
-    func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse {
-        try await inner.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
-    }
-
-    func health() async throws -> HealthResponse { try await inner.health() }
 }

@@ -70,7 +70,7 @@ struct TriggerTests {
 }
 
 /// Fails the first `failures` pushes with a 503, then passes through.
-final class FlakyTransport: SyncTransport, @unchecked Sendable {
+final class FlakyTransport: ForwardingTransport, @unchecked Sendable {
     let inner: any SyncTransport
     private let lock = NSLock()
     private var failures: Int
@@ -88,16 +88,6 @@ final class FlakyTransport: SyncTransport, @unchecked Sendable {
         if fail { throw TransportError(kind: .server, status: 503, message: "unavailable") }
         return try await inner.push(request)
     }
-
-    func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
-        try await inner.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
-    }
-
-    func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse {
-        try await inner.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
-    }
-
-    func health() async throws -> HealthResponse { try await inner.health() }
 }
 
 /// A monitor that reports one state and then stays silent until cancelled.
