@@ -53,6 +53,8 @@ package func buildRouter<Storage: SyncStorage>(
     router.add(middleware: AccessLogMiddleware())
     router.add(middleware: MetricsMiddleware(metrics: metrics))
     router.add(middleware: ErrorMiddleware())
+    let routeTable = RouteTable()
+    router.add(middleware: MethodNotAllowedMiddleware(table: routeTable))
     MetaController(storage: storage, metrics: metrics, now: now).addRoutes(to: router)
     AdminController(storage: storage, secrets: secrets, now: now).addRoutes(to: router.group("admin"))
     let v1 = router.group("v1").add(middleware: AuthMiddleware(secrets: secrets, now: now))
@@ -61,5 +63,6 @@ package func buildRouter<Storage: SyncStorage>(
     ReviewController(storage: storage, configuration: configuration).addRoutes(to: v1)
     MonitorController(storage: storage, configuration: configuration, secrets: secrets, metrics: metrics, now: now)
         .addRoutes(to: v1)
+    routeTable.load(router.routes.map { ("\($0.path)", $0.method) })
     return router
 }

@@ -182,8 +182,14 @@ struct BadInputTests {
     func wrongMethod() async throws {
         try await withServer(.sqlite) { client, _ in
             let response = try await client.send(.get, "/v1/push", token: try await Fixtures.token())
-            #expect(response.status.code >= 400 && response.status.code < 500)
-            #expect(response.wireError != nil)
+            #expect(response.status == .methodNotAllowed)
+            #expect(response.headers[.allow] == "POST")
+            #expect(response.wireError?.code == .methodNotAllowed)
+            let asset = try await client.send(.delete, "/admin/assets/monitor.css", token: nil)
+            #expect(asset.status == .methodNotAllowed)
+            #expect(try await client.send(.get, "/v1/nowhere", token: try await Fixtures.token()).status == .notFound)
+            let empty = try await client.send(.get, "/v1/monitor?event=", token: try await Fixtures.token(role: .organizer))
+            #expect(empty.status == .badRequest)
         }
     }
 }

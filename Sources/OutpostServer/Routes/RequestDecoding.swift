@@ -109,6 +109,9 @@ enum RequestDecoding {
 
     /// A query parameter that must be an identifier when present.
     static func optionalIdentifier(_ name: String, in request: Request) throws -> String? {
+        if let raw = request.uri.queryParameters[name[...]], raw.isEmpty {
+            throw OutpostHTTPError.badRequest("\(name) must not be empty; leave it out instead")
+        }
         guard let value = optional(name, in: request) else { return nil }
         guard Identifier.isValid(value) else {
             throw OutpostHTTPError.badRequest("\(name) must be an identifier (A-Z a-z 0-9 . _ : @ -)")
