@@ -26,25 +26,17 @@ struct DeviceStoreOptions: ParsableArguments {
     }
 
     func openStore() throws -> LocalStore {
-        do {
-            return try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
-        } catch let error as ClientError {
-            throw CLIError(error.message)
-        }
+        try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
     }
 
     /// Opens the device, runs `body`, and shuts its HTTP client down, whatever happens.
     func withDevice<T>(escalateAfter: Duration? = nil, _ body: (Device) async throws -> T) async throws -> T {
         try await withDeviceHTTPClient { client in
-            let device: Device
-            do {
-                device = try await Device.open(store: try openStore(), httpClient: client, configure: { configuration in
-                    configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
-                    if let escalateAfter { configuration.escalation.threshold = escalateAfter }
-                })
-            } catch let error as ClientError {
-                throw CLIError(error.message)
-            }
+            // The SDK's errors (ClientError) reach `Main`, which prints their message as the one line.
+            let device = try await Device.open(store: try openStore(), httpClient: client, configure: { configuration in
+                configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
+                if let escalateAfter { configuration.escalation.threshold = escalateAfter }
+            })
             return try await body(device)
         }
     }
@@ -64,11 +56,7 @@ struct DeviceInit: AsyncParsableCommand {
     func run() async throws {
         guard let url = URL(string: server) else { throw CLIError("--server must be a URL such as http://127.0.0.1:8080") }
         let deviceId = self.deviceId ?? "device-\(UUID().uuidString.prefix(8).lowercased())"
-        do {
-            try await Device.initialize(store: try options.openStore(), server: url, token: token, deviceId: deviceId)
-        } catch let error as ClientError {
-            throw CLIError(error.message)
-        }
+        try await Device.initialize(store: try options.openStore(), server: url, token: token, deviceId: deviceId)
         say("device \(deviceId) ready: store \(options.url.path), server \(url.absoluteString)")
     }
 }
@@ -133,11 +121,7 @@ struct DeviceRetry: AsyncParsableCommand {
 
     func run() async throws {
         let summary: SyncSummary = try await options.withDevice { device in
-            do {
-                return try await all ? device.engine.retryAll() : device.engine.retry(recordId: recordId ?? "")
-            } catch let error as ClientError {
-                throw CLIError(error.message)
-            }
+            try await all ? device.engine.retryAll() : device.engine.retry(recordId: recordId ?? "")
         }
         say("sync: \(summary)")
         if summary.failed > 0 { throw ExitCode(1) }
@@ -183,13 +167,8 @@ struct DevicePut: AsyncParsableCommand {
         let values = try fieldValues(fields)
         try await options.withDevice { device in
             await device.engine.probe()
-            let saved: LocalRecord
-            do {
-                saved = try await device.engine.saveAndPush(
-                    LocalStore.Write(collection: collection, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
-            } catch let error as ClientError {
-                throw CLIError(error.message)
-            }
+            let saved = try await device.engine.saveAndPush(
+                LocalStore.Write(collection: collection, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
             switch saved.syncStatus {
             case .synced: say("saved \(collection)/\(recordId): synced")
             case .pending: say("saved \(collection)/\(recordId) locally: pending sync (\(await device.engine.status.offlineIndicatorText))")

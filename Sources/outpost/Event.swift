@@ -79,8 +79,6 @@ struct EventRefresh: AsyncParsableCommand {
                 say("\(event): \(summary.updated) updated, \(summary.removed) removed")
             } catch let error as TransportError {
                 throw CLIError("refresh failed: \(error.message)")
-            } catch let error as ClientError {
-                throw CLIError(error.message)
             }
         }
     }
@@ -157,12 +155,7 @@ struct EventFind: AsyncParsableCommand {
         guard try await data.state(collection: Guest.collection, scope: event).isReady else {
             throw CLIError(ReferenceMessages.incomplete)
         }
-        let found: [ReferenceRecord]
-        do {
-            found = try await data.search(collection: Guest.collection, scope: event, query: query)
-        } catch let error as ClientError {
-            throw CLIError(error.message)
-        }
+        let found = try await data.search(collection: Guest.collection, scope: event, query: query)
         if found.isEmpty { say(ReferenceMessages.notFound) }
         for guest in found {
             say("\(guest.recordId)  \(guest.fields["name"]?.displayText ?? "")  \(guest.fields["email"]?.displayText ?? "")")

@@ -23,18 +23,15 @@ struct JSONLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    func log(
-        level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String,
-        file: String, function: String, line: UInt
-    ) {
+    func log(event: LogEvent) {
         var entry: [String: Any] = [:]
-        for (key, value) in metadata.merging(explicit ?? [:], uniquingKeysWith: { $1 }) {
+        for (key, value) in metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) {
             entry[key] = Self.plain(value)
         }
         entry["time"] = Self.timestamp(Date())
-        entry["severity"] = Self.severity(level)
+        entry["severity"] = Self.severity(event.level)
         entry["logger"] = label
-        entry["message"] = message.description
+        entry["message"] = event.message.description
         guard var data = try? JSONSerialization.data(withJSONObject: entry, options: [.sortedKeys, .withoutEscapingSlashes])
         else { return }
         data.append(0x0A)

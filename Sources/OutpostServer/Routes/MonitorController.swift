@@ -118,7 +118,7 @@ struct MonitorController<Storage: SyncStorage> {
 
     @Sendable func monitor(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
-        guard identity.role >= .organizer else { throw OutpostHTTPError.forbidden("the sync monitor needs the organizer role") }
+        try identity.require(.organizer)
         let event = try RequestDecoding.optionalIdentifier("event", in: request)
         return try .json(
             try await MonitorReport.load(tenant: identity.tenant, event: event, storage: storage, secrets: secrets, now: now()))

@@ -42,14 +42,7 @@ struct RecordRule: Sendable {
 
     /// Attendance records are the staff member's own, written once, and a check-out follows a check-in.
     static let attendance = RecordRule(
-        related: { mutation in
-            guard let parts = Attendance.parse(recordId: mutation.recordId), parts.action == .checkOut else { return [] }
-            return [
-                RecordKey(
-                    collection: Attendance.collection,
-                    recordId: Attendance.recordId(userId: parts.userId, day: parts.day, action: .checkIn))
-            ]
-        },
+        related: { mutation in checkInOfCheckOut(mutation.recordId).map { [$0] } ?? [] },
         check: { input in
             let mutation = input.mutation
             guard mutation.op == .upsert else {
@@ -70,16 +63,21 @@ struct RecordRule: Sendable {
                 let verb = parts.action == .checkIn ? "checked in" : "checked out"
                 return .init(code: .stateConflict, message: "already \(verb) on \(parts.day)")
             }
-            if parts.action == .checkOut {
-                let checkIn = RecordKey(
-                    collection: Attendance.collection,
-                    recordId: Attendance.recordId(userId: parts.userId, day: parts.day, action: .checkIn))
+            if let checkIn = checkInOfCheckOut(mutation.recordId) {
                 guard let record = input.record(checkIn), !record.tombstone else {
                     return .init(code: .stateConflict, message: "a check-out needs a check-in on the same day")
                 }
             }
             return nil
         })
+
+    /// The check-in a check-out record needs: the same user's, the same day; nil for anything else.
+    static func checkInOfCheckOut(_ recordId: String) -> RecordKey? {
+        guard let parts = Attendance.parse(recordId: recordId), parts.action == .checkOut else { return nil }
+        return RecordKey(
+            collection: Attendance.collection,
+            recordId: Attendance.recordId(userId: parts.userId, day: parts.day, action: .checkIn))
+    }
 
     /// A check-in names a guest on its event's roster who has not cancelled, and the device and time of its scan.
     static let checkIn = RecordRule(

@@ -102,6 +102,8 @@ struct Story {
     let organizer: HTTPSyncTransport
     let storage: SQLiteStorage
     let venue = VenueNetwork()
+    /// The devices' clock: the wall clock, until the story moves it a day on to show an escalation.
+    let deviceClock = DemoClock()
 
     /// A field device of the story: its store, engine and apps.
     struct FieldDevice {
@@ -118,13 +120,12 @@ struct Story {
             try await store.setSetting(LocalStore.currentEventSetting, Demo.event)
         }
         let http = HTTPSyncTransport(baseURL: base, token: try await store.setting("token") ?? "", client: client)
+        let clock = deviceClock
         let device = try await Device.open(
-            store: store, transport: venue.link(http),
+            store: store, transport: venue.link(http), now: { clock.now },
             configure: { configuration in
                 configuration.appVersion = "outpost-demo/\(OutpostVersion.current)"
                 configuration.retryDelays = []
-                // The demo escalates after 2 seconds instead of 24 hours.
-                configuration.escalation.threshold = .seconds(2)
             })
         return FieldDevice(name: name, device: device)
     }
@@ -221,11 +222,12 @@ struct Story {
             narrator.good("terrace-3 scans \(Self.guest(25)): \(error.message)")
         }
 
-        await narrator.act(9, "A persistent failure is escalated")
-        try await Task.sleep(for: .milliseconds(2200))
+        await narrator.act(9, "A day later: a persistent failure is escalated")
+        // The devices' clocks move a day on (the server's does not): the escalation's real threshold, 24 h.
+        deviceClock.advance(by: .seconds(25 * 3600))
         let failures = try await devices[0].device.engine.checkPersistentFailures()
         if let notice = await devices[0].device.engine.status.persistentFailureNotice {
-            narrator.warn("door-1 shows: \(notice.message) [\(PersistentFailureNotice.actionTitle)] (24 h in real life)")
+            narrator.warn("door-1 shows: \(notice.message) [\(PersistentFailureNotice.actionTitle)]")
         }
         narrator.line("reported to the server: \(failures.map { "\($0.collection)/\($0.recordId): \($0.lastError)" }.joined(separator: "; "))")
         narrator.line("the server logged one ERROR \"Persistent Sync Failure\" line and counts it in /metrics")
@@ -276,4 +278,22 @@ struct Story {
     }
 
     static func guest(_ index: Int) -> String { "g\(String(format: "%06d", index))" }
+}
+
+/// The wall clock plus an offset the demo can move forward.
+final class DemoClock: Sendable {
+    private let offset = LockedSeconds()
+
+    var now: Date { Date().addingTimeInterval(offset.value) }
+
+    func advance(by span: Duration) {
+        offset.add(Double(span.components.seconds))
+    }
+
+    private final class LockedSeconds: @unchecked Sendable {
+        private let lock = NSLock()
+        private var seconds: Double = 0
+        var value: Double { lock.withLock { seconds } }
+        func add(_ more: Double) { lock.withLock { seconds += more } }
+    }
 }
