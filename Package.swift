@@ -67,7 +67,12 @@ let package = Package(
         ),
         .target(
             name: "OutpostTesting",
-            dependencies: ["OutpostProtocol", "OutpostClient"]
+            dependencies: [
+                "OutpostProtocol", "OutpostClient",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
         ),
         .executableTarget(
             name: "outpost",

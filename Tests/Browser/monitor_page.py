@@ -10,6 +10,7 @@ import time
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 MESSAGE = ("No devices have synced in the last 30 minutes. If your event is live, "
@@ -57,11 +58,32 @@ def luminance(rgba):
     return 0.2126 * channels[0] + 0.7152 * channels[1] + 0.0722 * channels[2]
 
 
-def contrast(element):
-    fg = luminance(element.value_of_css_property("color"))
-    bg = luminance(element.value_of_css_property("background-color"))
+def contrast(pill):
+    fg, bg = luminance(pill["color"]), luminance(pill["background"])
     light, dark = max(fg, bg), min(fg, bg)
     return (light + 0.05) / (dark + 0.05)
+
+
+def pills(driver, css):
+    """Text and colours of every element matching css, read in one script call: the page replaces its
+    body as it refreshes itself, so element references held across calls can go stale."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => ({text: e.innerText,"
+        " color: getComputedStyle(e).color, background: getComputedStyle(e).backgroundColor}))", css)
+
+
+def main_text(driver):
+    return driver.execute_script("return document.querySelector('main').innerText")
+
+
+def settled(action, attempts=5):
+    """Runs action again if the self-refreshing page replaced an element it was reading."""
+    for attempt in range(attempts):
+        try:
+            return action()
+        except StaleElementReferenceException:
+            if attempt == attempts - 1:
+                raise
 
 
 def main():
@@ -116,14 +138,14 @@ def run(driver, args):
     check(not by_testid(driver, "sync-monitor-stale-pill"), "a fresh device shows as stale")
     check(not by_testid(driver, "sync-monitor-empty-state"), "the empty state shows while devices report")
     # What a device or organizer typed is shown as text, never run as markup.
-    check("<img src=x onerror=window.__xss=1>" in driver.find_element(By.TAG_NAME, "main").text,
+    check("<img src=x onerror=window.__xss=1>" in main_text(driver),
           "the staff name was not shown literally")
     check(driver.execute_script("return window.__xss === undefined"), "markup from a staff name ran")
     charts = driver.find_elements(By.CSS_SELECTOR, '[data-testid="sync-monitor-device-row"] svg.chart rect')
     check(len(charts) == 24, f"expected 12 chart bars per device, got {len(charts)}")
-    failures = by_testid(driver, "sync-monitor-failure")
-    check(len(failures) == 1 and "n-lost" in failures[0].text, "the persistent failure is not listed")
-    for pill in driver.find_elements(By.CSS_SELECTOR, ".pill.ok"):
+    failures = pills(driver, '[data-testid="sync-monitor-failure"]')
+    check(len(failures) == 1 and "n-lost" in failures[0]["text"], "the persistent failure is not listed")
+    for pill in pills(driver, ".pill.ok"):
         check(contrast(pill) >= 4.5, f"the OK pill's contrast is {contrast(pill):.2f}")
     loaded_at = driver.execute_script("return window.outpostMonitorLoadedAt")
 
@@ -131,22 +153,24 @@ def run(driver, args):
     step("stale")
     wait_for(lambda: len(by_testid(driver, "sync-monitor-stale-pill")) == 2, "no Stale pills after 10 minutes")
     check(driver.execute_script("return window.outpostMonitorLoadedAt") == loaded_at, "the page reloaded")
-    for pill in by_testid(driver, "sync-monitor-stale-pill"):
-        check(pill.text == "Stale", "the stale pill does not say Stale")
+    for pill in pills(driver, '[data-testid="sync-monitor-stale-pill"]'):
+        check(pill["text"] == "Stale", "the stale pill does not say Stale")
         check(contrast(pill) >= 4.5, f"the Stale pill's contrast is {contrast(pill):.2f}")
-    check("10 min ago" in driver.find_element(By.TAG_NAME, "main").text or "11 min ago" in driver.find_element(By.TAG_NAME, "main").text,
+    check("10 min ago" in main_text(driver) or "11 min ago" in main_text(driver),
           "the last-seen time is not shown")
 
     # Thirty minutes: red Offline pills, and the empty state with the urgent-message link.
     step("offline")
     wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, ".pill.offline")) == 2, "no Offline pills after 30 minutes")
     check(not by_testid(driver, "sync-monitor-stale-pill"), "Stale pills remain after 30 minutes")
-    for pill in driver.find_elements(By.CSS_SELECTOR, ".pill.offline"):
+    for pill in pills(driver, ".pill.offline"):
         check(contrast(pill) >= 4.5, f"the Offline pill's contrast is {contrast(pill):.2f}")
-    empty = by_testid(driver, "sync-monitor-empty-state")
-    check(len(empty) == 1 and MESSAGE in empty[0].text, "the empty state's message is missing")
-    link = empty[0].find_element(By.LINK_TEXT, "Send urgent message to staff")
-    check(link.get_attribute("href").startswith("mailto:ops@example.org"), f"the urgent link is {link.get_attribute('href')}")
+    def empty_state():
+        empty = by_testid(driver, "sync-monitor-empty-state")
+        check(len(empty) == 1 and MESSAGE in empty[0].text, "the empty state's message is missing")
+        href = empty[0].find_element(By.LINK_TEXT, "Send urgent message to staff").get_attribute("href")
+        check(href.startswith("mailto:ops@example.org"), f"the urgent link is {href}")
+    settled(empty_state)
     check(driver.execute_script("return window.outpostMonitorLoadedAt") == loaded_at, "the page reloaded")
 
     # At phone width the rows still show, with no sideways scrolling.

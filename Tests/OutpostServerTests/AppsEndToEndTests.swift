@@ -41,18 +41,18 @@ final class AppSession: @unchecked Sendable {
         return logs
     }
 
-    func token(user: String, role: String = "staff") throws -> String {
-        try OutpostProcess.run(["token", "--tenant", "acme", "--user", user, "--role", role, "--name", user.capitalized, "--data-dir", data])
+    func token(user: String, role: String = "staff") async throws -> String {
+        try await OutpostProcess.run(["token", "--tenant", "acme", "--user", user, "--role", role, "--name", user.capitalized, "--data-dir", data])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// Sets up a device store for `user` and returns a runner of `outpost` commands as that device.
-    func device(_ id: String, user: String) throws -> (_ arguments: [String]) throws -> OutpostProcess.Output {
+    func device(_ id: String, user: String) async throws -> (_ arguments: [String]) async throws -> OutpostProcess.Output {
         let store = ["--store", root.appendingPathComponent("\(id)/device.sqlite").path]
-        let initialised = try OutpostProcess.run(
+        let initialised = try await OutpostProcess.run(
             ["device", "init", "--server", url, "--token", try token(user: user), "--device-id", id] + store)
         #expect(initialised.status == 0, "\(initialised.stderr)")
-        return { arguments in try OutpostProcess.run(arguments + store, environment: ["TZ": "UTC"]) }
+        return { arguments in try await OutpostProcess.run(arguments + store, environment: ["TZ": "UTC"]) }
     }
 
     /// GET `path` with an organizer's token, decoded.
@@ -67,7 +67,7 @@ final class AppSession: @unchecked Sendable {
 
     private func data(_ path: String) async throws -> Data {
         var request = URLRequest(url: URL(string: url + path)!)
-        request.setValue("Bearer \(try token(user: "olga", role: "organizer"))", forHTTPHeaderField: "Authorization")
+        request.setValue("Bearer \(try await token(user: "olga", role: "organizer"))", forHTTPHeaderField: "Authorization")
         return try await URLSession.shared.data(for: request).0
     }
 }
@@ -78,45 +78,45 @@ struct AppsEndToEndTests {
     func attendance() async throws {
         let session = try AppSession()
         try await session.startServer()
-        let ana = try session.device("phone-ana", user: "ana")
+        let ana = try await session.device("phone-ana", user: "ana")
 
-        let noFix = try ana(["attendance", "check-in", "--no-fix"])
+        let noFix = try await ana(["attendance", "check-in", "--no-fix"])
         #expect(noFix.status != 0)
         #expect(noFix.stderr == "outpost: GPS signal required. Please move to an open area.\n")
-        #expect(try ana(["attendance", "history"]).stdout.contains("no attendance records"))
-        let early = try ana(["attendance", "check-out", "--lat", "51.5", "--lon", "-0.12"])
+        #expect(try await ana(["attendance", "history"]).stdout.contains("no attendance records"))
+        let early = try await ana(["attendance", "check-out", "--lat", "51.5", "--lon", "-0.12"])
         #expect(early.status != 0)
         #expect(early.stderr.contains("check in first"))
 
-        let checkIn = try ana(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12"])
+        let checkIn = try await ana(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12"])
         #expect(checkIn.status == 0, "\(checkIn.stderr)")
         #expect(checkIn.stdout.contains("Checked In at") && checkIn.stdout.contains("synced"))
-        #expect(try ana(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12"]).stderr.contains("Already checked in today"))
+        #expect(try await ana(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12"]).stderr.contains("Already checked in today"))
 
         // The network drops: the check-out is saved offline, the state changes at once, pending.
         session.stopServer()
-        let checkOut = try ana(["attendance", "check-out", "--lat", "51.6", "--lon", "-0.1"])
+        let checkOut = try await ana(["attendance", "check-out", "--lat", "51.6", "--lon", "-0.1"])
         #expect(checkOut.status == 0, "\(checkOut.stderr)")
         #expect(checkOut.stdout.contains("Checked Out at") && checkOut.stdout.contains("saved offline, pending sync"))
-        #expect(try ana(["attendance", "status"]).stdout.contains("Checked Out at"))
-        #expect(try ana(["attendance", "status"]).stdout.contains("pending"))
-        let history = try ana(["attendance", "history"]).stdout
+        #expect(try await ana(["attendance", "status"]).stdout.contains("Checked Out at"))
+        #expect(try await ana(["attendance", "status"]).stdout.contains("pending"))
+        let history = try await ana(["attendance", "history"]).stdout
         #expect(history.contains("check-out") && history.contains("⏳ pending") && history.contains("(offline entry)"))
         #expect(history.contains("check-in ") && history.contains("✓ synced"))
 
         // Back online: the replay delivers it; the server keeps the offline flag.
         try await session.startServer()
-        #expect(try ana(["device", "sync"]).stdout.contains("1 synced, 0 failed"))
-        #expect(try ana(["attendance", "status"]).stdout.contains("✓ synced"))
+        #expect(try await ana(["device", "sync"]).stdout.contains("1 synced, 0 failed"))
+        #expect(try await ana(["attendance", "status"]).stdout.contains("✓ synced"))
         let audit = try await session.get("/v1/audit?collection=attendance&recordId=ana.\(today()).out", as: AuditResponse.self)
         #expect(audit.entries.count == 1)
         #expect(audit.entries.first?.fields["isOfflineEntry"] == true)
 
         // Another client, without the app's checks, is refused by the server: no coordinates, a second check-in.
-        let other = try session.device("script-ana", user: "ana")
-        let raw = try other(["device", "put", "attendance", "ana.\(today()).in", "action=check_in", "day=\(today())"])
+        let other = try await session.device("script-ana", user: "ana")
+        let raw = try await other(["device", "put", "attendance", "ana.\(today()).in", "action=check_in", "day=\(today())"])
         #expect(raw.stdout.contains("sync failed: a GPS location (latitude and longitude) is required"), "\(raw.stdout)")
-        let again = try other([
+        let again = try await other([
             "device", "put", "attendance", "ana.\(today()).in", "action=check_in", "day=\(today())", "latitude=1",
             "longitude=2",
         ])
@@ -127,41 +127,41 @@ struct AppsEndToEndTests {
     func eventCheckIn() async throws {
         let session = try AppSession()
         try await session.startServer()
-        let organizer = ["OUTPOST_SERVER": session.url, "OUTPOST_TOKEN": try session.token(user: "olga", role: "organizer")]
+        let organizer = await ["OUTPOST_SERVER": session.url, "OUTPOST_TOKEN": try session.token(user: "olga", role: "organizer")]
         let csv = session.root.appendingPathComponent("roster.csv").path
-        #expect(try OutpostProcess.run(["roster", "generate", "--guests", "20", "--output", csv]).status == 0)
-        #expect(try OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
+        #expect(try await OutpostProcess.run(["roster", "generate", "--guests", "20", "--output", csv]).status == 0)
+        #expect(try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
 
-        let door = try session.device("door-1", user: "sam")
-        let hall = try session.device("hall-2", user: "kim")
-        #expect(try door(["event", "open", "gala"]).stdout.contains("Ready for offline"))
-        #expect(try hall(["event", "open", "gala"]).stdout.contains("Ready for offline"))
+        let door = try await session.device("door-1", user: "sam")
+        let hall = try await session.device("hall-2", user: "kim")
+        #expect(try await door(["event", "open", "gala"]).stdout.contains("Ready for offline"))
+        #expect(try await hall(["event", "open", "gala"]).stdout.contains("Ready for offline"))
         // A registration cancelled after the download reaches the door device with its refresh.
-        #expect(try OutpostProcess.run(["roster", "cancel", "--event", "gala", "g000005"], environment: organizer).status == 0)
-        #expect(try door(["event", "refresh"]).stdout.contains("1 removed"))
+        #expect(try await OutpostProcess.run(["roster", "cancel", "--event", "gala", "g000005"], environment: organizer).status == 0)
+        #expect(try await door(["event", "refresh"]).stdout.contains("1 removed"))
 
         // The venue network fails: scans queue on the door device.
         session.stopServer()
         for guest in ["g000001", "g000002", "g000003"] {
-            let scan = try door(["event", "scan", guest])
+            let scan = try await door(["event", "scan", guest])
             #expect(scan.status == 0, "\(scan.stderr)")
             #expect(scan.stdout.contains("Checked in: \(guest)") && scan.stdout.contains("pending sync"))
         }
-        let repeated = try door(["event", "scan", "g000002"])
+        let repeated = try await door(["event", "scan", "g000002"])
         #expect(repeated.stdout.contains("Already checked in at") && repeated.stdout.contains("by door-1"))
-        let cancelled = try door(["event", "scan", "g000005"])
+        let cancelled = try await door(["event", "scan", "g000005"])
         #expect(cancelled.status != 0)
         #expect(cancelled.stderr == "outpost: Registration cancelled — refer to organizer\n")
-        let unknown = try door(["event", "scan", "nobody"])
+        let unknown = try await door(["event", "scan", "nobody"])
         #expect(unknown.stderr == "outpost: Guest not in roster — refresh and try again\n")
-        let pending = try door(["event", "pending"]).stdout
+        let pending = try await door(["event", "pending"]).stdout
         #expect(pending.contains("3 check-ins pending sync"))
-        let scanTimes = try door(["device", "records", "--pending"]).stdout
+        let scanTimes = try await door(["device", "records", "--pending"]).stdout
 
         // The network returns: the replay goes in order, and the server keeps the device's scan times.
         try await session.startServer()
-        #expect(try door(["device", "sync"]).stdout.contains("3 synced, 0 failed"))
-        #expect(try door(["event", "pending"]).stdout.contains("0 check-ins pending sync"))
+        #expect(try await door(["device", "sync"]).stdout.contains("3 synced, 0 failed"))
+        #expect(try await door(["event", "pending"]).stdout.contains("0 check-ins pending sync"))
         let audit = try await session.get("/v1/audit?collection=checkins&recordId=g000002", as: AuditResponse.self)
         let entry = try #require(audit.entries.first)
         #expect(entry.deviceId == "door-1")
@@ -169,29 +169,29 @@ struct AppsEndToEndTests {
         #expect(entry.receivedAt > entry.clientTimestamp)
 
         // Another device, online, is told who scanned first.
-        let elsewhere = try hall(["event", "scan", "g000001"])
+        let elsewhere = try await hall(["event", "scan", "g000001"])
         #expect(elsewhere.stdout.contains("Already checked in at") && elsewhere.stdout.contains("by door-1"), "\(elsewhere.stdout)")
-        #expect(try hall(["event", "scan", "g000009"]).stdout.contains("(synced)"))
+        #expect(try await hall(["event", "scan", "g000009"]).stdout.contains("(synced)"))
     }
 
     @Test("activities: offline confirmation, all sync after reconnect in `device run`, two devices merge fields, money conflicts for review")
     func activities() async throws {
         let session = try AppSession()
         try await session.startServer()
-        let phone = try session.device("phone-mia", user: "mia")
-        let tablet = try session.device("tablet-mia", user: "mia")
-        let online = try phone(["activity", "register", "--type", "home-visit", "--date", "2026-11-20", "--duration", "1h30m", "--travel-expense", "12.5"])
+        let phone = try await session.device("phone-mia", user: "mia")
+        let tablet = try await session.device("tablet-mia", user: "mia")
+        let online = try await phone(["activity", "register", "--type", "home-visit", "--date", "2026-11-20", "--duration", "1h30m", "--travel-expense", "12.5"])
         #expect(online.stdout.hasPrefix("Activity registered ("), "\(online.stdout) \(online.stderr)")
         let id = try #require(online.stdout.split(separator: "(").last?.split(separator: ")").first.map(String.init))
-        #expect(try phone(["activity", "list"]).stdout.contains("\(id)  2026-11-20  home-visit  90 min  travel 12.50  ✓ synced"))
+        #expect(try await phone(["activity", "list"]).stdout.contains("\(id)  2026-11-20  home-visit  90 min  travel 12.50  ✓ synced"))
 
         session.stopServer()
         for day in ["2026-11-18", "2026-11-19", "2026-11-21"] {
-            let saved = try phone(["activity", "register", "--type", "call", "--date", day, "--duration", "30"])
+            let saved = try await phone(["activity", "register", "--type", "call", "--date", day, "--duration", "30"])
             #expect(saved.stdout.hasPrefix("Saved offline — will sync when connected"), "\(saved.stdout) \(saved.stderr)")
         }
-        #expect(try phone(["activity", "list"]).stdout.components(separatedBy: "(saved offline)").count == 4)
-        let refused = try phone(["activity", "register", "--type", "call", "--date", "2026-13-01", "--duration", "30"])
+        #expect(try await phone(["activity", "list"]).stdout.components(separatedBy: "(saved offline)").count == 4)
+        let refused = try await phone(["activity", "register", "--type", "call", "--date", "2026-13-01", "--duration", "30"])
         #expect(refused.status != 0)
 
         // Connectivity returns while the device runs: the three sync well within 60 s.
@@ -205,14 +205,14 @@ struct AppsEndToEndTests {
         #expect(run.stop(SIGINT) == 0)
 
         // Two devices edit one activity: other fields merge, the money field conflicts for review.
-        #expect(try tablet(["activity", "list"]).stdout.contains(id))
-        #expect(try tablet(["activity", "edit", id, "--notes", "garden", "--travel-expense", "20"]).stdout.contains("Activity registered"))
+        #expect(try await tablet(["activity", "list"]).stdout.contains(id))
+        #expect(try await tablet(["activity", "edit", id, "--notes", "garden", "--travel-expense", "20"]).stdout.contains("Activity registered"))
         session.stopServer()
-        #expect(try phone(["activity", "edit", id, "--duration", "120", "--travel-expense", "30"]).stdout.contains("Saved offline"))
+        #expect(try await phone(["activity", "edit", id, "--duration", "120", "--travel-expense", "30"]).stdout.contains("Saved offline"))
         try await session.startServer()
-        let sync = try phone(["device", "sync"])
+        let sync = try await phone(["device", "sync"])
         #expect(sync.stdout.contains("0 synced, 1 failed: Conflict on a protected field"), "\(sync.stdout)")
-        let listed = try phone(["activity", "list"]).stdout
+        let listed = try await phone(["activity", "list"]).stdout
         #expect(listed.contains("120 min") && listed.contains("travel 20.00"), "\(listed)")
         #expect(listed.contains("Conflict: travel_expense changed on the server"))
         let conflicts = try await session.get("/v1/conflicts?collection=activities", as: ConflictsResponse.self).conflicts
@@ -225,27 +225,27 @@ struct AppsEndToEndTests {
     func builds() async throws {
         let session = try AppSession()
         try await session.startServer()
-        let crew = try session.device("crew-1", user: "cal")
-        let first = try crew(["builds", "save", "--name", "Shed", "floor=2"])
+        let crew = try await session.device("crew-1", user: "cal")
+        let first = try await crew(["builds", "save", "--name", "Shed", "floor=2"])
         #expect(first.stdout.contains("saved and uploaded"), "\(first.stdout) \(first.stderr)")
 
         session.stopServer()
         for name in ["Roof", "Deck"] {
-            #expect(try crew(["builds", "save", "--name", name]).stdout.contains("saved on this device; it will upload when connected"))
+            #expect(try await crew(["builds", "save", "--name", name]).stdout.contains("saved on this device; it will upload when connected"))
         }
-        let failed = try crew(["builds", "sync-all"])
+        let failed = try await crew(["builds", "sync-all"])
         #expect(failed.status != 0)
         #expect(failed.stdout.contains("0 synced, 2 failed: The server could not be reached"))
-        let listed = try crew(["builds", "list"]).stdout
+        let listed = try await crew(["builds", "list"]).stdout
         #expect(listed.components(separatedBy: "  failed\n    The server could not be reached").count == 3, "\(listed)")
         #expect(listed.contains("Shed  synced"))
 
         try await session.startServer()
         let roofId = try #require(listed.split(separator: "\n").first { $0.contains("Roof") }?.split(separator: " ").first.map(String.init))
-        #expect(try crew(["builds", "retry", roofId]).stdout.contains("2 synced, 0 failed"))
-        #expect(try crew(["builds", "sync-all"]).stdout.contains("0 synced, 0 failed"))
-        #expect(!(try crew(["builds", "list"]).stdout.contains("failed")))
-        #expect(try crew(["builds", "retry", "build-404"]).stderr == "outpost: no record build-404 on this device\n")
+        #expect(try await crew(["builds", "retry", roofId]).stdout.contains("2 synced, 0 failed"))
+        #expect(try await crew(["builds", "sync-all"]).stdout.contains("0 synced, 0 failed"))
+        await #expect(!(try crew(["builds", "list"]).stdout.contains("failed")))
+        #expect(try await crew(["builds", "retry", "build-404"]).stderr == "outpost: no record build-404 on this device\n")
     }
 }
 

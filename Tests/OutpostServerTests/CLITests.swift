@@ -9,8 +9,8 @@ import Testing
 @Suite("outpost CLI")
 struct CLITests {
     @Test("--help lists every command")
-    func help() throws {
-        let output = try OutpostProcess.run(["--help"])
+    func help() async throws {
+        let output = try await OutpostProcess.run(["--help"])
         #expect(output.status == 0)
         #expect(output.stdout.contains("serve"))
         #expect(output.stdout.contains("token"))
@@ -29,8 +29,8 @@ struct CLITests {
     ]
 
     @Test("a bad argument or configuration is one line on stderr and a non-zero exit", arguments: badInvocations)
-    func badArguments(arguments: [String]) throws {
-        let output = try OutpostProcess.run(arguments)
+    func badArguments(arguments: [String]) async throws {
+        let output = try await OutpostProcess.run(arguments)
         #expect(output.status != 0)
         let lines = output.stderr.split(separator: "\n")
         #expect(lines.count == 1, "\(output.stderr)")
@@ -39,9 +39,9 @@ struct CLITests {
     }
 
     @Test("an unreachable PostgreSQL is one clear line at start, without the password")
-    func unreachableDatabase() throws {
+    func unreachableDatabase() async throws {
         let port = try TestPostgres.freePort()
-        let output = try OutpostProcess.run(
+        let output = try await OutpostProcess.run(
             ["serve", "--port", "0", "--database-url", "postgres://outpost:hunter2@127.0.0.1:\(port)/outpost?sslmode=disable"])
         #expect(output.status != 0)
         let lines = output.stderr.split(separator: "\n")
@@ -51,8 +51,8 @@ struct CLITests {
     }
 
     @Test("a short OUTPOST_JWT_SECRET is refused in one line")
-    func shortSecret() throws {
-        let output = try OutpostProcess.run(
+    func shortSecret() async throws {
+        let output = try await OutpostProcess.run(
             ["token", "--tenant", "acme", "--user", "ana", "--role", "staff"],
             environment: ["OUTPOST_JWT_SECRET": "too-short"])
         #expect(output.status != 0)
@@ -73,7 +73,7 @@ struct CLITests {
         let attributes = try FileManager.default.attributesOfItem(atPath: dataDirectory + "/jwt-secret")
         #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
 
-        let token = try OutpostProcess.run(
+        let token = try await OutpostProcess.run(
             ["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--name", "Ana", "--data-dir", dataDirectory])
         #expect(token.status == 0)
         let transport = HTTPSyncTransport(
@@ -107,7 +107,7 @@ struct CLITests {
             let portB = try await second.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
             #expect(first.stdout.contains("PostgreSQL at"))
             // The password of the URL, if any, never reaches the output.
-            let token = try OutpostProcess.run(
+            let token = try await OutpostProcess.run(
                 ["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--database-url", url])
             #expect(token.status == 0, "\(token.stderr)")
             let bearer = token.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -133,8 +133,8 @@ struct CLITests {
 @Suite("Benchmark harness")
 struct BenchHarnessTests {
     @Test("`bench failures --json` runs against a real server process and prints name, figure, unit, target and met")
-    func json() throws {
-        let run = try OutpostProcess.run(["bench", "failures", "--json"])
+    func json() async throws {
+        let run = try await OutpostProcess.run(["bench", "failures", "--json"])
         // A debug build may miss a target (exit 1); the document is printed either way.
         #expect([0, 1].contains(run.status), "\(run.stderr)")
         let start = try #require(run.stdout.firstIndex(of: "["))

@@ -5,9 +5,9 @@ import Testing
 @Suite("Demo")
 struct DemoTests {
     @Test("`demo --fast --no-serve` tells the whole day and exits 0 because it balanced, leaving no data behind")
-    func demoBalances() throws {
+    func demoBalances() async throws {
         let before = Set(try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory()).filter { $0.hasPrefix("outpost-demo-") })
-        let run = try OutpostProcess.run(["demo", "--fast", "--no-serve"])
+        let run = try await OutpostProcess.run(["demo", "--fast", "--no-serve"])
         #expect(run.status == 0, "\(run.stdout)\n\(run.stderr)")
         for act in [
             "1. A server on an embedded SQLite store", "imports 1000 guests", "roster: 1000/1000",

@@ -21,15 +21,15 @@ struct DeviceEndToEndTests {
         // Given a device set up against a running server,
         var server = try OutpostProcess.Running(serveArguments)
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
-        let token = try OutpostProcess.run(["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--data-dir", data])
+        let token = try await OutpostProcess.run(["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--data-dir", data])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        let setup = try OutpostProcess.run(
+        let setup = try await OutpostProcess.run(
             ["device", "init", "--server", "http://127.0.0.1:\(port)", "--token", token, "--device-id", "dev-e2e", "--store", store])
         #expect(setup.status == 0, "\(setup.stderr)")
 
         // when the server goes away, writes still succeed locally and say they are pending,
         #expect(server.stop() == 0)
-        let offlinePut = try OutpostProcess.run(["device", "put", "notes", "first", "text=hello", "--store", store])
+        let offlinePut = try await OutpostProcess.run(["device", "put", "notes", "first", "text=hello", "--store", store])
         #expect(offlinePut.status == 0, "\(offlinePut.stderr)")
         #expect(offlinePut.stdout.contains("pending sync"))
         var written = ["first"]
@@ -52,10 +52,10 @@ struct DeviceEndToEndTests {
         _ = replay.stop(SIGKILL)
 
         // then the relaunched device finishes the job,
-        let resumed = try OutpostProcess.run(["device", "sync", "--store", store])
+        let resumed = try await OutpostProcess.run(["device", "sync", "--store", store])
         #expect(resumed.status == 0, "\(resumed.stdout) \(resumed.stderr)")
         #expect(resumed.stdout.contains("0 failed"))
-        let pending = try OutpostProcess.run(["device", "records", "--pending", "--store", store])
+        let pending = try await OutpostProcess.run(["device", "records", "--pending", "--store", store])
         #expect(pending.stdout.contains("no records"))
 
         // and the server holds each write exactly once, in the device's order.
@@ -87,13 +87,13 @@ extension DeviceEndToEndTests {
         let data = root.appendingPathComponent("server").path
         let store = root.appendingPathComponent("device/device.sqlite").path
         let port = String(try TestPostgres.freePort())
-        let token = try OutpostProcess.run(["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--data-dir", data])
+        let token = try await OutpostProcess.run(["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--data-dir", data])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(try OutpostProcess.run(
+        #expect(try await OutpostProcess.run(
             ["device", "init", "--server", "http://127.0.0.1:\(port)", "--token", token, "--store", store]).status == 0)
         // Written while the server is down: the app was killed offline.
         for id in ["a", "b", "c"] {
-            let put = try OutpostProcess.run(["device", "put", "notes", id, "n=1", "--store", store])
+            let put = try await OutpostProcess.run(["device", "put", "notes", id, "n=1", "--store", store])
             #expect(put.stdout.contains("pending sync"))
         }
         let device = try OutpostProcess.Running(

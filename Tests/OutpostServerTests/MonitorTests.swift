@@ -170,7 +170,7 @@ struct MonitorTests {
     }
 
     @Test("the page escapes everything it shows")
-    func escaping() throws {
+    func escaping() async throws {
         let hostile = #"<script>alert("x")</script> & 'quotes'"#
         let device = MonitorDevice(
             fingerprint: "fp", staffName: hostile, status: .stale, lastSeen: Fixtures.now, lastRosterFetch: nil,
@@ -195,7 +195,7 @@ struct MonitorTests {
             _ = try await client.push([Fixtures.upsert("n1", ["t": "x"])], token: ana)
             _ = try await client.post("/v1/heartbeats", Self.beat("phone-1"), token: ana)
             let body = try await client.send(.get, "/metrics", token: nil).body
-            let result = try Tool.run("promtool", ["check", "metrics"], input: Data(body.readableBytesView))
+            let result = try await Tool.run("promtool", ["check", "metrics"], input: Data(body.readableBytesView))
             #expect(result.status == 0, "\(result.output)")
         }
     }
@@ -203,7 +203,13 @@ struct MonitorTests {
 
 /// A command-line tool from the machine, run to completion.
 enum Tool {
-    static func run(_ name: String, _ arguments: [String], input: Data? = nil, in directory: URL? = nil) throws
+    static func run(_ name: String, _ arguments: [String], input: Data? = nil, in directory: URL? = nil) async throws
+        -> (status: Int32, output: String)
+    {
+        try await Thread.blocking { try runBlocking(name, arguments, input: input, in: directory) }
+    }
+
+    private static func runBlocking(_ name: String, _ arguments: [String], input: Data?, in directory: URL?) throws
         -> (status: Int32, output: String)
     {
         let process = Process()
@@ -232,10 +238,10 @@ struct AlertRulesTests {
     }
 
     @Test("deploy/prometheus/alerts.yml passes promtool check rules and its unit tests")
-    func rules() throws {
-        let check = try Tool.run("promtool", ["check", "rules", "alerts.yml"], in: Self.directory)
+    func rules() async throws {
+        let check = try await Tool.run("promtool", ["check", "rules", "alerts.yml"], in: Self.directory)
         #expect(check.status == 0, "\(check.output)")
-        let test = try Tool.run("promtool", ["test", "rules", "alerts.test.yml"], in: Self.directory)
+        let test = try await Tool.run("promtool", ["test", "rules", "alerts.test.yml"], in: Self.directory)
         #expect(test.status == 0, "\(test.output)")
     }
 }

@@ -10,19 +10,19 @@ struct SyncHealthEndToEndTests {
     func escalation() async throws {
         let session = try AppSession()
         try await session.startServer()
-        let device = try session.device("phone-ana", user: "ana")
-        let token = try session.token(user: "ana")
+        let device = try await session.device("phone-ana", user: "ana")
+        let token = try await session.token(user: "ana")
 
         // The server refuses this record (no coordinates): it fails, and keeps failing.
-        let put = try device(["device", "put", "attendance", "ana.\(Self.today).in", "action=check_in", "day=\(Self.today)", "note=S3CRET-PAYLOAD"])
+        let put = try await device(["device", "put", "attendance", "ana.\(Self.today).in", "action=check_in", "day=\(Self.today)", "note=S3CRET-PAYLOAD"])
         #expect(put.stdout.contains("sync failed"), "\(put.stdout) \(put.stderr)")
         try await Task.sleep(for: .milliseconds(1200))
 
         // Past the threshold (1 s here, 24 h by default), status shows the notice and reports it.
-        var status = try device(["device", "status", "--escalate-after", "1s"])
+        var status = try await device(["device", "status", "--escalate-after", "1s"])
         #expect(status.stdout.contains("notice:   1 record has not synced for over 1 second"), "\(status.stdout)")
-        status = try device(["device", "status", "--escalate-after", "1s"])
-        let refused = try device(["device", "notice", "--dismiss", "--escalate-after", "1s"])
+        status = try await device(["device", "status", "--escalate-after", "1s"])
+        let refused = try await device(["device", "notice", "--dismiss", "--escalate-after", "1s"])
         #expect(refused.status != 0)
         #expect(refused.stderr.contains("This notice stays until those records sync"))
 
@@ -32,7 +32,7 @@ struct SyncHealthEndToEndTests {
         #expect(monitor.persistentFailures.map(\.recordId) == ["ana.\(Self.today).in"])
 
         // A sync sends a heartbeat: the monitor shows the device under its fingerprint, with its staff name.
-        _ = try device(["device", "sync"])
+        _ = try await device(["device", "sync"])
         let devices = try await session.get("/v1/monitor", as: MonitorResponse.self).devices
         #expect(devices.map(\.staffName) == ["Ana"])
         #expect(devices.first?.failedCount == 1)

@@ -50,16 +50,16 @@ struct AdminController<Storage: SyncStorage> {
 
     @Sendable func signInForm(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let buffer = try await request.body.collect(upTo: 16 * 1024)
-        guard let form = try? URLEncodedFormDecoder().decode(SignInForm.self, from: String(buffer: buffer)) else {
+        guard let token = SignInForm.token(in: String(buffer: buffer)), !token.isEmpty else {
             return Self.html(try templates().signIn(error: "Enter an organizer token."), status: .badRequest)
         }
-        return try await startSession(token: form.token)
+        return try await startSession(token: token)
     }
 
     /// `GET /admin/session?token=…`: the sign-in link the demo prints. The token leaves the address bar at
     /// once (a redirect), and the page sends no referrer.
     @Sendable func signInLink(_ request: Request, context: OutpostRequestContext) async throws -> Response {
-        guard let token = RequestDecoding.optional("token", in: request) else {
+        guard let token = (try? RequestDecoding.optional("token", in: request)) ?? nil else {
             return Response.redirect(to: "/admin/sign-in", type: .normal)
         }
         return try await startSession(token: token)
@@ -103,23 +103,28 @@ struct AdminController<Storage: SyncStorage> {
     }
 
     @Sendable func monitor(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        // A malformed address is refused as such, signed in or not.
+        let refresh = try Self.refresh(in: request)
+        let event = try RequestDecoding.optionalIdentifier("event", in: request)
         guard let identity = try await organizer(request) else {
             return Response.redirect(to: "/admin/sign-in", type: .normal)
         }
-        let report = try await load(request, identity: identity)
-        return Self.html(try templates().page(report, refresh: try Self.refresh(in: request)))
+        let report = try await load(event: event, identity: identity)
+        return Self.html(try templates().page(report, refresh: refresh))
     }
 
     @Sendable func fragment(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let refresh = try Self.refresh(in: request)
+        let event = try RequestDecoding.optionalIdentifier("event", in: request)
         guard let identity = try await organizer(request) else {
             throw OutpostHTTPError.unauthorized(.unauthorized, "sign in at /admin/sign-in")
         }
-        let report = try await load(request, identity: identity)
-        return Self.html(try templates().body(report, refresh: try Self.refresh(in: request)))
+        let report = try await load(event: event, identity: identity)
+        return Self.html(try templates().body(report, refresh: refresh))
     }
 
-    private func load(_ request: Request, identity: Identity) async throws -> MonitorResponse {
-        var event = try RequestDecoding.optionalIdentifier("event", in: request)
+    private func load(event: String?, identity: Identity) async throws -> MonitorResponse {
+        var event = event
         if event == nil {
             event = try await storage.reportedEvents(tenant: identity.tenant).first
         }
@@ -129,7 +134,7 @@ struct AdminController<Storage: SyncStorage> {
 
     /// `?refresh=SECONDS`, 1 to 300; 15 by default.
     static func refresh(in request: Request) throws -> Duration {
-        guard let text = RequestDecoding.optional("refresh", in: request) else { return defaultRefresh }
+        guard let text = try RequestDecoding.optional("refresh", in: request) else { return defaultRefresh }
         guard let seconds = Int64(text), (1...300).contains(seconds) else {
             throw OutpostHTTPError.badRequest("refresh must be a number of seconds from 1 to 300")
         }
@@ -162,7 +167,15 @@ struct AdminController<Storage: SyncStorage> {
     }
 }
 
-/// The sign-in form's body.
-struct SignInForm: Decodable {
-    var token: String
+/// The sign-in form's body (`application/x-www-form-urlencoded`).
+enum SignInForm {
+    /// The `token` field, percent-decoded; other fields are ignored, as a browser may add its own.
+    static func token(in body: String) -> String? {
+        for pair in body.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard parts.count == 2, parts[0] == "token" else { continue }
+            return String(parts[1]).replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+        }
+        return nil
+    }
 }

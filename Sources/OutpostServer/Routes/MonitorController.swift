@@ -36,15 +36,13 @@ struct MonitorController<Storage: SyncStorage> {
         guard (1...64).contains(beat.appVersion.utf8.count), beat.appVersion.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
         else { throw OutpostHTTPError.badRequest("appVersion must be 1 to 64 printable ASCII characters") }
         let received = Timestamp(now())
-        if let fetched = beat.lastRosterFetch, fetched.millisecondsSince1970 > received.millisecondsSince1970 + configuration.maxClockSkew.milliseconds {
-            throw OutpostHTTPError.badRequest("lastRosterFetch is in the future", code: .invalidTimestamp)
-        }
         let fingerprint = try secrets.fingerprint(tenant: identity.tenant, deviceId: beat.deviceId)
         try await storage.recordHeartbeat(
             DeviceReport(
                 tenant: identity.tenant, fingerprint: fingerprint, userId: identity.userId, staffName: identity.name,
                 event: beat.event ?? "", pendingCount: beat.pendingCount, failedCount: beat.failedCount,
-                lastRosterFetch: beat.lastRosterFetch?.millisecondsSince1970, appVersion: beat.appVersion,
+                lastRosterFetch: beat.lastRosterFetch.map { reported($0, received: received) },
+                appVersion: beat.appVersion,
                 lastSeen: received.millisecondsSince1970))
         metrics.heartbeats.increment()
         return try .json(HeartbeatResponse(fingerprint: fingerprint))
@@ -61,16 +59,13 @@ struct MonitorController<Storage: SyncStorage> {
         }
         let received = Timestamp(now())
         // Everything is checked before anything is written: a report is recorded whole or not at all.
-        for failure in report.failures {
+        for (index, failure) in report.failures.enumerated() {
             guard configuration.collections[failure.collection] != nil else {
-                throw OutpostHTTPError.badRequest("unknown collection \(failure.collection.prefix(64))", code: .unknownCollection)
+                throw OutpostHTTPError(.notFound, .unknownCollection, "failures[\(index)].collection is not a collection")
             }
             guard Identifier.isValid(failure.recordId) else {
-                throw OutpostHTTPError.badRequest("recordId must be an identifier", code: .invalidRecordId)
+                throw OutpostHTTPError.badRequest("failures[\(index)].recordId must be an identifier", code: .invalidRecordId)
             }
-            guard failure.firstAttempt.millisecondsSince1970 <= received.millisecondsSince1970 + configuration.maxClockSkew.milliseconds,
-                failure.firstAttempt >= configuration.earliestTimestamp
-            else { throw OutpostHTTPError.badRequest("firstAttempt is out of range", code: .invalidTimestamp) }
             guard !failure.lastError.isEmpty, failure.lastError.count <= Self.maxErrorLength else {
                 throw OutpostHTTPError.badRequest("lastError must be 1 to \(Self.maxErrorLength) characters")
             }
@@ -88,22 +83,23 @@ struct MonitorController<Storage: SyncStorage> {
         let fingerprint = try secrets.fingerprint(tenant: identity.tenant, deviceId: report.deviceId)
         var recorded = 0
         for failure in report.failures {
+            let firstAttempt = reported(failure.firstAttempt, received: received)
             let stored = StoredSyncFailure(
                 tenant: identity.tenant, fingerprint: fingerprint, userId: identity.userId,
                 collection: failure.collection, recordId: failure.recordId,
-                firstAttempt: failure.firstAttempt.millisecondsSince1970, lastError: failure.lastError,
+                firstAttempt: firstAttempt, lastError: failure.lastError,
                 reportedAt: received.millisecondsSince1970)
             guard try await storage.recordSyncFailure(stored) else { continue }
             recorded += 1
             metrics.persistentFailures.increment()
-            let hours = (received.millisecondsSince1970 - failure.firstAttempt.millisecondsSince1970) / 3_600_000
+            let hours = (received.millisecondsSince1970 - firstAttempt) / 3_600_000
             // Ids and times only: never the payload, the error text (it may quote a value) or a name.
             context.logger.error(
                 "Persistent Sync Failure",
                 metadata: [
                     "tenant": "\(identity.tenant)", "device": "\(fingerprint)", "collection": "\(failure.collection)",
                     "record": "\(Self.reference(tenant: identity.tenant, recordId: failure.recordId))",
-                    "first_attempt": "\(failure.firstAttempt.iso8601)", "age_hours": "\(hours)",
+                    "first_attempt": "\(Timestamp(millisecondsSince1970: firstAttempt).iso8601)", "age_hours": "\(hours)",
                 ])
         }
         return try .json(
@@ -112,6 +108,13 @@ struct MonitorController<Storage: SyncStorage> {
     }
 
     /// A short, stable reference to a record for logs: its id can embed a user id.
+    /// A time a device reports about itself, in milliseconds, kept between the earliest time the server
+    /// accepts and the moment of receipt: a device whose clock is wrong still shows up, with a time that
+    /// cannot sort ahead of the present.
+    private func reported(_ time: Timestamp, received: Timestamp) -> Int64 {
+        min(max(time, configuration.earliestTimestamp), received).millisecondsSince1970
+    }
+
     static func reference(tenant: String, recordId: String) -> String {
         SHA256.hash(data: Array("\(tenant)\u{0}\(recordId)".utf8)).prefix(6).hexString
     }

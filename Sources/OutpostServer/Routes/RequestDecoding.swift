@@ -70,23 +70,31 @@ enum RequestDecoding {
         }
     }
 
-    /// A required, non-empty query parameter.
+    /// A required, non-empty query parameter, given once.
     static func required(_ name: String, in request: Request) throws -> String {
-        guard let value = request.uri.queryParameters[name[...]], !value.isEmpty else {
+        guard let value = try optional(name, in: request) else {
             throw OutpostHTTPError.badRequest("the query parameter '\(name)' is required")
         }
-        return String(value)
+        return value
     }
 
-    /// An optional query parameter; empty counts as absent.
-    static func optional(_ name: String, in request: Request) -> String? {
-        guard let value = request.uri.queryParameters[name[...]], !value.isEmpty else { return nil }
+    /// An optional query parameter. Given, it must be given once and not be empty: an address that says
+    /// two things, or nothing, is refused rather than guessed at.
+    static func optional(_ name: String, in request: Request) throws -> String? {
+        let values = request.uri.queryParameters[values: name[...]]
+        guard let value = values.first else { return nil }
+        guard values.count == 1 else {
+            throw OutpostHTTPError.badRequest("the query parameter '\(name)' is given more than once")
+        }
+        guard !value.isEmpty else {
+            throw OutpostHTTPError.badRequest("the query parameter '\(name)' is empty; leave it out instead")
+        }
         return String(value)
     }
 
     /// A page size between 1 and `max`, or `defaultValue` when absent.
     static func limit(in request: Request, default defaultValue: Int, max: Int) throws -> Int {
-        guard let text = optional("limit", in: request) else { return defaultValue }
+        guard let text = try optional("limit", in: request) else { return defaultValue }
         guard let value = Int(text), value >= 1, value <= max else {
             throw OutpostHTTPError.badRequest("limit must be a whole number from 1 to \(max)")
         }
@@ -109,10 +117,7 @@ enum RequestDecoding {
 
     /// A query parameter that must be an identifier when present.
     static func optionalIdentifier(_ name: String, in request: Request) throws -> String? {
-        if let raw = request.uri.queryParameters[name[...]], raw.isEmpty {
-            throw OutpostHTTPError.badRequest("\(name) must not be empty; leave it out instead")
-        }
-        guard let value = optional(name, in: request) else { return nil }
+        guard let value = try optional(name, in: request) else { return nil }
         guard Identifier.isValid(value) else {
             throw OutpostHTTPError.badRequest("\(name) must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }

@@ -31,7 +31,7 @@ struct ReviewController<Storage: SyncStorage> {
         let identity = try context.requireIdentity()
         try identity.require(.organizer)
         var collection: String?
-        if RequestDecoding.optional("collection", in: request) != nil {
+        if try RequestDecoding.optional("collection", in: request) != nil {
             collection = try RequestDecoding.collection(in: request, registry: configuration.collections).name
         }
         let limit = try RequestDecoding.limit(in: request, default: 100, max: Self.maxConflicts)

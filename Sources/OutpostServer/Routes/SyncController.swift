@@ -54,7 +54,7 @@ struct SyncController<Storage: SyncStorage> {
         let limit = try RequestDecoding.limit(
             in: request, default: configuration.pullDefaultLimit, max: configuration.pullMaxLimit)
         var cursor = PullCursor.start
-        if let token = RequestDecoding.optional("cursor", in: request) {
+        if let token = try RequestDecoding.optional("cursor", in: request) {
             guard let parsed = PullCursor(token: token) else {
                 throw OutpostHTTPError.badRequest("the cursor is not one this server issued", code: .invalidCursor)
             }
@@ -80,7 +80,7 @@ struct SyncController<Storage: SyncStorage> {
         let key = try secrets.continuationKey()
 
         var state: SnapshotContinuation
-        if let token = RequestDecoding.optional("continuation", in: request) {
+        if let token = try RequestDecoding.optional("continuation", in: request) {
             guard let parsed = SnapshotContinuation(token: token, key: key) else {
                 throw OutpostHTTPError.badRequest(
                     "the continuation token is not one this server issued", code: .invalidContinuation)

@@ -24,10 +24,17 @@ package struct PullCursor: Sendable, Hashable, Comparable {
 
     /// Parses the wire form; `nil` for anything a server never issued.
     package init?(token: String) {
+        // Exactly `c1.<digits>.<digits>`, 1 to 18 digits each: no sign, no spaces, nothing to overflow.
+        func number(_ part: Substring) -> Int64? {
+            guard (1...18).contains(part.utf8.count), part.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+                return nil
+            }
+            return Int64(part)
+        }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] == "c1", let xid = Int64(parts[1]), let seq = Int64(parts[2]),
-            xid >= 0, seq >= 0
-        else { return nil }
+        guard parts.count == 3, parts[0] == "c1", let xid = number(parts[1]), let seq = number(parts[2]) else {
+            return nil
+        }
         self.init(xid: xid, seq: seq)
     }
 }

@@ -31,8 +31,13 @@ struct OutpostProcess {
         return process
     }
 
-    /// Runs `outpost arguments…` to completion.
-    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Output {
+    /// Runs `outpost arguments…` to completion, on a thread of its own: a test waiting for a process never
+    /// holds one of the few threads the other tests' tasks need (there are two on a two-core machine).
+    static func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> Output {
+        try await Thread.blocking { try runBlocking(arguments, environment: environment) }
+    }
+
+    private static func runBlocking(_ arguments: [String], environment: [String: String]) throws -> Output {
         let process = process(arguments, environment: environment)
         let out = Pipe()
         let err = Pipe()
@@ -99,6 +104,15 @@ struct OutpostProcess {
 
         deinit {
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+    }
+}
+
+extension Thread {
+    /// Runs blocking `work` on a new thread and awaits its result.
+    static func blocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
         }
     }
 }
