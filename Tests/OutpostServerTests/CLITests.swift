@@ -145,3 +145,24 @@ struct BenchHarnessTests {
         #expect(result["unit"] as? String == "ms")
     }
 }
+
+@Suite("Load harness")
+struct LoadHarnessTests {
+    @Test("`bench load`, 200 devices for 10 s against a real server process: no failed request, every write once")
+    func smallLoad() async throws {
+        let run = try await OutpostProcess.run(
+            ["bench", "load", "--devices", "200", "--seconds", "10", "--interval", "1", "--json"])
+        let start = try #require(run.stdout.firstIndex(of: "["), "\(run.stdout) \(run.stderr)")
+        let results = try #require(
+            try JSONSerialization.jsonObject(with: Data(run.stdout[start...].utf8)) as? [[String: Any]])
+        let byName = { (part: String) in results.first { ($0["name"] as? String)?.contains(part) == true } }
+        let failed = try #require(byName("failed requests"))
+        #expect(failed["figure"] as? Double == 0, "\(failed)")
+        #expect(failed["met"] as? Bool == true)
+        let once = try #require(byName("writes on the server once"))
+        #expect(once["met"] as? Bool == true, "\(once)")
+        #expect((once["figure"] as? Double ?? 0) > 0)
+        #expect(byName("latency p99") != nil)
+        #expect(byName("server memory") != nil)
+    }
+}

@@ -29,9 +29,21 @@ struct Bench: AsyncParsableCommand {
     @Option(name: .customLong("database-url"), help: "Also run the server scenarios on this PostgreSQL database.")
     var databaseURL: String?
 
+    @Option(help: "Simulated devices in the load scenario.")
+    var devices: Int = 1000
+
+    @Option(help: "Seconds the load scenario runs.")
+    var seconds: Int = 60
+
+    @Option(help: "Seconds between one device's rounds (a push and a pull) in the load scenario.")
+    var interval: Double = 1
+
     func validate() throws {
         guard records >= 0 else { throw ValidationError("--records must not be negative") }
         guard samples >= 10 else { throw ValidationError("--samples must be at least 10") }
+        guard devices >= 1, seconds >= 1, interval > 0, interval <= 3600 else {
+            throw ValidationError("--devices and --seconds must be at least 1, and --interval from 0 to 3600 seconds")
+        }
     }
 
     func run() async throws {
@@ -53,7 +65,7 @@ struct Bench: AsyncParsableCommand {
                 results += try await LocalWriteBench(directory: base, records: records, samples: samples) { line in
                     if !json { say(line) }
                 }.run()
-            case .drain, .devices, .monitor, .failures, .memory:
+            case .drain, .devices, .monitor, .failures, .memory, .load:
                 for database in [nil] + (databaseURL.map { [$0] } ?? []) {
                     let bench = SyncBench(directory: base, databaseURL: database) { line in if !json { say(line) } }
                     do {
@@ -62,6 +74,9 @@ struct Bench: AsyncParsableCommand {
                         case .devices: results += try await bench.devices()
                         case .monitor: results += try await bench.monitor()
                         case .failures: results += try await bench.failures()
+                        case .load:
+                            results += try await bench.load(
+                                devices: devices, duration: .seconds(seconds), interval: .milliseconds(Int64(interval * 1000)))
                         default: results += try await bench.memory()
                         }
                     } catch {
@@ -93,6 +108,7 @@ enum BenchScenario: String, CaseIterable, ExpressibleByArgument {
     case monitor
     case failures
     case memory
+    case load
 }
 
 /// One figure beside its target.
@@ -113,7 +129,11 @@ struct Samples {
     private(set) var values: [Double] = []
 
     mutating func add(_ duration: Duration) {
-        values.append(Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15)
+        values.append(duration.inMilliseconds)
+    }
+
+    mutating func add(milliseconds: Double) {
+        values.append(milliseconds)
     }
 
     func percentile(_ p: Double) -> Double {
@@ -121,5 +141,11 @@ struct Samples {
         let sorted = values.sorted()
         let index = min(sorted.count - 1, max(0, Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1))
         return sorted[index]
+    }
+}
+
+extension Duration {
+    var inMilliseconds: Double {
+        Double(components.seconds) * 1000 + Double(components.attoseconds) / 1e15
     }
 }

@@ -189,23 +189,12 @@ struct SyncBench {
     /// The server's resident memory while 1,000 devices push and pull at once.
     func memory(devices: Int = 1000, rounds: Int = 5) async throws -> [BenchResult] {
         try await withServer { base, token, _, pid in
-            // One connection per device, as 1,000 phones would have: the device client pools 8 per host.
-            var configuration = HTTPClient.Configuration()
-            configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = devices
-            configuration.timeout.connect = .seconds(30)
-            let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+            let client = Self.clientWithConnections(devices)
             defer { _ = client.shutdown() }
             progress("memory (\(engine)): \(devices) devices syncing at once…")
             let tokens = try await (0..<20).asyncMap { try await token("staff\($0)", .staff) }
             var peak = 0
-            let sampler = Task {
-                var high = 0
-                while !Task.isCancelled {
-                    high = max(high, Self.residentKilobytes(pid))
-                    try? await Task.sleep(for: .milliseconds(50))
-                }
-                return high
-            }
+            let sampler = Self.peakMemory(of: pid)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for index in 0..<devices {
                     let transport = HTTPSyncTransport(baseURL: base, token: tokens[index % tokens.count], client: client, timeout: .seconds(120))
@@ -232,6 +221,27 @@ struct SyncBench {
                     name: "server memory, \(devices) devices syncing at once (\(engine))", figure: megabytes, unit: "MB RSS",
                     target: "≤ 100 MB", met: megabytes <= 100)
             ]
+        }
+    }
+
+    /// An HTTP client with one connection per device, as that many phones would have (the device client
+    /// pools 8 per host).
+    static func clientWithConnections(_ devices: Int) -> HTTPClient {
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = devices
+        configuration.timeout.connect = .seconds(30)
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }
+
+    /// Samples a process's resident memory until cancelled; its peak, in kilobytes.
+    static func peakMemory(of pid: Int32) -> Task<Int, Never> {
+        Task {
+            var high = 0
+            while !Task.isCancelled {
+                high = max(high, residentKilobytes(pid))
+                try? await Task.sleep(for: .milliseconds(50))
+            }
+            return high
         }
     }
 

@@ -73,28 +73,11 @@ actor TestPostgres {
     // MARK: Private cluster
 
     private static func startPrivateCluster() async throws -> Server {
-        let binDirectory = try Shell.run("pg_config", ["--bindir"]).output.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard FileManager.default.fileExists(atPath: binDirectory + "/initdb") else {
-            throw TestSetupError(
-                "PostgreSQL server binaries are not installed (no initdb in \(binDirectory)); install the postgresql package or set OUTPOST_TEST_DATABASE_URL")
-        }
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pg-\(UUID().uuidString.prefix(8))")
-        let data = root.appendingPathComponent("data").path
-        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        let asRoot = getuid() == 0
-        if asRoot {
-            // initdb and postgres refuse to run as root: run them as the postgres user, in a folder it owns.
-            _ = try Shell.run("chown", ["-R", "postgres:postgres", root.path])
-            _ = try Shell.run("chmod", ["755", root.path])
-        }
+        let (binDirectory, data) = try PostgresCluster.initialize(root: root)
         func command(_ tool: String, _ arguments: [String]) -> (String, [String]) {
-            asRoot ? ("runuser", ["-u", "postgres", "--", binDirectory + "/" + tool] + arguments)
-                : (binDirectory + "/" + tool, arguments)
+            PostgresCluster.command(binDirectory, tool, arguments)
         }
-        let (initdb, initArguments) = command(
-            "initdb", ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
-        let initResult = try Shell.run(initdb, initArguments)
-        guard initResult.status == 0 else { throw TestSetupError("initdb failed: \(initResult.output)") }
 
         let port = try freePort()
         let (postgres, arguments) = command(

@@ -27,6 +27,11 @@ package struct PostgresStorage: SyncStorage {
     /// How long start-up waits for the database before giving up with a clear error.
     let startupTimeout: Duration
 
+    /// How long one operation may wait for the database, a connection from the pool included, before it
+    /// fails as unavailable (503). While PostgreSQL is down the pool keeps reconnecting in the background;
+    /// without this bound a request would wait for it with no answer at all.
+    static let operationTimeout: Duration = .seconds(20)
+
     package init(location: PostgresLocation, logger: Logger, startupTimeout: Duration = .seconds(15)) {
         self.init(location: location, logger: logger, beforeCommit: nil, startupTimeout: startupTimeout)
     }
@@ -441,10 +446,23 @@ package struct PostgresStorage: SyncStorage {
         return hasher.finalize().withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
     }
 
-    /// Runs `body`, translating PostgreSQL failures into ``StorageError`` without SQL text or values.
-    func guarded<T>(_ body: () async throws -> T) async throws -> T {
+    /// Runs `body` within ``operationTimeout``, translating PostgreSQL failures into ``StorageError``
+    /// without SQL text or values.
+    func guarded<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
         do {
-            return try await body()
+            return try await withThrowingTaskGroup(of: T?.self) { group in
+                group.addTask { try await body() }
+                group.addTask {
+                    try await Task.sleep(for: Self.operationTimeout)
+                    return nil
+                }
+                defer { group.cancelAll() }
+                guard case .some(.some(let value)) = try await group.next() else {
+                    throw StorageError(
+                        .unavailable, "PostgreSQL did not answer within \(Self.operationTimeout.components.seconds) s")
+                }
+                return value
+            }
         } catch let error as StorageError {
             throw error
         } catch let error as PostgresTransactionError {
