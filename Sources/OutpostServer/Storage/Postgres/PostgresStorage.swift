@@ -450,19 +450,7 @@ package struct PostgresStorage: SyncStorage {
     /// without SQL text or values.
     func guarded<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
         do {
-            return try await withThrowingTaskGroup(of: T?.self) { group in
-                group.addTask { try await body() }
-                group.addTask {
-                    try await Task.sleep(for: Self.operationTimeout)
-                    return nil
-                }
-                defer { group.cancelAll() }
-                guard case .some(.some(let value)) = try await group.next() else {
-                    throw StorageError(
-                        .unavailable, "PostgreSQL did not answer within \(Self.operationTimeout.components.seconds) s")
-                }
-                return value
-            }
+            return try await Self.bounded(Self.operationTimeout, body)
         } catch let error as StorageError {
             throw error
         } catch let error as PostgresTransactionError {
@@ -470,6 +458,34 @@ package struct PostgresStorage: SyncStorage {
             throw Self.translate(error.closureError ?? error.commitError ?? error.beginError ?? error)
         } catch {
             throw Self.translate(error)
+        }
+    }
+
+    /// Runs `body`, and gives up after `timeout` without waiting for it to finish: an operation stuck on a
+    /// connection that died under it may not heed cancellation, and must not hold its request forever.
+    static func bounded<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> T)
+        async throws -> T
+    {
+        let operation = Task { try await body() }
+        let outcome = FirstOutcome<T>()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                outcome.install(continuation)
+                let timer = Task {
+                    try await Task.sleep(for: timeout)
+                    operation.cancel()
+                    outcome.resume(
+                        with: .failure(
+                            StorageError(.unavailable, "PostgreSQL did not answer within \(timeout.components.seconds) s")))
+                }
+                Task {
+                    let result = await operation.result
+                    timer.cancel()
+                    outcome.resume(with: result)
+                }
+            }
+        } onCancel: {
+            operation.cancel()
         }
     }
 
@@ -490,5 +506,39 @@ package struct PostgresStorage: SyncStorage {
         default:
             return StorageError(StorageError.Code(rawValue: "query_failed"), "a query failed (SQLSTATE \(state))")
         }
+    }
+}
+
+/// Resumes a continuation with whichever outcome comes first, once.
+private final class FirstOutcome<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<T, any Error>?
+    private var pending: Result<T, any Error>?
+    private var finished = false
+
+    func install(_ continuation: CheckedContinuation<T, any Error>) {
+        let ready: Result<T, any Error>? = lock.withLock {
+            guard let pending else {
+                self.continuation = continuation
+                return nil
+            }
+            finished = true
+            return pending
+        }
+        if let ready { continuation.resume(with: ready) }
+    }
+
+    func resume(with result: Result<T, any Error>) {
+        let waiting: CheckedContinuation<T, any Error>? = lock.withLock {
+            guard !finished else { return nil }
+            guard let continuation else {
+                if pending == nil { pending = result }
+                return nil
+            }
+            finished = true
+            self.continuation = nil
+            return continuation
+        }
+        waiting?.resume(with: result)
     }
 }
