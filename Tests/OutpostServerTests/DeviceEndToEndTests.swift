@@ -32,17 +32,7 @@ struct DeviceEndToEndTests {
         let offlinePut = try await OutpostProcess.run(["device", "put", "notes", "first", "text=hello", "--store", store])
         #expect(offlinePut.status == 0, "\(offlinePut.stderr)")
         #expect(offlinePut.stdout.contains("pending sync"))
-        var written = ["first"]
-        do {
-            let local = try LocalStore(url: URL(fileURLWithPath: store), keys: LocalStore.defaultKeys(for: URL(fileURLWithPath: store)))
-            for i in 0..<1500 {
-                let id = String(format: "r%04d", i)
-                try await local.write(
-                    LocalStore.Write(collection: "notes", recordId: id, fields: ["i": .integer(Int64(i))]),
-                    deviceId: "dev-e2e", at: Date(), offline: true)
-                written.append(id)
-            }
-        }
+        let written = ["first"] + (try await LocalStore.queueOfflineNotes(at: store, deviceId: "dev-e2e", count: 1500))
 
         // and when it returns, a replay killed with SIGKILL part way through
         server = try OutpostProcess.Running(serveArguments)

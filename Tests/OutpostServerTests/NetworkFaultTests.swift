@@ -44,6 +44,14 @@ struct NetworkFaultTests {
             return store
         }
 
+        /// Generates a roster of `guests` and imports it as event `gala`, through the proxy.
+        func importRoster(guests: Int) async throws {
+            let organizer = ["OUTPOST_SERVER": proxyURL, "OUTPOST_TOKEN": try await token("org", role: "organizer")]
+            let csv = root.appendingPathComponent("roster.csv").path
+            #expect(try await OutpostProcess.run(["roster", "generate", "--guests", String(guests), "--output", csv]).status == 0)
+            #expect(try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
+        }
+
         func finish() async throws {
             try await proxy.stop()
             #expect(server.stop() == 0)
@@ -60,19 +68,16 @@ struct NetworkFaultTests {
     @Test("a link cut mid-roster-download: the device resumes after the last stored page and holds every guest once")
     func cutMidRosterDownload() async throws {
         let setup = try await Setup.start()
-        let organizer = await ["OUTPOST_SERVER": setup.proxyURL, "OUTPOST_TOKEN": try setup.token("org", role: "organizer")]
-        let csv = setup.root.appendingPathComponent("roster.csv").path
-        #expect(try await OutpostProcess.run(["roster", "generate", "--guests", "3000", "--output", csv]).status == 0)
-        #expect(try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
+        try await setup.importRoster(guests: 3000)
 
         // How many bytes a whole download takes, measured through the proxy on a healthy link.
-        let reference = await try setup.device("reference")
+        let reference = try await setup.device("reference")
         let before = setup.proxy.counters.bytesDownstream
         #expect(try await OutpostProcess.run(["event", "open", "gala"] + reference).status == 0)
         let whole = setup.proxy.counters.bytesDownstream - before
 
         // Given a link that dies halfway through the roster and stays down,
-        let store = await try setup.device("phone")
+        let store = try await setup.device("phone")
         setup.proxy.inject(.cutAfter(bytes: whole / 2, direction: .downstream))
         let cut = try await OutpostProcess.run(["event", "open", "gala"] + store)
         #expect(cut.status != 0)
@@ -108,20 +113,9 @@ struct NetworkFaultTests {
           arguments: [FaultProxy.Direction.upstream, .downstream])
     func cutMidReplay(direction: FaultProxy.Direction) async throws {
         let setup = try await Setup.start()
-        let store = await try setup.device("phone")
+        let store = try await setup.device("phone")
         // Given 600 writes queued offline,
-        let url = URL(fileURLWithPath: store[1])
-        var written: [String] = []
-        do {
-            let local = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
-            for i in 0..<600 {
-                let id = String(format: "r%04d", i)
-                try await local.write(
-                    LocalStore.Write(collection: "notes", recordId: id, fields: ["i": .integer(Int64(i))]),
-                    deviceId: "phone", at: Date(), offline: true)
-                written.append(id)
-            }
-        }
+        let written = try await LocalStore.queueOfflineNotes(at: store[1], deviceId: "phone", count: 600)
 
         // when the link dies part-way through the replay (a request half-sent, or a response half-received
         // after the server applied it) and stays down,
@@ -164,11 +158,8 @@ struct NetworkFaultTests {
     @Test("dropped connections fail the download cleanly with nothing stored; a slow link still completes it")
     func dropAndDelay() async throws {
         let setup = try await Setup.start()
-        let organizer = await ["OUTPOST_SERVER": setup.proxyURL, "OUTPOST_TOKEN": try setup.token("org", role: "organizer")]
-        let csv = setup.root.appendingPathComponent("roster.csv").path
-        #expect(try await OutpostProcess.run(["roster", "generate", "--guests", "1200", "--output", csv]).status == 0)
-        #expect(try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
-        let store = await try setup.device("phone")
+        try await setup.importRoster(guests: 1200)
+        let store = try await setup.device("phone")
 
         setup.proxy.inject(.drop)
         let dropped = try await OutpostProcess.run(["event", "open", "gala"] + store)

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostClient
 import Testing
 
 /// The built `outpost` executable, run as a real process.
@@ -114,5 +115,22 @@ extension Thread {
         try await withCheckedThrowingContinuation { continuation in
             Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
         }
+    }
+}
+
+extension LocalStore {
+    /// Queues `count` notes offline in the device store at `path`, ids `r0000`…; their ids in order.
+    static func queueOfflineNotes(at path: String, deviceId: String, count: Int) async throws -> [String] {
+        let url = URL(fileURLWithPath: path)
+        let local = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        var written: [String] = []
+        for i in 0..<count {
+            let id = String(format: "r%04d", i)
+            try await local.write(
+                LocalStore.Write(collection: "notes", recordId: id, fields: ["i": .integer(Int64(i))]),
+                deviceId: deviceId, at: Date(), offline: true)
+            written.append(id)
+        }
+        return written
     }
 }

@@ -510,33 +510,36 @@ package struct PostgresStorage: SyncStorage {
 }
 
 /// Resumes a continuation with whichever outcome comes first, once.
-private final class FirstOutcome<T: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var continuation: CheckedContinuation<T, any Error>?
-    private var pending: Result<T, any Error>?
-    private var finished = false
+private final class FirstOutcome<T: Sendable>: Sendable {
+    private struct State: Sendable {
+        var continuation: CheckedContinuation<T, any Error>?
+        var pending: Result<T, any Error>?
+        var finished = false
+    }
+
+    private let state = LockedValue(State())
 
     func install(_ continuation: CheckedContinuation<T, any Error>) {
-        let ready: Result<T, any Error>? = lock.withLock {
-            guard let pending else {
-                self.continuation = continuation
+        let ready: Result<T, any Error>? = state.withLock { state in
+            guard let pending = state.pending else {
+                state.continuation = continuation
                 return nil
             }
-            finished = true
+            state.finished = true
             return pending
         }
         if let ready { continuation.resume(with: ready) }
     }
 
     func resume(with result: Result<T, any Error>) {
-        let waiting: CheckedContinuation<T, any Error>? = lock.withLock {
-            guard !finished else { return nil }
-            guard let continuation else {
-                if pending == nil { pending = result }
+        let waiting: CheckedContinuation<T, any Error>? = state.withLock { state in
+            guard !state.finished else { return nil }
+            guard let continuation = state.continuation else {
+                if state.pending == nil { state.pending = result }
                 return nil
             }
-            finished = true
-            self.continuation = nil
+            state.finished = true
+            state.continuation = nil
             return continuation
         }
         waiting?.resume(with: result)
