@@ -92,6 +92,7 @@ let package = Package(
             dependencies: [
                 "OutpostClient",
                 "OutpostTesting",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Clocks", package: "swift-clocks"),
             ]
         ),

@@ -43,7 +43,10 @@ public struct ReferenceData: Sendable {
     // MARK: Download
 
     /// Downloads the whole set in pages, storing each page and its continuation in one transaction before
-    /// asking for the next. Called again after a failure, it resumes after the last stored page.
+    /// asking for the next is trusted. Called again after a failure, it resumes after the last stored page.
+    ///
+    /// The next page is already on its way while one is stored, so that the network and the store overlap;
+    /// a page fetched but not stored when something fails is simply fetched again.
     ///
     /// - Throws: the transport's error when the network fails; what was stored stays stored.
     @discardableResult
@@ -52,6 +55,8 @@ public struct ReferenceData: Sendable {
     ) async throws -> ReferenceState {
         let started = now()
         var resumedFrom: Int?
+        var prefetched: (continuation: String, page: Task<SnapshotResponse, any Error>)?
+        defer { prefetched?.page.cancel() }
         while true {
             let (completed, continuation, alreadyStored) = try await store.perform {
                 try await store.queue.read { db -> (Bool, String?, Int) in
@@ -63,8 +68,21 @@ public struct ReferenceData: Sendable {
             }
             if completed { return try await state(collection: collection, scope: scope) }
             if resumedFrom == nil { resumedFrom = alreadyStored }
-            let page = try await transport.snapshot(
-                collection: collection, scope: scope, continuation: continuation, limit: pageSize)
+            let page: SnapshotResponse
+            if let prefetched, let continuation, prefetched.continuation == continuation {
+                page = try await prefetched.page.value
+            } else {
+                prefetched?.page.cancel()
+                page = try await transport.snapshot(
+                    collection: collection, scope: scope, continuation: continuation, limit: pageSize)
+            }
+            prefetched = page.continuation.map { next in
+                let transport = self.transport
+                let limit = pageSize
+                return (next, Task {
+                    try await transport.snapshot(collection: collection, scope: scope, continuation: next, limit: limit)
+                })
+            }
             let stored = try await storePage(page, collection: collection, scope: scope, isFirst: continuation == nil)
             let elapsed = max(now().timeIntervalSince(started), 0.001)
             progress?(DownloadProgress(
@@ -76,6 +94,8 @@ public struct ReferenceData: Sendable {
         let sealer = store.sealer
         let index = self.index
         let completedAt = page.continuation == nil ? Timestamp(now()).millisecondsSince1970 : nil
+        // Sealing and tokens need no database: done before the write transaction, which then only inserts.
+        let rows = try page.records.map { try Self.prepare($0, collection: collection, scope: scope, sealer: sealer, index: index) }
         return try await store.perform {
             try await store.queue.write { db in
                 if isFirst {
@@ -85,11 +105,10 @@ public struct ReferenceData: Sendable {
                             sql: "DELETE FROM \(table) WHERE collection = ? AND scope = ?", arguments: [collection, scope])
                     }
                 }
-                for record in page.records {
-                    // Pages of one download hold distinct, new ids: nothing to replace.
-                    try Self.upsert(
-                        record, collection: collection, scope: scope, db: db, sealer: sealer, index: index, isNew: true)
-                }
+                // Pages of one download hold distinct, new ids: nothing to replace.
+                try Self.insertRecords(rows, collection: collection, scope: scope, db: db)
+                try Self.insertTokens(
+                    rows.flatMap { row in row.tokens.map { ($0, row.recordId) } }, collection: collection, scope: scope, db: db)
                 // Counted as it goes: a COUNT(*) per page would make the download quadratic.
                 let before = isFirst ? 0 : try Int.fetchOne(
                     db, sql: "SELECT stored FROM reference_state WHERE collection = ? AND scope = ?",
@@ -107,28 +126,87 @@ public struct ReferenceData: Sendable {
         }
     }
 
-    static func upsert(
-        _ change: Change, collection: String, scope: String, db: Database, sealer: Sealer, index: ReferenceIndex,
-        isNew: Bool = false
+    /// A record ready to store: sealed, with its search tokens.
+    struct PreparedRow {
+        var recordId: String
+        var payload: Data
+        var version: Int64
+        var tokens: [Int64]
+    }
+
+    static func prepare(
+        _ change: Change, collection: String, scope: String, sealer: Sealer, index: ReferenceIndex
+    ) throws -> PreparedRow {
+        PreparedRow(
+            recordId: change.recordId,
+            payload: try sealer.seal(json: change.fields, context: "reference:\(collection)/\(scope)/\(change.recordId)"),
+            version: change.version,
+            tokens: index.tokens(for: change.fields))
+    }
+
+    /// Rows per multi-row `INSERT`: one statement per row cost more than the B-tree work it does.
+    static let insertBatch = 50
+
+    static func insertRecords(_ rows: [PreparedRow], collection: String, scope: String, db: Database) throws {
+        try insert(
+            rows, into: "reference_records (collection, scope, record_id, payload, version, tokens)", columns: 6, db: db
+        ) { row in
+            [collection, scope, row.recordId, row.payload, row.version, ReferenceIndex.blob(row.tokens)]
+        }
+    }
+
+    static func insertTokens(_ pairs: [(token: Int64, recordId: String)], collection: String, scope: String, db: Database) throws {
+        // In index order: each insert lands beside the last one.
+        let sorted = pairs.sorted { ($0.token, $0.recordId) < ($1.token, $1.recordId) }
+        try insert(sorted, into: "reference_search (collection, scope, token, record_id)", columns: 4, db: db) { pair in
+            [collection, scope, pair.token, pair.recordId]
+        }
+    }
+
+    private static func insert<Element>(
+        _ elements: [Element], into target: String, columns: Int, db: Database,
+        values: (Element) -> [any DatabaseValueConvertible]
     ) throws {
-        let context = "reference:\(collection)/\(scope)/\(change.recordId)"
+        let tuple = "(" + Array(repeating: "?", count: columns).joined(separator: ", ") + ")"
+        var start = 0
+        while start < elements.count {
+            let count = min(insertBatch, elements.count - start)
+            let statement = try db.cachedStatement(
+                sql: "INSERT INTO \(target) VALUES " + Array(repeating: tuple, count: count).joined(separator: ", "))
+            var arguments: [any DatabaseValueConvertible] = []
+            arguments.reserveCapacity(count * columns)
+            for element in elements[start..<(start + count)] { arguments.append(contentsOf: values(element)) }
+            try statement.execute(arguments: StatementArguments(arguments))
+            start += count
+        }
+    }
+
+    /// Stores one change to a record that may exist: only the search tokens that changed are touched (a
+    /// changed note leaves the name's tokens alone).
+    static func upsert(
+        _ row: PreparedRow, collection: String, scope: String, existingTokens: [Int64]?, db: Database
+    ) throws {
         try db.cachedStatement(
-            sql: "INSERT OR REPLACE INTO reference_records (collection, scope, record_id, payload, version) VALUES (?, ?, ?, ?, ?)"
-        ).execute(arguments: [collection, scope, change.recordId, try sealer.seal(json: change.fields, context: context), change.version])
-        if !isNew {
-            try db.cachedStatement(sql: "DELETE FROM reference_search WHERE collection = ? AND scope = ? AND record_id = ?")
-                .execute(arguments: [collection, scope, change.recordId])
-            try db.cachedStatement(sql: "DELETE FROM reference_tombstones WHERE collection = ? AND scope = ? AND record_id = ?")
-                .execute(arguments: [collection, scope, change.recordId])
+            sql: "INSERT OR REPLACE INTO reference_records (collection, scope, record_id, payload, version, tokens) VALUES (?, ?, ?, ?, ?, ?)"
+        ).execute(arguments: [collection, scope, row.recordId, row.payload, row.version, ReferenceIndex.blob(row.tokens)])
+        let old = Set(existingTokens ?? [])
+        let new = Set(row.tokens)
+        let remove = try db.cachedStatement(
+            sql: "DELETE FROM reference_search WHERE collection = ? AND scope = ? AND token = ? AND record_id = ?")
+        for token in old.subtracting(new) {
+            try remove.execute(arguments: [collection, scope, token, row.recordId])
         }
         let insert = try db.cachedStatement(
             sql: "INSERT OR IGNORE INTO reference_search (collection, scope, token, record_id) VALUES (?, ?, ?, ?)")
-        for token in index.tokens(for: change.fields) {
-            try insert.execute(arguments: [collection, scope, token, change.recordId])
+        for token in new.subtracting(old) {
+            try insert.execute(arguments: [collection, scope, token, row.recordId])
         }
     }
 
     // MARK: Refresh
+
+    /// Rows asked for per pull of a refresh.
+    static let refreshPageSize = 2000
 
     /// Fetches only the changes since the last cursor: updates and walk-ins are stored, tombstones remove the
     /// row and remember its id as deleted since download.
@@ -148,10 +226,14 @@ public struct ReferenceData: Sendable {
             guard let cursor else {
                 throw ClientError(.notFound, ReferenceMessages.incomplete)
             }
-            let page = try await transport.pull(collection: collection, scope: scope, cursor: cursor, limit: 1000)
+            let page = try await transport.pull(
+                collection: collection, scope: scope, cursor: cursor, limit: Self.refreshPageSize)
             let sealer = store.sealer
             let index = self.index
             let time = Timestamp(now()).millisecondsSince1970
+            let rows = try page.changes.map { change in
+                change.tombstone ? nil : try Self.prepare(change, collection: collection, scope: scope, sealer: sealer, index: index)
+            }
             let counts = try await store.perform {
                 try await store.queue.write { db -> (Int, Int) in
                     var updated = 0
@@ -159,25 +241,32 @@ public struct ReferenceData: Sendable {
                     var stored = try Int.fetchOne(
                         db, sql: "SELECT stored FROM reference_state WHERE collection = ? AND scope = ?",
                         arguments: [collection, scope]) ?? 0
-                    let exists = try db.cachedStatement(
-                        sql: "SELECT 1 FROM reference_records WHERE collection = ? AND scope = ? AND record_id = ?")
-                    for change in page.changes {
-                        let existed = try Bool.fetchOne(exists, arguments: [collection, scope, change.recordId]) ?? false
-                        if change.tombstone {
-                            if existed { stored -= 1 }
-                            for table in ["reference_records", "reference_search"] {
-                                try db.execute(
-                                    sql: "DELETE FROM \(table) WHERE collection = ? AND scope = ? AND record_id = ?",
-                                    arguments: [collection, scope, change.recordId])
-                            }
-                            try db.execute(
-                                sql: "INSERT OR REPLACE INTO reference_tombstones (collection, scope, record_id, deleted_at) VALUES (?, ?, ?, ?)",
-                                arguments: [collection, scope, change.recordId, time])
-                            removed += 1
-                        } else {
-                            try Self.upsert(change, collection: collection, scope: scope, db: db, sealer: sealer, index: index)
-                            if !existed { stored += 1 }
+                    let existing = try db.cachedStatement(
+                        sql: "SELECT tokens FROM reference_records WHERE collection = ? AND scope = ? AND record_id = ?")
+                    let forget = try db.cachedStatement(
+                        sql: "DELETE FROM reference_tombstones WHERE collection = ? AND scope = ? AND record_id = ?")
+                    for (change, row) in zip(page.changes, rows) {
+                        let found = try Row.fetchOne(existing, arguments: [collection, scope, change.recordId])
+                        let oldTokens = found.map { row in (row["tokens"] as Data?).map(ReferenceIndex.tokens(fromBlob:)) ?? [] }
+                        if let row {
+                            try Self.upsert(row, collection: collection, scope: scope, existingTokens: oldTokens, db: db)
+                            try forget.execute(arguments: [collection, scope, change.recordId])
+                            if found == nil { stored += 1 }
                             updated += 1
+                        } else {
+                            if let oldTokens {
+                                stored -= 1
+                                let remove = try db.cachedStatement(
+                                    sql: "DELETE FROM reference_search WHERE collection = ? AND scope = ? AND token = ? AND record_id = ?")
+                                for token in oldTokens { try remove.execute(arguments: [collection, scope, token, change.recordId]) }
+                                try db.cachedStatement(
+                                    sql: "DELETE FROM reference_records WHERE collection = ? AND scope = ? AND record_id = ?"
+                                ).execute(arguments: [collection, scope, change.recordId])
+                            }
+                            try db.cachedStatement(
+                                sql: "INSERT OR REPLACE INTO reference_tombstones (collection, scope, record_id, deleted_at) VALUES (?, ?, ?, ?)"
+                            ).execute(arguments: [collection, scope, change.recordId, time])
+                            removed += 1
                         }
                     }
                     try db.execute(
@@ -222,20 +311,27 @@ public struct ReferenceData: Sendable {
     ///
     /// - Throws: ``ClientError`` `invalidInput` for a query of one character.
     public func search(collection: String, scope: String, query: String, limit: Int = 20) async throws -> [ReferenceRecord] {
-        guard let token = index.token(forQuery: query) else {
+        guard let tokens = index.tokens(forQuery: query) else {
             throw ClientError(.invalidInput, "type at least two characters of a name, or a whole e-mail")
         }
         let sealer = store.sealer
         return try await store.perform {
             try await store.queue.read { db in
-                let candidates = try Row.fetchCursor(
-                    db,
-                    sql: """
-                        SELECT r.record_id, r.payload, r.version FROM reference_search s
-                        JOIN reference_records r ON r.collection = s.collection AND r.scope = s.scope AND r.record_id = s.record_id
-                        WHERE s.collection = ? AND s.scope = ? AND s.token = ?
-                        """,
-                    arguments: [collection, scope, token])
+                // A record must hold every word's token: the index narrows by all the words at once.
+                var sql = "SELECT r.record_id, r.payload, r.version FROM reference_search s0"
+                for position in tokens.indices.dropFirst() {
+                    sql += """
+                         JOIN reference_search s\(position) ON s\(position).collection = s0.collection \
+                        AND s\(position).scope = s0.scope AND s\(position).token = ? AND s\(position).record_id = s0.record_id
+                        """
+                }
+                sql += """
+                     JOIN reference_records r ON r.collection = s0.collection AND r.scope = s0.scope AND r.record_id = s0.record_id
+                    WHERE s0.collection = ? AND s0.scope = ? AND s0.token = ?
+                    """
+                var arguments: [any DatabaseValueConvertible] = tokens.dropFirst().map { $0 }
+                arguments += [collection, scope, tokens[0]]
+                let candidates = try Row.fetchCursor(db, sql: sql, arguments: StatementArguments(arguments))
                 // Open candidates only until `limit` match: a two-letter prefix may have thousands.
                 var found: [ReferenceRecord] = []
                 while found.count < limit, let row = try candidates.next() {

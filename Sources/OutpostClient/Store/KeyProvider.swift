@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import OutpostProtocol
 
 /// Supplies the key that seals a device store's payloads.
 ///
@@ -80,6 +81,26 @@ struct Sealer: Sendable {
 
     func seal<T: Encodable>(json value: T, context: String) throws -> Data {
         try seal(try JSONEncoder().encode(value), context: context)
+    }
+
+    /// Field maps, the payload of nearly every row, skip Codable (see `JSONValue.init(parsing:)`).
+    func seal(json fields: [String: JSONValue], context: String) throws -> Data {
+        let bytes: [UInt8]
+        do {
+            bytes = try fields.jsonBytes()
+        } catch {
+            throw ClientError(.invalidInput, "a field value cannot be stored: \(error.reason)")
+        }
+        return try seal(Data(bytes), context: context)
+    }
+
+    func open(json type: [String: JSONValue].Type, from sealed: Data, context: String) throws -> [String: JSONValue] {
+        let data = try open(sealed, context: context)
+        do {
+            return try [String: JSONValue](parsingObject: data)
+        } catch {
+            throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
+        }
     }
 
     func open<T: Decodable>(json type: T.Type, from sealed: Data, context: String) throws -> T {

@@ -40,7 +40,8 @@ public struct HTTPSyncTransport: SyncTransport {
     public func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
         try await send(
             .GET, path: "/v1/pull",
-            query: [("collection", collection), ("scope", scope), ("cursor", cursor), ("limit", limit.map(String.init))])
+            query: [("collection", collection), ("scope", scope), ("cursor", cursor), ("limit", limit.map(String.init))],
+            decode: { try PullResponse(jsonBytes: $0) })
     }
 
     public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
@@ -51,7 +52,8 @@ public struct HTTPSyncTransport: SyncTransport {
             query: [
                 ("collection", collection), ("scope", scope), ("continuation", continuation),
                 ("limit", limit.map(String.init)),
-            ])
+            ],
+            decode: { try SnapshotResponse(jsonBytes: $0) })
     }
 
     public func health() async throws -> HealthResponse {
@@ -68,6 +70,15 @@ public struct HTTPSyncTransport: SyncTransport {
 
     private func send<T: Decodable>(
         _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data? = nil
+    ) async throws -> T {
+        try await send(method, path: path, query: query, body: body, decode: { try JSONDecoder().decode(T.self, from: $0) })
+    }
+
+    /// Pages of changes are read with `decode` (their own reader; see `JSONValue.init(parsing:)`), the rest
+    /// with `JSONDecoder`.
+    private func send<T>(
+        _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data? = nil,
+        decode: (Data) throws -> T
     ) async throws -> T {
         guard var components = URLComponents(url: baseURL, resolvingAgainstBaseURL: false) else {
             throw TransportError(kind: .invalidResponse, message: "cannot build a URL from \(baseURL)")
@@ -106,7 +117,7 @@ public struct HTTPSyncTransport: SyncTransport {
                 message: wire?.message ?? "the server answered \(response.status.code)")
         }
         do {
-            return try JSONDecoder().decode(T.self, from: data)
+            return try decode(data)
         } catch {
             throw TransportError(
                 kind: .invalidResponse, status: Int(response.status.code),

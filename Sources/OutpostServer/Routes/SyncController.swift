@@ -63,8 +63,9 @@ struct SyncController<Storage: SyncStorage> {
         let page = try await storage.pull(
             tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit)
         metrics.pulls.increment()
-        return try .json(
-            PullResponse(changes: page.records.map(\.change), cursor: page.cursor.token, hasMore: page.hasMore))
+        return .json(
+            bytes: try PullResponse(changes: page.records.map(\.change), cursor: page.cursor.token, hasMore: page.hasMore)
+                .jsonBytes())
     }
 
     @Sendable func snapshot(_ request: Request, context: OutpostRequestContext) async throws -> Response {
@@ -108,9 +109,10 @@ struct SyncController<Storage: SyncStorage> {
             state.after = last.recordId
             continuation = try state.token(key: key)
         }
-        return try .json(
-            SnapshotResponse(
+        return .json(
+            bytes: try SnapshotResponse(
                 records: records.map(\.change), total: state.total, continuation: continuation,
-                cursor: isLast ? state.cursor : nil))
+                cursor: isLast ? state.cursor : nil
+            ).jsonBytes())
     }
 }

@@ -88,6 +88,26 @@ enum StorageCoding {
         String(decoding: try encoder.encode(value), as: UTF8.self)
     }
 
+    /// Field maps, the bulk of every page served, skip Codable (see `JSONValue.init(parsing:)`).
+    static func encode(_ fields: [String: JSONValue]) throws -> String {
+        do {
+            return String(decoding: try fields.jsonBytes(), as: UTF8.self)
+        } catch {
+            throw StorageError(.corrupt, "a field value cannot be stored: \(error.reason)")
+        }
+    }
+
+    static func decode(_ type: [String: JSONValue].Type, from text: String) throws -> [String: JSONValue] {
+        do {
+            guard case .object(let fields) = try JSONValue(parsing: text) else {
+                throw JSONSyntaxError(offset: 0, reason: "expected an object")
+            }
+            return fields
+        } catch {
+            throw StorageError(.corrupt, "stored fields do not decode")
+        }
+    }
+
     static func decode<T: Decodable>(_ type: T.Type, from text: String) throws -> T {
         do {
             return try JSONDecoder().decode(type, from: Data(text.utf8))

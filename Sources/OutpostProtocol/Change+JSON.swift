@@ -1,0 +1,170 @@
+/// Pages of changes read and written without `JSONEncoder` and `JSONDecoder`: they carry every record of a
+/// roster download and of a pull, where Codable's cost per value dominated (see ``JSONValue/init(parsing:)``).
+/// The bytes are the same JSON the Codable conformances read and write.
+extension Change {
+    /// Reads a change from its parsed JSON object.
+    public init(json: JSONValue) throws(JSONSyntaxError) {
+        guard case .object(let object) = json else { throw JSONShape.error("a change must be an object") }
+        self.init(
+            collection: try JSONShape.string(object, "collection"),
+            recordId: try JSONShape.string(object, "recordId"),
+            scope: try JSONShape.string(object, "scope"),
+            version: try JSONShape.integer(object, "version"),
+            tombstone: try JSONShape.bool(object, "tombstone"),
+            fields: try JSONShape.object(object, "fields"),
+            createdAt: try JSONShape.timestamp(object, "createdAt"),
+            updatedAt: try JSONShape.timestamp(object, "updatedAt"))
+    }
+
+    /// Appends the change as a JSON object, keys sorted.
+    public func writeJSON(to output: inout [UInt8]) throws(JSONSyntaxError) {
+        output.append(UInt8(ascii: "{"))
+        JSONWriter.key("collection", first: true, to: &output)
+        JSONWriter.string(collection, to: &output)
+        JSONWriter.key("createdAt", to: &output)
+        JSONWriter.string(createdAt.iso8601, to: &output)
+        JSONWriter.key("fields", to: &output)
+        try JSONWriter.object(fields, to: &output)
+        JSONWriter.key("recordId", to: &output)
+        JSONWriter.string(recordId, to: &output)
+        JSONWriter.key("scope", to: &output)
+        JSONWriter.string(scope, to: &output)
+        JSONWriter.key("tombstone", to: &output)
+        output.append(contentsOf: (tombstone ? "true" : "false").utf8)
+        JSONWriter.key("updatedAt", to: &output)
+        JSONWriter.string(updatedAt.iso8601, to: &output)
+        JSONWriter.key("version", to: &output)
+        output.append(contentsOf: String(version).utf8)
+        output.append(UInt8(ascii: "}"))
+    }
+}
+
+extension PullResponse {
+    /// Parses the JSON answer of `GET /v1/pull`.
+    public init(jsonBytes bytes: some Collection<UInt8>) throws(JSONSyntaxError) {
+        guard case .object(let object) = try JSONValue(parsing: bytes) else {
+            throw JSONShape.error("a pull response must be an object")
+        }
+        self.init(
+            changes: try JSONShape.changes(object, "changes"),
+            cursor: try JSONShape.string(object, "cursor"),
+            hasMore: try JSONShape.bool(object, "hasMore"))
+    }
+
+    /// The answer as JSON, keys sorted.
+    public func jsonBytes() throws(JSONSyntaxError) -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(64 + changes.count * 320)
+        output.append(UInt8(ascii: "{"))
+        JSONWriter.key("changes", first: true, to: &output)
+        try JSONShape.write(changes, to: &output)
+        JSONWriter.key("cursor", to: &output)
+        JSONWriter.string(cursor, to: &output)
+        JSONWriter.key("hasMore", to: &output)
+        output.append(contentsOf: (hasMore ? "true" : "false").utf8)
+        output.append(UInt8(ascii: "}"))
+        return output
+    }
+}
+
+extension SnapshotResponse {
+    /// Parses the JSON answer of `GET /v1/snapshot`.
+    public init(jsonBytes bytes: some Collection<UInt8>) throws(JSONSyntaxError) {
+        guard case .object(let object) = try JSONValue(parsing: bytes) else {
+            throw JSONShape.error("a snapshot response must be an object")
+        }
+        let total = try JSONShape.integer(object, "total")
+        guard let count = Int(exactly: total) else { throw JSONShape.error("total is out of range") }
+        self.init(
+            records: try JSONShape.changes(object, "records"),
+            total: count,
+            continuation: try JSONShape.optionalString(object, "continuation"),
+            cursor: try JSONShape.optionalString(object, "cursor"))
+    }
+
+    /// The answer as JSON, keys sorted; absent optionals are left out, as `JSONEncoder` leaves them.
+    public func jsonBytes() throws(JSONSyntaxError) -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(128 + records.count * 320)
+        output.append(UInt8(ascii: "{"))
+        var first = true
+        if let continuation {
+            JSONWriter.key("continuation", first: first, to: &output)
+            JSONWriter.string(continuation, to: &output)
+            first = false
+        }
+        if let cursor {
+            JSONWriter.key("cursor", first: first, to: &output)
+            JSONWriter.string(cursor, to: &output)
+            first = false
+        }
+        JSONWriter.key("records", first: first, to: &output)
+        try JSONShape.write(records, to: &output)
+        JSONWriter.key("total", to: &output)
+        output.append(contentsOf: String(total).utf8)
+        output.append(UInt8(ascii: "}"))
+        return output
+    }
+}
+
+/// Reading typed members out of a parsed object, with errors that name the member.
+enum JSONShape {
+    static func error(_ reason: String) -> JSONSyntaxError { JSONSyntaxError(offset: 0, reason: reason) }
+
+    static func member(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> JSONValue {
+        guard let value = object[key] else { throw error("\(key) is missing") }
+        return value
+    }
+
+    static func string(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> String {
+        guard case .string(let value) = try member(object, key) else { throw error("\(key) must be a string") }
+        return value
+    }
+
+    static func optionalString(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> String? {
+        switch object[key] {
+        case nil, .null?: return nil
+        case .string(let value)?: return value
+        default: throw error("\(key) must be a string")
+        }
+    }
+
+    static func integer(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> Int64 {
+        guard case .integer(let value) = try member(object, key) else { throw error("\(key) must be an integer") }
+        return value
+    }
+
+    static func bool(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> Bool {
+        guard case .bool(let value) = try member(object, key) else { throw error("\(key) must be true or false") }
+        return value
+    }
+
+    static func object(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> [String: JSONValue] {
+        guard case .object(let value) = try member(object, key) else { throw error("\(key) must be an object") }
+        return value
+    }
+
+    static func timestamp(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> Timestamp {
+        guard let value = Timestamp(iso8601: try string(object, key)) else {
+            throw error("\(key) must be an ISO 8601 time with milliseconds")
+        }
+        return value
+    }
+
+    static func changes(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> [Change] {
+        guard case .array(let values) = try member(object, key) else { throw error("\(key) must be an array") }
+        var changes: [Change] = []
+        changes.reserveCapacity(values.count)
+        for value in values { changes.append(try Change(json: value)) }
+        return changes
+    }
+
+    static func write(_ changes: [Change], to output: inout [UInt8]) throws(JSONSyntaxError) {
+        output.append(UInt8(ascii: "["))
+        for (position, change) in changes.enumerated() {
+            if position > 0 { output.append(UInt8(ascii: ",")) }
+            try change.writeJSON(to: &output)
+        }
+        output.append(UInt8(ascii: "]"))
+    }
+}

@@ -1,0 +1,143 @@
+import Crypto
+import Foundation
+import GRDB
+import OutpostProtocol
+import OutpostTesting
+import Testing
+
+@testable import OutpostClient
+
+/// The blind search index: each row keeps its own tokens, so that refreshes touch exactly the tokens that
+/// changed, and stores made before that layout are migrated in place.
+@Suite("Reference search index")
+struct ReferenceIndexTests {
+    static let key = SymmetricKey(size: .bits256)
+
+    /// Every (record, token) pair of the search table.
+    static func searchRows(_ url: URL) throws -> [String: Set<Int64>] {
+        try DatabaseQueue(path: url.path).read { db in
+            var rows: [String: Set<Int64>] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT record_id, token FROM reference_search") {
+                rows[row["record_id"], default: []].insert(row["token"])
+            }
+            return rows
+        }
+    }
+
+    static func searchIndexes(_ url: URL) throws -> [IndexInfo] {
+        try DatabaseQueue(path: url.path).read { try $0.indexes(on: "reference_search") }
+    }
+
+    /// The tokens each record row keeps beside it.
+    static func keptTokens(_ url: URL) throws -> [String: Set<Int64>] {
+        try DatabaseQueue(path: url.path).read { db in
+            var rows: [String: Set<Int64>] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT record_id, tokens FROM reference_records") {
+                rows[row["record_id"]] = Set((row["tokens"] as Data?).map(ReferenceIndex.tokens(fromBlob:)) ?? [])
+            }
+            return rows
+        }
+    }
+
+    @Test("a refresh that renames a guest moves it in search; a changed note leaves its tokens; a cancellation removes them")
+    func refreshKeepsIndexExact() async throws {
+        try await withStore { store, url in
+            let server = ReferenceDataTests.roster(30)
+            let data = ReferenceData(store: store, transport: server)
+            try await data.download(collection: "guests", scope: "ev-1")
+            #expect(try Self.searchRows(url) == Self.keptTokens(url))
+            let before = try Self.searchRows(url)
+
+            server.put("g00001", ["event_id": "ev-1", "name": "Wilhelmina Okonkwo", "email": "w@example.org"], scope: "ev-1")
+            server.put("g00002", ["event_id": "ev-1", "name": "Guest2 Family2", "email": "guest2@example.org", "check_in_note": "table 4"], scope: "ev-1")
+            server.cancel("g00003")
+            #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 2, removed: 1))
+
+            let after = try Self.searchRows(url)
+            #expect(after == (try Self.keptTokens(url)))
+            #expect(after["g00002"] == before["g00002"])
+            #expect(after["g00003"] == nil)
+            #expect(after["g00001"] != before["g00001"])
+            #expect(try await data.search(collection: "guests", scope: "ev-1", query: "wilhel").map(\.recordId) == ["g00001"])
+            #expect(try await data.search(collection: "guests", scope: "ev-1", query: "Family1").map(\.recordId).contains("g00001") == false)
+            #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest2@example.org").map(\.recordId) == ["g00002"])
+        }
+    }
+
+    @Test("a query of several words finds only records holding every word, past many that hold the first")
+    func severalWords() async throws {
+        try await withStore { store, _ in
+            let server = ReferenceServer()
+            for i in 0..<400 {
+                server.put(String(format: "a%03d", i), ["name": .string("Ana Other\(i)")], scope: "ev")
+            }
+            for i in 0..<25 {
+                server.put(String(format: "s%03d", i), ["name": .string("Ana Silvestre \(i)")], scope: "ev")
+            }
+            let data = ReferenceData(store: store, transport: server)
+            try await data.download(collection: "guests", scope: "ev")
+            let found = try await data.search(collection: "guests", scope: "ev", query: "ana silv", limit: 30)
+            #expect(found.count == 25)
+            #expect(found.allSatisfy { $0.recordId.hasPrefix("s") })
+            #expect(try await data.search(collection: "guests", scope: "ev", query: "an sil 7").map(\.recordId) == ["s007"])
+        }
+    }
+
+    @Test("a store from before tokens were kept per row is migrated: same results, exact refreshes")
+    func migratesOlderStores() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-migrate-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = ReferenceDataTests.roster(40)
+
+        // A current store provides the sealed rows and the index.
+        let currentURL = directory.appendingPathComponent("current.sqlite")
+        let current = try LocalStore(url: currentURL, keys: StaticKeyProvider(Self.key))
+        try await ReferenceData(store: current, transport: server).download(collection: "guests", scope: "ev-1")
+        // The same data laid out as the schema before this migration had it.
+        let olderURL = directory.appendingPathComponent("older.sqlite")
+        try Self.copyAsOlderSchema(from: currentURL, to: olderURL)
+
+        let migrated = try LocalStore(url: olderURL, keys: StaticKeyProvider(Self.key))
+        let data = ReferenceData(store: migrated, transport: server)
+        #expect(try Self.keptTokens(olderURL) == Self.searchRows(olderURL))
+        #expect(try Self.keptTokens(olderURL).count == 40)
+        #expect(try Self.searchIndexes(olderURL).contains { $0.name == "reference_search_by_record" } == false)
+        #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest5@example.org").map(\.recordId) == ["g00005"])
+
+        server.put("g00005", ["event_id": "ev-1", "name": "Renamed Person", "email": "renamed@example.org"], scope: "ev-1")
+        #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 1, removed: 0))
+        #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest5@example.org").isEmpty)
+        #expect(try await data.search(collection: "guests", scope: "ev-1", query: "renamed").map(\.recordId) == ["g00005"])
+        #expect(try Self.keptTokens(olderURL) == Self.searchRows(olderURL))
+    }
+
+    /// Copies a current store's reference data into a new store migrated only up to the schema before
+    /// per-row tokens.
+    static func copyAsOlderSchema(from currentURL: URL, to olderURL: URL) throws {
+        let (records, search, state) = try DatabaseQueue(path: currentURL.path).read { db in
+            (try Row.fetchAll(db, sql: "SELECT collection, scope, record_id, payload, version FROM reference_records"),
+             try Row.fetchAll(db, sql: "SELECT collection, scope, token, record_id FROM reference_search"),
+             try Row.fetchAll(db, sql: "SELECT * FROM reference_state"))
+        }
+        let older = try DatabaseQueue(path: olderURL.path)
+        try LocalStore.migrator.migrate(older, upTo: "v2-reference-data")
+        try older.write { db in
+            for row in records {
+                try db.execute(
+                    sql: "INSERT INTO reference_records (collection, scope, record_id, payload, version) VALUES (?, ?, ?, ?, ?)",
+                    arguments: [row["collection"], row["scope"], row["record_id"], row["payload"] as Data, row["version"]])
+            }
+            for row in search {
+                try db.execute(
+                    sql: "INSERT INTO reference_search (collection, scope, token, record_id) VALUES (?, ?, ?, ?)",
+                    arguments: [row["collection"], row["scope"], row["token"], row["record_id"]])
+            }
+            for row in state {
+                try db.execute(
+                    sql: "INSERT INTO reference_state VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    arguments: StatementArguments(row.databaseValues))
+            }
+        }
+        #expect(try older.read { try $0.indexes(on: "reference_search").contains { $0.name == "reference_search_by_record" } })
+    }
+}

@@ -1,0 +1,199 @@
+import Foundation
+import OutpostProtocol
+import Testing
+
+/// The JSON reader and writer that pages of changes use instead of Codable must read and write exactly what
+/// Foundation's `JSONDecoder` and `JSONEncoder` do.
+@Suite("JSON bytes")
+struct JSONBytesTests {
+    @Test("random values read back as they were written, and as Foundation reads them", arguments: 0..<20)
+    func roundTrip(seed: Int) throws {
+        var random = SplitMix(seed: UInt64(seed))
+        for _ in 0..<50 {
+            let value = JSONValue.random(depth: 0, using: &random)
+            let bytes = try value.jsonBytes()
+            #expect(try JSONValue(parsing: bytes) == value.canonical)
+            #expect(try JSONDecoder().decode(JSONValue.self, from: Data(bytes)) == value.canonical)
+            // And what Foundation writes, this reads as Foundation does.
+            let foundation = try JSONEncoder().encode(value)
+            #expect(try JSONValue(parsing: foundation) == JSONDecoder().decode(JSONValue.self, from: foundation))
+        }
+    }
+
+    @Test("escapes, surrogate pairs, whitespace and number forms")
+    func accepted() throws {
+        let text = #" { "a" : "\u00e9\ud83d\ude00\/\\\"\n\t" , "b" : [ -0 , 12.5e-1 , 1E2 , 92233720368547758070 ] , "c" : { } , "d" : [ ] } "#
+        let value = try JSONValue(parsing: Array(text.utf8))
+        #expect(value == .object([
+            "a": .string("é😀/\\\"\n\t"),
+            "b": .array([.integer(0), .number(1.25), .integer(100), .number(92_233_720_368_547_758_070)]),
+            "c": .object([:]), "d": .array([]),
+        ]))
+        #expect(try JSONValue(parsing: "-9223372036854775808") == .integer(.min))
+        #expect(try JSONValue(parsing: "9223372036854775807") == .integer(.max))
+        // Whole numbers by their decimal digits, as Foundation reads them, not by the nearest Double.
+        for text in ["-4.984316220921845e+18", "3.0", "1e17", "0.5e1", "120e-1", "-0.0", "12.5e-1"] {
+            #expect(try JSONValue(parsing: text) == JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)))
+        }
+    }
+
+    @Test("trailing commas, which Foundation lets through, are refused", arguments: ["[1,]", #"{"a":1,}"#])
+    func trailingCommas(text: String) throws {
+        #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: Array(text.utf8)) }
+        _ = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+    }
+
+    @Test("what is not JSON is refused, as Foundation refuses it", arguments: [
+        "", " ", "{", "}", #"{"a" 1}"#, #"{a:1}"#, "01", "-01", "1.", ".1", "-", "+1", "1e", "1e+",
+        #""\x""#, "\"\u{01}\"", #""\ud800""#, #""\udc00x""#, #""\ud800\u0041""#, #""\u12""#, "tru", "nul", "falsy", "1 2",
+        "[1 2]", "\"open", "1e400", "NaN", "[\"a\"]]",
+    ])
+    func refused(text: String) {
+        #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: Array(text.utf8)) }
+        #expect(throws: (any Error).self) { try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) }
+    }
+
+    @Test("invalid UTF-8 and nesting past 512 are refused")
+    func hostile() {
+        #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: [0x22, 0xFF, 0x22]) }
+        #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: [0x22, 0xC3, 0x22]) }
+        let deep = String(repeating: "[", count: 513) + String(repeating: "]", count: 513)
+        #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: deep) }
+        let deepest = String(repeating: "[", count: 512) + String(repeating: "]", count: 512)
+        #expect(throws: Never.self) { try JSONValue(parsing: deepest) }
+        #expect(throws: JSONSyntaxError.self) { try JSONValue.number(.infinity).jsonBytes() }
+    }
+
+    @Test("the writer escapes what JSON requires and keys come out sorted")
+    func writer() throws {
+        let text = "a\"b\\c\u{01}\u{1F}/é"
+        let value = JSONValue.object(["b": .string(text), "a": .number(0.5), "c": .integer(-3)])
+        #expect(String(decoding: try value.jsonBytes(), as: UTF8.self) == #"{"a":0.5,"b":"a\"b\\c\u0001\u001f/é","c":-3}"#)
+    }
+
+    @Test("pages of changes read and write the same JSON as their Codable forms", arguments: 0..<5)
+    func pages(seed: Int) throws {
+        var random = SplitMix(seed: UInt64(seed) + 100)
+        var changes: [Change] = []
+        for index in 0..<40 {
+            let tombstone = index % 7 == 0
+            let fields: [String: JSONValue] = tombstone
+                ? [:] : ["name": .string("Ana \(index)"), "extra": JSONValue.random(depth: 1, using: &random)]
+            changes.append(Change(
+                collection: "guests", recordId: "g\(index)", scope: seed % 2 == 0 ? "" : "event-\(seed)",
+                version: Int64(index + 1), tombstone: tombstone, fields: fields,
+                createdAt: Timestamp(millisecondsSince1970: 1_795_000_000_000 + Int64(index)),
+                updatedAt: Timestamp(millisecondsSince1970: 1_795_000_100_000 + Int64(index))))
+        }
+        let pull = PullResponse(changes: changes, cursor: "c-\(seed)", hasMore: seed % 2 == 0)
+        let snapshots = [
+            SnapshotResponse(records: changes, total: 1000, continuation: "next", cursor: nil),
+            SnapshotResponse(records: changes, total: 40, continuation: nil, cursor: "c"),
+        ]
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+
+        #expect(try PullResponse(jsonBytes: pull.jsonBytes()) == pull.canonical)
+        #expect(try JSONDecoder().decode(PullResponse.self, from: Data(pull.jsonBytes())).canonical == pull.canonical)
+        #expect(try PullResponse(jsonBytes: encoder.encode(pull)).canonical == pull.canonical)
+        for snapshot in snapshots {
+            #expect(try SnapshotResponse(jsonBytes: snapshot.jsonBytes()) == snapshot.canonical)
+            #expect(try JSONDecoder().decode(SnapshotResponse.self, from: Data(snapshot.jsonBytes())).canonical == snapshot.canonical)
+            #expect(try SnapshotResponse(jsonBytes: encoder.encode(snapshot)).canonical == snapshot.canonical)
+        }
+    }
+
+    @Test("a page with a member missing or of the wrong type is refused, naming the member")
+    func badPages() throws {
+        let change = Change(
+            collection: "guests", recordId: "g1", version: 1, tombstone: false, fields: [:],
+            createdAt: Timestamp(millisecondsSince1970: 0), updatedAt: Timestamp(millisecondsSince1970: 0))
+        let good = String(decoding: try PullResponse(changes: [change], cursor: "c", hasMore: false).jsonBytes(), as: UTF8.self)
+        for (broken, member) in [
+            (good.replacingOccurrences(of: #""version":1"#, with: #""version":"1""#), "version"),
+            (good.replacingOccurrences(of: #""hasMore":false"#, with: #""more":false"#), "hasMore"),
+            (good.replacingOccurrences(of: "1970-01-01T00:00:00.000Z", with: "yesterday"), "createdAt"),
+            (good.replacingOccurrences(of: #""fields":{}"#, with: #""fields":[]"#), "fields"),
+        ] {
+            #expect(broken != good)
+            let error = #expect(throws: JSONSyntaxError.self) { try PullResponse(jsonBytes: Array(broken.utf8)) }
+            #expect(error?.reason.contains(member) == true)
+        }
+    }
+}
+
+/// SplitMix64: the same seed gives the same values.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+extension JSONValue {
+    static func random(depth: Int, using random: inout SplitMix) -> JSONValue {
+        switch Int.random(in: 0..<(depth >= 3 ? 5 : 7), using: &random) {
+        case 0: return .null
+        case 1: return .bool(Bool.random(using: &random))
+        case 2: return .integer(Int64.random(in: .min ... .max, using: &random) >> Int64.random(in: 0...63, using: &random))
+        case 3:
+            // Finite, with and without a fraction, tiny and huge.
+            let magnitude = Double.random(in: -1...1, using: &random) * pow(10, Double(Int.random(in: -300...300, using: &random)))
+            return .number(Bool.random(using: &random) ? magnitude : magnitude.rounded() + 0.5)
+        case 4: return .string(randomString(using: &random))
+        case 5: return .array((0..<Int.random(in: 0...4, using: &random)).map { _ in JSONValue.random(depth: depth + 1, using: &random) })
+        default:
+            var object: [String: JSONValue] = [:]
+            for _ in 0..<Int.random(in: 0...4, using: &random) {
+                object[randomString(using: &random)] = JSONValue.random(depth: depth + 1, using: &random)
+            }
+            return .object(object)
+        }
+    }
+
+    static func randomString(using random: inout SplitMix) -> String {
+        let pieces = ["a", "Z", "0", " ", "\"", "\\", "/", "\n", "\t", "\u{01}", "\u{1F}", "é", "ß", "漢", "😀", "\u{2028}", "\u{7F}"]
+        return (0..<Int.random(in: 0...8, using: &random)).map { _ in pieces.randomElement(using: &random)! }.joined()
+    }
+
+    /// The value as Foundation reads it back: a number whose written form is a whole number that fits in
+    /// `Int64` (by its decimal digits) reads as an integer.
+    var canonical: JSONValue {
+        switch self {
+        case .number(let value):
+            return (try? JSONDecoder().decode(JSONValue.self, from: Data(value.description.utf8))) ?? self
+        case .array(let values): return .array(values.map(\.canonical))
+        case .object(let object): return .object(object.mapValues(\.canonical))
+        default: return self
+        }
+    }
+}
+
+extension Change {
+    var canonical: Change {
+        var change = self
+        change.fields = fields.mapValues(\.canonical)
+        return change
+    }
+}
+
+extension PullResponse {
+    var canonical: PullResponse {
+        var page = self
+        page.changes = changes.map(\.canonical)
+        return page
+    }
+}
+
+extension SnapshotResponse {
+    var canonical: SnapshotResponse {
+        var page = self
+        page.records = records.map(\.canonical)
+        return page
+    }
+}
