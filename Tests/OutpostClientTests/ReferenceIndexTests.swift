@@ -64,6 +64,26 @@ struct ReferenceIndexTests {
         }
     }
 
+    @Test("search waits for the whole roster: the index is built with the last page, also after a resume")
+    func indexBuiltAtCompletion() async throws {
+        try await withStore { store, url in
+            let server = ReferenceDataTests.roster(300)
+            let data = ReferenceData(store: store, transport: server, pageSize: 50)
+            server.failSnapshots(fromCall: 3)
+            await #expect(throws: TransportError.self) { try await data.download(collection: "guests", scope: "ev-1") }
+            #expect(try Self.searchRows(url).isEmpty)
+            let error = await #expect(throws: ClientError.self) {
+                try await data.search(collection: "guests", scope: "ev-1", query: "guest1")
+            }
+            #expect(error?.message == ReferenceMessages.incomplete)
+            server.failSnapshots(fromCall: nil)
+            try await data.download(collection: "guests", scope: "ev-1")
+            #expect(try Self.searchRows(url) == Self.keptTokens(url))
+            #expect(try Self.keptTokens(url).count == 300)
+            #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest299@example.org").map(\.recordId) == ["g00299"])
+        }
+    }
+
     @Test("a query of several words finds only records holding every word, past many that hold the first")
     func severalWords() async throws {
         try await withStore { store, _ in
@@ -139,5 +159,20 @@ struct ReferenceIndexTests {
             }
         }
         #expect(try older.read { try $0.indexes(on: "reference_search").contains { $0.name == "reference_search_by_record" } })
+    }
+}
+
+@Suite("Reference search tokens")
+struct ReferenceTokenTests {
+    @Test("a token is the first 8 bytes of HMAC-SHA256 of kind:term under the derived key", arguments: ["p2:an", "e:ana.1@example.org", "p4:" + String(repeating: "é", count: 40)])
+    func tokenIsHMAC(message: String) {
+        let storeKey = SymmetricKey(size: .bits256)
+        let index = ReferenceIndex(storeKey: storeKey)
+        let derived = SymmetricKey(
+            data: HMAC<SHA256>.authenticationCode(for: Array("outpost-reference-search".utf8), using: storeKey))
+        let expected = HMAC<SHA256>.authenticationCode(for: Array(message.utf8), using: derived)
+            .withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
+        let colon = message.firstIndex(of: ":")!
+        #expect(index.token(String(message[..<colon]), message[message.index(after: colon)...]) == expected)
     }
 }

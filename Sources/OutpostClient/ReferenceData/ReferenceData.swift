@@ -107,8 +107,11 @@ public struct ReferenceData: Sendable {
                 }
                 // Pages of one download hold distinct, new ids: nothing to replace.
                 try Self.insertRecords(rows, collection: collection, scope: scope, db: db)
-                try Self.insertTokens(
-                    rows.flatMap { row in row.tokens.map { ($0, row.recordId) } }, collection: collection, scope: scope, db: db)
+                if page.continuation == nil {
+                    // The search index is built once, with the last page, in token order. Filled page by page,
+                    // its random keys touched most of its B-tree in every commit: the download slowed as it grew.
+                    try Self.buildSearchIndex(collection: collection, scope: scope, db: db)
+                }
                 // Counted as it goes: a COUNT(*) per page would make the download quadratic.
                 let before = isFirst ? 0 : try Int.fetchOne(
                     db, sql: "SELECT stored FROM reference_state WHERE collection = ? AND scope = ?",
@@ -151,21 +154,36 @@ public struct ReferenceData: Sendable {
         try insert(
             rows, into: "reference_records (collection, scope, record_id, payload, version, tokens)", columns: 6, db: db
         ) { row in
-            [collection, scope, row.recordId, row.payload, row.version, ReferenceIndex.blob(row.tokens)]
+            [collection.databaseValue, scope.databaseValue, row.recordId.databaseValue, row.payload.databaseValue,
+             row.version.databaseValue, ReferenceIndex.blob(row.tokens).databaseValue]
         }
+    }
+
+    /// Fills the search index of a set from the tokens its rows keep.
+    static func buildSearchIndex(collection: String, scope: String, db: Database) throws {
+        var pairs: [(token: Int64, recordId: String)] = []
+        let rows = try Row.fetchCursor(
+            db, sql: "SELECT record_id, tokens FROM reference_records WHERE collection = ? AND scope = ?",
+            arguments: [collection, scope])
+        while let row = try rows.next() {
+            guard let blob: Data = row["tokens"] else { continue }
+            let recordId: String = row["record_id"]
+            for token in ReferenceIndex.tokens(fromBlob: blob) { pairs.append((token, recordId)) }
+        }
+        try insertTokens(pairs, collection: collection, scope: scope, db: db)
     }
 
     static func insertTokens(_ pairs: [(token: Int64, recordId: String)], collection: String, scope: String, db: Database) throws {
         // In index order: each insert lands beside the last one.
         let sorted = pairs.sorted { ($0.token, $0.recordId) < ($1.token, $1.recordId) }
         try insert(sorted, into: "reference_search (collection, scope, token, record_id)", columns: 4, db: db) { pair in
-            [collection, scope, pair.token, pair.recordId]
+            [collection.databaseValue, scope.databaseValue, pair.token.databaseValue, pair.recordId.databaseValue]
         }
     }
 
     private static func insert<Element>(
         _ elements: [Element], into target: String, columns: Int, db: Database,
-        values: (Element) -> [any DatabaseValueConvertible]
+        values: (Element) -> [DatabaseValue]
     ) throws {
         let tuple = "(" + Array(repeating: "?", count: columns).joined(separator: ", ") + ")"
         var start = 0
@@ -173,7 +191,8 @@ public struct ReferenceData: Sendable {
             let count = min(insertBatch, elements.count - start)
             let statement = try db.cachedStatement(
                 sql: "INSERT INTO \(target) VALUES " + Array(repeating: tuple, count: count).joined(separator: ", "))
-            var arguments: [any DatabaseValueConvertible] = []
+            // Plain `DatabaseValue`s: an array of existentials would take GRDB's `[Any]` path, a cast per value.
+            var arguments: [DatabaseValue] = []
             arguments.reserveCapacity(count * columns)
             for element in elements[start..<(start + count)] { arguments.append(contentsOf: values(element)) }
             try statement.execute(arguments: StatementArguments(arguments))
@@ -309,7 +328,8 @@ public struct ReferenceData: Sendable {
     /// Records whose name words start with the query's words, or whose e-mail is the query: the first `limit`
     /// found, sorted by name (type more letters to narrow a common prefix).
     ///
-    /// - Throws: ``ClientError`` `invalidInput` for a query of one character.
+    /// - Throws: ``ClientError`` `invalidInput` for a query of one character, `notFound` while the set is not
+    ///   fully downloaded.
     public func search(collection: String, scope: String, query: String, limit: Int = 20) async throws -> [ReferenceRecord] {
         guard let tokens = index.tokens(forQuery: query) else {
             throw ClientError(.invalidInput, "type at least two characters of a name, or a whole e-mail")
@@ -317,6 +337,10 @@ public struct ReferenceData: Sendable {
         let sealer = store.sealer
         return try await store.perform {
             try await store.queue.read { db in
+                // The index is built when the last page is stored: until then there is nothing to search.
+                guard try Self.state(db, collection: collection, scope: scope).isReady else {
+                    throw ClientError(.notFound, ReferenceMessages.incomplete)
+                }
                 // A record must hold every word's token: the index narrows by all the words at once.
                 var sql = "SELECT r.record_id, r.payload, r.version FROM reference_search s0"
                 for position in tokens.indices.dropFirst() {

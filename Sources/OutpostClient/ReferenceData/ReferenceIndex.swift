@@ -8,13 +8,23 @@ import OutpostProtocol
 /// Names are indexed by the 2- and 4-character prefixes of each word; a query looks up the longest indexed
 /// prefix of each of its words at once, then the candidates are opened and filtered exactly.
 struct ReferenceIndex: Sendable {
-    /// The HMAC with its key already absorbed: each token copies it, sparing the key schedule per token.
-    private let keyed: HMAC<SHA256>
+    /// HMAC-SHA256 (RFC 2104) with the padded key already absorbed into the inner and outer hashes: each token
+    /// copies them instead of starting over, and feeds bytes without `DataProtocol`'s generic path, which
+    /// together cost more than the hashing itself.
+    private let inner: SHA256
+    private let outer: SHA256
 
     init(storeKey: SymmetricKey) {
-        let key = SymmetricKey(
-            data: HMAC<SHA256>.authenticationCode(for: Array("outpost-reference-search".utf8), using: storeKey))
-        self.keyed = HMAC<SHA256>(key: key)
+        let key = HMAC<SHA256>.authenticationCode(for: Array("outpost-reference-search".utf8), using: storeKey)
+        // A 32-byte key is shorter than SHA-256's 64-byte block: it is padded with zeros, not hashed.
+        var block = [UInt8](repeating: 0, count: 64)
+        key.withUnsafeBytes { bytes in for (offset, byte) in bytes.enumerated() { block[offset] = byte } }
+        var inner = SHA256()
+        var outer = SHA256()
+        inner.update(data: block.map { $0 ^ 0x36 })
+        outer.update(data: block.map { $0 ^ 0x5C })
+        self.inner = inner
+        self.outer = outer
     }
 
     private static let posix = Locale(identifier: "en_US_POSIX")
@@ -44,12 +54,16 @@ struct ReferenceIndex: Sendable {
             .map(String.init)
     }
 
+    /// The first 8 bytes of HMAC-SHA256 of `kind:term`.
     func token(_ kind: String, _ term: some StringProtocol) -> Int64 {
-        var mac = keyed
-        mac.update(data: Array(kind.utf8))
-        mac.update(data: [UInt8(ascii: ":")])
-        mac.update(data: Array(term.utf8))
-        return mac.finalize().withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
+        var message = Array(kind.utf8)
+        message.append(UInt8(ascii: ":"))
+        message.append(contentsOf: term.utf8)
+        var innerHash = inner
+        message.withUnsafeBytes { innerHash.update(bufferPointer: $0) }
+        var outerHash = outer
+        innerHash.finalize().withUnsafeBytes { outerHash.update(bufferPointer: $0) }
+        return outerHash.finalize().withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
     }
 
     /// Without leading and trailing blanks (what Foundation's `CharacterSet.whitespaces` holds: space
