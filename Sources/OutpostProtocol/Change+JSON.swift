@@ -18,13 +18,27 @@ extension Change {
 
     /// Appends the change as a JSON object, keys sorted.
     public func writeJSON(to output: inout [UInt8]) throws(JSONSyntaxError) {
+        try Self.writeJSON(
+            collection: collection, recordId: recordId, scope: scope, version: version, tombstone: tombstone,
+            createdAt: createdAt, updatedAt: updatedAt, to: &output
+        ) { (output: inout [UInt8]) throws(JSONSyntaxError) in
+            try JSONWriter.object(fields, to: &output)
+        }
+    }
+
+    /// Appends a change whose fields `writeFields` writes: a server sends the JSON text it stores as it is.
+    public static func writeJSON(
+        collection: String, recordId: String, scope: String, version: Int64, tombstone: Bool,
+        createdAt: Timestamp, updatedAt: Timestamp, to output: inout [UInt8],
+        writeFields: (inout [UInt8]) throws(JSONSyntaxError) -> Void
+    ) throws(JSONSyntaxError) {
         output.append(UInt8(ascii: "{"))
         JSONWriter.key("collection", first: true, to: &output)
         JSONWriter.string(collection, to: &output)
         JSONWriter.key("createdAt", to: &output)
         JSONWriter.string(createdAt.iso8601, to: &output)
         JSONWriter.key("fields", to: &output)
-        try JSONWriter.object(fields, to: &output)
+        try writeFields(&output)
         JSONWriter.key("recordId", to: &output)
         JSONWriter.string(recordId, to: &output)
         JSONWriter.key("scope", to: &output)
@@ -84,8 +98,19 @@ extension SnapshotResponse {
 
     /// The answer as JSON, keys sorted; absent optionals are left out, as `JSONEncoder` leaves them.
     public func jsonBytes() throws(JSONSyntaxError) -> [UInt8] {
+        try Self.jsonBytes(count: records.count, total: total, continuation: continuation, cursor: cursor) {
+            (output: inout [UInt8]) throws(JSONSyntaxError) in
+            try JSONShape.write(records, to: &output)
+        }
+    }
+
+    /// A page whose records array `writeRecords` writes.
+    public static func jsonBytes(
+        count: Int, total: Int, continuation: String?, cursor: String?,
+        writeRecords: (inout [UInt8]) throws(JSONSyntaxError) -> Void
+    ) throws(JSONSyntaxError) -> [UInt8] {
         var output: [UInt8] = []
-        output.reserveCapacity(128 + records.count * 320)
+        output.reserveCapacity(128 + count * 320)
         output.append(UInt8(ascii: "{"))
         var first = true
         if let continuation {
@@ -99,7 +124,7 @@ extension SnapshotResponse {
             first = false
         }
         JSONWriter.key("records", first: first, to: &output)
-        try JSONShape.write(records, to: &output)
+        try writeRecords(&output)
         JSONWriter.key("total", to: &output)
         output.append(contentsOf: String(total).utf8)
         output.append(UInt8(ascii: "}"))

@@ -109,10 +109,17 @@ struct SyncController<Storage: SyncStorage> {
             state.after = last.recordId
             continuation = try state.token(key: key)
         }
+        let page = records
         return .json(
-            bytes: try SnapshotResponse(
-                records: records.map(\.change), total: state.total, continuation: continuation,
-                cursor: isLast ? state.cursor : nil
-            ).jsonBytes())
+            bytes: try SnapshotResponse.jsonBytes(
+                count: page.count, total: state.total, continuation: continuation, cursor: isLast ? state.cursor : nil
+            ) { (output: inout [UInt8]) throws(JSONSyntaxError) in
+                output.append(UInt8(ascii: "["))
+                for (position, row) in page.enumerated() {
+                    if position > 0 { output.append(UInt8(ascii: ",")) }
+                    try row.writeJSON(to: &output)
+                }
+                output.append(UInt8(ascii: "]"))
+            })
     }
 }

@@ -78,9 +78,9 @@ package protocol SyncStorage: Service, MonitorStorage {
     /// The cursor and record count a new snapshot starts from.
     func snapshotStart(tenant: String, collection: String, scope: String?) async throws -> SnapshotStart
 
-    /// Live records after `recordId`, ordered by record id.
+    /// Live records after `recordId`, ordered by record id, their fields as stored.
     func snapshotPage(tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int)
-        async throws -> [StoredRecord]
+        async throws -> [SnapshotRow]
 
     /// Every processed mutation of one record, in client-time order.
     func audit(tenant: String, collection: String, recordId: String) async throws -> [AuditEntry]

@@ -323,21 +323,25 @@ package struct PostgresStorage: SyncStorage {
     }
 
     package func snapshotPage(tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int)
-        async throws -> [StoredRecord]
+        async throws -> [SnapshotRow]
     {
         try await guarded {
             let query: PostgresQuery = """
-                SELECT \(unescaped: Self.changeColumns) FROM records
+                SELECT collection, record_id, scope, version, fields, created_at, updated_at FROM records
                 WHERE tenant = \(tenant) AND collection = \(collection) AND NOT tombstone
                   AND (\(scope)::text IS NULL OR scope = \(scope)::text)
                   AND record_id > \(recordId ?? "")
                 ORDER BY record_id LIMIT \(limit)
                 """
-            var records: [StoredRecord] = []
-            for try await row in try await client.query(query, logger: logger) {
-                records.append(try Self.record(row))
+            var rows: [SnapshotRow] = []
+            for try await (collection, recordId, scope, version, fields, createdAt, updatedAt) in try await client.query(
+                query, logger: logger
+            ).decode((String, String, String, Int64, String, Int64, Int64).self) {
+                rows.append(SnapshotRow(
+                    collection: collection, recordId: recordId, scope: scope, version: version, fieldsJSON: fields,
+                    createdAt: createdAt, updatedAt: updatedAt))
             }
-            return records
+            return rows
         }
     }
 

@@ -190,10 +190,10 @@ package struct SQLiteStorage: SyncStorage {
     }
 
     package func snapshotPage(tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int)
-        async throws -> [StoredRecord]
+        async throws -> [SnapshotRow]
     {
         try await pool.read { db in
-            var sql = "SELECT \(Self.changeColumns) FROM records WHERE tenant = ? AND collection = ? AND tombstone = 0"
+            var sql = "SELECT collection, record_id, scope, version, fields, created_at, updated_at FROM records WHERE tenant = ? AND collection = ? AND tombstone = 0"
             var arguments: StatementArguments = [tenant, collection]
             if let scope {
                 sql += " AND scope = ?"
@@ -205,7 +205,14 @@ package struct SQLiteStorage: SyncStorage {
             }
             sql += " ORDER BY record_id LIMIT ?"
             arguments += [limit]
-            return try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.record)
+            var rows: [SnapshotRow] = []
+            let cursor = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+            while let row = try cursor.next() {
+                rows.append(SnapshotRow(
+                    collection: row[0], recordId: row[1], scope: row[2], version: row[3], fieldsJSON: row[4],
+                    createdAt: row[5], updatedAt: row[6]))
+            }
+            return rows
         }
     }
 
