@@ -33,7 +33,7 @@ struct ReferenceIndexTests {
         try DatabaseQueue(path: url.path).read { db in
             var rows: [String: Set<Int64>] = [:]
             for row in try Row.fetchAll(db, sql: "SELECT record_id, tokens FROM reference_records") {
-                rows[row["record_id"]] = Set((row["tokens"] as Data?).map(ReferenceIndex.tokens(fromBlob:)) ?? [])
+                rows[row["record_id"]] = Set((row["tokens"] as String?).map(ReferenceIndex.tokens(fromText:)) ?? [])
             }
             return rows
         }

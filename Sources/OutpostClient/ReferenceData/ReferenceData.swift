@@ -155,30 +155,20 @@ public struct ReferenceData: Sendable {
             rows, into: "reference_records (collection, scope, record_id, payload, version, tokens)", columns: 6, db: db
         ) { row in
             [collection.databaseValue, scope.databaseValue, row.recordId.databaseValue, row.payload.databaseValue,
-             row.version.databaseValue, ReferenceIndex.blob(row.tokens).databaseValue]
+             row.version.databaseValue, ReferenceIndex.text(row.tokens).databaseValue]
         }
     }
 
-    /// Fills the search index of a set from the tokens its rows keep.
+    /// Fills the search index of a set from the tokens its rows keep, in index order, inside SQLite.
     static func buildSearchIndex(collection: String, scope: String, db: Database) throws {
-        var pairs: [(token: Int64, recordId: String)] = []
-        let rows = try Row.fetchCursor(
-            db, sql: "SELECT record_id, tokens FROM reference_records WHERE collection = ? AND scope = ?",
+        try db.execute(
+            sql: """
+                INSERT INTO reference_search (collection, scope, token, record_id)
+                SELECT r.collection, r.scope, t.value, r.record_id FROM reference_records r, json_each(r.tokens) t
+                WHERE r.collection = ? AND r.scope = ? AND r.tokens IS NOT NULL
+                ORDER BY t.value, r.record_id
+                """,
             arguments: [collection, scope])
-        while let row = try rows.next() {
-            guard let blob: Data = row["tokens"] else { continue }
-            let recordId: String = row["record_id"]
-            for token in ReferenceIndex.tokens(fromBlob: blob) { pairs.append((token, recordId)) }
-        }
-        try insertTokens(pairs, collection: collection, scope: scope, db: db)
-    }
-
-    static func insertTokens(_ pairs: [(token: Int64, recordId: String)], collection: String, scope: String, db: Database) throws {
-        // In index order: each insert lands beside the last one.
-        let sorted = pairs.sorted { ($0.token, $0.recordId) < ($1.token, $1.recordId) }
-        try insert(sorted, into: "reference_search (collection, scope, token, record_id)", columns: 4, db: db) { pair in
-            [collection.databaseValue, scope.databaseValue, pair.token.databaseValue, pair.recordId.databaseValue]
-        }
     }
 
     private static func insert<Element>(
@@ -207,7 +197,7 @@ public struct ReferenceData: Sendable {
     ) throws {
         try db.cachedStatement(
             sql: "INSERT OR REPLACE INTO reference_records (collection, scope, record_id, payload, version, tokens) VALUES (?, ?, ?, ?, ?, ?)"
-        ).execute(arguments: [collection, scope, row.recordId, row.payload, row.version, ReferenceIndex.blob(row.tokens)])
+        ).execute(arguments: [collection, scope, row.recordId, row.payload, row.version, ReferenceIndex.text(row.tokens)])
         let old = Set(existingTokens ?? [])
         let new = Set(row.tokens)
         let remove = try db.cachedStatement(
@@ -266,7 +256,7 @@ public struct ReferenceData: Sendable {
                         sql: "DELETE FROM reference_tombstones WHERE collection = ? AND scope = ? AND record_id = ?")
                     for (change, row) in zip(page.changes, rows) {
                         let found = try Row.fetchOne(existing, arguments: [collection, scope, change.recordId])
-                        let oldTokens = found.map { row in (row["tokens"] as Data?).map(ReferenceIndex.tokens(fromBlob:)) ?? [] }
+                        let oldTokens = found.map { row in (row["tokens"] as String?).map(ReferenceIndex.tokens(fromText:)) ?? [] }
                         if let row {
                             try Self.upsert(row, collection: collection, scope: scope, existingTokens: oldTokens, db: db)
                             try forget.execute(arguments: [collection, scope, change.recordId])

@@ -112,18 +112,15 @@ struct ReferenceIndex: Sendable {
         return tokens
     }
 
-    /// Tokens as stored beside their record (so that a change removes exactly its old ones): 8 bytes each,
-    /// little-endian.
-    static func blob(_ tokens: [Int64]) -> Data {
-        var data = Data(capacity: tokens.count * 8)
-        for token in tokens { withUnsafeBytes(of: token.littleEndian) { data.append(contentsOf: $0) } }
-        return data
+    /// Tokens as stored beside their record, so that a change removes exactly its old ones: a JSON array,
+    /// which SQLite's `json_each` reads when the index is built.
+    static func text(_ tokens: [Int64]) -> String {
+        "[" + tokens.map(String.init).joined(separator: ",") + "]"
     }
 
-    static func tokens(fromBlob data: Data) -> [Int64] {
-        stride(from: 0, to: data.count - data.count % 8, by: 8).map { offset in
-            data.withUnsafeBytes { Int64(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: Int64.self)) }
-        }
+    static func tokens(fromText text: String) -> [Int64] {
+        guard case .array(let values)? = try? JSONValue(parsing: text) else { return [] }
+        return values.compactMap { if case .integer(let token) = $0 { token } else { nil } }
     }
 
     /// Whether a candidate really matches: an e-mail exactly, or every query word a prefix of a name word.

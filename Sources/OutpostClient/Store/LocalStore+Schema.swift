@@ -1,4 +1,3 @@
-import Foundation
 import GRDB
 
 extension LocalStore {
@@ -86,30 +85,20 @@ extension LocalStore {
                     """)
         }
         migrator.registerMigration("v3-reference-tokens") { db in
-            // Each reference row keeps its own search tokens, so that a change removes exactly its old ones.
-            // They replace the index of the search table by record, a second B-tree every download paid for.
-            try db.execute(sql: "ALTER TABLE reference_records ADD COLUMN tokens BLOB")
-            let rows = try Row.fetchCursor(
-                db, sql: "SELECT collection, scope, record_id, token FROM reference_search ORDER BY collection, scope, record_id, token")
-            let update = try db.makeStatement(
-                sql: "UPDATE reference_records SET tokens = ? WHERE collection = ? AND scope = ? AND record_id = ?")
-            var current: [String] = []
-            var tokens: [Int64] = []
-            func flush() throws {
-                guard !current.isEmpty else { return }
-                try update.execute(arguments: [ReferenceIndex.blob(tokens), current[0], current[1], current[2]])
-            }
-            while let row = try rows.next() {
-                let key: [String] = [row["collection"], row["scope"], row["record_id"]]
-                if key != current {
-                    try flush()
-                    current = key
-                    tokens = []
-                }
-                tokens.append(row["token"])
-            }
-            try flush()
-            try db.execute(sql: "DROP INDEX reference_search_by_record")
+            // Each reference row keeps its own search tokens (a JSON array), so that a change removes exactly
+            // its old ones and a download builds the index in one sorted pass. They replace the index of the
+            // search table by record, a second B-tree every download paid for.
+            try db.execute(
+                sql: """
+                    ALTER TABLE reference_records ADD COLUMN tokens TEXT;
+                    UPDATE reference_records SET tokens = (
+                      SELECT json_group_array(token) FROM (
+                        SELECT token FROM reference_search s
+                        WHERE s.collection = reference_records.collection AND s.scope = reference_records.scope
+                          AND s.record_id = reference_records.record_id
+                        ORDER BY token));
+                    DROP INDEX reference_search_by_record;
+                    """)
         }
         return migrator
     }
