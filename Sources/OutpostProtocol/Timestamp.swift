@@ -34,16 +34,49 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
 
     /// The wire form, in UTC: `YYYY-MM-DDTHH:MM:SS.sssZ`.
     public var iso8601: String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(24)
+        writeISO8601(to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Appends the wire form's bytes: pages of changes write two per row.
+    public func writeISO8601(to output: inout [UInt8]) {
         let ms = millisecondsSince1970
         let days = floorDiv(ms, 86_400_000)
         let msOfDay = ms - days * 86_400_000
         let (year, month, day) = civil(fromDays: days)
-        let hour = msOfDay / 3_600_000
-        let minute = (msOfDay / 60_000) % 60
-        let second = (msOfDay / 1000) % 60
-        let milli = msOfDay % 1000
-        return pad(year, 4) + "-" + pad(month, 2) + "-" + pad(day, 2) + "T" + pad(hour, 2) + ":" + pad(minute, 2)
-            + ":" + pad(second, 2) + "." + pad(milli, 3) + "Z"
+        func digits(_ value: Int64, _ width: Int) {
+            if value < 0 || width == 4 && value > 9999 {
+                // Outside the four-digit years: as many digits as it takes.
+                let text = String(value)
+                output.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: max(0, width - text.utf8.count)))
+                output.append(contentsOf: text.utf8)
+                return
+            }
+            var divisor: Int64 = 1
+            for _ in 1..<width { divisor *= 10 }
+            var rest = value
+            while divisor > 0 {
+                output.append(UInt8(ascii: "0") + UInt8(rest / divisor))
+                rest %= divisor
+                divisor /= 10
+            }
+        }
+        digits(year, 4)
+        output.append(UInt8(ascii: "-"))
+        digits(month, 2)
+        output.append(UInt8(ascii: "-"))
+        digits(day, 2)
+        output.append(UInt8(ascii: "T"))
+        digits(msOfDay / 3_600_000, 2)
+        output.append(UInt8(ascii: ":"))
+        digits((msOfDay / 60_000) % 60, 2)
+        output.append(UInt8(ascii: ":"))
+        digits((msOfDay / 1000) % 60, 2)
+        output.append(UInt8(ascii: "."))
+        digits(msOfDay % 1000, 3)
+        output.append(UInt8(ascii: "Z"))
     }
 
     public init(from decoder: any Decoder) throws {
@@ -134,9 +167,4 @@ private func daysIn(month: Int64, year: Int64) -> Int64 {
 
 private func floorDiv(_ a: Int64, _ b: Int64) -> Int64 {
     a >= 0 ? a / b : -((-a + b - 1) / b)
-}
-
-private func pad(_ value: Int64, _ width: Int) -> String {
-    let text = String(value)
-    return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
 }

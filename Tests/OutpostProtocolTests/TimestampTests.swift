@@ -23,6 +23,20 @@ struct TimestampTests {
         #expect(abs(timestamp.date.timeIntervalSince1970 - date.timeIntervalSince1970) < 0.0005)
     }
 
+    @Test("writes the same text as Foundation's formatter, for instants across the four-digit years")
+    func writesAsFoundation() {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        var random = SplitMix(seed: 7)
+        for _ in 0..<2000 {
+            // 1970 to 9999, whole milliseconds.
+            let milliseconds = Int64.random(in: 0...253_402_300_799_999, using: &random)
+            let timestamp = Timestamp(millisecondsSince1970: milliseconds)
+            #expect(timestamp.iso8601 == formatter.string(from: timestamp.date))
+        }
+    }
+
     @Test("round-trips through its wire form", arguments: [
         Int64(0), 1, -1, 86_399_999, 1_763_732_855_123, -62_135_596_800_000, 253_402_300_799_999,
     ])

@@ -42,11 +42,11 @@ public struct ReferenceData: Sendable {
 
     // MARK: Download
 
-    /// Downloads the whole set in pages, storing each page and its continuation in one transaction before
-    /// asking for the next is trusted. Called again after a failure, it resumes after the last stored page.
+    /// Downloads the whole set in pages, storing each page and its continuation in one transaction; a page
+    /// counts only once stored. Called again after a failure, it resumes after the last stored page.
     ///
-    /// The next page is already on its way while one is stored, so that the network and the store overlap;
-    /// a page fetched but not stored when something fails is simply fetched again.
+    /// The next page is fetched, read and sealed while one is written, so that the network, the CPU work and
+    /// the store overlap; a page fetched but not stored when something fails is simply fetched again.
     ///
     /// - Throws: the transport's error when the network fails; what was stored stays stored.
     @discardableResult
@@ -55,7 +55,7 @@ public struct ReferenceData: Sendable {
     ) async throws -> ReferenceState {
         let started = now()
         var resumedFrom: Int?
-        var prefetched: (continuation: String, page: Task<SnapshotResponse, any Error>)?
+        var prefetched: (continuation: String, page: Task<PreparedPage, any Error>)?
         defer { prefetched?.page.cancel() }
         while true {
             let (completed, continuation, alreadyStored) = try await store.perform {
@@ -68,34 +68,47 @@ public struct ReferenceData: Sendable {
             }
             if completed { return try await state(collection: collection, scope: scope) }
             if resumedFrom == nil { resumedFrom = alreadyStored }
-            let page: SnapshotResponse
+            let page: PreparedPage
             if let prefetched, let continuation, prefetched.continuation == continuation {
                 page = try await prefetched.page.value
             } else {
                 prefetched?.page.cancel()
-                page = try await transport.snapshot(
-                    collection: collection, scope: scope, continuation: continuation, limit: pageSize)
+                page = try await fetchPage(collection: collection, scope: scope, continuation: continuation)
             }
-            prefetched = page.continuation.map { next in
-                let transport = self.transport
-                let limit = pageSize
-                return (next, Task {
-                    try await transport.snapshot(collection: collection, scope: scope, continuation: next, limit: limit)
-                })
+            // The next page is fetched, read and sealed while this one is written.
+            prefetched = page.response.continuation.map { next in
+                (next, Task { try await fetchPage(collection: collection, scope: scope, continuation: next) })
             }
             let stored = try await storePage(page, collection: collection, scope: scope, isFirst: continuation == nil)
             let elapsed = max(now().timeIntervalSince(started), 0.001)
             progress?(DownloadProgress(
-                stored: stored, total: max(page.total, stored), rate: Double(stored - (resumedFrom ?? 0)) / elapsed))
+                stored: stored, total: max(page.response.total, stored),
+                rate: Double(stored - (resumedFrom ?? 0)) / elapsed))
         }
     }
 
-    private func storePage(_ page: SnapshotResponse, collection: String, scope: String, isFirst: Bool) async throws -> Int {
+    /// A page as received, its rows sealed and tokenised: everything but the database work.
+    struct PreparedPage: Sendable {
+        var response: SnapshotResponse
+        var rows: [PreparedRow]
+    }
+
+    private func fetchPage(collection: String, scope: String, continuation: String?) async throws -> PreparedPage {
+        let response = try await transport.snapshot(
+            collection: collection, scope: scope, continuation: continuation, limit: pageSize)
         let sealer = store.sealer
         let index = self.index
+        return PreparedPage(
+            response: response,
+            rows: try response.records.map {
+                try Self.prepare($0, collection: collection, scope: scope, sealer: sealer, index: index)
+            })
+    }
+
+    private func storePage(_ prepared: PreparedPage, collection: String, scope: String, isFirst: Bool) async throws -> Int {
+        let page = prepared.response
+        let rows = prepared.rows
         let completedAt = page.continuation == nil ? Timestamp(now()).millisecondsSince1970 : nil
-        // Sealing and tokens need no database: done before the write transaction, which then only inserts.
-        let rows = try page.records.map { try Self.prepare($0, collection: collection, scope: scope, sealer: sealer, index: index) }
         return try await store.perform {
             try await store.queue.write { db in
                 if isFirst {
@@ -130,7 +143,7 @@ public struct ReferenceData: Sendable {
     }
 
     /// A record ready to store: sealed, with its search tokens.
-    struct PreparedRow {
+    struct PreparedRow: Sendable {
         var recordId: String
         var payload: Data
         var version: Int64
