@@ -281,13 +281,59 @@ public final class LocalStore: Sendable {
         var fields: [String: JSONValue]
         var syncError: String?
         var conflict: ConflictDetail?
+
+        /// The JSON `JSONEncoder` would write, without it: every local write and every sync result seals one.
+        /// A payload holding a conflict, which is rare, goes through Codable.
+        func jsonBytes() throws -> [UInt8] {
+            if conflict != nil { return Array(try JSONEncoder().encode(self)) }
+            var output: [UInt8] = [UInt8(ascii: "{")]
+            output.reserveCapacity(256)
+            JSONWriter.key("fields", first: true, to: &output)
+            try JSONWriter.object(fields, to: &output)
+            if let syncError {
+                JSONWriter.key("syncError", to: &output)
+                JSONWriter.string(syncError, to: &output)
+            }
+            output.append(UInt8(ascii: "}"))
+            return output
+        }
+
+        init(fields: [String: JSONValue], syncError: String?, conflict: ConflictDetail?) {
+            self.fields = fields
+            self.syncError = syncError
+            self.conflict = conflict
+        }
+
+        /// Reads what ``jsonBytes()`` or `JSONEncoder` wrote.
+        init(jsonBytes data: Data) throws {
+            guard case .object(let object) = try JSONValue(parsing: data) else {
+                throw JSONSyntaxError(offset: 0, reason: "expected an object")
+            }
+            if let conflict = object["conflict"], conflict != .null {
+                self = try JSONDecoder().decode(Self.self, from: data)
+                return
+            }
+            guard case .object(let fields)? = object["fields"] else {
+                throw JSONSyntaxError(offset: 0, reason: "fields is missing")
+            }
+            switch object["syncError"] {
+            case nil, .null?: self.init(fields: fields, syncError: nil, conflict: nil)
+            case .string(let error)?: self.init(fields: fields, syncError: error, conflict: nil)
+            default: throw JSONSyntaxError(offset: 0, reason: "syncError must be a string")
+            }
+        }
     }
 
     static func record(_ row: Row, sealer: Sealer) throws -> LocalRecord {
         let collection: String = row["collection"]
         let recordId: String = row["record_id"]
-        let payload = try sealer.open(
-            json: SealedPayload.self, from: row["payload"], context: "record:\(collection)/\(recordId)")
+        let opened = try sealer.open(row["payload"], context: "record:\(collection)/\(recordId)")
+        let payload: SealedPayload
+        do {
+            payload = try SealedPayload(jsonBytes: opened)
+        } catch {
+            throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
+        }
         let status: String? = row["sync_status"]
         let lastAttempt: Int64? = row["last_sync_attempt"]
         return LocalRecord(
@@ -312,7 +358,7 @@ public final class LocalStore: Sendable {
         ).execute(
             arguments: [
                 record.collection, record.recordId,
-                try sealer.seal(json: payload, context: "record:\(record.collection)/\(record.recordId)"),
+                try sealer.seal(Data(payload.jsonBytes()), context: "record:\(record.collection)/\(record.recordId)"),
                 record.deleted, record.syncStatus.rawValue,
                 record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, record.isOfflineEntry,
                 record.createdAt.millisecondsSince1970, record.updatedAt.millisecondsSince1970, record.version,

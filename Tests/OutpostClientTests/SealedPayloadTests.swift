@@ -1,0 +1,31 @@
+import Foundation
+import OutpostProtocol
+import Testing
+
+@testable import OutpostClient
+
+/// A record's sealed payload is written and read without Codable unless it holds a conflict; either way it is
+/// the JSON Codable writes, so stores written before read the same.
+@Suite("Sealed record payloads")
+struct SealedPayloadTests {
+    static let conflict = ConflictDetail(
+        conflictId: "c1", fields: ["status"], serverFields: ["status": "checked_in", "n": .integer(3)], serverVersion: 7)
+
+    @Test("written without Codable, read by Codable; written by Codable, read without it", arguments: [
+        LocalStore.SealedPayload(fields: ["name": "Zoë \"Q\"\n", "n": .integer(-1), "x": .number(0.5), "o": .object(["a": .array([.null, .bool(true)])])], syncError: nil, conflict: nil),
+        LocalStore.SealedPayload(fields: [:], syncError: "rejected: guest_cancelled — “refer to organizer”", conflict: nil),
+        LocalStore.SealedPayload(fields: ["status": "scanned"], syncError: "conflict on status", conflict: conflict),
+    ])
+    func compatible(payload: LocalStore.SealedPayload) throws {
+        let written = Data(try payload.jsonBytes())
+        let byCodable = try JSONDecoder().decode(LocalStore.SealedPayload.self, from: written)
+        #expect(byCodable.fields == payload.fields && byCodable.syncError == payload.syncError && byCodable.conflict == payload.conflict)
+        let read = try LocalStore.SealedPayload(jsonBytes: try JSONEncoder().encode(payload))
+        #expect(read.fields == payload.fields && read.syncError == payload.syncError && read.conflict == payload.conflict)
+    }
+
+    @Test("a payload that is not a record's is refused", arguments: ["[]", #"{"syncError":"x"}"#, #"{"fields":{},"syncError":3}"#, "{"])
+    func refused(text: String) {
+        #expect(throws: (any Error).self) { try LocalStore.SealedPayload(jsonBytes: Data(text.utf8)) }
+    }
+}
