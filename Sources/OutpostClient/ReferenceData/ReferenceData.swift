@@ -98,11 +98,15 @@ public struct ReferenceData: Sendable {
             collection: collection, scope: scope, continuation: continuation, limit: pageSize)
         let sealer = store.sealer
         let index = self.index
-        return PreparedPage(
-            response: response,
-            rows: try response.records.map {
-                try Self.prepare($0, collection: collection, scope: scope, sealer: sealer, index: index)
-            })
+        let prepare: @Sendable (ArraySlice<Change>) throws -> [PreparedRow] = { changes in
+            try changes.map { try Self.prepare($0, collection: collection, scope: scope, sealer: sealer, index: index) }
+        }
+        // Two halves at once: sealing and tokens are most of a page's CPU time on the device.
+        let records = response.records
+        let middle = records.count / 2
+        async let first = prepare(records[..<middle])
+        let second = try prepare(records[middle...])
+        return PreparedPage(response: response, rows: try await first + second)
     }
 
     private func storePage(_ prepared: PreparedPage, collection: String, scope: String, isFirst: Bool) async throws -> Int {
