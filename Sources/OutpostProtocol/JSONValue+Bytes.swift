@@ -67,6 +67,23 @@ extension JSONValue {
     }
 }
 
+extension JSONValue {
+    /// One member of a document that is an object, read without building the others (they are stepped
+    /// over, not checked): nil when the object has no such member.
+    ///
+    /// - Throws: ``JSONSyntaxError`` when the bytes up to that member are not a JSON object.
+    public static func member(_ name: String, ofObject bytes: some Collection<UInt8>) throws(JSONSyntaxError) -> JSONValue? {
+        let read: (UnsafeBufferPointer<UInt8>) -> Result<JSONValue?, JSONSyntaxError> = { buffer in
+            Result { () throws(JSONSyntaxError) in
+                var reader = JSONReader(bytes: buffer)
+                return try reader.member(Array(name.utf8))
+            }
+        }
+        if let result = bytes.withContiguousStorageIfAvailable(read) { return try result.get() }
+        return try Array(bytes).withUnsafeBufferPointer(read).get()
+    }
+}
+
 extension Dictionary where Key == String, Value == JSONValue {
     /// The object as compact JSON, keys sorted.
     public func jsonBytes() throws(JSONSyntaxError) -> [UInt8] {
@@ -416,6 +433,84 @@ struct JSONReader {
             value = next
         }
         return value
+    }
+
+    /// Reads the object's members until `name`, stepping over the others.
+    mutating func member(_ name: [UInt8]) throws(JSONSyntaxError) -> JSONValue? {
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw error("expected an object") }
+        index += 1
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { return nil }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key") }
+            let key = try string()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+            index += 1
+            skipWhitespace()
+            if key.utf8.elementsEqual(name) { return try value() }
+            try skipValue()
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end") }
+            switch bytes[index] {
+            case UInt8(ascii: ","): index += 1
+            case UInt8(ascii: "}"): return nil
+            default: throw error("expected ',' or '}'")
+            }
+        }
+    }
+
+    /// Steps over one value without building it.
+    mutating func skipValue() throws(JSONSyntaxError) {
+        guard index < bytes.count else { throw error("unexpected end") }
+        switch bytes[index] {
+        case UInt8(ascii: "\""):
+            index += 1
+            while index < bytes.count {
+                switch bytes[index] {
+                case UInt8(ascii: "\""): index += 1; return
+                case UInt8(ascii: "\\"): index += 2
+                default: index += 1
+                }
+            }
+            throw error("an unterminated string")
+        case UInt8(ascii: "{"), UInt8(ascii: "["):
+            let close = bytes[index] == UInt8(ascii: "{") ? UInt8(ascii: "}") : UInt8(ascii: "]")
+            try enter()
+            defer { depth -= 1 }
+            index += 1
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == close { index += 1; return }
+            while true {
+                skipWhitespace()
+                try skipValue()
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end") }
+                if close == UInt8(ascii: "}"), bytes[index] == UInt8(ascii: ":") {
+                    index += 1
+                    skipWhitespace()
+                    try skipValue()
+                    skipWhitespace()
+                    guard index < bytes.count else { throw error("unexpected end") }
+                }
+                if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+                if bytes[index] == close { index += 1; return }
+                throw error("expected ',' or a closing bracket")
+            }
+        default:
+            // A literal or a number: its characters up to the next delimiter.
+            let start = index
+            while index < bytes.count {
+                switch bytes[index] {
+                case UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), 0x20, 0x09, 0x0A, 0x0D: break
+                default: index += 1; continue
+                }
+                break
+            }
+            if index == start { throw error("unexpected character") }
+        }
     }
 
     func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }

@@ -64,6 +64,27 @@ struct JSONBytesTests {
         #expect(throws: JSONSyntaxError.self) { try JSONValue.number(.infinity).jsonBytes() }
     }
 
+    @Test("one member is read without building the others, and is the member the whole parse finds", arguments: 0..<10)
+    func member(seed: Int) throws {
+        var random = SplitMix(seed: UInt64(seed) + 500)
+        for _ in 0..<30 {
+            var object: [String: JSONValue] = [:]
+            for _ in 0..<Int.random(in: 0...6, using: &random) {
+                object[JSONValue.randomString(using: &random)] = JSONValue.random(depth: 0, using: &random)
+            }
+            let name = Bool.random(using: &random) ? "name" : JSONValue.randomString(using: &random)
+            if Bool.random(using: &random) { object[name] = .string("Ana \"Q\" Silva") }
+            let bytes = try JSONValue.object(object).jsonBytes()
+            #expect(try JSONValue.member(name, ofObject: bytes) == object[name]?.canonical)
+            // And with Foundation's spacing-free but differently escaped output.
+            let foundation = try JSONEncoder().encode(JSONValue.object(object))
+            #expect(try JSONValue.member(name, ofObject: foundation) == object[name]?.canonical)
+        }
+        #expect(try JSONValue.member("a", ofObject: Array(#" { "b" : [1, {"a": 2}, "}"] , "a" : true } "#.utf8)) == .bool(true))
+        #expect(try JSONValue.member("a", ofObject: Array("{}".utf8)) == nil)
+        #expect(throws: JSONSyntaxError.self) { try JSONValue.member("a", ofObject: Array("[1]".utf8)) }
+    }
+
     @Test("the writer escapes what JSON requires and keys come out sorted")
     func writer() throws {
         let text = "a\"b\\c\u{01}\u{1F}/é"

@@ -365,10 +365,22 @@ public struct ReferenceData: Sendable {
                 let candidates = try Row.fetchCursor(db, sql: sql, arguments: StatementArguments(arguments))
                 // Open candidates only until `limit` match: a two-letter prefix may have thousands.
                 var found: [ReferenceRecord] = []
+                let byName = !query.contains("@")
                 while found.count < limit, let row = try candidates.next() {
                     let id: String = row["record_id"]
-                    let fields = try sealer.open(
-                        json: [String: JSONValue].self, from: row["payload"], context: "reference:\(collection)/\(scope)/\(id)")
+                    let context = "reference:\(collection)/\(scope)/\(id)"
+                    let opened = try sealer.open(row["payload"], context: context)
+                    if byName {
+                        // Most candidates of a short prefix do not match: their name alone is read to see.
+                        let name = try? JSONValue.member("name", ofObject: opened)
+                        guard ReferenceIndex.matches(name: name?.stringValue, query: query) else { continue }
+                    }
+                    let fields: [String: JSONValue]
+                    do {
+                        fields = try [String: JSONValue](parsingObject: opened)
+                    } catch {
+                        throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
+                    }
                     if ReferenceIndex.matches(fields, query: query) {
                         found.append(ReferenceRecord(recordId: id, fields: fields, version: row["version"]))
                     }

@@ -129,7 +129,12 @@ struct ReferenceIndex: Sendable {
         if trimmed.contains("@") {
             return fields["email"]?.stringValue.map { Self.trimmed($0.lowercased()) == trimmed.lowercased() } ?? false
         }
-        let nameWords = words(fields["name"]?.stringValue ?? "")
-        return words(String(trimmed)).allSatisfy { queryWord in nameWords.contains { $0.hasPrefix(queryWord) } }
+        return matches(name: fields["name"]?.stringValue, query: query)
+    }
+
+    /// Whether a name matches a query of name words: every query word a prefix of a name word.
+    static func matches(name: String?, query: String) -> Bool {
+        let nameWords = words(name ?? "")
+        return words(String(trimmed(query))).allSatisfy { queryWord in nameWords.contains { $0.hasPrefix(queryWord) } }
     }
 }
