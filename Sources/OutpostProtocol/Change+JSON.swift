@@ -189,11 +189,8 @@ enum JSONShape {
     }
 
     static func write(_ changes: [Change], to output: inout [UInt8]) throws(JSONSyntaxError) {
-        output.append(UInt8(ascii: "["))
-        for (position, change) in changes.enumerated() {
-            if position > 0 { output.append(UInt8(ascii: ",")) }
+        try JSONWriter.array(changes, to: &output) { (change, output: inout [UInt8]) throws(JSONSyntaxError) in
             try change.writeJSON(to: &output)
         }
-        output.append(UInt8(ascii: "]"))
     }
 }

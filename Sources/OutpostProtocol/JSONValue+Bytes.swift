@@ -55,12 +55,9 @@ extension JSONValue {
             output.append(contentsOf: value.description.utf8)
         case .string(let value): JSONWriter.string(value, to: &output)
         case .array(let values):
-            output.append(UInt8(ascii: "["))
-            for (position, value) in values.enumerated() {
-                if position > 0 { output.append(UInt8(ascii: ",")) }
+            try JSONWriter.array(values, to: &output) { (value, output: inout [UInt8]) throws(JSONSyntaxError) in
                 try value.write(to: &output)
             }
-            output.append(UInt8(ascii: "]"))
         case .object(let object):
             try JSONWriter.object(object, to: &output)
         }
@@ -139,6 +136,21 @@ public enum JSONWriter {
             }
         }
         output.append(UInt8(ascii: "\""))
+    }
+
+    /// An array whose elements `write` writes, commas between.
+    public static func array<Element>(
+        _ elements: some Sequence<Element>, to output: inout [UInt8],
+        write: (Element, inout [UInt8]) throws(JSONSyntaxError) -> Void
+    ) throws(JSONSyntaxError) {
+        output.append(UInt8(ascii: "["))
+        var first = true
+        for element in elements {
+            if !first { output.append(UInt8(ascii: ",")) }
+            first = false
+            try write(element, &output)
+        }
+        output.append(UInt8(ascii: "]"))
     }
 
     /// An object, keys sorted.
@@ -220,12 +232,25 @@ struct JSONReader {
     mutating func object() throws(JSONSyntaxError) -> [String: JSONValue] {
         try enter()
         defer { depth -= 1 }
-        index += 1
         var object: [String: JSONValue] = [:]
+        try members { reader, key throws(JSONSyntaxError) in
+            object[key] = try reader.value()
+            return true
+        }
+        return object
+    }
+
+    /// Walks the object at the reader: after each key, `visit` reads or steps over the value and says whether
+    /// to go on. Stopped early, the reader stays just after the value `visit` read.
+    mutating func members(
+        _ visit: (inout JSONReader, String) throws(JSONSyntaxError) -> Bool
+    ) throws(JSONSyntaxError) {
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw error("expected an object") }
+        index += 1
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
-            return object
+            return
         }
         while true {
             skipWhitespace()
@@ -235,12 +260,12 @@ struct JSONReader {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
             skipWhitespace()
-            object[key] = try value()
+            guard try visit(&self, key) else { return }
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end") }
             switch bytes[index] {
             case UInt8(ascii: ","): index += 1
-            case UInt8(ascii: "}"): index += 1; return object
+            case UInt8(ascii: "}"): index += 1; return
             default: throw error("expected ',' or '}'")
             }
         }
@@ -438,28 +463,16 @@ struct JSONReader {
     /// Reads the object's members until `name`, stepping over the others.
     mutating func member(_ name: [UInt8]) throws(JSONSyntaxError) -> JSONValue? {
         skipWhitespace()
-        guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw error("expected an object") }
-        index += 1
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { return nil }
-        while true {
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key") }
-            let key = try string()
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
-            index += 1
-            skipWhitespace()
-            if key.utf8.elementsEqual(name) { return try value() }
-            try skipValue()
-            skipWhitespace()
-            guard index < bytes.count else { throw error("unexpected end") }
-            switch bytes[index] {
-            case UInt8(ascii: ","): index += 1
-            case UInt8(ascii: "}"): return nil
-            default: throw error("expected ',' or '}'")
+        var found: JSONValue?
+        try members { reader, key throws(JSONSyntaxError) in
+            guard key.utf8.elementsEqual(name) else {
+                try reader.skipValue()
+                return true
             }
+            found = try reader.value()
+            return false
         }
+        return found
     }
 
     /// Steps over one value without building it.

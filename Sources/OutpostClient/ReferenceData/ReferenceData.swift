@@ -168,11 +168,24 @@ public struct ReferenceData: Sendable {
     static let insertBatch = 50
 
     static func insertRecords(_ rows: [PreparedRow], collection: String, scope: String, db: Database) throws {
-        try insert(
-            rows, into: "reference_records (collection, scope, record_id, payload, version, tokens)", columns: 6, db: db
-        ) { row in
-            [collection.databaseValue, scope.databaseValue, row.recordId.databaseValue, row.payload.databaseValue,
-             row.version.databaseValue, ReferenceIndex.text(row.tokens).databaseValue]
+        let tuple = "(?, ?, ?, ?, ?, ?)"
+        var start = 0
+        while start < rows.count {
+            let count = min(insertBatch, rows.count - start)
+            let statement = try db.cachedStatement(
+                sql: "INSERT INTO reference_records (collection, scope, record_id, payload, version, tokens) VALUES "
+                    + Array(repeating: tuple, count: count).joined(separator: ", "))
+            // Plain `DatabaseValue`s: an array of existentials would take GRDB's `[Any]` path, a cast per value.
+            var arguments: [DatabaseValue] = []
+            arguments.reserveCapacity(count * 6)
+            for row in rows[start..<(start + count)] {
+                arguments += [
+                    collection.databaseValue, scope.databaseValue, row.recordId.databaseValue, row.payload.databaseValue,
+                    row.version.databaseValue, ReferenceIndex.text(row.tokens).databaseValue,
+                ]
+            }
+            try statement.execute(arguments: StatementArguments(arguments))
+            start += count
         }
     }
 
@@ -186,25 +199,6 @@ public struct ReferenceData: Sendable {
                 ORDER BY t.value, r.record_id
                 """,
             arguments: [collection, scope])
-    }
-
-    private static func insert<Element>(
-        _ elements: [Element], into target: String, columns: Int, db: Database,
-        values: (Element) -> [DatabaseValue]
-    ) throws {
-        let tuple = "(" + Array(repeating: "?", count: columns).joined(separator: ", ") + ")"
-        var start = 0
-        while start < elements.count {
-            let count = min(insertBatch, elements.count - start)
-            let statement = try db.cachedStatement(
-                sql: "INSERT INTO \(target) VALUES " + Array(repeating: tuple, count: count).joined(separator: ", "))
-            // Plain `DatabaseValue`s: an array of existentials would take GRDB's `[Any]` path, a cast per value.
-            var arguments: [DatabaseValue] = []
-            arguments.reserveCapacity(count * columns)
-            for element in elements[start..<(start + count)] { arguments.append(contentsOf: values(element)) }
-            try statement.execute(arguments: StatementArguments(arguments))
-            start += count
-        }
     }
 
     /// Stores one change to a record that may exist: only the search tokens that changed are touched (a
@@ -365,7 +359,7 @@ public struct ReferenceData: Sendable {
                 let candidates = try Row.fetchCursor(db, sql: sql, arguments: StatementArguments(arguments))
                 // Open candidates only until `limit` match: a two-letter prefix may have thousands.
                 var found: [ReferenceRecord] = []
-                let byName = !query.contains("@")
+                let byName = !ReferenceIndex.isEmail(query)
                 while found.count < limit, let row = try candidates.next() {
                     let id: String = row["record_id"]
                     let context = "reference:\(collection)/\(scope)/\(id)"

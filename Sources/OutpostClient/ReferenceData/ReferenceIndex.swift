@@ -97,11 +97,14 @@ struct ReferenceIndex: Sendable {
         return unique
     }
 
+    /// Whether a query is a whole e-mail rather than name words.
+    static func isEmail(_ query: some StringProtocol) -> Bool { query.contains("@") }
+
     /// The tokens a record must hold to match a query: one for an e-mail, else one per word of two letters
     /// or more (the longest indexed prefix of each); nil when the first word is shorter than two letters.
     func tokens(forQuery query: String) -> [Int64]? {
         let trimmed = Self.trimmed(query)
-        if trimmed.contains("@") { return [token("e", trimmed.lowercased())] }
+        if Self.isEmail(trimmed) { return [token("e", trimmed.lowercased())] }
         let words = Self.words(String(trimmed))
         guard let first = words.first, first.count >= 2 else { return nil }
         var tokens: [Int64] = []
@@ -126,7 +129,7 @@ struct ReferenceIndex: Sendable {
     /// Whether a candidate really matches: an e-mail exactly, or every query word a prefix of a name word.
     static func matches(_ fields: [String: JSONValue], query: String) -> Bool {
         let trimmed = Self.trimmed(query)
-        if trimmed.contains("@") {
+        if isEmail(trimmed) {
             return fields["email"]?.stringValue.map { Self.trimmed($0.lowercased()) == trimmed.lowercased() } ?? false
         }
         return matches(name: fields["name"]?.stringValue, query: query)

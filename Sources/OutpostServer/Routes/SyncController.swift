@@ -114,12 +114,9 @@ struct SyncController<Storage: SyncStorage> {
             bytes: try SnapshotResponse.jsonBytes(
                 count: page.count, total: state.total, continuation: continuation, cursor: isLast ? state.cursor : nil
             ) { (output: inout [UInt8]) throws(JSONSyntaxError) in
-                output.append(UInt8(ascii: "["))
-                for (position, row) in page.enumerated() {
-                    if position > 0 { output.append(UInt8(ascii: ",")) }
+                try JSONWriter.array(page, to: &output) { (row, output: inout [UInt8]) throws(JSONSyntaxError) in
                     try row.writeJSON(to: &output)
                 }
-                output.append(UInt8(ascii: "]"))
             })
     }
 }
