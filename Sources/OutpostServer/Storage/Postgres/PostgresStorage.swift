@@ -163,10 +163,12 @@ package struct PostgresStorage: SyncStorage {
             }
             var processed: [String: ProcessedMutation] = [:]
             if !keys.isEmpty {
+                // One primary-key lookup per key, however few rows the statistics give this tenant (see below).
                 let rows = try await connection.query(
                     """
-                    SELECT idempotency_key, content_hash, status, version, conflict FROM mutations
-                    WHERE tenant = \(tenant) AND idempotency_key = ANY(\(keys)::text[])
+                    SELECT m.* FROM unnest(\(keys)::text[]) AS u(k), LATERAL (
+                      SELECT idempotency_key, content_hash, status, version, conflict FROM mutations
+                      WHERE tenant = (SELECT \(tenant)::text) AND idempotency_key = u.k LIMIT 1) AS m
                     """, logger: logger)
                 for try await (key, hash, status, version, conflict) in rows.decode(
                     (String, String, String, Int64, String?).self)
@@ -181,11 +183,17 @@ package struct PostgresStorage: SyncStorage {
             // Duplicates are answered from their idempotency rows: their records need not be read.
             let toRead = PushPlanner.recordKeys(of: items, excluding: Set(processed.keys)).sorted()
             if !toRead.isEmpty {
+                // Planned as a join on the tenant's value, this lookup followed the statistics: a tenant they have
+                // not seen yet is estimated at one row, so every index starting with the tenant looked as cheap as
+                // the primary key, and the planner scanned all of the tenant's records for each key (a drain of
+                // 10,000 records slowed from 2 ms to 200 ms a chunk until the next ANALYZE). Here the tenant is a
+                // sub-select, whose value the planner does not look up, and each key is its own lateral lookup: a
+                // primary-key probe whatever the statistics say.
                 let rows = try await connection.query(
                     """
-                    SELECT \(unescaped: Self.recordColumns) FROM records
-                    WHERE tenant = \(tenant) AND (collection, record_id) IN (
-                      SELECT * FROM unnest(\(toRead.map(\.collection))::text[], \(toRead.map(\.recordId))::text[]))
+                    SELECT r.* FROM unnest(\(toRead.map(\.collection))::text[], \(toRead.map(\.recordId))::text[]) AS u(c, i),
+                    LATERAL (SELECT \(unescaped: Self.recordColumns) FROM records
+                             WHERE tenant = (SELECT \(tenant)::text) AND collection = u.c AND record_id = u.i LIMIT 1) AS r
                     """, logger: logger)
                 for try await row in rows {
                     let record = try Self.record(row)
