@@ -163,13 +163,7 @@ package struct PostgresStorage: SyncStorage {
             }
             var processed: [String: ProcessedMutation] = [:]
             if !keys.isEmpty {
-                // One primary-key lookup per key, however few rows the statistics give this tenant (see below).
-                let rows = try await connection.query(
-                    """
-                    SELECT m.* FROM unnest(\(keys)::text[]) AS u(k), LATERAL (
-                      SELECT idempotency_key, content_hash, status, version, conflict FROM mutations
-                      WHERE tenant = (SELECT \(tenant)::text) AND idempotency_key = u.k LIMIT 1) AS m
-                    """, logger: logger)
+                let rows = try await connection.query(Self.processedLookup(tenant: tenant, keys: keys), logger: logger)
                 for try await (key, hash, status, version, conflict) in rows.decode(
                     (String, String, String, Int64, String?).self)
                 {
@@ -183,18 +177,7 @@ package struct PostgresStorage: SyncStorage {
             // Duplicates are answered from their idempotency rows: their records need not be read.
             let toRead = PushPlanner.recordKeys(of: items, excluding: Set(processed.keys)).sorted()
             if !toRead.isEmpty {
-                // Planned as a join on the tenant's value, this lookup followed the statistics: a tenant they have
-                // not seen yet is estimated at one row, so every index starting with the tenant looked as cheap as
-                // the primary key, and the planner scanned all of the tenant's records for each key (a drain of
-                // 10,000 records slowed from 2 ms to 200 ms a chunk until the next ANALYZE). Here the tenant is a
-                // sub-select, whose value the planner does not look up, and each key is its own lateral lookup: a
-                // primary-key probe whatever the statistics say.
-                let rows = try await connection.query(
-                    """
-                    SELECT r.* FROM unnest(\(toRead.map(\.collection))::text[], \(toRead.map(\.recordId))::text[]) AS u(c, i),
-                    LATERAL (SELECT \(unescaped: Self.recordColumns) FROM records
-                             WHERE tenant = (SELECT \(tenant)::text) AND collection = u.c AND record_id = u.i LIMIT 1) AS r
-                    """, logger: logger)
+                let rows = try await connection.query(Self.recordLookup(tenant: tenant, keys: toRead), logger: logger)
                 for try await row in rows {
                     let record = try Self.record(row)
                     records[record.key] = record
@@ -419,6 +402,30 @@ package struct PostgresStorage: SyncStorage {
     }
 
     // MARK: Helpers
+
+    /// The idempotency rows of `keys`: one primary-key probe per key.
+    ///
+    /// Planned as a join on the tenant's value, these lookups followed the statistics: a tenant they have not
+    /// seen yet is estimated at one row, so every index starting with the tenant looked as cheap as the primary
+    /// key, and the planner scanned all of the tenant's rows for each key (a drain of 10,000 records slowed from
+    /// 2 ms to 200 ms a chunk until the next ANALYZE). Here the tenant is a sub-select, whose value the planner
+    /// does not look up, and each key is a lateral lookup of its own: a probe whatever the statistics say.
+    static func processedLookup(tenant: String, keys: [String]) -> PostgresQuery {
+        """
+        SELECT m.* FROM unnest(\(keys)::text[]) AS u(k), LATERAL (
+          SELECT idempotency_key, content_hash, status, version, conflict FROM mutations
+          WHERE tenant = (SELECT \(tenant)::text) AND idempotency_key = u.k LIMIT 1) AS m
+        """
+    }
+
+    /// The records of `keys`, planned as ``processedLookup(tenant:keys:)`` is.
+    static func recordLookup(tenant: String, keys: [RecordKey]) -> PostgresQuery {
+        """
+        SELECT r.* FROM unnest(\(keys.map(\.collection))::text[], \(keys.map(\.recordId))::text[]) AS u(c, i),
+        LATERAL (SELECT \(unescaped: recordColumns) FROM records
+                 WHERE tenant = (SELECT \(tenant)::text) AND collection = u.c AND record_id = u.i LIMIT 1) AS r
+        """
+    }
 
     static let recordColumns =
         "collection, record_id, scope, version, tombstone, fields, meta, created_at, updated_at"
