@@ -136,46 +136,79 @@ extension SnapshotResponse {
     }
 }
 
-/// Reading typed members out of a parsed object, with errors that name the member.
+/// Reading typed members out of a parsed object, with errors that name the member: `path` (such as
+/// `mutations[3].`) prefixes the name.
 enum JSONShape {
     static func error(_ reason: String) -> JSONSyntaxError { JSONSyntaxError(offset: 0, reason: reason) }
 
-    static func member(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> JSONValue {
-        guard let value = object[key] else { throw error("\(key) is missing") }
+    static func member(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+        -> JSONValue
+    {
+        guard let value = object[key] else { throw error("\(path)\(key) is missing") }
         return value
     }
 
-    static func string(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> String {
-        guard case .string(let value) = try member(object, key) else { throw error("\(key) must be a string") }
+    static func string(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+        -> String
+    {
+        guard case .string(let value) = try member(object, key, in: path) else {
+            throw error("\(path)\(key) must be a string")
+        }
         return value
     }
 
-    static func optionalString(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> String? {
+    static func optionalString(_ object: [String: JSONValue], _ key: String, in path: String = "")
+        throws(JSONSyntaxError) -> String?
+    {
         switch object[key] {
         case nil, .null?: return nil
         case .string(let value)?: return value
-        default: throw error("\(key) must be a string")
+        default: throw error("\(path)\(key) must be a string")
         }
     }
 
-    static func integer(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> Int64 {
-        guard case .integer(let value) = try member(object, key) else { throw error("\(key) must be an integer") }
+    static func integer(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+        -> Int64
+    {
+        guard case .integer(let value) = try member(object, key, in: path) else {
+            throw error("\(path)\(key) must be an integer")
+        }
         return value
     }
 
-    static func bool(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> Bool {
-        guard case .bool(let value) = try member(object, key) else { throw error("\(key) must be true or false") }
+    static func optionalInteger(_ object: [String: JSONValue], _ key: String, in path: String = "")
+        throws(JSONSyntaxError) -> Int64?
+    {
+        switch object[key] {
+        case nil, .null?: return nil
+        case .integer(let value)?: return value
+        default: throw error("\(path)\(key) must be an integer")
+        }
+    }
+
+    static func bool(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+        -> Bool
+    {
+        guard case .bool(let value) = try member(object, key, in: path) else {
+            throw error("\(path)\(key) must be true or false")
+        }
         return value
     }
 
-    static func object(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> [String: JSONValue] {
-        guard case .object(let value) = try member(object, key) else { throw error("\(key) must be an object") }
+    static func object(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+        -> [String: JSONValue]
+    {
+        guard case .object(let value) = try member(object, key, in: path) else {
+            throw error("\(path)\(key) must be an object")
+        }
         return value
     }
 
-    static func timestamp(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> Timestamp {
-        guard let value = Timestamp(iso8601: try string(object, key)) else {
-            throw error("\(key) must be an ISO 8601 time with milliseconds")
+    static func timestamp(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+        -> Timestamp
+    {
+        guard let value = Timestamp(iso8601: try string(object, key, in: path)) else {
+            throw error("\(path)\(key) must be an ISO 8601 time with milliseconds, such as 2026-11-21T13:47:35.123Z")
         }
         return value
     }

@@ -52,7 +52,9 @@ extension JSONValue {
         case .integer(let value): output.append(contentsOf: String(value).utf8)
         case .number(let value):
             guard value.isFinite else { throw JSONSyntaxError(offset: output.count, reason: "a number that is not finite") }
-            output.append(contentsOf: value.description.utf8)
+            // As Foundation writes a double: a whole one without its ".0".
+            let text = value.description
+            output.append(contentsOf: text.hasSuffix(".0") ? text.utf8.dropLast(2) : text.utf8[...])
         case .string(let value): JSONWriter.string(value, to: &output)
         case .array(let values):
             try JSONWriter.array(values, to: &output) { (value, output: inout [UInt8]) throws(JSONSyntaxError) in

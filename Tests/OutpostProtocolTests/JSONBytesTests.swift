@@ -85,6 +85,19 @@ struct JSONBytesTests {
         #expect(throws: JSONSyntaxError.self) { try JSONValue.member("a", ofObject: Array("[1]".utf8)) }
     }
 
+    @Test("the writer writes the bytes Foundation's sorted-key encoder writes", arguments: 0..<100)
+    func foundationBytes(seed: Int) throws {
+        var random = SplitMix(seed: UInt64(seed) + 900)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        for _ in 0..<50 {
+            let value = JSONValue.random(depth: 0, using: &random)
+            let ours = String(decoding: try value.jsonBytes(), as: UTF8.self)
+            let theirs = String(decoding: try encoder.encode(value), as: UTF8.self)
+            #expect(ours == theirs)
+        }
+    }
+
     @Test("the writer escapes what JSON requires and keys come out sorted")
     func writer() throws {
         let text = "a\"b\\c\u{01}\u{1F}/é"

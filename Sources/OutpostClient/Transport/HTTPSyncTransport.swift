@@ -33,8 +33,9 @@ public struct HTTPSyncTransport: SyncTransport {
     }
 
     public func push(_ request: PushRequest) async throws -> PushResponse {
-        let body = try JSONEncoder().encode(request)
-        return try await send(.POST, path: "/v1/push", query: [], body: body)
+        return try await send(
+            .POST, path: "/v1/push", query: [], body: Data(try request.jsonBytes()),
+            decode: { try PushResponse(jsonBytes: $0) })
     }
 
     public func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {

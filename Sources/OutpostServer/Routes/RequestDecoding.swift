@@ -6,6 +6,37 @@ import OutpostProtocol
 enum RequestDecoding {
     /// Collects at most `maxBytes` of body and decodes it as `T`.
     static func decodeBody<T: Decodable>(_ type: T.Type, from request: Request, maxBytes: Int) async throws -> T {
+        let buffer = try await collectBody(of: request, maxBytes: maxBytes)
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(buffer: buffer))
+        } catch let error as DecodingError {
+            throw OutpostHTTPError.badRequest(describe(error), code: .invalidJSON)
+        } catch {
+            throw OutpostHTTPError.badRequest("the request body is not valid JSON", code: .invalidJSON)
+        }
+    }
+
+    /// Collects at most `maxBytes` of body, parses it, and reads it with `read`: for the bodies read without
+    /// Codable (see `PushRequest.init(json:)`). Errors name the byte or the member, never a value.
+    static func parseBody<T>(
+        from request: Request, maxBytes: Int, as read: (JSONValue) throws(JSONSyntaxError) -> T
+    ) async throws -> T {
+        let buffer = try await collectBody(of: request, maxBytes: maxBytes)
+        let value: JSONValue
+        do {
+            value = try JSONValue(parsing: buffer.readableBytesView)
+        } catch {
+            throw OutpostHTTPError.badRequest(
+                "the request body is not valid JSON: \(error.reason) at byte \(error.offset)", code: .invalidJSON)
+        }
+        do {
+            return try read(value)
+        } catch {
+            throw OutpostHTTPError.badRequest(error.reason, code: .invalidJSON)
+        }
+    }
+
+    private static func collectBody(of request: Request, maxBytes: Int) async throws -> ByteBuffer {
         var request = request
         let buffer: ByteBuffer
         do {
@@ -17,13 +48,7 @@ enum RequestDecoding {
         guard buffer.readableBytes > 0 else {
             throw OutpostHTTPError.badRequest("the request body is empty; expected JSON", code: .invalidJSON)
         }
-        do {
-            return try JSONDecoder().decode(T.self, from: Data(buffer: buffer))
-        } catch let error as DecodingError {
-            throw OutpostHTTPError.badRequest(describe(error), code: .invalidJSON)
-        } catch {
-            throw OutpostHTTPError.badRequest("the request body is not valid JSON", code: .invalidJSON)
-        }
+        return buffer
     }
 
     /// Says where and what, never echoing the offending value.

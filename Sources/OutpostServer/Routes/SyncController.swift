@@ -19,8 +19,9 @@ struct SyncController<Storage: SyncStorage> {
 
     @Sendable func push(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
-        let body = try await RequestDecoding.decodeBody(
-            PushRequest.self, from: request, maxBytes: configuration.maxBodyBytes)
+        let body = try await RequestDecoding.parseBody(from: request, maxBytes: configuration.maxBodyBytes) {
+            (json: JSONValue) throws(JSONSyntaxError) in try PushRequest(json: json)
+        }
         guard Identifier.isValid(body.deviceId) else {
             throw OutpostHTTPError.badRequest("deviceId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }
@@ -44,7 +45,7 @@ struct SyncController<Storage: SyncStorage> {
             receivedAt: Timestamp(receivedAt))
         let results = try await storage.push(items, context: context, collections: configuration.collections)
         metrics.count(results)
-        return try .json(PushResponse(results: results))
+        return .json(bytes: try PushResponse(results: results).jsonBytes())
     }
 
     @Sendable func pull(_ request: Request, context: OutpostRequestContext) async throws -> Response {

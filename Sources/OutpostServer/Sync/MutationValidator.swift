@@ -89,7 +89,7 @@ struct MutationValidator: Sendable {
 
     /// A digest of everything a mutation says, so that a key sent again with other content is caught.
     static func contentHash(of mutation: Mutation) -> String {
-        let data = (try? StorageCoding.encoder.encode(mutation)) ?? Data()
-        return SHA256.hash(data: data).hexString
+        // The bytes a sorted-key JSONEncoder writes, as every stored hash was made (see `Mutation.jsonBytes()`).
+        SHA256.hash(data: (try? mutation.jsonBytes()) ?? []).hexString
     }
 }

@@ -15,6 +15,20 @@ struct FieldStamp: Sendable, Hashable, Codable, Comparable {
     /// The record version at which this value was written.
     var v: Int64
 
+    /// `{"d":…,"k":…,"t":…,"v":…}`, as a sorted-key `JSONEncoder` writes it.
+    func writeJSON(to output: inout [UInt8]) {
+        output.append(UInt8(ascii: "{"))
+        JSONWriter.key("d", first: true, to: &output)
+        JSONWriter.string(d, to: &output)
+        JSONWriter.key("k", to: &output)
+        JSONWriter.string(k, to: &output)
+        JSONWriter.key("t", to: &output)
+        output.append(contentsOf: String(t).utf8)
+        JSONWriter.key("v", to: &output)
+        output.append(contentsOf: String(v).utf8)
+        output.append(UInt8(ascii: "}"))
+    }
+
     static func < (lhs: FieldStamp, rhs: FieldStamp) -> Bool {
         (lhs.t, lhs.d, lhs.k) < (rhs.t, rhs.d, rhs.k)
     }
@@ -137,6 +151,54 @@ enum StorageCoding {
         } catch {
             throw StorageError(.corrupt, "stored fields do not decode")
         }
+    }
+
+    /// A record's merge stamps, written on every push of it, skip Codable too: the same JSON, keys sorted.
+    static func encode(_ meta: StoredRecord.Meta) -> String {
+        var output: [UInt8] = []
+        output.reserveCapacity(24 + meta.stamps.count * 96)
+        output.append(UInt8(ascii: "{"))
+        var first = true
+        if let deletion = meta.deletion {
+            JSONWriter.key("deletion", first: true, to: &output)
+            deletion.writeJSON(to: &output)
+            first = false
+        }
+        JSONWriter.key("stamps", first: first, to: &output)
+        output.append(UInt8(ascii: "{"))
+        for (position, field) in meta.stamps.keys.sorted().enumerated() {
+            JSONWriter.key(field, first: position == 0, to: &output)
+            meta.stamps[field]!.writeJSON(to: &output)
+        }
+        output.append(contentsOf: "}}".utf8)
+        return String(decoding: output, as: UTF8.self)
+    }
+
+    static func decode(_ type: StoredRecord.Meta.Type, from text: String) throws -> StoredRecord.Meta {
+        func stamp(_ value: JSONValue) -> FieldStamp? {
+            guard case .object(let object) = value, case .integer(let t)? = object["t"], case .string(let d)? = object["d"],
+                case .string(let k)? = object["k"], case .integer(let v)? = object["v"]
+            else { return nil }
+            return FieldStamp(t: t, d: d, k: k, v: v)
+        }
+        guard case .object(let object)? = try? JSONValue(parsing: text) else {
+            throw StorageError(.corrupt, "a stored record's stamps do not decode")
+        }
+        var meta = StoredRecord.Meta()
+        if let deletion = object["deletion"], deletion != .null {
+            guard let parsed = stamp(deletion) else { throw StorageError(.corrupt, "a stored record's stamps do not decode") }
+            meta.deletion = parsed
+        }
+        if case .object(let stamps)? = object["stamps"] {
+            meta.stamps.reserveCapacity(stamps.count)
+            for (field, value) in stamps {
+                guard let parsed = stamp(value) else { throw StorageError(.corrupt, "a stored record's stamps do not decode") }
+                meta.stamps[field] = parsed
+            }
+        } else if object["stamps"] != nil {
+            throw StorageError(.corrupt, "a stored record's stamps do not decode")
+        }
+        return meta
     }
 
     static func decode<T: Decodable>(_ type: T.Type, from text: String) throws -> T {

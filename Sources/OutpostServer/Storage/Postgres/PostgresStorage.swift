@@ -202,7 +202,7 @@ package struct PostgresStorage: SyncStorage {
                 FROM unnest(\(r.map(\.collection))::text[], \(r.map(\.recordId))::text[], \(r.map(\.scope))::text[],
                             \(r.map(\.version))::bigint[], \(r.map(\.tombstone))::boolean[],
                             \(try r.map { try StorageCoding.encode($0.fields) })::text[],
-                            \(try r.map { try StorageCoding.encode($0.meta) })::text[],
+                            \(r.map { StorageCoding.encode($0.meta) })::text[],
                             \(r.map(\.createdAt))::bigint[], \(r.map(\.updatedAt))::bigint[])
                      WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, n)
                 ORDER BY n

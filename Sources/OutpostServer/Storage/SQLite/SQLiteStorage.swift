@@ -113,7 +113,7 @@ package struct SQLiteStorage: SyncStorage {
                 try upsert.execute(
                     arguments: [
                         tenant, record.collection, record.recordId, record.scope, record.version, record.tombstone,
-                        try StorageCoding.encode(record.fields), try StorageCoding.encode(record.meta),
+                        try StorageCoding.encode(record.fields), StorageCoding.encode(record.meta),
                         record.createdAt, record.updatedAt, seq,
                     ])
             }
