@@ -1,5 +1,6 @@
 import Foundation
 import OutpostProtocol
+import PostgresNIO
 import Testing
 
 @testable import OutpostServer
@@ -62,6 +63,36 @@ struct PostgresGapFreeTests {
         }
     }
 
+    @Test("a key another process claims while this one works is answered as a duplicate, applied once")
+    func keyClaimedConcurrently() async throws {
+        try await withPostgresDatabase { url in
+            let location = try PostgresLocation(url: url)
+            let gate = Gate()
+            // Given one process that has written a key and holds its transaction open,
+            let first = PostgresStorage(
+                location: location, logger: Fixtures.quietLogger, beforeCommit: { await gate.arriveAndWait() })
+            let second = PostgresStorage(location: location, logger: Fixtures.quietLogger)
+            try await first.withRunning { first in
+                try await second.withRunning { second in
+                    try await second.migrate()
+                    let mutation = Fixtures.upsert("r1", ["n": 1])
+                    let firstPush = Task { try await first.push([mutation]) }
+                    await gate.waitForArrival()
+                    // when another process is sent the same key (it finds no claim yet, then waits on the
+                    // record's lock) and the first commits,
+                    let secondPush = Task { try await second.push([mutation], device: "dev-b") }
+                    try await Self.waitForLockWaiter(second)
+                    await gate.open()
+                    // then the first applies it, the second answers a duplicate, and the record is written once.
+                    #expect(try await firstPush.value[0].status == .applied)
+                    #expect(try await secondPush.value[0].status == .duplicate)
+                    #expect(try await second.pullAll().records.map(\.version) == [1])
+                    #expect(try await second.audit(tenant: "acme", collection: "notes", recordId: "r1").count == 1)
+                }
+            }
+        }
+    }
+
     @Test("several server processes share one database as one server")
     func twoProcessesOneDatabase() async throws {
         try await withPostgresDatabase { url in
@@ -84,6 +115,20 @@ struct PostgresGapFreeTests {
                 }
             }
         }
+    }
+}
+
+extension PostgresGapFreeTests {
+    /// Returns once a transaction waits for an advisory lock: the second writer has read the claims and
+    /// queued behind the first.
+    static func waitForLockWaiter(_ storage: PostgresStorage) async throws {
+        for _ in 0..<1000 {
+            let rows = try await storage.client.query(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted", logger: Fixtures.quietLogger)
+            for try await waiting in rows.decode(Int64.self) where waiting > 0 { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        Issue.record("no transaction came to wait for the record's lock")
     }
 }
 

@@ -148,11 +148,24 @@ package struct PostgresStorage: SyncStorage {
     {
         let tenant = context.tenant
         let keys = Array(Set(items.compactMap(\.key)))
-        let recordKeys = PushPlanner.recordKeys(of: items).sorted()
+        // Idempotency rows never change once committed, so they are read before any transaction or lock: a
+        // push of keys the server has all seen (a device replaying chunks whose answers it never heard) is
+        // answered by this one query. A key another push claims after this read is caught when the insert
+        // below claims fewer keys than planned, and the push starts again.
+        let processed = keys.isEmpty ? [:] : try await client.withConnection { connection in
+            try await Self.processed(tenant: tenant, keys: keys, connection: connection, logger: logger)
+        }
+        // Duplicates are answered from their idempotency rows: their records need not be read or locked.
+        let toRead = PushPlanner.recordKeys(of: items, excluding: Set(processed.keys)).sorted()
+        if toRead.isEmpty {
+            let plan = PushPlanner.plan(
+                items, context: context, processed: processed, records: [:], collections: collections)
+            if plan.records.isEmpty && plan.mutations.isEmpty && plan.conflicts.isEmpty { return plan.results }
+        }
         return try await client.withTransaction(logger: logger) { connection in
             // Per-record locks, taken in one order by every writer, make read-merge-write safe for records
             // that do not exist yet; rows of other records are never blocked.
-            let locks = recordKeys.map { Self.lockKey(tenant: tenant, $0) }.sorted()
+            let locks = toRead.map { Self.lockKey(tenant: tenant, $0) }.sorted()
             if !locks.isEmpty {
                 try await connection.query(
                     """
@@ -161,21 +174,7 @@ package struct PostgresStorage: SyncStorage {
                       ORDER BY k) AS ordered) AS locked
                     """, logger: logger)
             }
-            var processed: [String: ProcessedMutation] = [:]
-            if !keys.isEmpty {
-                let rows = try await connection.query(Self.processedLookup(tenant: tenant, keys: keys), logger: logger)
-                for try await (key, hash, status, version, conflict) in rows.decode(
-                    (String, String, String, Int64, String?).self)
-                {
-                    processed[key] = ProcessedMutation(
-                        contentHash: hash, status: MutationResult.Status(rawValue: status) ?? .applied,
-                        version: version,
-                        conflict: try conflict.map { try StorageCoding.decode(ConflictDetail.self, from: $0) })
-                }
-            }
             var records: [RecordKey: StoredRecord] = [:]
-            // Duplicates are answered from their idempotency rows: their records need not be read.
-            let toRead = PushPlanner.recordKeys(of: items, excluding: Set(processed.keys)).sorted()
             if !toRead.isEmpty {
                 let rows = try await connection.query(Self.recordLookup(tenant: tenant, keys: toRead), logger: logger)
                 for try await row in rows {
@@ -189,6 +188,20 @@ package struct PostgresStorage: SyncStorage {
             try await beforeCommit?()
             return plan.results
         }
+    }
+
+    /// What earlier pushes left under `keys`.
+    private static func processed(tenant: String, keys: [String], connection: PostgresConnection, logger: Logger)
+        async throws -> [String: ProcessedMutation]
+    {
+        var processed: [String: ProcessedMutation] = [:]
+        let rows = try await connection.query(processedLookup(tenant: tenant, keys: keys), logger: logger)
+        for try await (key, hash, status, version, conflict) in rows.decode((String, String, String, Int64, String?).self) {
+            processed[key] = ProcessedMutation(
+                contentHash: hash, status: MutationResult.Status(rawValue: status) ?? .applied, version: version,
+                conflict: try conflict.map { try StorageCoding.decode(ConflictDetail.self, from: $0) })
+        }
+        return processed
     }
 
     private func write(_ plan: PushPlan, tenant: String, connection: PostgresConnection) async throws {
