@@ -186,6 +186,9 @@ struct MonitorTests {
         #expect(html.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;quotes&#39;"))
         #expect(html.components(separatedBy: "sync-monitor-stale-pill").count == 2)
         #expect(MonitorPages.escape(#"<a href="x">'&'</a>"#) == "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;")
+        // A quote carrying a combining mark is still a quote to the browser; other text passes unchanged.
+        #expect(MonitorPages.escape("\"\u{0301}x") == "&quot;\u{0301}x")
+        #expect(MonitorPages.escape("Zoë 漢 😀") == "Zoë 漢 😀")
     }
 
     @Test("/metrics passes promtool check metrics")

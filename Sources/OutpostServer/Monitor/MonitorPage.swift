@@ -166,19 +166,23 @@ package struct MonitorPages: Sendable {
 
     /// Text made safe for HTML content and attribute values: `& < > " '`, as Mustache escapes them.
     static func escape(_ text: String) -> String {
-        var out = ""
-        out.reserveCapacity(text.utf8.count)
-        for character in text {
-            switch character {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            case "'": out += "&#39;"
-            default: out.append(character)
+        // Byte by byte: the five characters are ASCII, which UTF-8 never uses inside a longer sequence, and
+        // so a quote followed by a combining mark is escaped too. Most texts have none of them.
+        let special: (UInt8) -> Bool = { $0 == 0x26 || $0 == 0x3C || $0 == 0x3E || $0 == 0x22 || $0 == 0x27 }
+        guard text.utf8.contains(where: special) else { return text }
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count + 16)
+        for byte in text.utf8 {
+            switch byte {
+            case 0x26: out.append(contentsOf: "&amp;".utf8)
+            case 0x3C: out.append(contentsOf: "&lt;".utf8)
+            case 0x3E: out.append(contentsOf: "&gt;".utf8)
+            case 0x22: out.append(contentsOf: "&quot;".utf8)
+            case 0x27: out.append(contentsOf: "&#39;".utf8)
+            default: out.append(byte)
             }
         }
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// "2026-11-21 09:12:05 UTC".
