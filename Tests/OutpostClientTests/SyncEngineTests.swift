@@ -151,6 +151,59 @@ struct SyncEngineTests {
         }
     }
 
+    @Test("a record with an entry still queued after the chunk, or set aside, is not marked synced by it")
+    func stillQueuedAfterChunk() async throws {
+        /// Reads the store when the second chunk goes out: the first chunk's results are applied by then.
+        final class Observer: SyncTransport, @unchecked Sendable {
+            let inner: InMemoryTransport
+            let store: LocalStore
+            var pushes = 0
+            var seenAtSecond: [String: RecordSyncStatus] = [:]
+            init(inner: InMemoryTransport, store: LocalStore) {
+                self.inner = inner
+                self.store = store
+            }
+            func push(_ request: PushRequest) async throws -> PushResponse {
+                pushes += 1
+                if pushes == 3 {
+                    for id in ["a", "b0", "x"] { seenAtSecond[id] = try await store.record(collection: "notes", recordId: id)?.syncStatus }
+                }
+                return try await inner.push(request)
+            }
+            func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
+                try await inner.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
+            }
+            func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse {
+                try await inner.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
+            }
+            func health() async throws -> HealthResponse { try await inner.health() }
+        }
+        try await withStore { store, _ in
+            let server = InMemoryServer(rejecting: {
+                $0.fields["n"] == .integer(-1) ? .init(code: .invalidFields, message: "n must not be negative") : nil
+            })
+            let observer = Observer(inner: InMemoryTransport(server: server), store: store)
+            let engine = SyncEngine(
+                store: store, transport: observer, configuration: SyncConfiguration(deviceId: "dev-1"),
+                clock: TestClock<Duration>(), now: ManualNow().closure)
+            // Given x's first entry refused and set aside (the first push),
+            _ = try await engine.save(note("x", ["n": -1]))
+            #expect(try await engine.sync().failed == 1)
+            // and a queue whose first chunk holds a and 49 others, and whose second holds a again and x fixed,
+            _ = try await engine.save(note("a"))
+            for i in 0..<49 { _ = try await engine.save(note("b\(i)")) }
+            _ = try await engine.save(note("a", ["n": 2]))
+            _ = try await engine.save(note("x", ["n": 3]))
+            _ = try await engine.sync()
+            // then after the first chunk, a still waits for its second entry while b0 is synced;
+            #expect(observer.seenAtSecond["a"] == .pending)
+            #expect(observer.seenAtSecond["b0"] == .synced)
+            // and at the end a is synced, while x, whose refused entry is still set aside, is not.
+            #expect(try await store.record(collection: "notes", recordId: "a")?.syncStatus == .synced)
+            #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus != .synced)
+        }
+    }
+
     @Test("a conflict marks the record failed and keeps the server's value for the app")
     func conflictKept() async throws {
         struct Conflicting: SyncTransport {

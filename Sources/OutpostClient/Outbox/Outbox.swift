@@ -53,12 +53,17 @@ extension LocalStore {
     /// `applied` and `duplicate` confirm the entry; `conflict` confirms it and marks the record failed with
     /// the server's value kept; `rejected` keeps the entry aside and marks the record failed with the reason.
     /// A record becomes synced only when none of its entries remain.
+    ///
+    /// The server can give every one of these answers again, so the commit does not flush (see
+    /// ``writeUnflushed(_:)``).
     func apply(_ results: [(OutboxEntry, MutationResult)], at date: Date) async throws {
         let sealer = self.sealer
         try await perform {
-            try await self.queue.write { db in
+            try await self.writeUnflushed { db in
                 let now = Timestamp(date).millisecondsSince1970
                 var touched: [RecordKey: (error: String?, conflict: ConflictDetail?, version: Int64?)] = [:]
+                // The time of each touched record's last entry in this chunk.
+                var lastEntry: [RecordKey: Int64] = [:]
                 // Cached: compiling a statement per entry cost more than running it.
                 let delete = try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq = ?")
                 let setAside = try db.cachedStatement(
@@ -86,22 +91,15 @@ extension LocalStore {
                         outcome.error = result.error?.message ?? "rejected by the server"
                     }
                     touched[key] = outcome
+                    lastEntry[key] = max(lastEntry[key] ?? .min, entry.mutation.clientTimestamp.millisecondsSince1970)
                 }
-                // What stays queued of the touched records, in one pass over the outbox (it has no index on
-                // record ids, so that local writes stay cheap), without grouping the rest.
-                var queued: [RecordKey: Int] = [:]
-                let ids = Array(Set(touched.keys.map(\.recordId)))
-                let marks = Array(repeating: "?", count: ids.count).joined(separator: ", ")
-                for row in ids.isEmpty ? [] : try Row.fetchAll(
-                    db, sql: "SELECT collection, record_id FROM outbox WHERE record_id IN (\(marks))",
-                    arguments: StatementArguments(ids))
-                {
-                    let key = RecordKey(row["collection"], row["record_id"])
-                    if touched[key] != nil { queued[key, default: 0] += 1 }
+                var records: [RecordKey: LocalRecord] = [:]
+                for key in touched.keys {
+                    records[key] = try Self.record(db, collection: key.collection, recordId: key.recordId, sealer: sealer)
                 }
+                let queued = try Self.stillQueued(records: records, lastEntry: lastEntry, db: db)
                 for (key, outcome) in touched {
-                    guard var record = try Self.record(db, collection: key.collection, recordId: key.recordId, sealer: sealer)
-                    else { continue }
+                    guard var record = records[key] else { continue }
                     let stillQueued = queued[key] ?? 0
                     if let version = outcome.version { record.version = max(record.version ?? 0, version) }
                     record.lastSyncAttempt = date
@@ -118,6 +116,36 @@ extension LocalStore {
                 }
             }
         }
+    }
+
+    /// How many outbox entries each of `records` still has, after a chunk's entries were confirmed or set aside.
+    ///
+    /// The outbox has no index on record ids, so that local writes stay cheap, and a pass over it per chunk
+    /// was a quarter of a drain. Most records need none: one whose last local write is its last entry in the
+    /// chunk (its `updated_at` is that entry's time, and device time only moves forward) has no later entry,
+    /// so only entries set aside can remain, and those have a partial index of their own. The others, written
+    /// again meanwhile or changed by a pull, are counted in one pass.
+    static func stillQueued(records: [RecordKey: LocalRecord], lastEntry: [RecordKey: Int64], db: Database) throws
+        -> [RecordKey: Int]
+    {
+        var queued: [RecordKey: Int] = [:]
+        var exact = Set<RecordKey>()
+        var unsure = Set<RecordKey>()
+        for (key, record) in records {
+            if record.updatedAt.millisecondsSince1970 == lastEntry[key] { exact.insert(key) } else { unsure.insert(key) }
+        }
+        func count(_ keys: Set<RecordKey>, sql: String) throws {
+            let ids = Array(Set(keys.map(\.recordId)))
+            guard !ids.isEmpty else { return }
+            let marks = Array(repeating: "?", count: ids.count).joined(separator: ", ")
+            for row in try Row.fetchAll(db, sql: sql + " AND record_id IN (\(marks))", arguments: StatementArguments(ids)) {
+                let key = RecordKey(row["collection"], row["record_id"])
+                if keys.contains(key) { queued[key, default: 0] += 1 }
+            }
+        }
+        try count(exact, sql: "SELECT collection, record_id FROM outbox INDEXED BY outbox_set_aside WHERE state = 'rejected'")
+        try count(unsure, sql: "SELECT collection, record_id FROM outbox WHERE 1")
+        return queued
     }
 
     /// Marks every record with queued mutations failed, after the network gave up; the entries stay queued.
