@@ -158,13 +158,20 @@ public enum JSONWriter {
     /// An object, keys sorted.
     public static func object(_ object: [String: JSONValue], to output: inout [UInt8]) throws(JSONSyntaxError) {
         output.append(UInt8(ascii: "{"))
-        for (position, key) in object.keys.sorted().enumerated() {
+        for (position, key) in sortedKeys(object.keys).enumerated() {
             if position > 0 { output.append(UInt8(ascii: ",")) }
             string(key, to: &output)
             output.append(UInt8(ascii: ":"))
             try object[key]!.write(to: &output)
         }
         output.append(UInt8(ascii: "}"))
+    }
+
+    /// Keys in the order a sorted-key `JSONEncoder` writes them: by their UTF-8 bytes. Swift's `<` compares
+    /// canonical equivalents instead, which orders a decomposed "é" differently, and the server hashes these
+    /// bytes.
+    public static func sortedKeys(_ keys: some Sequence<String>) -> [String] {
+        keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
     }
 
     /// `"key":` after a `{` or a `,`, as `first` says.

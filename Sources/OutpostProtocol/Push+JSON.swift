@@ -7,7 +7,9 @@ extension Mutation {
     /// Reads a mutation from its parsed JSON object; `path` (such as `mutations[3].`) prefixes the member an
     /// error names.
     public init(json: JSONValue, path: String = "") throws(JSONSyntaxError) {
-        guard case .object(let object) = json else { throw JSONShape.error("\(path.dropLast(1)) must be an object") }
+        guard case .object(let object) = json else {
+            throw JSONShape.error(path.isEmpty ? "a mutation must be an object" : "\(path.dropLast(1)) must be an object")
+        }
         let op = try JSONShape.string(object, "op", in: path)
         guard let operation = MutationOperation(rawValue: op) else {
             throw JSONShape.error("\(path)op must be upsert or delete")

@@ -151,41 +151,49 @@ struct SyncEngineTests {
         }
     }
 
-    @Test("a record with an entry still queued after the chunk, or set aside, is not marked synced by it")
-    func stillQueuedAfterChunk() async throws {
-        /// Reads the store when the second chunk goes out: the first chunk's results are applied by then.
-        final class Observer: SyncTransport, @unchecked Sendable {
-            let inner: InMemoryTransport
-            let store: LocalStore
-            var pushes = 0
-            var seenAtSecond: [String: RecordSyncStatus] = [:]
-            init(inner: InMemoryTransport, store: LocalStore) {
-                self.inner = inner
-                self.store = store
-            }
-            func push(_ request: PushRequest) async throws -> PushResponse {
-                pushes += 1
-                if pushes == 3 {
-                    for id in ["a", "b0", "x"] { seenAtSecond[id] = try await store.record(collection: "notes", recordId: id)?.syncStatus }
-                }
-                return try await inner.push(request)
-            }
-            func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
-                try await inner.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
-            }
-            func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse {
-                try await inner.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
-            }
-            func health() async throws -> HealthResponse { try await inner.health() }
+    /// Forwards to an in-memory transport, running `beforePush` with the push's number first: by the second
+    /// push of a sync, the first chunk's results are applied.
+    final class Observer: SyncTransport, @unchecked Sendable {
+        let inner: InMemoryTransport
+        var pushes = 0
+        var beforePush: (Int) async throws -> Void = { _ in }
+        init(inner: InMemoryTransport) { self.inner = inner }
+        func push(_ request: PushRequest) async throws -> PushResponse {
+            pushes += 1
+            try await beforePush(pushes)
+            return try await inner.push(request)
         }
+        func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
+            try await inner.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
+        }
+        func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse {
+            try await inner.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
+        }
+        func health() async throws -> HealthResponse { try await inner.health() }
+    }
+
+    /// An engine whose server refuses any note with `n` = -1.
+    func withObservedEngine(_ body: (LocalStore, SyncEngine, Observer) async throws -> Void) async throws {
         try await withStore { store, _ in
             let server = InMemoryServer(rejecting: {
                 $0.fields["n"] == .integer(-1) ? .init(code: .invalidFields, message: "n must not be negative") : nil
             })
-            let observer = Observer(inner: InMemoryTransport(server: server), store: store)
+            let observer = Observer(inner: InMemoryTransport(server: server))
             let engine = SyncEngine(
                 store: store, transport: observer, configuration: SyncConfiguration(deviceId: "dev-1"),
                 clock: TestClock<Duration>(), now: ManualNow().closure)
+            try await body(store, engine, observer)
+        }
+    }
+
+    @Test("a record with an entry still queued after the chunk, or set aside, is not marked synced by it")
+    func stillQueuedAfterChunk() async throws {
+        try await withObservedEngine { store, engine, observer in
+            var seen: [String: RecordSyncStatus] = [:]
+            observer.beforePush = { push in
+                guard push == 3 else { return }
+                for id in ["a", "b0"] { seen[id] = try await store.record(collection: "notes", recordId: id)?.syncStatus }
+            }
             // Given x's first entry refused and set aside (the first push),
             _ = try await engine.save(note("x", ["n": -1]))
             #expect(try await engine.sync().failed == 1)
@@ -196,11 +204,30 @@ struct SyncEngineTests {
             _ = try await engine.save(note("x", ["n": 3]))
             _ = try await engine.sync()
             // then after the first chunk, a still waits for its second entry while b0 is synced;
-            #expect(observer.seenAtSecond["a"] == .pending)
-            #expect(observer.seenAtSecond["b0"] == .synced)
+            #expect(seen["a"] == .pending)
+            #expect(seen["b0"] == .synced)
             // and at the end a is synced, while x, whose refused entry is still set aside, is not.
             #expect(try await store.record(collection: "notes", recordId: "a")?.syncStatus == .synced)
             #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus != .synced)
+        }
+    }
+
+    @Test("an entry put back by a retry while a chunk is out keeps its record from being marked synced")
+    func retryDuringPush() async throws {
+        try await withObservedEngine { store, engine, observer in
+            var seenX: RecordSyncStatus?
+            observer.beforePush = { push in
+                // While the second sync's chunk (x fixed) is out, the user asks to retry everything,
+                if push == 2 { _ = try await engine.retryAll() }
+                // and when the entry put back goes out, x must not have been marked synced meanwhile.
+                if push == 3 { seenX = try await store.record(collection: "notes", recordId: "x")?.syncStatus }
+            }
+            _ = try await engine.save(note("x", ["n": -1]))
+            #expect(try await engine.sync().failed == 1)
+            _ = try await engine.save(note("x", ["n": 3]))
+            _ = try await engine.sync()
+            #expect(observer.pushes == 3)
+            #expect(seenX != nil && seenX != .synced)
         }
     }
 

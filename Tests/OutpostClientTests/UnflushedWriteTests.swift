@@ -13,11 +13,11 @@ struct UnflushedWriteTests {
     func restoresFullSync() async throws {
         try await withStore { store, _ in
             // synchronous: 1 is NORMAL, 2 is FULL.
-            let during = try await store.writeUnflushed { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
+            let during = try store.writeUnflushed { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
             #expect(during == 1)
             #expect(try await store.queue.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") } == 2)
-            await #expect(throws: Refused.self) {
-                try await store.writeUnflushed { db in
+            #expect(throws: Refused.self) {
+                try store.writeUnflushed { db in
                     try db.execute(sql: "INSERT INTO settings (name, value) VALUES ('probe', x'00')")
                     throw Refused()
                 }
@@ -28,10 +28,31 @@ struct UnflushedWriteTests {
         }
     }
 
+    @Test("a cancelled task still records the results and leaves commits flushing")
+    func cancelled() async throws {
+        try await withStore { store, _ in
+            let task = Task {
+                withUnsafeCurrentTask { $0?.cancel() }
+                return try store.writeUnflushed { db in
+                    try db.execute(sql: "INSERT INTO settings (name, value) VALUES ('probe', x'00')")
+                    return Task.isCancelled
+                }
+            }
+            let sawCancellation = try await task.value
+            let synchronous = try await store.queue.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
+            let written = try await store.queue.read { db in
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM settings WHERE name = 'probe'")
+            }
+            #expect(sawCancellation)
+            #expect(synchronous == 2)
+            #expect(written == 1)
+        }
+    }
+
     @Test("a store opened for simulations keeps its commits unflushed")
     func simulationStoreUnchanged() async throws {
         try await withStore(durable: false) { store, _ in
-            _ = try await store.writeUnflushed { _ in 0 }
+            _ = try store.writeUnflushed { _ in 0 }
             #expect(try await store.queue.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") } == 0)
         }
     }

@@ -59,7 +59,7 @@ extension LocalStore {
     func apply(_ results: [(OutboxEntry, MutationResult)], at date: Date) async throws {
         let sealer = self.sealer
         try await perform {
-            try await self.writeUnflushed { db in
+            try self.writeUnflushed { db in
                 let now = Timestamp(date).millisecondsSince1970
                 var touched: [RecordKey: (error: String?, conflict: ConflictDetail?, version: Int64?)] = [:]
                 // The time of each touched record's last entry in this chunk.
@@ -97,7 +97,8 @@ extension LocalStore {
                 for key in touched.keys {
                     records[key] = try Self.record(db, collection: key.collection, recordId: key.recordId, sealer: sealer)
                 }
-                let queued = try Self.stillQueued(records: records, lastEntry: lastEntry, db: db)
+                let queued = try Self.stillQueued(
+                    records: records, lastEntry: lastEntry, through: results.map(\.0.seq).max() ?? 0, db: db)
                 for (key, outcome) in touched {
                     guard var record = records[key] else { continue }
                     let stillQueued = queued[key] ?? 0
@@ -118,33 +119,37 @@ extension LocalStore {
         }
     }
 
-    /// How many outbox entries each of `records` still has, after a chunk's entries were confirmed or set aside.
+    /// How many outbox entries each of `records` still has, after a chunk's entries up to `maxSeq` were
+    /// confirmed or set aside.
     ///
-    /// The outbox has no index on record ids, so that local writes stay cheap, and a pass over it per chunk
-    /// was a quarter of a drain. Most records need none: one whose last local write is its last entry in the
-    /// chunk (its `updated_at` is that entry's time, and device time only moves forward) has no later entry,
-    /// so only entries set aside can remain, and those have a partial index of their own. The others, written
-    /// again meanwhile or changed by a pull, are counted in one pass.
-    static func stillQueued(records: [RecordKey: LocalRecord], lastEntry: [RecordKey: Int64], db: Database) throws
-        -> [RecordKey: Int]
-    {
+    /// The outbox has no index on record ids, so that local writes stay cheap, and a pass over all of it per
+    /// chunk was a tenth of a drain. Most records need none. One whose last local write is its last entry in
+    /// the chunk (its `updated_at` is that entry's time, and device time only moves forward) has no entry after
+    /// the chunk; what can remain of it lies at or below `maxSeq`, where, the chunk's entries gone, only
+    /// entries set aside or put back by a retry are left, a short walk by sequence. The others, written again
+    /// meanwhile or changed by a pull, are counted in one pass over the outbox.
+    static func stillQueued(
+        records: [RecordKey: LocalRecord], lastEntry: [RecordKey: Int64], through maxSeq: Int64, db: Database
+    ) throws -> [RecordKey: Int] {
         var queued: [RecordKey: Int] = [:]
         var exact = Set<RecordKey>()
         var unsure = Set<RecordKey>()
         for (key, record) in records {
             if record.updatedAt.millisecondsSince1970 == lastEntry[key] { exact.insert(key) } else { unsure.insert(key) }
         }
-        func count(_ keys: Set<RecordKey>, sql: String) throws {
+        func count(_ keys: Set<RecordKey>, sql: String, arguments: StatementArguments) throws {
             let ids = Array(Set(keys.map(\.recordId)))
             guard !ids.isEmpty else { return }
             let marks = Array(repeating: "?", count: ids.count).joined(separator: ", ")
-            for row in try Row.fetchAll(db, sql: sql + " AND record_id IN (\(marks))", arguments: StatementArguments(ids)) {
+            for row in try Row.fetchAll(
+                db, sql: sql + " AND record_id IN (\(marks))", arguments: arguments + StatementArguments(ids))
+            {
                 let key = RecordKey(row["collection"], row["record_id"])
                 if keys.contains(key) { queued[key, default: 0] += 1 }
             }
         }
-        try count(exact, sql: "SELECT collection, record_id FROM outbox INDEXED BY outbox_set_aside WHERE state = 'rejected'")
-        try count(unsure, sql: "SELECT collection, record_id FROM outbox WHERE 1")
+        try count(exact, sql: "SELECT collection, record_id FROM outbox WHERE seq <= ?", arguments: [maxSeq])
+        try count(unsure, sql: "SELECT collection, record_id FROM outbox WHERE 1", arguments: [])
         return queued
     }
 

@@ -100,12 +100,6 @@ extension LocalStore {
                     DROP INDEX reference_search_by_record;
                     """)
         }
-        migrator.registerMigration("v4-outbox-set-aside") { db in
-            // Entries set aside (rejected) by record: what a chunk's results need to know about a record, without
-            // a pass over the whole outbox. Partial, so a local write, which queues a pending entry, never
-            // touches it.
-            try db.execute(sql: "CREATE INDEX outbox_set_aside ON outbox (record_id) WHERE state = 'rejected'")
-        }
         return migrator
     }
 }

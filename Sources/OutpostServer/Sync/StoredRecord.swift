@@ -166,7 +166,7 @@ enum StorageCoding {
         }
         JSONWriter.key("stamps", first: first, to: &output)
         output.append(UInt8(ascii: "{"))
-        for (position, field) in meta.stamps.keys.sorted().enumerated() {
+        for (position, field) in JSONWriter.sortedKeys(meta.stamps.keys).enumerated() {
             JSONWriter.key(field, first: position == 0, to: &output)
             meta.stamps[field]!.writeJSON(to: &output)
         }
