@@ -148,60 +148,71 @@ enum JSONShape {
         return value
     }
 
+    /// The member `key` as `read` takes it (nil for a value of another type); `kind` names what it must be.
+    static func required<T>(
+        _ object: [String: JSONValue], _ key: String, in path: String, mustBe kind: String, _ read: (JSONValue) -> T?
+    ) throws(JSONSyntaxError) -> T {
+        guard let value = read(try member(object, key, in: path)) else { throw error("\(path)\(key) must be \(kind)") }
+        return value
+    }
+
+    /// As ``required(_:_:in:mustBe:_:)``, but an absent or null member is nil.
+    static func optional<T>(
+        _ object: [String: JSONValue], _ key: String, in path: String, mustBe kind: String, _ read: (JSONValue) -> T?
+    ) throws(JSONSyntaxError) -> T? {
+        guard let member = object[key], member != .null else { return nil }
+        guard let value = read(member) else { throw error("\(path)\(key) must be \(kind)") }
+        return value
+    }
+
     static func string(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
         -> String
     {
-        guard case .string(let value) = try member(object, key, in: path) else {
-            throw error("\(path)\(key) must be a string")
-        }
-        return value
+        try required(object, key, in: path, mustBe: "a string", { if case .string(let value) = $0 { value } else { nil } })
     }
 
     static func optionalString(_ object: [String: JSONValue], _ key: String, in path: String = "")
         throws(JSONSyntaxError) -> String?
     {
-        switch object[key] {
-        case nil, .null?: return nil
-        case .string(let value)?: return value
-        default: throw error("\(path)\(key) must be a string")
-        }
+        try optional(object, key, in: path, mustBe: "a string", { if case .string(let value) = $0 { value } else { nil } })
     }
 
     static func integer(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
         -> Int64
     {
-        guard case .integer(let value) = try member(object, key, in: path) else {
-            throw error("\(path)\(key) must be an integer")
-        }
-        return value
+        try required(object, key, in: path, mustBe: "an integer", { if case .integer(let value) = $0 { value } else { nil } })
     }
 
     static func optionalInteger(_ object: [String: JSONValue], _ key: String, in path: String = "")
         throws(JSONSyntaxError) -> Int64?
     {
-        switch object[key] {
-        case nil, .null?: return nil
-        case .integer(let value)?: return value
-        default: throw error("\(path)\(key) must be an integer")
-        }
+        try optional(object, key, in: path, mustBe: "an integer", { if case .integer(let value) = $0 { value } else { nil } })
     }
 
     static func bool(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
         -> Bool
     {
-        guard case .bool(let value) = try member(object, key, in: path) else {
-            throw error("\(path)\(key) must be true or false")
-        }
-        return value
+        try required(object, key, in: path, mustBe: "true or false", { if case .bool(let value) = $0 { value } else { nil } })
     }
 
     static func object(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
         -> [String: JSONValue]
     {
-        guard case .object(let value) = try member(object, key, in: path) else {
-            throw error("\(path)\(key) must be an object")
+        try required(object, key, in: path, mustBe: "an object", { if case .object(let value) = $0 { value } else { nil } })
+    }
+
+    /// The array `key`, each element read by `element` with its own path (such as `mutations[3].`).
+    static func array<T>(
+        _ object: [String: JSONValue], _ key: String, in path: String = "",
+        _ element: (JSONValue, String) throws(JSONSyntaxError) -> T
+    ) throws(JSONSyntaxError) -> [T] {
+        let values = try required(object, key, in: path, mustBe: "an array", { if case .array(let value) = $0 { value } else { nil } })
+        var elements: [T] = []
+        elements.reserveCapacity(values.count)
+        for (index, value) in values.enumerated() {
+            elements.append(try element(value, "\(path)\(key)[\(index)]."))
         }
-        return value
+        return elements
     }
 
     static func timestamp(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
@@ -214,11 +225,7 @@ enum JSONShape {
     }
 
     static func changes(_ object: [String: JSONValue], _ key: String) throws(JSONSyntaxError) -> [Change] {
-        guard case .array(let values) = try member(object, key) else { throw error("\(key) must be an array") }
-        var changes: [Change] = []
-        changes.reserveCapacity(values.count)
-        for value in values { changes.append(try Change(json: value)) }
-        return changes
+        try array(object, key) { (value, _) throws(JSONSyntaxError) in try Change(json: value) }
     }
 
     static func write(_ changes: [Change], to output: inout [UInt8]) throws(JSONSyntaxError) {

@@ -14,26 +14,17 @@ extension Mutation {
         guard let operation = MutationOperation(rawValue: op) else {
             throw JSONShape.error("\(path)op must be upsert or delete")
         }
-        let fields: [String: JSONValue]
-        switch object["fields"] {
-        case nil, .null?: fields = [:]
-        case .object(let value)?: fields = value
-        default: throw JSONShape.error("\(path)fields must be an object")
-        }
-        let baseVersion: Int64?
-        switch object["baseVersion"] {
-        case nil, .null?: baseVersion = nil
-        case .integer(let value)?: baseVersion = value
-        default: throw JSONShape.error("\(path)baseVersion must be an integer")
+        let fields = try JSONShape.optional(object, "fields", in: path, mustBe: "an object") {
+            if case .object(let value) = $0 { value } else { nil }
         }
         self.init(
             idempotencyKey: try JSONShape.string(object, "idempotencyKey", in: path),
             collection: try JSONShape.string(object, "collection", in: path),
             recordId: try JSONShape.string(object, "recordId", in: path),
             op: operation,
-            fields: fields,
+            fields: fields ?? [:],
             clientTimestamp: try JSONShape.timestamp(object, "clientTimestamp", in: path),
-            baseVersion: baseVersion)
+            baseVersion: try JSONShape.optionalInteger(object, "baseVersion", in: path))
     }
 
     /// Appends the mutation as a JSON object, keys sorted.
@@ -76,16 +67,11 @@ extension PushRequest {
     /// `mutations[3].clientTimestamp`, and never quotes a value.
     public init(json: JSONValue) throws(JSONSyntaxError) {
         guard case .object(let object) = json else { throw JSONShape.error("the body must be an object") }
-        let deviceId = try JSONShape.string(object, "deviceId")
-        guard case .array(let values) = try JSONShape.member(object, "mutations") else {
-            throw JSONShape.error("mutations must be an array")
-        }
-        var mutations: [Mutation] = []
-        mutations.reserveCapacity(values.count)
-        for (index, value) in values.enumerated() {
-            mutations.append(try Mutation(json: value, path: "mutations[\(index)]."))
-        }
-        self.init(deviceId: deviceId, mutations: mutations)
+        self.init(
+            deviceId: try JSONShape.string(object, "deviceId"),
+            mutations: try JSONShape.array(object, "mutations") { (value, path) throws(JSONSyntaxError) in
+                try Mutation(json: value, path: path)
+            })
     }
 
     /// Parses the body of `POST /v1/push`.
@@ -115,15 +101,10 @@ extension PushResponse {
         guard case .object(let object) = try JSONValue(parsing: bytes) else {
             throw JSONShape.error("a push response must be an object")
         }
-        guard case .array(let values) = try JSONShape.member(object, "results") else {
-            throw JSONShape.error("results must be an array")
-        }
-        var results: [MutationResult] = []
-        results.reserveCapacity(values.count)
-        for (index, value) in values.enumerated() {
-            results.append(try MutationResult(json: value, path: "results[\(index)]."))
-        }
-        self.init(results: results)
+        self.init(
+            results: try JSONShape.array(object, "results") { (value, path) throws(JSONSyntaxError) in
+                try MutationResult(json: value, path: path)
+            })
     }
 
     /// The answer as JSON, keys sorted.
@@ -206,17 +187,12 @@ extension MutationResult {
 extension ConflictDetail {
     init(json: JSONValue, path: String) throws(JSONSyntaxError) {
         guard case .object(let object) = json else { throw JSONShape.error("\(path.dropLast(1)) must be an object") }
-        guard case .array(let values) = try JSONShape.member(object, "fields", in: path) else {
-            throw JSONShape.error("\(path)fields must be an array")
-        }
-        var fields: [String] = []
-        for value in values {
-            guard case .string(let field) = value else { throw JSONShape.error("\(path)fields must hold strings") }
-            fields.append(field)
-        }
         self.init(
             conflictId: try JSONShape.string(object, "conflictId", in: path),
-            fields: fields,
+            fields: try JSONShape.array(object, "fields", in: path) { (value, _) throws(JSONSyntaxError) in
+                guard case .string(let field) = value else { throw JSONShape.error("\(path)fields must hold strings") }
+                return field
+            },
             serverFields: try JSONShape.object(object, "serverFields", in: path),
             serverVersion: try JSONShape.integer(object, "serverVersion", in: path))
     }

@@ -10,31 +10,21 @@ import Testing
 struct PostgresGapFreeTests {
     @Test("a change committed late by a slow transaction is not skipped by a reader that moved past it")
     func lateCommitNotSkipped() async throws {
-        try await withPostgresDatabase { url in
-            let location = try PostgresLocation(url: url)
-            let gate = Gate()
-            // Given a slow writer that has written and holds its transaction open,
-            let slow = PostgresStorage(
-                location: location, logger: Fixtures.quietLogger, beforeCommit: { await gate.arriveAndWait() })
-            let fast = PostgresStorage(location: location, logger: Fixtures.quietLogger)
-            try await slow.withRunning { slow in
-                try await fast.withRunning { fast in
-                    try await fast.migrate()
-                    let slowPush = Task { try await slow.push([Fixtures.upsert("slow", ["n": 1], at: 1)]) }
-                    await gate.waitForArrival()
-                    // when a faster writer commits after it,
-                    _ = try await fast.push([Fixtures.upsert("fast", ["n": 2], at: 2)], device: "dev-b")
-                    // then a reader sees neither yet: the fast change waits behind the open transaction,
-                    let during = try await fast.pull(
-                        tenant: "acme", collection: "notes", scope: nil, after: .start, limit: 100)
-                    #expect(during.records.isEmpty)
-                    // and once the slow writer commits, the reader, continuing from its cursor, gets both.
-                    await gate.open()
-                    _ = try await slowPush.value
-                    let after = try await fast.pullAll(from: during.cursor)
-                    #expect(Set(after.records.map(\.recordId)) == ["slow", "fast"])
-                }
-            }
+        // Given a slow writer that has written and holds its transaction open,
+        try await Self.withHeldWriter { gate, slow, fast in
+            let slowPush = Task { try await slow.push([Fixtures.upsert("slow", ["n": 1], at: 1)]) }
+            await gate.waitForArrival()
+            // when a faster writer commits after it,
+            _ = try await fast.push([Fixtures.upsert("fast", ["n": 2], at: 2)], device: "dev-b")
+            // then a reader sees neither yet: the fast change waits behind the open transaction,
+            let during = try await fast.pull(
+                tenant: "acme", collection: "notes", scope: nil, after: .start, limit: 100)
+            #expect(during.records.isEmpty)
+            // and once the slow writer commits, the reader, continuing from its cursor, gets both.
+            await gate.open()
+            _ = try await slowPush.value
+            let after = try await fast.pullAll(from: during.cursor)
+            #expect(Set(after.records.map(\.recordId)) == ["slow", "fast"])
         }
     }
 
@@ -65,31 +55,21 @@ struct PostgresGapFreeTests {
 
     @Test("a key another process claims while this one works is answered as a duplicate, applied once")
     func keyClaimedConcurrently() async throws {
-        try await withPostgresDatabase { url in
-            let location = try PostgresLocation(url: url)
-            let gate = Gate()
-            // Given one process that has written a key and holds its transaction open,
-            let first = PostgresStorage(
-                location: location, logger: Fixtures.quietLogger, beforeCommit: { await gate.arriveAndWait() })
-            let second = PostgresStorage(location: location, logger: Fixtures.quietLogger)
-            try await first.withRunning { first in
-                try await second.withRunning { second in
-                    try await second.migrate()
-                    let mutation = Fixtures.upsert("r1", ["n": 1])
-                    let firstPush = Task { try await first.push([mutation]) }
-                    await gate.waitForArrival()
-                    // when another process is sent the same key (it finds no claim yet, then waits on the
-                    // record's lock) and the first commits,
-                    let secondPush = Task { try await second.push([mutation], device: "dev-b") }
-                    try await Self.waitForLockWaiter(second)
-                    await gate.open()
-                    // then the first applies it, the second answers a duplicate, and the record is written once.
-                    #expect(try await firstPush.value[0].status == .applied)
-                    #expect(try await secondPush.value[0].status == .duplicate)
-                    #expect(try await second.pullAll().records.map(\.version) == [1])
-                    #expect(try await second.audit(tenant: "acme", collection: "notes", recordId: "r1").count == 1)
-                }
-            }
+        // Given one process that has written a key and holds its transaction open,
+        try await Self.withHeldWriter { gate, first, second in
+            let mutation = Fixtures.upsert("r1", ["n": 1])
+            let firstPush = Task { try await first.push([mutation]) }
+            await gate.waitForArrival()
+            // when another process is sent the same key (it finds no claim yet, then waits on the
+            // record's lock) and the first commits,
+            let secondPush = Task { try await second.push([mutation], device: "dev-b") }
+            try await Self.waitForLockWaiter(second)
+            await gate.open()
+            // then the first applies it, the second answers a duplicate, and the record is written once.
+            #expect(try await firstPush.value[0].status == .applied)
+            #expect(try await secondPush.value[0].status == .duplicate)
+            #expect(try await second.pullAll().records.map(\.version) == [1])
+            #expect(try await second.audit(tenant: "acme", collection: "notes", recordId: "r1").count == 1)
         }
     }
 
@@ -119,6 +99,26 @@ struct PostgresGapFreeTests {
 }
 
 extension PostgresGapFreeTests {
+    /// Two storages on one fresh database, as two server processes: the first holds each push's transaction
+    /// open before it commits, until the gate opens.
+    static func withHeldWriter(
+        _ body: @Sendable (Gate, PostgresStorage, PostgresStorage) async throws -> Void
+    ) async throws {
+        try await withPostgresDatabase { url in
+            let location = try PostgresLocation(url: url)
+            let gate = Gate()
+            let held = PostgresStorage(
+                location: location, logger: Fixtures.quietLogger, beforeCommit: { await gate.arriveAndWait() })
+            let other = PostgresStorage(location: location, logger: Fixtures.quietLogger)
+            try await held.withRunning { held in
+                try await other.withRunning { other in
+                    try await other.migrate()
+                    try await body(gate, held, other)
+                }
+            }
+        }
+    }
+
     /// Returns once a transaction waits for an advisory lock: the second writer has read the claims and
     /// queued behind the first.
     static func waitForLockWaiter(_ storage: PostgresStorage) async throws {
