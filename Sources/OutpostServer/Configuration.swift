@@ -23,6 +23,10 @@ public struct ServerConfiguration: Sendable {
     /// Whether persistent sync failures reported by devices are recorded, logged and counted. Off lets an
     /// operator roll escalation out gradually: reports are then acknowledged and dropped.
     public var escalationEnabled: Bool
+    /// The most `/v1` requests that run at once; later ones wait their turn (see ``AdmissionGate``).
+    public var maxConcurrentRequests: Int
+    /// The most `/v1` requests that wait for their turn; past that a request is answered 503 at once.
+    public var maxWaitingRequests: Int
 
     public init(
         host: String = "127.0.0.1",
@@ -37,7 +41,9 @@ public struct ServerConfiguration: Sendable {
         earliestTimestamp: Timestamp = Timestamp(iso8601: "2000-01-01T00:00:00.000Z")!,
         jwtSecret: [UInt8]? = nil,
         collections: CollectionRegistry = .standard,
-        escalationEnabled: Bool = true
+        escalationEnabled: Bool = true,
+        maxConcurrentRequests: Int = 64,
+        maxWaitingRequests: Int = 10_000
     ) {
         self.host = host
         self.port = port
@@ -52,5 +58,7 @@ public struct ServerConfiguration: Sendable {
         self.jwtSecret = jwtSecret
         self.collections = collections
         self.escalationEnabled = escalationEnabled
+        self.maxConcurrentRequests = maxConcurrentRequests
+        self.maxWaitingRequests = maxWaitingRequests
     }
 }

@@ -25,6 +25,16 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("max-batch-size"), help: "Most mutations accepted in one push.")
     var maxBatchSize: Int = 500
 
+    @Option(
+        name: .customLong("max-concurrent-requests"),
+        help: "Most /v1 requests that run at once; later ones wait their turn, holding only their connection.")
+    var maxConcurrentRequests: Int = 64
+
+    @Option(
+        name: .customLong("max-waiting-requests"),
+        help: "Most /v1 requests that wait for their turn; past that a request is answered 503 with Retry-After.")
+    var maxWaitingRequests: Int = 10_000
+
     @Flag(
         name: .customLong("no-escalation"),
         help: "Acknowledge persistent-failure reports without recording them (default $OUTPOST_ESCALATION, else on).")
@@ -33,6 +43,8 @@ struct Serve: AsyncParsableCommand {
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
         guard maxBatchSize >= 1 else { throw ValidationError("--max-batch-size must be at least 1") }
+        guard maxConcurrentRequests >= 1 else { throw ValidationError("--max-concurrent-requests must be at least 1") }
+        guard maxWaitingRequests >= 0 else { throw ValidationError("--max-waiting-requests must not be negative") }
         guard !host.isEmpty else { throw ValidationError("--host must not be empty") }
     }
 
@@ -41,7 +53,9 @@ struct Serve: AsyncParsableCommand {
         // One JSON object per line on stderr, for log collectors.
         LoggingSystem.bootstrap { label in JSONLogHandler(label: label, level: level) }
         let logger = Logger.cli("outpost")
-        var configuration = ServerConfiguration(host: host, port: port, maxBatchSize: maxBatchSize)
+        var configuration = ServerConfiguration(
+            host: host, port: port, maxBatchSize: maxBatchSize, maxConcurrentRequests: maxConcurrentRequests,
+            maxWaitingRequests: maxWaitingRequests)
         configuration.escalationEnabled = !noEscalation && ProcessInfo.processInfo.environment["OUTPOST_ESCALATION"] != "off"
         configuration.jwtSecret = try StorageOptions.environmentSecret()
         let storage = try storageOptions.openStorage(logger: logger)

@@ -37,4 +37,8 @@ public struct OutpostHTTPError: Error, HTTPResponseError, Sendable, CustomString
     static func forbidden(_ message: String) -> Self { Self(.forbidden, .forbidden, message) }
 
     static let unavailable = Self(.serviceUnavailable, .serviceUnavailable, "storage is unavailable; retry later")
+
+    /// Too many requests already wait for their turn (see ``AdmissionGate``).
+    static let busy = Self(
+        .serviceUnavailable, .serviceUnavailable, "the server is busy; retry later", headers: [.retryAfter: "1"])
 }

@@ -16,6 +16,8 @@ package final class ServerMetrics: Sendable {
     let heartbeats: Counter
     let persistentFailures: Counter
     let devices: [DeviceState: Gauge]
+    let requestsRunning: Gauge
+    let requestsWaiting: Gauge
 
     static let latencyBuckets: [Duration] = [
         .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
@@ -51,6 +53,11 @@ package final class ServerMetrics: Sendable {
                         labels: [("state", state.rawValue)])
                 )
             })
+        func gauge(_ name: String, _ help: String) -> Gauge {
+            registry.makeGauge(descriptor: MetricNameDescriptor(metricName: name, unitName: "", helpText: help))
+        }
+        requestsRunning = gauge("outpost_http_requests_running", "/v1 requests running now")
+        requestsWaiting = gauge("outpost_http_requests_waiting", "/v1 requests waiting for their turn now")
     }
 
     func count(_ results: [MutationResult]) {
@@ -69,9 +76,12 @@ package final class ServerMetrics: Sendable {
 
     /// The exposition text, with the device gauges read from storage first, so that every server sharing
     /// one database reports the same devices.
-    func exposition(storage: some MonitorStorage, now: Date) async throws -> String {
+    func exposition(storage: some MonitorStorage, gate: AdmissionGate, now: Date) async throws -> String {
         let counts = try await storage.deviceStateCounts(now: Timestamp(now).millisecondsSince1970)
         for (state, gauge) in devices { gauge.set(to: Double(counts[state] ?? 0)) }
+        let admission = gate.snapshot
+        requestsRunning.set(to: Double(admission.running))
+        requestsWaiting.set(to: Double(admission.waiting))
         return registry.emitToString()
     }
 }

@@ -6,6 +6,7 @@ import OutpostProtocol
 struct MetaController<Storage: SyncStorage> {
     let storage: Storage
     let metrics: ServerMetrics
+    let gate: AdmissionGate
     let now: @Sendable () -> Date
 
     func addRoutes(to router: Router<OutpostRequestContext>) {
@@ -16,7 +17,7 @@ struct MetaController<Storage: SyncStorage> {
 
     /// The Prometheus text format. Counts and states only: no tenant, id or name is a label.
     @Sendable func prometheus(_ request: Request, context: OutpostRequestContext) async throws -> Response {
-        let text = try await metrics.exposition(storage: storage, now: now())
+        let text = try await metrics.exposition(storage: storage, gate: gate, now: now())
         return Response(
             status: .ok,
             headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8", .cacheControl: "no-store"],

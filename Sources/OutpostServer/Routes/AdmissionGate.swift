@@ -1,0 +1,154 @@
+import Hummingbird
+import NIOCore
+
+/// Lets at most `limit` requests run at once; the others wait their turn, first come first served.
+///
+/// A waiting request holds only its connection and this small frame: its body is not read, its token not
+/// checked, and none of the deeper frames (routing, decoding, storage, the database pool's lease) exist yet.
+/// With 1,000 devices syncing at once against a pool of 32 database connections, that keeps the server's
+/// memory bounded by the requests that can make progress, not by the ones queued behind them.
+///
+/// Past `maxWaiting` waiting requests, a request is refused at once with 503, which devices retry with
+/// backoff. A request whose task is cancelled while it waits (its client went away) leaves the queue.
+package final class AdmissionGate: Sendable {
+    package struct Snapshot: Equatable, Sendable {
+        package var running: Int
+        package var waiting: Int
+    }
+
+    /// A waiter's state; its continuation is stored a moment after it takes its ticket, and either a
+    /// release or a cancellation can come in between.
+    private enum Waiter {
+        case arriving
+        case waiting(CheckedContinuation<Void, any Error>)
+        /// Admitted before its continuation was stored: it goes straight in.
+        case admitted
+        /// Cancelled before its continuation was stored: it throws.
+        case cancelled
+    }
+
+    private struct State {
+        var running = 0
+        var nextTicket: UInt64 = 0
+        /// Tickets in arrival order; a ticket missing from `waiters` has left the queue and is skipped.
+        var order = CircularBuffer<UInt64>()
+        var waiters: [UInt64: Waiter] = [:]
+    }
+
+    package let limit: Int
+    package let maxWaiting: Int
+    private let state = LockedValue(State())
+
+    package init(limit: Int, maxWaiting: Int) {
+        precondition(limit >= 1 && maxWaiting >= 0)
+        self.limit = limit
+        self.maxWaiting = maxWaiting
+    }
+
+    /// How many requests run and how many wait, for metrics and tests.
+    package var snapshot: Snapshot {
+        state.withLock { Snapshot(running: $0.running, waiting: $0.waiters.count) }
+    }
+
+    /// Runs `body` once admitted, and lets the next waiter in when it ends.
+    ///
+    /// - Throws: ``OutpostHTTPError/busy`` when the queue is full; `CancellationError` when the task is
+    ///   cancelled while it waits; whatever `body` throws.
+    @discardableResult
+    package func withAdmission<T>(_ body: () async throws -> T) async throws -> T {
+        try await enter()
+        defer { leave() }
+        return try await body()
+    }
+
+    private enum Entry {
+        case admitted
+        case wait(UInt64)
+        case full
+    }
+
+    private func enter() async throws {
+        let entry: Entry = state.withLock { state in
+            if state.running < limit {
+                state.running += 1
+                return .admitted
+            }
+            guard state.waiters.count < maxWaiting else { return .full }
+            state.nextTicket += 1
+            state.order.append(state.nextTicket)
+            state.waiters[state.nextTicket] = .arriving
+            return .wait(state.nextTicket)
+        }
+        switch entry {
+        case .admitted: return
+        case .full: throw OutpostHTTPError.busy
+        case .wait(let ticket):
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                    let early: Waiter? = state.withLock { state in
+                        switch state.waiters[ticket] {
+                        case .arriving:
+                            state.waiters[ticket] = .waiting(continuation)
+                            return nil
+                        case let other:
+                            state.waiters[ticket] = nil
+                            return other
+                        }
+                    }
+                    switch early {
+                    case nil: break
+                    case .admitted: continuation.resume()
+                    default: continuation.resume(throwing: CancellationError())
+                    }
+                }
+            } onCancel: {
+                let continuation = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+                    switch state.waiters[ticket] {
+                    case .waiting(let continuation):
+                        state.waiters[ticket] = nil
+                        return continuation
+                    case .arriving:
+                        state.waiters[ticket] = .cancelled
+                        return nil
+                    case .admitted, .cancelled, nil:
+                        // Already let in: the request runs, and sees its own cancellation.
+                        return nil
+                    }
+                }
+                continuation?.resume(throwing: CancellationError())
+            }
+        }
+    }
+
+    /// Hands this request's place to the first waiter still waiting, or frees it.
+    private func leave() {
+        let next = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+            while let ticket = state.order.popFirst() {
+                switch state.waiters[ticket] {
+                case .waiting(let continuation):
+                    state.waiters[ticket] = nil
+                    return continuation
+                case .arriving:
+                    state.waiters[ticket] = .admitted
+                    return nil
+                case .admitted, .cancelled, nil:
+                    continue
+                }
+            }
+            state.running -= 1
+            return nil
+        }
+        next?.resume()
+    }
+}
+
+/// Puts every request of a route group through an ``AdmissionGate``.
+struct AdmissionMiddleware<Context: RequestContext>: RouterMiddleware {
+    let gate: AdmissionGate
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        try await gate.withAdmission { try await next(request, context) }
+    }
+}

@@ -1,0 +1,207 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import OutpostProtocol
+import Testing
+
+@testable import OutpostServer
+
+/// The gate in front of `/v1`: at most `limit` requests run, later ones wait in arrival order, a full queue is
+/// answered 503 at once, and a waiter whose client goes away leaves the queue.
+@Suite("Admission gate")
+struct AdmissionGateTests {
+    /// A request body that runs until it is told to finish.
+    final class Held: Sendable {
+        private let stream: AsyncStream<Void>
+        private let continuation: AsyncStream<Void>.Continuation
+        init() { (stream, continuation) = AsyncStream.makeStream() }
+        func wait() async { for await _ in stream { return } }
+        func finish() { continuation.yield(); continuation.finish() }
+    }
+
+    /// The order in which requests were let in.
+    final class Log: Sendable {
+        private let entries = LockedValue<[String]>([])
+        func add(_ entry: String) { entries.withLock { $0.append(entry) } }
+        var all: [String] { entries.withLock { $0 } }
+    }
+
+    /// Yields until `condition` holds; the tasks it waits for need only to be scheduled, never a clock.
+    static func until(_ what: String, _ condition: () -> Bool) async throws {
+        for _ in 0..<100_000 {
+            if condition() { return }
+            await Task.yield()
+        }
+        Issue.record("never reached: \(what)")
+        throw CancellationError()
+    }
+
+    static func until(_ gate: AdmissionGate, is expected: AdmissionGate.Snapshot) async throws {
+        try await until("\(expected), the gate is at \(gate.snapshot)") { gate.snapshot == expected }
+    }
+
+    static func until(_ log: Log, has count: Int) async throws {
+        try await until("\(count) entries, the log has \(log.all)") { log.all.count == count }
+    }
+
+    static func snapshot(running: Int, waiting: Int) -> AdmissionGate.Snapshot {
+        AdmissionGate.Snapshot(running: running, waiting: waiting)
+    }
+
+    @Test("at most `limit` run at once; waiters are let in first come, first served")
+    func limitAndOrder() async throws {
+        let gate = AdmissionGate(limit: 2, maxWaiting: 10)
+        let log = Log()
+        let held = (0..<5).map { _ in Held() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<5 {
+                group.addTask {
+                    try await gate.withAdmission {
+                        log.add("in \(index)")
+                        await held[index].wait()
+                    }
+                }
+                // Each request arrives after the one before it has run or queued.
+                try await Self.until(gate, is: Self.snapshot(running: min(index + 1, 2), waiting: max(index - 1, 0)))
+            }
+            try await Self.until(log, has: 2)
+            #expect(log.all == ["in 0", "in 1"])
+            held[1].finish()
+            try await Self.until(log, has: 3)
+            #expect(gate.snapshot == Self.snapshot(running: 2, waiting: 2))
+            #expect(log.all == ["in 0", "in 1", "in 2"])
+            held[0].finish()
+            try await Self.until(log, has: 4)
+            #expect(gate.snapshot == Self.snapshot(running: 2, waiting: 1))
+            #expect(log.all == ["in 0", "in 1", "in 2", "in 3"])
+            held[3].finish()
+            held[2].finish()
+            try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 0))
+            held[4].finish()
+            try await group.waitForAll()
+        }
+        #expect(log.all == ["in 0", "in 1", "in 2", "in 3", "in 4"])
+        #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
+    }
+
+    @Test("a full queue is refused at once with 503, and the gate stays usable")
+    func fullQueue() async throws {
+        let gate = AdmissionGate(limit: 1, maxWaiting: 1)
+        let held = (Held(), Held())
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await gate.withAdmission { await held.0.wait() } }
+            try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 0))
+            group.addTask { try await gate.withAdmission { await held.1.wait() } }
+            try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 1))
+            let error = await #expect(throws: OutpostHTTPError.self) { try await gate.withAdmission {} }
+            #expect(error?.status == .serviceUnavailable)
+            #expect(error?.headers[.retryAfter] == "1")
+            #expect(gate.snapshot == Self.snapshot(running: 1, waiting: 1))
+            held.0.finish()
+            held.1.finish()
+            try await group.waitForAll()
+        }
+        try await gate.withAdmission {}
+        #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
+    }
+
+    @Test("a waiter cancelled while it waits throws, leaves the queue, and is never let in")
+    func cancelledWaiter() async throws {
+        let gate = AdmissionGate(limit: 1, maxWaiting: 10)
+        let log = Log()
+        let first = Held()
+        let last = Held()
+        let running = Task { try await gate.withAdmission { log.add("first"); await first.wait() } }
+        try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 0))
+        let cancelled = Task { try await gate.withAdmission { log.add("cancelled") } }
+        try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 1))
+        let next = Task { try await gate.withAdmission { log.add("next"); await last.wait() } }
+        try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 2))
+
+        cancelled.cancel()
+        await #expect(throws: CancellationError.self) { try await cancelled.value }
+        #expect(gate.snapshot == Self.snapshot(running: 1, waiting: 1))
+        first.finish()
+        try await running.value
+        try await Self.until(log, has: 2)
+        #expect(gate.snapshot == Self.snapshot(running: 1, waiting: 0))
+        last.finish()
+        try await next.value
+        #expect(log.all == ["first", "next"])
+        #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
+    }
+
+    @Test("a task cancelled before it queues throws at once and takes no place")
+    func cancelledBeforeQueueing() async throws {
+        let gate = AdmissionGate(limit: 1, maxWaiting: 10)
+        let first = Held()
+        let running = Task { try await gate.withAdmission { await first.wait() } }
+        try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 0))
+        let late = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            try await gate.withAdmission { Issue.record("a cancelled waiter was let in") }
+        }
+        await #expect(throws: CancellationError.self) { try await late.value }
+        #expect(gate.snapshot == Self.snapshot(running: 1, waiting: 0))
+        first.finish()
+        try await running.value
+        #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
+    }
+
+    @Test("many requests at once, every third cancelled: none over the limit, and the gate ends empty")
+    func manyWithCancellations() async throws {
+        let gate = AdmissionGate(limit: 3, maxWaiting: 1_000)
+        let peak = LockedValue((now: 0, peak: 0))
+        let tasks = (0..<400).map { index in
+            Task {
+                try await gate.withAdmission {
+                    peak.withLock { $0.now += 1; $0.peak = max($0.peak, $0.now) }
+                    await Task.yield()
+                    peak.withLock { $0.now -= 1 }
+                }
+            }
+        }
+        for (index, task) in tasks.enumerated() where index % 3 == 2 { task.cancel() }
+        for (index, task) in tasks.enumerated() {
+            if case .failure(let error) = await task.result {
+                #expect(index % 3 == 2 && error is CancellationError, "request \(index) failed: \(error)")
+            }
+        }
+        #expect(peak.withLock { $0.peak } <= 3)
+        #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
+    }
+
+    @Test("over HTTP: a full gate answers 503 with the error document and Retry-After; /metrics shows the queue")
+    func overHTTP() async throws {
+        try await withServer(.sqlite, configure: { $0.maxConcurrentRequests = 1; $0.maxWaitingRequests = 0 }) { client, _ in
+            // One request at a time passes, so sequential requests all succeed.
+            let token = try await Fixtures.token()
+            for _ in 0..<3 {
+                #expect(try await client.send(.get, "/v1/pull?collection=notes", token: token).status == .ok)
+            }
+            let text = String(
+                decoding: try await client.send(.get, "/metrics", token: nil).body.readableBytesView, as: UTF8.self)
+            #expect(text.contains("outpost_http_requests_running 0"))
+            #expect(text.contains("outpost_http_requests_waiting 0"))
+        }
+        // A held route behind the same middleware, to fill the gate deterministically.
+        let gate = AdmissionGate(limit: 1, maxWaiting: 0)
+        let held = Held()
+        let router = Router(context: OutpostRequestContext.self)
+        router.add(middleware: ErrorMiddleware())
+        router.group("v1").add(middleware: AdmissionMiddleware(gate: gate)).get("slow") { _, _ in
+            await held.wait()
+            return "done"
+        }
+        try await Application(router: router).test(.router) { client in
+            async let slow = client.execute(uri: "/v1/slow", method: .get)
+            try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 0))
+            let refused = try await client.execute(uri: "/v1/slow", method: .get)
+            #expect(refused.status == .serviceUnavailable)
+            #expect(refused.headers[.retryAfter] == "1")
+            #expect(refused.wireError?.code == .serviceUnavailable)
+            held.finish()
+            #expect(try await slow.status == .ok)
+        }
+    }
+}
