@@ -495,27 +495,27 @@ package struct PostgresStorage: SyncStorage {
 
     /// Runs `body`, and gives up after `timeout` without waiting for it to finish: an operation stuck on a
     /// connection that died under it may not heed cancellation, and must not hold its request forever.
-    static func bounded<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> T)
-        async throws -> T
-    {
-        let operation = Task { try await body() }
+    ///
+    /// The deadline is kept by `watch`, not by a sleeping task of its own (see ``DeadlineWatch``).
+    static func bounded<T: Sendable>(
+        _ timeout: Duration, watch: DeadlineWatch = .shared, _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
         let outcome = FirstOutcome<T>()
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                outcome.install(continuation)
-                let timer = Task {
-                    try await Task.sleep(for: timeout)
-                    operation.cancel()
-                    outcome.resume(
-                        with: .failure(
-                            StorageError(.unavailable, "PostgreSQL did not answer within \(timeout.components.seconds) s")))
-                }
-                Task {
-                    let result = await operation.result
-                    timer.cancel()
-                    outcome.resume(with: result)
-                }
+        let operation = Task {
+            do {
+                outcome.resume(with: .success(try await body()))
+            } catch {
+                outcome.resume(with: .failure(error))
             }
+        }
+        let deadline = watch.schedule(after: timeout) {
+            operation.cancel()
+            outcome.resume(
+                with: .failure(StorageError(.unavailable, "PostgreSQL did not answer within \(timeout.components.seconds) s")))
+        }
+        defer { watch.cancel(deadline) }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { outcome.install($0) }
         } onCancel: {
             operation.cancel()
         }
