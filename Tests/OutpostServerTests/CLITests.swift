@@ -20,6 +20,8 @@ struct CLITests {
         ["frobnicate"],
         ["serve", "--port", "70000"],
         ["serve", "--max-batch-size", "0"],
+        ["serve", "--max-concurrent-requests", "0"],
+        ["serve", "--max-waiting-requests", "-1"],
         ["serve", "--database-url", "mysql://localhost/db"],
         ["serve", "--database-url", "postgres://localhost"],
         ["token", "--tenant", "acme", "--user", "ana", "--role", "king"],
