@@ -156,10 +156,13 @@ struct SyncEngineTests {
     final class Observer: SyncTransport, @unchecked Sendable {
         let inner: InMemoryTransport
         var pushes = 0
+        /// The record ids of every push, in order.
+        var sent: [[String]] = []
         var beforePush: (Int) async throws -> Void = { _ in }
         init(inner: InMemoryTransport) { self.inner = inner }
         func push(_ request: PushRequest) async throws -> PushResponse {
             pushes += 1
+            sent.append(request.mutations.map(\.recordId))
             try await beforePush(pushes)
             return try await inner.push(request)
         }
@@ -228,6 +231,28 @@ struct SyncEngineTests {
             _ = try await engine.sync()
             #expect(observer.pushes == 3)
             #expect(seenX != nil && seenX != .synced)
+        }
+    }
+
+    @Test("an older entry put back by a retry while a chunk is out goes out before the newer ones")
+    func retriedEntryKeepsItsPlace() async throws {
+        try await withObservedEngine { store, engine, observer in
+            // x's first entry is refused and set aside;
+            _ = try await engine.save(note("x", ["n": -1]))
+            #expect(try await engine.sync().failed == 1)
+            // then two chunks queue, and while the first is out, the user retries x.
+            for i in 0..<50 { _ = try await engine.save(note("a\(i)")) }
+            for i in 0..<50 { _ = try await engine.save(note("b\(i)")) }
+            observer.beforePush = { push in if push == 2 { _ = try await engine.retryAll() } }
+            _ = try await engine.sync()
+            // x's entry is older than every b: it goes out first.
+            #expect(observer.sent.count == 4)
+            #expect(observer.sent[1] == (0..<50).map { "a\($0)" })
+            #expect(observer.sent[2] == ["x"] + (0..<49).map { "b\($0)" })
+            #expect(observer.sent[3] == ["b49"])
+            // x is refused again and set aside; nothing else waits.
+            #expect(try await store.outboxCount() == 0)
+            #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus == .failed)
         }
     }
 
