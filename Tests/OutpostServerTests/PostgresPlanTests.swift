@@ -77,3 +77,57 @@ struct PostgresPlanTests {
         return lines.joined(separator: "\n")
     }
 }
+
+/// A new database: PostgreSQL has no statistics until autovacuum's first analysis, and plans a push's record
+/// lookup from guesses that can walk a whole collection per key.
+@Suite("PostgreSQL first analysis")
+struct PostgresFirstAnalysisTests {
+    @Test("after its first 1,000 pushed rows a server analyzes the tables no one has, and lookups probe the primary key")
+    func analyzesNewTables() async throws {
+        try await withPostgresDatabase { url in
+            let storage = PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger)
+            try await storage.withRunning { storage in
+                try await storage.migrate()
+                // Autovacuum stays out of it: any analysis seen below is the server's.
+                for statement in [
+                    "ALTER TABLE records SET (autovacuum_enabled = false)",
+                    "ALTER TABLE mutations SET (autovacuum_enabled = false)",
+                ] {
+                    try await storage.client.query(PostgresQuery(unsafeSQL: statement), logger: Fixtures.quietLogger)
+                }
+                let context = PushContext(
+                    tenant: "acme", deviceId: "dev-a", userId: "ana", userName: "Ana", receivedAt: Fixtures.serverNow)
+                func push(_ range: Range<Int>) async throws {
+                    let items = range.map { n in
+                        PushItem.valid(
+                            Mutation(
+                                idempotencyKey: "k\(n)", collection: "notes", recordId: "n\(n)", op: .upsert,
+                                fields: ["text": .string("note \(n)")], clientTimestamp: Fixtures.time(Double(n))),
+                            contentHash: "h\(n)")
+                    }
+                    _ = try await storage.push(items, context: context, collections: .standard)
+                }
+                try await push(0..<500)
+                await storage.firstAnalysisFinished()
+                #expect(try await Self.analyzed(storage).isEmpty, "analyzed before 1,000 rows")
+                try await push(500..<1000)
+                await storage.firstAnalysisFinished()
+                #expect(try await Self.analyzed(storage) == ["mutations", "records"])
+                let keys = (0..<50).map { RecordKey(collection: "notes", recordId: "n\($0 * 13)") }
+                let plan = try await PostgresPlanTests.plan(
+                    of: PostgresStorage.recordLookup(tenant: "acme", keys: keys), in: storage)
+                #expect(plan.contains("using records_pkey on records"), "\(plan)")
+            }
+        }
+    }
+
+    /// The tables analyzed by hand (not by autovacuum), by name.
+    static func analyzed(_ storage: PostgresStorage) async throws -> [String] {
+        var names: [String] = []
+        let rows = try await storage.client.query(
+            "SELECT relname FROM pg_stat_user_tables WHERE last_analyze IS NOT NULL ORDER BY relname",
+            logger: Fixtures.quietLogger)
+        for try await name in rows.decode(String.self) { names.append(name) }
+        return names
+    }
+}

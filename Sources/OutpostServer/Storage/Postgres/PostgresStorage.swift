@@ -26,6 +26,8 @@ package struct PostgresStorage: SyncStorage {
 
     /// How long start-up waits for the database before giving up with a clear error.
     let startupTimeout: Duration
+    /// Whether this process has analyzed the tables PostgreSQL had not analyzed yet (see ``noteWritten(_:)``).
+    let firstAnalysis = LockedValue(FirstAnalysis())
 
     /// How long one operation may wait for the database, a connection from the pool included, before it
     /// fails as unavailable (503). While PostgreSQL is down the pool keeps reconnecting in the background;
@@ -136,7 +138,9 @@ package struct PostgresStorage: SyncStorage {
         while true {
             attempt += 1
             do {
-                return try await guarded { try await pushOnce(items, context: context, collections: collections) }
+                let results = try await guarded { try await pushOnce(items, context: context, collections: collections) }
+                noteWritten(items.count)
+                return results
             } catch let error as StorageError where error.code == .concurrentClaim && attempt < Self.maxAttempts {
                 continue
             }
@@ -187,6 +191,59 @@ package struct PostgresStorage: SyncStorage {
             try await write(plan, tenant: tenant, connection: connection)
             try await beforeCommit?()
             return plan.results
+        }
+    }
+
+    // MARK: First analysis
+
+    struct FirstAnalysis {
+        var written = 0
+        var started = false
+        var task: Task<Void, Never>?
+    }
+
+    /// Rows a process pushes before it analyzes the tables PostgreSQL has never analyzed.
+    static let firstAnalysisAfter = 1000
+
+    /// PostgreSQL plans a table it has never analyzed from default guesses. Those tie a push's primary-key
+    /// probe with every index that starts with (tenant, collection), and the planner may pick one of those:
+    /// each key then walks the whole collection. On a new database the first drain of 10,000 records took
+    /// 5.9 s instead of 2.3 s, until autovacuum's first analysis, which comes up to a minute later. So once
+    /// this process has pushed ``firstAnalysisAfter`` rows, it analyzes the tables that no one has yet, once.
+    private func noteWritten(_ count: Int) {
+        let start = firstAnalysis.withLock { state -> Bool in
+            guard !state.started else { return false }
+            state.written += count
+            state.started = state.written >= Self.firstAnalysisAfter
+            return state.started
+        }
+        guard start else { return }
+        let task = Task { await analyzeNeverAnalyzed() }
+        firstAnalysis.withLock { $0.task = task }
+    }
+
+    /// Waits for the first analysis, if one started; for tests.
+    func firstAnalysisFinished() async {
+        await firstAnalysis.withLock { $0.task }?.value
+    }
+
+    private func analyzeNeverAnalyzed() async {
+        do {
+            try await guarded {
+                let rows = try await client.query(
+                    """
+                    SELECT relname FROM pg_stat_user_tables
+                    WHERE relname IN ('records', 'mutations') AND last_analyze IS NULL AND last_autoanalyze IS NULL
+                    """, logger: logger)
+                var tables: [String] = []
+                for try await table in rows.decode(String.self) { tables.append(table) }
+                // Only these two names can come back; the statement cannot take a table as a parameter.
+                for table in tables where table == "records" || table == "mutations" {
+                    try await client.query(PostgresQuery(unsafeSQL: "ANALYZE \(table)"), logger: logger)
+                }
+            }
+        } catch {
+            logger.warning("could not analyze the tables", metadata: ["error": "\(error)"])
         }
     }
 
