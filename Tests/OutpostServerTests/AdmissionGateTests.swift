@@ -105,6 +105,36 @@ struct AdmissionGateTests {
         #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
     }
 
+    @Test("a request that has waited `maxWait` is refused with 503 and leaves the queue; the one behind it still waits")
+    func waitBound() async throws {
+        let ticks = DeadlineWatchTests.Ticks()
+        let watch = DeadlineWatch(clock: ticks.clock, tick: .seconds(1))
+        let gate = AdmissionGate(limit: 1, maxWaiting: 10, maxWait: .seconds(3), watch: watch)
+        let log = Log()
+        let first = Held()
+        let running = Task { try await gate.withAdmission { log.add("first"); await first.wait() } }
+        try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 0))
+        let early = Task { try await gate.withAdmission { log.add("early") } }
+        try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 1))
+        try await ticks.until("the watch sleeps") { ticks.sleepsBegun == 1 }
+        try await ticks.tick(watch, by: .seconds(2))
+        // A second waiter arrives two seconds later: its own three seconds have not passed when the first's have.
+        let late = Task { try await gate.withAdmission { log.add("late") } }
+        try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 2))
+        try await ticks.tick(watch, by: .seconds(1))
+        // (Checked first so that a gate that never refuses fails here instead of hanging below.)
+        try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 1))
+        let error = await #expect(throws: OutpostHTTPError.self) { try await early.value }
+        #expect(error?.status == .serviceUnavailable)
+        #expect(error?.headers[.retryAfter] == "1")
+        first.finish()
+        try await running.value
+        try await late.value
+        #expect(log.all == ["first", "late"])
+        #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
+        #expect(watch.pendingCount == 0)
+    }
+
     @Test("a waiter cancelled while it waits throws, leaves the queue, and is never let in")
     func cancelledWaiter() async throws {
         let gate = AdmissionGate(limit: 1, maxWaiting: 10)

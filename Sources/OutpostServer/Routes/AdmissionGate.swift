@@ -8,8 +8,10 @@ import NIOCore
 /// With 1,000 devices syncing at once against a pool of 32 database connections, that keeps the server's
 /// memory bounded by the requests that can make progress, not by the ones queued behind them.
 ///
-/// Past `maxWaiting` waiting requests, a request is refused at once with 503, which devices retry with
-/// backoff. A request whose task is cancelled while it waits (its client went away) leaves the queue.
+/// Past `maxWaiting` waiting requests, a request is refused at once with 503 and `Retry-After`, which devices
+/// retry with backoff; so is one that has waited `maxWait` (while the database is down, admitted requests
+/// hold their places for up to their own 20 s bound, and the queue behind them must not wait for ever).
+/// A request whose task is cancelled while it waits (its client went away) leaves the queue.
 package final class AdmissionGate: Sendable {
     package struct Snapshot: Equatable, Sendable {
         package var running: Int
@@ -25,6 +27,8 @@ package final class AdmissionGate: Sendable {
         case admitted
         /// Cancelled before its continuation was stored: it throws.
         case cancelled
+        /// Past its wait before its continuation was stored: it is refused.
+        case timedOut
     }
 
     private struct State {
@@ -37,12 +41,16 @@ package final class AdmissionGate: Sendable {
 
     package let limit: Int
     package let maxWaiting: Int
+    package let maxWait: Duration
+    private let watch: DeadlineWatch
     private let state = LockedValue(State())
 
-    package init(limit: Int, maxWaiting: Int) {
+    package init(limit: Int, maxWaiting: Int, maxWait: Duration = .seconds(20), watch: DeadlineWatch = .shared) {
         precondition(limit >= 1 && maxWaiting >= 0)
         self.limit = limit
         self.maxWaiting = maxWaiting
+        self.maxWait = maxWait
+        self.watch = watch
     }
 
     /// How many requests run and how many wait, for metrics and tests.
@@ -52,8 +60,8 @@ package final class AdmissionGate: Sendable {
 
     /// Runs `body` once admitted, and lets the next waiter in when it ends.
     ///
-    /// - Throws: ``OutpostHTTPError/busy`` when the queue is full; `CancellationError` when the task is
-    ///   cancelled while it waits; whatever `body` throws.
+    /// - Throws: ``OutpostHTTPError/busy`` when the queue is full or the wait reaches `maxWait`;
+    ///   `CancellationError` when the task is cancelled while it waits; whatever `body` throws.
     @discardableResult
     package func withAdmission<T>(_ body: () async throws -> T) async throws -> T {
         try await enter()
@@ -83,6 +91,10 @@ package final class AdmissionGate: Sendable {
         case .admitted: return
         case .full: throw OutpostHTTPError.busy
         case .wait(let ticket):
+            let deadline = watch.schedule(after: maxWait) { [self] in
+                withdraw(ticket, marking: .timedOut)?.resume(throwing: OutpostHTTPError.busy)
+            }
+            defer { watch.cancel(deadline) }
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                     let early: Waiter? = state.withLock { state in
@@ -90,32 +102,41 @@ package final class AdmissionGate: Sendable {
                         case .arriving:
                             state.waiters[ticket] = .waiting(continuation)
                             return nil
+                        case nil:
+                            return .timedOut
                         case let other:
                             state.waiters[ticket] = nil
                             return other
                         }
                     }
                     switch early {
-                    case nil: break
+                    case .none: break
                     case .admitted: continuation.resume()
-                    default: continuation.resume(throwing: CancellationError())
+                    case .cancelled: continuation.resume(throwing: CancellationError())
+                    // Timed out. (An entry still arriving or already waiting cannot be here; refused all the same.)
+                    case .timedOut, .some(.arriving), .some(.waiting): continuation.resume(throwing: OutpostHTTPError.busy)
                     }
                 }
             } onCancel: {
-                let continuation = state.withLock { state -> CheckedContinuation<Void, any Error>? in
-                    switch state.waiters[ticket] {
-                    case .waiting(let continuation):
-                        state.waiters[ticket] = nil
-                        return continuation
-                    case .arriving:
-                        state.waiters[ticket] = .cancelled
-                        return nil
-                    case .admitted, .cancelled, nil:
-                        // Already let in: the request runs, and sees its own cancellation.
-                        return nil
-                    }
-                }
-                continuation?.resume(throwing: CancellationError())
+                withdraw(ticket, marking: .cancelled)?.resume(throwing: CancellationError())
+            }
+        }
+    }
+
+    /// Takes a waiter out of the queue, cancelled or timed out: its continuation, to resume with an error,
+    /// or nil when it has none yet (it is marked `reason` and throws once it stores one) or was already let
+    /// in or refused (then the request goes on as it is).
+    private func withdraw(_ ticket: UInt64, marking reason: Waiter) -> CheckedContinuation<Void, any Error>? {
+        state.withLock { state in
+            switch state.waiters[ticket] {
+            case .waiting(let continuation):
+                state.waiters[ticket] = nil
+                return continuation
+            case .arriving:
+                state.waiters[ticket] = reason
+                return nil
+            case .admitted, .cancelled, .timedOut, nil:
+                return nil
             }
         }
     }
@@ -131,7 +152,7 @@ package final class AdmissionGate: Sendable {
                 case .arriving:
                     state.waiters[ticket] = .admitted
                     return nil
-                case .admitted, .cancelled, nil:
+                case .admitted, .cancelled, .timedOut, nil:
                     continue
                 }
             }
