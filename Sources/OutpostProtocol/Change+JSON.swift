@@ -71,11 +71,21 @@ extension PullResponse {
 
     /// The answer as JSON, keys sorted.
     public func jsonBytes() throws(JSONSyntaxError) -> [UInt8] {
+        try Self.jsonBytes(count: changes.count, cursor: cursor, hasMore: hasMore) {
+            (output: inout [UInt8]) throws(JSONSyntaxError) in
+            try JSONShape.write(changes, to: &output)
+        }
+    }
+
+    /// A page whose changes array `writeChanges` writes.
+    public static func jsonBytes(
+        count: Int, cursor: String, hasMore: Bool, writeChanges: (inout [UInt8]) throws(JSONSyntaxError) -> Void
+    ) throws(JSONSyntaxError) -> [UInt8] {
         var output: [UInt8] = []
-        output.reserveCapacity(64 + changes.count * 320)
+        output.reserveCapacity(64 + count * 320)
         output.append(UInt8(ascii: "{"))
         JSONWriter.key("changes", first: true, to: &output)
-        try JSONShape.write(changes, to: &output)
+        try writeChanges(&output)
         JSONWriter.key("cursor", to: &output)
         JSONWriter.string(cursor, to: &output)
         JSONWriter.key("hasMore", to: &output)

@@ -1,3 +1,4 @@
+import Clocks
 import Foundation
 import Hummingbird
 import HummingbirdTesting
@@ -44,13 +45,19 @@ struct AdmissionGateTests {
         try await until("\(count) entries, the log has \(log.all)") { log.all.count == count }
     }
 
+    /// A gate whose wait bound runs on a test clock that never moves: no request here is refused for taking
+    /// long, however loaded the machine running the tests.
+    static func gate(limit: Int, maxWaiting: Int) -> AdmissionGate {
+        AdmissionGate(limit: limit, maxWaiting: maxWaiting, watch: DeadlineWatch(clock: TestClock<Duration>()))
+    }
+
     static func snapshot(running: Int, waiting: Int) -> AdmissionGate.Snapshot {
         AdmissionGate.Snapshot(running: running, waiting: waiting)
     }
 
     @Test("at most `limit` run at once; waiters are let in first come, first served")
     func limitAndOrder() async throws {
-        let gate = AdmissionGate(limit: 2, maxWaiting: 10)
+        let gate = Self.gate(limit: 2, maxWaiting: 10)
         let log = Log()
         let held = (0..<5).map { _ in Held() }
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -86,7 +93,7 @@ struct AdmissionGateTests {
 
     @Test("a full queue is refused at once with 503, and the gate stays usable")
     func fullQueue() async throws {
-        let gate = AdmissionGate(limit: 1, maxWaiting: 1)
+        let gate = Self.gate(limit: 1, maxWaiting: 1)
         let held = (Held(), Held())
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await gate.withAdmission { await held.0.wait() } }
@@ -137,7 +144,7 @@ struct AdmissionGateTests {
 
     @Test("a waiter cancelled while it waits throws, leaves the queue, and is never let in")
     func cancelledWaiter() async throws {
-        let gate = AdmissionGate(limit: 1, maxWaiting: 10)
+        let gate = Self.gate(limit: 1, maxWaiting: 10)
         let log = Log()
         let first = Held()
         let last = Held()
@@ -163,7 +170,7 @@ struct AdmissionGateTests {
 
     @Test("a task cancelled before it queues throws at once and takes no place")
     func cancelledBeforeQueueing() async throws {
-        let gate = AdmissionGate(limit: 1, maxWaiting: 10)
+        let gate = Self.gate(limit: 1, maxWaiting: 10)
         let first = Held()
         let running = Task { try await gate.withAdmission { await first.wait() } }
         try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 0))
@@ -180,7 +187,7 @@ struct AdmissionGateTests {
 
     @Test("many requests at once, every third cancelled: none over the limit, and the gate ends empty")
     func manyWithCancellations() async throws {
-        let gate = AdmissionGate(limit: 3, maxWaiting: 1_000)
+        let gate = Self.gate(limit: 3, maxWaiting: 1_000)
         let peak = LockedValue((now: 0, peak: 0))
         let tasks = (0..<400).map { index in
             Task {
@@ -215,7 +222,7 @@ struct AdmissionGateTests {
             #expect(text.contains("outpost_http_requests_waiting 0"))
         }
         // A held route behind the same middleware, to fill the gate deterministically.
-        let gate = AdmissionGate(limit: 1, maxWaiting: 0)
+        let gate = Self.gate(limit: 1, maxWaiting: 0)
         let held = Held()
         let router = Router(context: OutpostRequestContext.self)
         router.add(middleware: ErrorMiddleware())

@@ -105,6 +105,33 @@ struct ProtocolTests {
         }
     }
 
+    @Test("a pull page writes stored fields as they are: the same bytes as the canonical writer, a tombstone's fields empty",
+          arguments: StorageKind.allCases)
+    func pullPageBytes(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let staff = try await Fixtures.token(role: .staff)
+            let fields: [String: JSONValue] = [
+                "b": 1, "a": "é/\"quoted\"", "c": .object(["nested": .array([1.5, true, nil])]),
+            ]
+            _ = try await client.push(
+                [
+                    Fixtures.upsert("r1", fields, at: 1),
+                    Fixtures.upsert("r2", ["s": "gone"], at: 2),
+                    Fixtures.delete("r2", at: 3),
+                ], token: staff)
+            try await storage.settle()
+            let response = try await client.send(.get, "/v1/pull?collection=notes", token: staff)
+            #expect(response.status == .ok)
+            let body = Array(response.body.readableBytesView)
+            let page = try PullResponse(jsonBytes: body)
+            #expect(try page.jsonBytes() == body)
+            #expect(page.changes.map(\.recordId) == ["r1", "r2"])
+            #expect(page.changes[0].fields == fields)
+            #expect(page.changes[1].tombstone && page.changes[1].fields.isEmpty)
+            #expect(String(decoding: body, as: UTF8.self).contains(#""fields":{}"#))
+        }
+    }
+
     @Test("a protected conflict over HTTP carries the server's value and is listed for review")
     func conflictOverHTTP() async throws {
         try await withServer(.sqlite) { client, _ in

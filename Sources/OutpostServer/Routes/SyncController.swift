@@ -64,9 +64,12 @@ struct SyncController<Storage: SyncStorage> {
         let page = try await storage.pull(
             tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit)
         metrics.pulls.increment()
+        let rows = page.records
         return .json(
-            bytes: try PullResponse(changes: page.records.map(\.change), cursor: page.cursor.token, hasMore: page.hasMore)
-                .jsonBytes())
+            bytes: try PullResponse.jsonBytes(count: rows.count, cursor: page.cursor.token, hasMore: page.hasMore) {
+                (output: inout [UInt8]) throws(JSONSyntaxError) in
+                try SnapshotRow.writeJSON(rows, to: &output)
+            })
     }
 
     @Sendable func snapshot(_ request: Request, context: OutpostRequestContext) async throws -> Response {
@@ -115,9 +118,7 @@ struct SyncController<Storage: SyncStorage> {
             bytes: try SnapshotResponse.jsonBytes(
                 count: page.count, total: state.total, continuation: continuation, cursor: isLast ? state.cursor : nil
             ) { (output: inout [UInt8]) throws(JSONSyntaxError) in
-                try JSONWriter.array(page, to: &output) { (row, output: inout [UInt8]) throws(JSONSyntaxError) in
-                    try row.writeJSON(to: &output)
-                }
+                try SnapshotRow.writeJSON(page, to: &output)
             })
     }
 }

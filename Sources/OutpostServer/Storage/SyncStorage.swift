@@ -41,7 +41,8 @@ package struct PullCursor: Sendable, Hashable, Comparable {
 
 /// One page of a pull, straight from storage.
 package struct PullPage: Sendable {
-    package var records: [StoredRecord]
+    /// As stored: their fields text goes into the page as it is.
+    package var records: [SnapshotRow]
     /// The cursor after the last record, or the request's cursor when there was none.
     package var cursor: PullCursor
     package var hasMore: Bool

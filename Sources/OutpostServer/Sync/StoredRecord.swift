@@ -90,33 +90,41 @@ package struct StoredRecord: Sendable, Hashable {
     }
 }
 
-/// A live record as a snapshot page sends it, its fields still the JSON text storage holds: that text is
+/// A record as a snapshot or pull page sends it, its fields still the JSON text storage holds: that text is
 /// written into the page as it is, since parsing and rewriting it was most of a page's cost. Every engine
-/// stores fields as compact JSON objects (`StorageCoding`).
+/// stores fields as compact JSON objects (`StorageCoding`). A tombstone's fields are sent empty.
 package struct SnapshotRow: Sendable, Hashable {
     package var collection: String
     package var recordId: String
     package var scope: String
     package var version: Int64
+    package var tombstone: Bool = false
     package var fieldsJSON: String
     package var createdAt: Int64
     package var updatedAt: Int64
 
     func writeJSON(to output: inout [UInt8]) throws(JSONSyntaxError) {
         try Change.writeJSON(
-            collection: collection, recordId: recordId, scope: scope, version: version, tombstone: false,
+            collection: collection, recordId: recordId, scope: scope, version: version, tombstone: tombstone,
             createdAt: Timestamp(millisecondsSince1970: createdAt), updatedAt: Timestamp(millisecondsSince1970: updatedAt),
             to: &output
         ) { (output: inout [UInt8]) throws(JSONSyntaxError) in
-            output.append(contentsOf: fieldsJSON.utf8)
+            output.append(contentsOf: tombstone ? "{}".utf8 : fieldsJSON.utf8)
+        }
+    }
+
+    /// Rows as a JSON array.
+    static func writeJSON(_ rows: [SnapshotRow], to output: inout [UInt8]) throws(JSONSyntaxError) {
+        try JSONWriter.array(rows, to: &output) { (row, output: inout [UInt8]) throws(JSONSyntaxError) in
+            try row.writeJSON(to: &output)
         }
     }
 
     /// The row as a change, its fields parsed.
     package func change() throws -> Change {
         Change(
-            collection: collection, recordId: recordId, scope: scope, version: version, tombstone: false,
-            fields: try StorageCoding.decode([String: JSONValue].self, from: fieldsJSON),
+            collection: collection, recordId: recordId, scope: scope, version: version, tombstone: tombstone,
+            fields: tombstone ? [:] : try StorageCoding.decode([String: JSONValue].self, from: fieldsJSON),
             createdAt: Timestamp(millisecondsSince1970: createdAt), updatedAt: Timestamp(millisecondsSince1970: updatedAt))
     }
 }

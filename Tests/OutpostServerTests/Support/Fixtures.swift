@@ -107,13 +107,13 @@ extension SyncStorage {
     func pullAll(
         tenant: String = "acme", collection: String = "notes", scope: String? = nil, from cursor: PullCursor = .start,
         limit: Int = 500
-    ) async throws -> (records: [StoredRecord], cursor: PullCursor) {
+    ) async throws -> (records: [Change], cursor: PullCursor) {
         try await settle()
         var cursor = cursor
-        var records: [StoredRecord] = []
+        var records: [Change] = []
         while true {
             let page = try await pull(tenant: tenant, collection: collection, scope: scope, after: cursor, limit: limit)
-            records += page.records
+            records += try page.records.map { try $0.change() }
             cursor = page.cursor
             if !page.hasMore { return (records, cursor) }
         }

@@ -346,7 +346,7 @@ package struct PostgresStorage: SyncStorage {
                       AND (change_xid, change_seq) > (\(cursor.xid), \(cursor.seq)) AND change_xid < \(horizon)
                     ORDER BY change_xid, change_seq LIMIT \(limit + 1)
                     """
-                var records: [StoredRecord] = []
+                var records: [SnapshotRow] = []
                 var last = cursor
                 var hasMore = false
                 for try await row in try await connection.query(query, logger: logger) {
@@ -354,8 +354,17 @@ package struct PostgresStorage: SyncStorage {
                         hasMore = true
                         break
                     }
-                    records.append(try Self.record(row))
                     let columns = row.makeRandomAccess()
+                    records.append(
+                        SnapshotRow(
+                            collection: try columns["collection"].decode(String.self),
+                            recordId: try columns["record_id"].decode(String.self),
+                            scope: try columns["scope"].decode(String.self),
+                            version: try columns["version"].decode(Int64.self),
+                            tombstone: try columns["tombstone"].decode(Bool.self),
+                            fieldsJSON: try columns["fields"].decode(String.self),
+                            createdAt: try columns["created_at"].decode(Int64.self),
+                            updatedAt: try columns["updated_at"].decode(Int64.self)))
                     last = PullCursor(
                         xid: try columns["change_xid"].decode(Int64.self),
                         seq: try columns["change_seq"].decode(Int64.self))

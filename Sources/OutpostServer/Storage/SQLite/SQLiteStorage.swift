@@ -169,7 +169,12 @@ package struct SQLiteStorage: SyncStorage {
             arguments += [limit + 1]
             let rows = try Row.fetchAll(db, sql: sql, arguments: arguments)
             let page = rows.prefix(limit)
-            let records = try page.map(Self.record)
+            let records = page.map { row in
+                SnapshotRow(
+                    collection: row["collection"], recordId: row["record_id"], scope: row["scope"], version: row["version"],
+                    tombstone: row["tombstone"], fieldsJSON: row["fields"], createdAt: row["created_at"],
+                    updatedAt: row["updated_at"])
+            }
             let last = page.last.map { PullCursor(xid: 0, seq: $0["change_seq"]) } ?? cursor
             return PullPage(records: records, cursor: last, hasMore: rows.count > limit)
         }
