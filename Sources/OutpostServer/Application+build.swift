@@ -23,6 +23,7 @@ package func buildApplication<Storage: SyncStorage>(
         configuration: configuration, storage: storage, secrets: secrets, metrics: metrics, now: now)
     var app = Application(
         router: router,
+        server: .http1(configuration: .init(idleTimeout: .nanoseconds(Int64(configuration.idleTimeout / .nanoseconds(1))))),
         configuration: .init(
             address: .hostname(configuration.host, port: configuration.port), serverName: "outpost"),
         services: [storage],
@@ -55,7 +56,8 @@ package func buildRouter<Storage: SyncStorage>(
     router.add(middleware: ErrorMiddleware())
     let routeTable = RouteTable()
     router.add(middleware: MethodNotAllowedMiddleware(table: routeTable))
-    let gate = AdmissionGate(limit: configuration.maxConcurrentRequests, maxWaiting: configuration.maxWaitingRequests)
+    let gate = AdmissionGate(
+        limit: max(1, configuration.maxConcurrentRequests), maxWaiting: max(0, configuration.maxWaitingRequests))
     MetaController(storage: storage, metrics: metrics, gate: gate, now: now).addRoutes(to: router)
     AdminController(storage: storage, secrets: secrets, now: now).addRoutes(to: router.group("admin"))
     // Admission comes first, so that a request waiting its turn holds no more than its connection.

@@ -27,6 +27,10 @@ public struct ServerConfiguration: Sendable {
     public var maxConcurrentRequests: Int
     /// The most `/v1` requests that wait for their turn; past that a request is answered 503 at once.
     public var maxWaitingRequests: Int
+    /// A connection that neither sends nor receives anything for this long is closed: a device whose network
+    /// dropped halfway through a push must not hold one of the ``maxConcurrentRequests`` places for ever.
+    /// Longer than a request can legitimately stay silent (20 s waiting its turn, 20 s for the database).
+    public var idleTimeout: Duration
 
     public init(
         host: String = "127.0.0.1",
@@ -43,7 +47,8 @@ public struct ServerConfiguration: Sendable {
         collections: CollectionRegistry = .standard,
         escalationEnabled: Bool = true,
         maxConcurrentRequests: Int = 64,
-        maxWaitingRequests: Int = 10_000
+        maxWaitingRequests: Int = 10_000,
+        idleTimeout: Duration = .seconds(60)
     ) {
         self.host = host
         self.port = port
@@ -60,5 +65,6 @@ public struct ServerConfiguration: Sendable {
         self.escalationEnabled = escalationEnabled
         self.maxConcurrentRequests = maxConcurrentRequests
         self.maxWaitingRequests = maxWaitingRequests
+        self.idleTimeout = idleTimeout
     }
 }

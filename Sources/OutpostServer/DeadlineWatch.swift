@@ -54,7 +54,8 @@ package final class DeadlineWatch: Sendable {
             state.watching = true
             return (Entry(id: state.nextId), start)
         }
-        if start { Task { await watch() } }
+        // Detached: the loop may outlive the request that started it, and must not keep its task-locals.
+        if start { Task.detached { await self.watch() } }
         return entry
     }
 
@@ -69,11 +70,8 @@ package final class DeadlineWatch: Sendable {
             try? await sleep(tick)
             let now = elapsed()
             let (due, done) = state.withLock { state -> ([@Sendable () -> Void], Bool) in
-                var due: [@Sendable () -> Void] = []
-                for (id, pending) in state.pending where pending.deadline <= now {
-                    due.append(pending.action)
-                    state.pending[id] = nil
-                }
+                let dueIds = state.pending.compactMap { $0.value.deadline <= now ? $0.key : nil }
+                let due = dueIds.compactMap { state.pending.removeValue(forKey: $0)?.action }
                 if state.pending.isEmpty { state.watching = false }
                 return (due, state.pending.isEmpty)
             }

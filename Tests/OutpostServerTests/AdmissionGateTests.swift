@@ -1,7 +1,11 @@
 import Clocks
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Hummingbird
 import HummingbirdTesting
+import OutpostClient
 import OutpostProtocol
 import Testing
 
@@ -206,6 +210,54 @@ struct AdmissionGateTests {
         }
         #expect(peak.withLock { $0.peak } <= 3)
         #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
+    }
+
+    @Test("over a real socket: a push whose client stalls halfway through its body gives its place back once the connection idles out")
+    func stalledUpload() async throws {
+        try await withServer(
+            .sqlite, setup: .live,
+            configure: {
+                $0.maxConcurrentRequests = 1
+                $0.idleTimeout = .seconds(1)
+            }
+        ) { client, _ in
+            let port = try #require(client.port)
+            let token = try await Fixtures.token()
+            // A device sends the head of a push and half its body, then its network drops without a word.
+            let socket = try Self.connect(port: port)
+            defer { close(socket) }
+            let head = "POST /v1/push HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n"
+                + "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"deviceId\":\"dev-a\",\"mut"
+            #expect(head.withCString { send(socket, $0, strlen($0), 0) } > 0)
+            // The server closes the silent connection (recv sees the end) and frees the only place:
+            var byte: UInt8 = 0
+            #expect(recv(socket, &byte, 1, 0) == 0)
+            // the next device's push goes through (on a connection of its own: the test client's idled out too).
+            let device = HTTPSyncTransport(baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: token)
+            let pushed = try await device.push(PushRequest(deviceId: "dev-b", mutations: [Fixtures.upsert("r1", ["n": 1])]))
+            #expect(pushed.results.map(\.status) == [.applied])
+        }
+    }
+
+    /// A blocking TCP connection to the loopback port; reads give up after 10 s.
+    static func connect(port: Int) throws -> Int32 {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port)).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard result == 0 else {
+            close(socket)
+            throw CancellationError()
+        }
+        return socket
     }
 
     @Test("over HTTP: a full gate answers 503 with the error document and Retry-After; /metrics shows the queue")

@@ -38,7 +38,7 @@ public struct OutpostHTTPError: Error, HTTPResponseError, Sendable, CustomString
 
     static let unavailable = Self(.serviceUnavailable, .serviceUnavailable, "storage is unavailable; retry later")
 
-    /// Too many requests already wait for their turn (see ``AdmissionGate``).
+    /// Too many requests already wait for their turn, or this one waited its longest (see ``AdmissionGate``).
     static let busy = Self(
         .serviceUnavailable, .serviceUnavailable, "the server is busy; retry later", headers: [.retryAfter: "1"])
 }
