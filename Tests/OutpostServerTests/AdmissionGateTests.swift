@@ -224,18 +224,28 @@ struct AdmissionGateTests {
             let port = try #require(client.port)
             let token = try await Fixtures.token()
             // A device sends the head of a push and half its body, then its network drops without a word.
-            let socket = try Self.connect(port: port)
-            defer { close(socket) }
             let head = "POST /v1/push HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n"
                 + "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"deviceId\":\"dev-a\",\"mut"
-            #expect(head.withCString { send(socket, $0, strlen($0), 0) } > 0)
-            // The server closes the silent connection (recv sees the end) and frees the only place:
-            var byte: UInt8 = 0
-            #expect(recv(socket, &byte, 1, 0) == 0)
+            // The server closes the silent connection (the read sees its end) and frees the only place:
+            let read = await Self.onOwnThread { () -> Int in
+                guard let socket = try? Self.connect(port: port) else { return -2 }
+                defer { close(socket) }
+                guard head.withCString({ send(socket, $0, strlen($0), 0) }) > 0 else { return -3 }
+                var byte: UInt8 = 0
+                return recv(socket, &byte, 1, 0)
+            }
+            #expect(read == 0)
             // the next device's push goes through (on a connection of its own: the test client's idled out too).
             let device = HTTPSyncTransport(baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: token)
             let pushed = try await device.push(PushRequest(deviceId: "dev-b", mutations: [Fixtures.upsert("r1", ["n": 1])]))
             #expect(pushed.results.map(\.status) == [.applied])
+        }
+    }
+
+    /// Runs blocking socket calls on a thread of their own: never on the threads that run every test's tasks.
+    static func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: body()) }.start()
         }
     }
 

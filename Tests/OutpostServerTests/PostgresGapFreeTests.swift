@@ -35,7 +35,7 @@ struct PostgresGapFreeTests {
             struct Crash: Error {}
             let crashing = PostgresStorage(
                 location: location, logger: Fixtures.quietLogger, beforeCommit: { throw Crash() })
-            let healthy = PostgresStorage(location: location, logger: Fixtures.quietLogger)
+            let healthy = PostgresStorage(location: location, logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
             let batch = (0..<5).map { Fixtures.upsert("r\($0)", ["n": .integer(Int64($0))], at: Double($0)) }
             try await crashing.withRunning { crashing in
                 try await healthy.withRunning { healthy in
@@ -77,8 +77,8 @@ struct PostgresGapFreeTests {
     func twoProcessesOneDatabase() async throws {
         try await withPostgresDatabase { url in
             let location = try PostgresLocation(url: url)
-            let a = PostgresStorage(location: location, logger: Fixtures.quietLogger)
-            let b = PostgresStorage(location: location, logger: Fixtures.quietLogger)
+            let a = PostgresStorage(location: location, logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
+            let b = PostgresStorage(location: location, logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
             try await a.withRunning { a in
                 try await b.withRunning { b in
                     // Both migrate at once, as two processes starting together would.
@@ -109,7 +109,7 @@ extension PostgresGapFreeTests {
             let gate = Gate()
             let held = PostgresStorage(
                 location: location, logger: Fixtures.quietLogger, beforeCommit: { await gate.arriveAndWait() })
-            let other = PostgresStorage(location: location, logger: Fixtures.quietLogger)
+            let other = PostgresStorage(location: location, logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
             try await held.withRunning { held in
                 try await other.withRunning { other in
                     try await other.migrate()

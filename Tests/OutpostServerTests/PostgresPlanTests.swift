@@ -12,7 +12,7 @@ struct PostgresPlanTests {
     @Test("records and idempotency keys are probed by primary key for a tenant missing from the statistics")
     func probesForNewTenant() async throws {
         try await withPostgresDatabase { url in
-            let storage = PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger)
+            let storage = PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
             try await storage.withRunning { storage in
                 try await storage.migrate()
                 // Given statistics that know one tenant, and many rows of a second that they do not know,
@@ -85,7 +85,7 @@ struct PostgresFirstAnalysisTests {
     @Test("after its first 1,000 pushed rows a server analyzes the tables no one has, and lookups probe the primary key")
     func analyzesNewTables() async throws {
         try await withPostgresDatabase { url in
-            let storage = PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger)
+            let storage = PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
             try await storage.withRunning { storage in
                 try await storage.migrate()
                 // Autovacuum stays out of it: any analysis seen below is the server's.

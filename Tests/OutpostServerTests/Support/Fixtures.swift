@@ -30,7 +30,7 @@ func withStorage<T: Sendable>(
         }
     case .postgres:
         let url = try await TestPostgres.shared.makeDatabase()
-        let storage = PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger)
+        let storage = PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
         let result = try await storage.withRunning { storage in
             try await storage.migrate()
             return try await body(storage)
@@ -49,6 +49,11 @@ func withPostgresDatabase<T: Sendable>(_ body: @Sendable (String) async throws -
 }
 
 enum Fixtures {
+    /// How long a test's storage waits for its database at start. The server's 15 s default is for an
+    /// operator's database; here dozens of suites create databases at once on one test cluster, two cores
+    /// shared with everything else the suite runs, and the first ones at times took longer than 15 s.
+    static let postgresStartup: Duration = .seconds(60)
+
     static let quietLogger: Logger = {
         var logger = Logger(label: "outpost-test")
         logger.logLevel = .critical

@@ -26,7 +26,7 @@ func withServer(
     case .postgres:
         let url = try await TestPostgres.shared.makeDatabase()
         try await run(
-            PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger), configuration,
+            PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup), configuration,
             setup, now, metrics, body)
         await TestPostgres.shared.dropDatabase(url: url)
     }
