@@ -11,41 +11,52 @@ import Testing
 struct PostgresPlanTests {
     @Test("records and idempotency keys are probed by primary key for a tenant missing from the statistics")
     func probesForNewTenant() async throws {
-        try await withPostgresDatabase { url in
-            let storage = PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
-            try await storage.withRunning { storage in
-                try await storage.migrate()
-                // Given statistics that know one tenant, and many rows of a second that they do not know,
-                for statement in [
-                    "ALTER TABLE records SET (autovacuum_enabled = false)",
-                    "ALTER TABLE mutations SET (autovacuum_enabled = false)",
+        try await Self.withUnanalyzedStorage { storage in
+            // Given statistics that know one tenant, and many rows of a second that they do not know,
+            try await Self.run(
+                [
                     Self.fill(tenant: "established", rows: 3000),
                     "ANALYZE records, mutations",
                     Self.fill(tenant: "newcomer", rows: 6000),
-                ] {
-                    try await storage.client.query(PostgresQuery(unsafeSQL: statement), logger: Fixtures.quietLogger)
-                }
-                let keys = (0..<50).map { RecordKey(collection: "notes", recordId: "n\($0 * 97)") }
-                // when a push of the newcomer looks its rows up,
-                let records = try await Self.plan(
-                    of: PostgresStorage.recordLookup(tenant: "newcomer", keys: keys), in: storage)
-                let mutations = try await Self.plan(
-                    of: PostgresStorage.processedLookup(tenant: "newcomer", keys: keys.map { "k-\($0.recordId)" }),
-                    in: storage)
-                // then each key is one probe of the primary key, bound on every one of its columns.
-                #expect(records.contains("using records_pkey on records"), "\(records)")
-                #expect(!records.contains("Seq Scan on records") && !records.contains("records_by_"), "\(records)")
-                #expect(Self.indexConditions(records).allSatisfy { $0.contains("record_id = ") }, "\(records)")
-                #expect(mutations.contains("using mutations_pkey on mutations"), "\(mutations)")
-                #expect(!mutations.contains("Seq Scan on mutations") && !mutations.contains("mutations_by_"), "\(mutations)")
-                #expect(Self.indexConditions(mutations).allSatisfy { $0.contains("idempotency_key = ") }, "\(mutations)")
-                // And the lookups find what is there.
-                let found = try await storage.client.query(
-                    PostgresStorage.recordLookup(tenant: "newcomer", keys: keys), logger: Fixtures.quietLogger)
-                var count = 0
-                for try await _ in found { count += 1 }
-                #expect(count == keys.count)
-            }
+                ], in: storage)
+            let keys = (0..<50).map { RecordKey(collection: "notes", recordId: "n\($0 * 97)") }
+            // when a push of the newcomer looks its rows up,
+            let records = try await Self.plan(
+                of: PostgresStorage.recordLookup(tenant: "newcomer", keys: keys), in: storage)
+            let mutations = try await Self.plan(
+                of: PostgresStorage.processedLookup(tenant: "newcomer", keys: keys.map { "k-\($0.recordId)" }),
+                in: storage)
+            // then each key is one probe of the primary key, bound on every one of its columns.
+            #expect(records.contains("using records_pkey on records"), "\(records)")
+            #expect(!records.contains("Seq Scan on records") && !records.contains("records_by_"), "\(records)")
+            #expect(Self.indexConditions(records).allSatisfy { $0.contains("record_id = ") }, "\(records)")
+            #expect(mutations.contains("using mutations_pkey on mutations"), "\(mutations)")
+            #expect(!mutations.contains("Seq Scan on mutations") && !mutations.contains("mutations_by_"), "\(mutations)")
+            #expect(Self.indexConditions(mutations).allSatisfy { $0.contains("idempotency_key = ") }, "\(mutations)")
+            // And the lookups find what is there.
+            let found = try await storage.client.query(
+                PostgresStorage.recordLookup(tenant: "newcomer", keys: keys), logger: Fixtures.quietLogger)
+            var count = 0
+            for try await _ in found { count += 1 }
+            #expect(count == keys.count)
+        }
+    }
+
+    /// A migrated storage on a database of its own, with autovacuum off on the push's tables: only the
+    /// analyses a test runs, or the server does, give them statistics.
+    static func withUnanalyzedStorage(_ body: @escaping @Sendable (PostgresStorage) async throws -> Void) async throws {
+        try await withStorage(.postgres) { storage in
+            let storage = try #require(storage as? PostgresStorage)
+            try await run(
+                ["ALTER TABLE records SET (autovacuum_enabled = false)", "ALTER TABLE mutations SET (autovacuum_enabled = false)"],
+                in: storage)
+            try await body(storage)
+        }
+    }
+
+    static func run(_ statements: [String], in storage: PostgresStorage) async throws {
+        for statement in statements {
+            try await storage.client.query(PostgresQuery(unsafeSQL: statement), logger: Fixtures.quietLogger)
         }
     }
 
@@ -84,40 +95,21 @@ struct PostgresPlanTests {
 struct PostgresFirstAnalysisTests {
     @Test("after its first 1,000 pushed rows a server analyzes the tables no one has, and lookups probe the primary key")
     func analyzesNewTables() async throws {
-        try await withPostgresDatabase { url in
-            let storage = PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
-            try await storage.withRunning { storage in
-                try await storage.migrate()
-                // Autovacuum stays out of it: any analysis seen below is the server's.
-                for statement in [
-                    "ALTER TABLE records SET (autovacuum_enabled = false)",
-                    "ALTER TABLE mutations SET (autovacuum_enabled = false)",
-                ] {
-                    try await storage.client.query(PostgresQuery(unsafeSQL: statement), logger: Fixtures.quietLogger)
-                }
-                let context = PushContext(
-                    tenant: "acme", deviceId: "dev-a", userId: "ana", userName: "Ana", receivedAt: Fixtures.serverNow)
-                func push(_ range: Range<Int>) async throws {
-                    let items = range.map { n in
-                        PushItem.valid(
-                            Mutation(
-                                idempotencyKey: "k\(n)", collection: "notes", recordId: "n\(n)", op: .upsert,
-                                fields: ["text": .string("note \(n)")], clientTimestamp: Fixtures.time(Double(n))),
-                            contentHash: "h\(n)")
-                    }
-                    _ = try await storage.push(items, context: context, collections: .standard)
-                }
-                try await push(0..<500)
-                await storage.firstAnalysisFinished()
-                #expect(try await Self.analyzed(storage).isEmpty, "analyzed before 1,000 rows")
-                try await push(500..<1000)
-                await storage.firstAnalysisFinished()
-                #expect(try await Self.analyzed(storage) == ["mutations", "records"])
-                let keys = (0..<50).map { RecordKey(collection: "notes", recordId: "n\($0 * 13)") }
-                let plan = try await PostgresPlanTests.plan(
-                    of: PostgresStorage.recordLookup(tenant: "acme", keys: keys), in: storage)
-                #expect(plan.contains("using records_pkey on records"), "\(plan)")
+        // Autovacuum stays out of it: any analysis seen below is the server's.
+        try await PostgresPlanTests.withUnanalyzedStorage { storage in
+            func push(_ range: Range<Int>) async throws {
+                _ = try await storage.push(range.map { Fixtures.upsert("n\($0)", ["text": .string("note \($0)")], at: Double($0)) })
             }
+            try await push(0..<500)
+            await storage.firstAnalysisFinished()
+            #expect(try await Self.analyzed(storage).isEmpty, "analyzed before 1,000 rows")
+            try await push(500..<1000)
+            await storage.firstAnalysisFinished()
+            #expect(try await Self.analyzed(storage) == ["mutations", "records"])
+            let keys = (0..<50).map { RecordKey(collection: "notes", recordId: "n\($0 * 13)") }
+            let plan = try await PostgresPlanTests.plan(
+                of: PostgresStorage.recordLookup(tenant: "acme", keys: keys), in: storage)
+            #expect(plan.contains("using records_pkey on records"), "\(plan)")
         }
     }
 

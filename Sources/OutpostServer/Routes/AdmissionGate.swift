@@ -18,17 +18,14 @@ package final class AdmissionGate: Sendable {
         package var waiting: Int
     }
 
-    /// A waiter's state; its continuation is stored a moment after it takes its ticket, and either a
-    /// release or a cancellation can come in between.
+    /// A waiter's state; its continuation is stored a moment after it takes its ticket, and a release, a
+    /// cancellation or its deadline can come in between.
     private enum Waiter {
         case arriving
         case waiting(CheckedContinuation<Void, any Error>)
-        /// Admitted before its continuation was stored: it goes straight in.
-        case admitted
-        /// Cancelled before its continuation was stored: it throws.
-        case cancelled
-        /// Past its wait before its continuation was stored: it is refused.
-        case timedOut
+        /// Let in (success) or refused (failure) before its continuation was stored: it resumes with this
+        /// as soon as it stores it.
+        case decided(Result<Void, any Error>)
     }
 
     private struct State {
@@ -91,54 +88,42 @@ package final class AdmissionGate: Sendable {
         case .admitted: return
         case .full: throw OutpostHTTPError.busy
         case .wait(let ticket):
-            let deadline = watch.schedule(after: maxWait) { [self] in
-                withdraw(ticket, marking: .timedOut)?.resume(throwing: OutpostHTTPError.busy)
-            }
+            let deadline = watch.schedule(after: maxWait) { [self] in refuse(ticket, OutpostHTTPError.busy) }
             defer { watch.cancel(deadline) }
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                    let early: Waiter? = state.withLock { state in
-                        switch state.waiters[ticket] {
-                        case .arriving:
+                    let decided = state.withLock { state -> Result<Void, any Error>? in
+                        guard case .decided(let result) = state.waiters[ticket] else {
                             state.waiters[ticket] = .waiting(continuation)
                             return nil
-                        case nil:
-                            return .timedOut
-                        case let other:
-                            state.waiters[ticket] = nil
-                            return other
                         }
+                        state.waiters[ticket] = nil
+                        return result
                     }
-                    switch early {
-                    case .none: break
-                    case .admitted: continuation.resume()
-                    case .cancelled: continuation.resume(throwing: CancellationError())
-                    // Timed out. (An entry still arriving or already waiting cannot be here; refused all the same.)
-                    case .timedOut, .some(.arriving), .some(.waiting): continuation.resume(throwing: OutpostHTTPError.busy)
-                    }
+                    if let decided { continuation.resume(with: decided) }
                 }
             } onCancel: {
-                withdraw(ticket, marking: .cancelled)?.resume(throwing: CancellationError())
+                refuse(ticket, CancellationError())
             }
         }
     }
 
-    /// Takes a waiter out of the queue, cancelled or timed out: its continuation, to resume with an error,
-    /// or nil when it has none yet (it is marked `reason` and throws once it stores one) or was already let
-    /// in or refused (then the request goes on as it is).
-    private func withdraw(_ ticket: UInt64, marking reason: Waiter) -> CheckedContinuation<Void, any Error>? {
-        state.withLock { state in
+    /// Takes a waiter out of the queue, cancelled or timed out: it throws `error`, now or as soon as it
+    /// stores its continuation. A waiter already let in or refused goes on as it is.
+    private func refuse(_ ticket: UInt64, _ error: any Error) {
+        let continuation = state.withLock { state -> CheckedContinuation<Void, any Error>? in
             switch state.waiters[ticket] {
             case .waiting(let continuation):
                 state.waiters[ticket] = nil
                 return continuation
             case .arriving:
-                state.waiters[ticket] = reason
+                state.waiters[ticket] = .decided(.failure(error))
                 return nil
-            case .admitted, .cancelled, .timedOut, nil:
+            case .decided, nil:
                 return nil
             }
         }
+        continuation?.resume(throwing: error)
     }
 
     /// Hands this request's place to the first waiter still waiting, or frees it.
@@ -150,9 +135,9 @@ package final class AdmissionGate: Sendable {
                     state.waiters[ticket] = nil
                     return continuation
                 case .arriving:
-                    state.waiters[ticket] = .admitted
+                    state.waiters[ticket] = .decided(.success(()))
                     return nil
-                case .admitted, .cancelled, .timedOut, nil:
+                case .decided, nil:
                     continue
                 }
             }
