@@ -60,6 +60,45 @@ struct LocalStoreTests {
         #expect(try await reopened.records(.pending).count == 3)
     }
 
+    @Test("the write-ahead log outlives the store's close, and a store in use overwrites it in place")
+    func logKeptAndReused() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-device-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("device.sqlite")
+        let size: Int
+        do {
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            for i in 0..<40 { try await store.write(note("r\(i)"), deviceId: "d", at: Date(), offline: true) }
+            try await store.checkpoint()
+            size = try logSize(url)
+            #expect(size > 0)
+            // Checkpointed, the next commit starts the log again from its beginning: the file does not grow.
+            try await store.write(note("after-checkpoint"), deviceId: "d", at: Date(), offline: true)
+            #expect(try logSize(url) == size)
+        }
+        // Closed: SQLite would delete the log; the store keeps it, so the next session writes in place too.
+        #expect(try logSize(url) == size)
+        let reopened = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        try await reopened.write(note("next-session"), deviceId: "d", at: Date(), offline: true)
+        #expect(try logSize(url) == size)
+        #expect(try await reopened.records(.pending).count == 42)
+    }
+
+    @Test("a checkpoint truncates a write-ahead log past the size limit, and keeps one below it")
+    func largeLogTruncated() async throws {
+        try await withStore { store, url in
+            for i in 0..<20 { try await store.write(note("r\(i)"), deviceId: "d", at: Date(), offline: true) }
+            try await store.checkpoint()
+            let size = try logSize(url)
+            #expect(size > 0 && size < LocalStore.walSizeLimit)
+            try await store.write(note("more"), deviceId: "d", at: Date(), offline: true)
+            try await store.checkpoint(truncatingLogPast: size - 1)
+            #expect(try logSize(url) == 0)
+            try await store.write(note("after"), deviceId: "d", at: Date(), offline: true)
+            #expect(try await store.records(.pending).count == 22)
+        }
+    }
+
     @Test("payloads are encrypted at rest: no name or e-mail in any file of the store")
     func encryptedAtRest() async throws {
         try await withStore { store, url in

@@ -12,6 +12,12 @@ func withStore<T>(durable: Bool = true, _ body: (LocalStore, URL) async throws -
     return try await body(store, url)
 }
 
+/// The size of a store's write-ahead log file; throws when there is none.
+func logSize(_ url: URL) throws -> Int {
+    let attributes = try FileManager.default.attributesOfItem(atPath: url.path + "-wal")
+    return (attributes[.size] as? NSNumber)?.intValue ?? 0
+}
+
 func note(_ id: String, _ fields: [String: JSONValue] = ["n": 1]) -> LocalStore.Write {
     LocalStore.Write(collection: "notes", recordId: id, fields: fields)
 }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import GRDB
+import GRDBSQLite
 import OutpostProtocol
 
 /// The device's durable, encrypted store: one SQLite file in WAL mode, every commit flushed to disk.
@@ -43,6 +44,13 @@ public final class LocalStore: Sendable {
                 // Checkpoints copy the WAL into the database; a large threshold keeps them off almost every
                 // write (the engine checkpoints after each sync instead).
                 try db.execute(sql: "PRAGMA wal_autocheckpoint = 4000")
+                // Keep the WAL file when the store closes. A commit that overwrites frames already on disk
+                // flushes only its data; one that extends the file must also flush the file's new size,
+                // which on ext4 costs about 1.7× the flush (measured). After a checkpoint SQLite reuses the
+                // file from its start, so a store in use writes in place.
+                var persist: Int32 = 1
+                guard sqlite3_file_control(db.sqliteConnection, "main", SQLITE_FCNTL_PERSIST_WAL, &persist) == SQLITE_OK
+                else { throw ClientError(.storeUnavailable, "cannot keep the store's write-ahead log") }
                 #if canImport(Darwin)
                 try db.execute(sql: "PRAGMA fullfsync = ON")
                 #endif
@@ -409,12 +417,20 @@ public final class LocalStore: Sendable {
 }
 
 extension LocalStore {
+    /// The size past which a checkpoint also truncates the write-ahead log (64 MiB): the log is kept between
+    /// uses so that commits overwrite it in place, but one large transaction should not keep its space for ever.
+    public static let walSizeLimit = 64 << 20
+
     /// Copies the write-ahead log into the database when nothing is reading: called after a sync, so that
     /// local writes rarely pay for it.
-    public func checkpoint() async throws {
+    ///
+    /// - Parameter limit: when the log file is larger than this many bytes, it is also truncated to zero.
+    public func checkpoint(truncatingLogPast limit: Int = LocalStore.walSizeLimit) async throws {
+        let log = url.path + "-wal"
         try await perform {
             try await queue.writeWithoutTransaction { db in
-                try db.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)")
+                let size = (try? FileManager.default.attributesOfItem(atPath: log)[.size] as? NSNumber)?.intValue ?? 0
+                try db.execute(sql: size > limit ? "PRAGMA wal_checkpoint(TRUNCATE)" : "PRAGMA wal_checkpoint(PASSIVE)")
             }
         }
     }
