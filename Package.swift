@@ -81,6 +81,7 @@ let package = Package(
                 "OutpostServer",
                 "OutpostClient",
                 "OutpostApps",
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
