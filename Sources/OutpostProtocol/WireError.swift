@@ -32,6 +32,8 @@ public struct WireError: Error, Sendable, Hashable, Codable, CustomStringConvert
         public static let invalidContinuation = Code("invalid_continuation")
         public static let unknownCollection = Code("unknown_collection")
         public static let serviceUnavailable = Code("service_unavailable")
+        /// The request body did not arrive whole in time; send it again.
+        public static let requestTimeout = Code("request_timeout")
         public static let internalError = Code("internal_error")
         // Mutation-level
         public static let invalidRecordId = Code("invalid_record_id")

@@ -31,6 +31,9 @@ public struct ServerConfiguration: Sendable {
     /// dropped halfway through a push must not hold one of the ``maxConcurrentRequests`` places for ever.
     /// Longer than a request can legitimately stay silent (20 s waiting its turn, 20 s for the database).
     public var idleTimeout: Duration
+    /// A request body must arrive whole within this long, else the request is answered 408 and its connection
+    /// closed: a client that trickles its body, and so never idles out, must not hold a place for longer.
+    public var bodyTimeout: Duration
 
     public init(
         host: String = "127.0.0.1",
@@ -48,7 +51,8 @@ public struct ServerConfiguration: Sendable {
         escalationEnabled: Bool = true,
         maxConcurrentRequests: Int = 64,
         maxWaitingRequests: Int = 10_000,
-        idleTimeout: Duration = .seconds(60)
+        idleTimeout: Duration = .seconds(60),
+        bodyTimeout: Duration = .seconds(30)
     ) {
         self.host = host
         self.port = port
@@ -66,5 +70,6 @@ public struct ServerConfiguration: Sendable {
         self.maxConcurrentRequests = maxConcurrentRequests
         self.maxWaitingRequests = maxWaitingRequests
         self.idleTimeout = idleTimeout
+        self.bodyTimeout = bodyTimeout
     }
 }

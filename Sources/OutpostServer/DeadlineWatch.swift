@@ -80,3 +80,67 @@ package final class DeadlineWatch: Sendable {
         }
     }
 }
+
+extension DeadlineWatch {
+    /// Runs `body`, and gives up after `timeout` without waiting for it to finish, throwing `timedOut()`.
+    package func bounded<T: Sendable>(
+        _ timeout: Duration, _ body: @escaping @Sendable () async throws -> T,
+        timedOut: @escaping @Sendable () -> any Error
+    ) async throws -> T {
+        let outcome = FirstOutcome<T>()
+        let operation = Task {
+            do {
+                outcome.resume(with: .success(try await body()))
+            } catch {
+                outcome.resume(with: .failure(error))
+            }
+        }
+        let deadline = schedule(after: timeout) {
+            operation.cancel()
+            outcome.resume(with: .failure(timedOut()))
+        }
+        defer { cancel(deadline) }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { outcome.install($0) }
+        } onCancel: {
+            operation.cancel()
+        }
+    }
+}
+
+/// Resumes a continuation with whichever outcome comes first, once.
+private final class FirstOutcome<T: Sendable>: Sendable {
+    private struct State: Sendable {
+        var continuation: CheckedContinuation<T, any Error>?
+        var pending: Result<T, any Error>?
+        var finished = false
+    }
+
+    private let state = LockedValue(State())
+
+    func install(_ continuation: CheckedContinuation<T, any Error>) {
+        let ready: Result<T, any Error>? = state.withLock { state in
+            guard let pending = state.pending else {
+                state.continuation = continuation
+                return nil
+            }
+            state.finished = true
+            return pending
+        }
+        if let ready { continuation.resume(with: ready) }
+    }
+
+    func resume(with result: Result<T, any Error>) {
+        let waiting: CheckedContinuation<T, any Error>? = state.withLock { state in
+            guard !state.finished else { return nil }
+            guard let continuation = state.continuation else {
+                if state.pending == nil { state.pending = result }
+                return nil
+            }
+            state.finished = true
+            state.continuation = nil
+            return continuation
+        }
+        waiting?.resume(with: result)
+    }
+}

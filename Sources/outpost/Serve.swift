@@ -35,6 +35,11 @@ struct Serve: AsyncParsableCommand {
         help: "Most /v1 requests that wait for their turn; past that a request is answered 503 with Retry-After.")
     var maxWaitingRequests: Int = 10_000
 
+    @Option(
+        name: .customLong("body-timeout"),
+        help: "Seconds a request body may take to arrive whole; a slower one is answered 408 and its connection closed.")
+    var bodyTimeout: Int = 30
+
     @Flag(
         name: .customLong("no-escalation"),
         help: "Acknowledge persistent-failure reports without recording them (default $OUTPOST_ESCALATION, else on).")
@@ -45,6 +50,7 @@ struct Serve: AsyncParsableCommand {
         guard maxBatchSize >= 1 else { throw ValidationError("--max-batch-size must be at least 1") }
         guard maxConcurrentRequests >= 1 else { throw ValidationError("--max-concurrent-requests must be at least 1") }
         guard maxWaitingRequests >= 0 else { throw ValidationError("--max-waiting-requests must not be negative") }
+        guard (1...3600).contains(bodyTimeout) else { throw ValidationError("--body-timeout must be from 1 to 3600 seconds") }
         guard !host.isEmpty else { throw ValidationError("--host must not be empty") }
     }
 
@@ -55,7 +61,7 @@ struct Serve: AsyncParsableCommand {
         let logger = Logger.cli("outpost")
         var configuration = ServerConfiguration(
             host: host, port: port, maxBatchSize: maxBatchSize, maxConcurrentRequests: maxConcurrentRequests,
-            maxWaitingRequests: maxWaitingRequests)
+            maxWaitingRequests: maxWaitingRequests, bodyTimeout: .seconds(bodyTimeout))
         configuration.escalationEnabled = !noEscalation && ProcessInfo.processInfo.environment["OUTPOST_ESCALATION"] != "off"
         configuration.jwtSecret = try StorageOptions.environmentSecret()
         let storage = try storageOptions.openStorage(logger: logger)

@@ -97,7 +97,7 @@ struct SyncEngineTests {
         }
     }
 
-    @Test("a 5xx is retried; a 4xx of the whole request is not")
+    @Test("a 5xx and a 408 (a body that came too slowly) are retried; another 4xx of the whole request is not")
     func serverErrors() async throws {
         struct Failing: SyncTransport {
             let status: Int
@@ -110,7 +110,7 @@ struct SyncEngineTests {
             func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse { fatalError() }
             func health() async throws -> HealthResponse { HealthResponse(status: "ok", storage: "ok") }
         }
-        for (status, expectedCalls) in [(503, 4), (401, 1)] {
+        for (status, expectedCalls) in [(503, 4), (408, 4), (401, 1)] {
             try await withStore { store, _ in
                 let transport = Failing(status: status)
                 let clock = ObservedClock(TestClock<Duration>())

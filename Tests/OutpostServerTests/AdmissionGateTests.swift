@@ -242,6 +242,46 @@ struct AdmissionGateTests {
         }
     }
 
+    @Test("over a real socket: a push whose client trickles its body is answered 408 at the body deadline, and gives its place back")
+    func tricklingUpload() async throws {
+        try await withServer(
+            .sqlite, setup: .live,
+            configure: {
+                $0.maxConcurrentRequests = 1
+                $0.bodyTimeout = .seconds(1)
+            }
+        ) { client, _ in
+            let port = try #require(client.port)
+            let token = try await Fixtures.token()
+            let head = "POST /v1/push HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n"
+                + "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{"
+            // A client sends the head, then one byte of its body every 100 ms: never silent long enough to idle
+            // out, it would take 20 s to finish. It reads what the server answers between bytes.
+            let answer = await Self.onOwnThread { () -> String in
+                guard let socket = try? Self.connect(port: port) else { return "no connection" }
+                defer { close(socket) }
+                guard head.withCString({ send(socket, $0, strlen($0), 0) }) > 0 else { return "no head sent" }
+                var received = [UInt8](repeating: 0, count: 1024)
+                for _ in 0..<100 {
+                    var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+                    if poll(&descriptor, 1, 100) > 0 {
+                        let count = recv(socket, &received, received.count, 0)
+                        return count > 0 ? String(decoding: received[..<count], as: UTF8.self) : "closed without an answer"
+                    }
+                    _ = send(socket, " ", 1, Int32(MSG_NOSIGNAL))
+                }
+                return "no answer in 10 s"
+            }
+            #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer.prefix(200))")
+            #expect(answer.contains(#""code":"request_timeout""#))
+            #expect(answer.lowercased().contains("connection: close"))
+            // The only place is free again: the next device's push goes through.
+            let device = HTTPSyncTransport(baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: token)
+            let pushed = try await device.push(PushRequest(deviceId: "dev-b", mutations: [Fixtures.upsert("r1", ["n": 1])]))
+            #expect(pushed.results.map(\.status) == [.applied])
+        }
+    }
+
     /// Runs blocking socket calls on a thread of their own: never on the threads that run every test's tasks.
     static func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
         await withCheckedContinuation { continuation in

@@ -22,6 +22,7 @@ struct CLITests {
         ["serve", "--max-batch-size", "0"],
         ["serve", "--max-concurrent-requests", "0"],
         ["serve", "--max-waiting-requests", "-1"],
+        ["serve", "--body-timeout", "0"],
         ["serve", "--database-url", "mysql://localhost/db"],
         ["serve", "--database-url", "postgres://localhost"],
         ["token", "--tenant", "acme", "--user", "ana", "--role", "king"],

@@ -55,11 +55,11 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
         self.message = message
     }
 
-    /// Whether trying again later may succeed: a network failure or a 5xx (and 429).
+    /// Whether trying again later may succeed: a network failure, a 5xx, 429, or 408 (the body came too slowly).
     public var isRetryable: Bool {
         switch kind {
         case .network: return true
-        case .server, .invalidResponse: return (status ?? 0) >= 500 || status == 429
+        case .server, .invalidResponse: return (status ?? 0) >= 500 || status == 429 || status == 408
         }
     }
 

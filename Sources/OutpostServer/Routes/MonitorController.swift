@@ -23,7 +23,8 @@ struct MonitorController<Storage: SyncStorage> {
 
     @Sendable func heartbeat(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
-        let beat = try await RequestDecoding.decodeBody(Heartbeat.self, from: request, maxBytes: 16 * 1024)
+        let beat = try await RequestDecoding.decodeBody(
+            Heartbeat.self, from: request, maxBytes: 16 * 1024, timeout: configuration.bodyTimeout)
         guard Identifier.isValid(beat.deviceId) else {
             throw OutpostHTTPError.badRequest("deviceId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }
@@ -50,7 +51,8 @@ struct MonitorController<Storage: SyncStorage> {
 
     @Sendable func syncFailures(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
-        let report = try await RequestDecoding.decodeBody(SyncFailureReport.self, from: request, maxBytes: 1024 * 1024)
+        let report = try await RequestDecoding.decodeBody(
+            SyncFailureReport.self, from: request, maxBytes: 1024 * 1024, timeout: configuration.bodyTimeout)
         guard Identifier.isValid(report.deviceId) else {
             throw OutpostHTTPError.badRequest("deviceId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }

@@ -4,9 +4,11 @@ import OutpostProtocol
 
 /// Reads and decodes request bodies and query parameters, turning every failure into a clear 4xx.
 enum RequestDecoding {
-    /// Collects at most `maxBytes` of body and decodes it as `T`.
-    static func decodeBody<T: Decodable>(_ type: T.Type, from request: Request, maxBytes: Int) async throws -> T {
-        let buffer = try await collectBody(of: request, maxBytes: maxBytes)
+    /// Collects at most `maxBytes` of body, within `timeout`, and decodes it as `T`.
+    static func decodeBody<T: Decodable>(
+        _ type: T.Type, from request: Request, maxBytes: Int, timeout: Duration
+    ) async throws -> T {
+        let buffer = try await collectBody(of: request, maxBytes: maxBytes, timeout: timeout)
         do {
             return try JSONDecoder().decode(T.self, from: Data(buffer: buffer))
         } catch let error as DecodingError {
@@ -19,9 +21,9 @@ enum RequestDecoding {
     /// Collects at most `maxBytes` of body, parses it, and reads it with `read`: for the bodies read without
     /// Codable (see `PushRequest.init(json:)`). Errors name the byte or the member, never a value.
     static func parseBody<T>(
-        from request: Request, maxBytes: Int, as read: (JSONValue) throws(JSONSyntaxError) -> T
+        from request: Request, maxBytes: Int, timeout: Duration, as read: (JSONValue) throws(JSONSyntaxError) -> T
     ) async throws -> T {
-        let buffer = try await collectBody(of: request, maxBytes: maxBytes)
+        let buffer = try await collectBody(of: request, maxBytes: maxBytes, timeout: timeout)
         let value: JSONValue
         do {
             value = try JSONValue(parsing: buffer.readableBytesView)
@@ -36,12 +38,36 @@ enum RequestDecoding {
         }
     }
 
-    private static func collectBody(of request: Request, maxBytes: Int) async throws -> ByteBuffer {
-        var request = request
-        let buffer: ByteBuffer
-        do {
-            buffer = try await request.collectBody(upTo: maxBytes)
-        } catch {
+    /// Collects the whole body, at most `maxBytes` of it, and gives up once `timeout` has passed since it
+    /// started: a client that trickles its body must not hold a place of the admission gate for longer. The
+    /// read is cancelled, which also ends the connection, and waited for, so that nothing else reads the body
+    /// while it does.
+    static func collectBody(
+        of request: Request, maxBytes: Int, timeout: Duration, watch: DeadlineWatch = .shared
+    ) async throws -> ByteBuffer {
+        let reading = Task {
+            var request = request
+            return try await request.collectBody(upTo: maxBytes)
+        }
+        let expired = LockedValue(false)
+        let deadline = watch.schedule(after: timeout) {
+            expired.withLock { $0 = true }
+            reading.cancel()
+        }
+        let result = await withTaskCancellationHandler {
+            await reading.result
+        } onCancel: {
+            reading.cancel()
+        }
+        watch.cancel(deadline)
+        // Checked first: a read cut short by the deadline may end as if the body were complete.
+        if expired.withLock({ $0 }) {
+            throw OutpostHTTPError(
+                .requestTimeout, .requestTimeout,
+                "the request body did not arrive within \(timeout.components.seconds) s; send it again",
+                headers: [.connection: "close"])
+        }
+        guard case .success(let buffer) = result else {
             throw OutpostHTTPError(
                 .contentTooLarge, .payloadTooLarge, "the request body is larger than \(maxBytes) bytes")
         }

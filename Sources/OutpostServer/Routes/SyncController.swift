@@ -19,7 +19,9 @@ struct SyncController<Storage: SyncStorage> {
 
     @Sendable func push(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
-        let body = try await RequestDecoding.parseBody(from: request, maxBytes: configuration.maxBodyBytes) {
+        let body = try await RequestDecoding.parseBody(
+            from: request, maxBytes: configuration.maxBodyBytes, timeout: configuration.bodyTimeout
+        ) {
             (json: JSONValue) throws(JSONSyntaxError) in try PushRequest(json: json)
         }
         guard Identifier.isValid(body.deviceId) else {
