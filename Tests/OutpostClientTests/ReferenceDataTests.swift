@@ -80,6 +80,15 @@ struct ReferenceDataTests {
             #expect(try await data.search(collection: "guests", scope: "ev-1", query: "late").map(\.recordId) == ["walk-in"])
             // A second refresh with nothing new changes nothing.
             #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 0, removed: 0))
+            // A cancelled guest registered again is found again, no longer cancelled.
+            server.put("g00007", ["event_id": "ev-1", "name": "Guest7 Again", "email": "guest7@example.org"], scope: "ev-1")
+            #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 1, removed: 0))
+            guard case .found(let again) = try await data.lookup(collection: "guests", scope: "ev-1", recordId: "g00007") else {
+                Issue.record("a guest registered again is not found")
+                return
+            }
+            #expect(again.fields["name"] == "Guest7 Again")
+            #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest7 again").map(\.recordId) == ["g00007"])
         }
     }
 

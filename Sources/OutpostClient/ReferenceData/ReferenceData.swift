@@ -96,17 +96,28 @@ public struct ReferenceData: Sendable {
     private func fetchPage(collection: String, scope: String, continuation: String?) async throws -> PreparedPage {
         let response = try await transport.snapshot(
             collection: collection, scope: scope, continuation: continuation, limit: pageSize)
+        // A snapshot holds live records only.
+        let rows = try await prepare(response.records, collection: collection, scope: scope, tombstones: false)
+        return PreparedPage(response: response, rows: rows.map { $0! })
+    }
+
+    /// Seals and tokenises changes in two halves at once: that is most of a page's CPU time on the device.
+    /// With `tombstones`, a tombstone has nothing to store: nil.
+    private func prepare(
+        _ changes: [Change], collection: String, scope: String, tombstones: Bool
+    ) async throws -> [PreparedRow?] {
         let sealer = store.sealer
         let index = self.index
-        let prepare: @Sendable (ArraySlice<Change>) throws -> [PreparedRow] = { changes in
-            try changes.map { try Self.prepare($0, collection: collection, scope: scope, sealer: sealer, index: index) }
+        let prepare: @Sendable (ArraySlice<Change>) throws -> [PreparedRow?] = { changes in
+            try changes.map { change in
+                tombstones && change.tombstone
+                    ? nil : try Self.prepare(change, collection: collection, scope: scope, sealer: sealer, index: index)
+            }
         }
-        // Two halves at once: sealing and tokens are most of a page's CPU time on the device.
-        let records = response.records
-        let middle = records.count / 2
-        async let first = prepare(records[..<middle])
-        let second = try prepare(records[middle...])
-        return PreparedPage(response: response, rows: try await first + second)
+        let middle = changes.count / 2
+        async let first = prepare(changes[..<middle])
+        let second = try prepare(changes[middle...])
+        return try await first + second
     }
 
     private func storePage(_ prepared: PreparedPage, collection: String, scope: String, isFirst: Bool) async throws -> Int {
@@ -167,13 +178,16 @@ public struct ReferenceData: Sendable {
     /// Rows per multi-row `INSERT`: one statement per row cost more than the B-tree work it does.
     static let insertBatch = 50
 
-    static func insertRecords(_ rows: [PreparedRow], collection: String, scope: String, db: Database) throws {
+    static func insertRecords(
+        _ rows: [PreparedRow], collection: String, scope: String, replacing: Bool = false, db: Database
+    ) throws {
         let tuple = "(?, ?, ?, ?, ?, ?)"
         var start = 0
         while start < rows.count {
             let count = min(insertBatch, rows.count - start)
             let statement = try db.cachedStatement(
-                sql: "INSERT INTO reference_records (collection, scope, record_id, payload, version, tokens) VALUES "
+                sql: (replacing ? "INSERT OR REPLACE" : "INSERT")
+                    + " INTO reference_records (collection, scope, record_id, payload, version, tokens) VALUES "
                     + Array(repeating: tuple, count: count).joined(separator: ", "))
             // Plain `DatabaseValue`s: an array of existentials would take GRDB's `[Any]` path, a cast per value.
             var arguments: [DatabaseValue] = []
@@ -201,28 +215,6 @@ public struct ReferenceData: Sendable {
             arguments: [collection, scope])
     }
 
-    /// Stores one change to a record that may exist: only the search tokens that changed are touched (a
-    /// changed note leaves the name's tokens alone).
-    static func upsert(
-        _ row: PreparedRow, collection: String, scope: String, existingTokens: [Int64]?, db: Database
-    ) throws {
-        try db.cachedStatement(
-            sql: "INSERT OR REPLACE INTO reference_records (collection, scope, record_id, payload, version, tokens) VALUES (?, ?, ?, ?, ?, ?)"
-        ).execute(arguments: [collection, scope, row.recordId, row.payload, row.version, ReferenceIndex.text(row.tokens)])
-        let old = Set(existingTokens ?? [])
-        let new = Set(row.tokens)
-        let remove = try db.cachedStatement(
-            sql: "DELETE FROM reference_search WHERE collection = ? AND scope = ? AND token = ? AND record_id = ?")
-        for token in old.subtracting(new) {
-            try remove.execute(arguments: [collection, scope, token, row.recordId])
-        }
-        let insert = try db.cachedStatement(
-            sql: "INSERT OR IGNORE INTO reference_search (collection, scope, token, record_id) VALUES (?, ?, ?, ?)")
-        for token in new.subtracting(old) {
-            try insert.execute(arguments: [collection, scope, token, row.recordId])
-        }
-    }
-
     // MARK: Refresh
 
     /// Rows asked for per pull of a refresh.
@@ -248,57 +240,116 @@ public struct ReferenceData: Sendable {
             }
             let page = try await transport.pull(
                 collection: collection, scope: scope, cursor: cursor, limit: Self.refreshPageSize)
-            let sealer = store.sealer
-            let index = self.index
             let time = Timestamp(now()).millisecondsSince1970
-            let rows = try page.changes.map { change in
-                change.tombstone ? nil : try Self.prepare(change, collection: collection, scope: scope, sealer: sealer, index: index)
-            }
+            let rows = try await prepare(page.changes, collection: collection, scope: scope, tombstones: true)
             let counts = try await store.perform {
-                try await store.queue.write { db -> (Int, Int) in
-                    var updated = 0
-                    var removed = 0
-                    var stored = try Int.fetchOne(
-                        db, sql: "SELECT stored FROM reference_state WHERE collection = ? AND scope = ?",
-                        arguments: [collection, scope]) ?? 0
-                    let existing = try db.cachedStatement(
-                        sql: "SELECT tokens FROM reference_records WHERE collection = ? AND scope = ? AND record_id = ?")
-                    let forget = try db.cachedStatement(
-                        sql: "DELETE FROM reference_tombstones WHERE collection = ? AND scope = ? AND record_id = ?")
-                    for (change, row) in zip(page.changes, rows) {
-                        let found = try Row.fetchOne(existing, arguments: [collection, scope, change.recordId])
-                        let oldTokens = found.map { row in (row["tokens"] as String?).map(ReferenceIndex.tokens(fromText:)) ?? [] }
-                        if let row {
-                            try Self.upsert(row, collection: collection, scope: scope, existingTokens: oldTokens, db: db)
-                            try forget.execute(arguments: [collection, scope, change.recordId])
-                            if found == nil { stored += 1 }
-                            updated += 1
-                        } else {
-                            if let oldTokens {
-                                stored -= 1
-                                let remove = try db.cachedStatement(
-                                    sql: "DELETE FROM reference_search WHERE collection = ? AND scope = ? AND token = ? AND record_id = ?")
-                                for token in oldTokens { try remove.execute(arguments: [collection, scope, token, change.recordId]) }
-                                try db.cachedStatement(
-                                    sql: "DELETE FROM reference_records WHERE collection = ? AND scope = ? AND record_id = ?"
-                                ).execute(arguments: [collection, scope, change.recordId])
-                            }
-                            try db.cachedStatement(
-                                sql: "INSERT OR REPLACE INTO reference_tombstones (collection, scope, record_id, deleted_at) VALUES (?, ?, ?, ?)"
-                            ).execute(arguments: [collection, scope, change.recordId, time])
-                            removed += 1
-                        }
-                    }
-                    try db.execute(
-                        sql: "UPDATE reference_state SET cursor = ?, stored = ?, total = ?, refreshed_at = ? WHERE collection = ? AND scope = ?",
-                        arguments: [page.cursor, stored, stored, time, collection, scope])
-                    return (updated, removed)
+                try await store.queue.write { db in
+                    try Self.apply(page, rows: rows, collection: collection, scope: scope, at: time, db: db)
                 }
             }
             summary.updated += counts.0
             summary.removed += counts.1
             if !page.hasMore { return summary }
         }
+    }
+
+    /// Stores one pulled page in a few statements for the whole page rather than several per change: updates
+    /// and walk-ins replace their rows, touching only the search tokens that changed (a changed note leaves
+    /// the name's alone); tombstones remove the row and its tokens and remember the id; the cursor moves on.
+    static func apply(
+        _ page: PullResponse, rows: [PreparedRow?], collection: String, scope: String, at time: Int64, db: Database
+    ) throws -> (Int, Int) {
+        // A pull lists a record once, as it is now: the ids of a page are distinct.
+        var existing: [String: String] = [:]
+        let ids = JSONValue.array(page.changes.map { .string($0.recordId) })
+        let rowsOfPage = try Row.fetchCursor(
+            db,
+            sql: """
+                SELECT record_id, tokens FROM reference_records
+                WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))
+                """,
+            arguments: [collection, scope, String(decoding: try ids.jsonBytes(), as: UTF8.self)])
+        while let row = try rowsOfPage.next() {
+            let recordId: String = row["record_id"]
+            existing[recordId] = (row["tokens"] as String?) ?? "[]"
+        }
+
+        var upserts: [PreparedRow] = []
+        var removedIds: [String] = []
+        var tombstoneIds: [String] = []
+        var searchRemovals: [(token: Int64, recordId: String)] = []
+        var searchAdditions: [(token: Int64, recordId: String)] = []
+        var stored = try Int.fetchOne(
+            db, sql: "SELECT stored FROM reference_state WHERE collection = ? AND scope = ?",
+            arguments: [collection, scope]) ?? 0
+        for (change, row) in zip(page.changes, rows) {
+            let oldText = existing[change.recordId]
+            if let row {
+                upserts.append(row)
+                if oldText == nil { stored += 1 }
+                // Most changes leave the name and e-mail alone, and so the tokens' text.
+                guard oldText != ReferenceIndex.text(row.tokens) else { continue }
+                let old = Set(oldText.map(ReferenceIndex.tokens(fromText:)) ?? [])
+                let new = Set(row.tokens)
+                searchRemovals += old.subtracting(new).map { ($0, change.recordId) }
+                searchAdditions += new.subtracting(old).map { ($0, change.recordId) }
+            } else {
+                tombstoneIds.append(change.recordId)
+                guard let oldText else { continue }
+                stored -= 1
+                removedIds.append(change.recordId)
+                searchRemovals += ReferenceIndex.tokens(fromText: oldText).map { ($0, change.recordId) }
+            }
+        }
+
+        func idList(_ ids: [String]) throws -> String {
+            String(decoding: try JSONValue.array(ids.map { .string($0) }).jsonBytes(), as: UTF8.self)
+        }
+        // Tokens by their whole key: a token of a common prefix is held by thousands of records.
+        let removeToken = try db.cachedStatement(
+            sql: "DELETE FROM reference_search WHERE collection = ? AND scope = ? AND token = ? AND record_id = ?")
+        for (token, recordId) in searchRemovals {
+            try removeToken.execute(arguments: [collection, scope, token, recordId])
+        }
+        if !searchAdditions.isEmpty {
+            let pairs = JSONValue.array(searchAdditions.map { .array([.integer($0.token), .string($0.recordId)]) })
+            try db.execute(
+                sql: """
+                    INSERT OR IGNORE INTO reference_search (collection, scope, token, record_id)
+                    SELECT ?1, ?2, json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?3)
+                    """,
+                arguments: [collection, scope, String(decoding: try pairs.jsonBytes(), as: UTF8.self)])
+        }
+        try insertRecords(upserts, collection: collection, scope: scope, replacing: true, db: db)
+        if !removedIds.isEmpty {
+            try db.execute(
+                sql: """
+                    DELETE FROM reference_records
+                    WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))
+                    """,
+                arguments: [collection, scope, try idList(removedIds)])
+        }
+        // A walk-in added again after a cancellation is no longer cancelled.
+        if !upserts.isEmpty {
+            try db.execute(
+                sql: """
+                    DELETE FROM reference_tombstones
+                    WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))
+                    """,
+                arguments: [collection, scope, try idList(upserts.map(\.recordId))])
+        }
+        if !tombstoneIds.isEmpty {
+            try db.execute(
+                sql: """
+                    INSERT OR REPLACE INTO reference_tombstones (collection, scope, record_id, deleted_at)
+                    SELECT ?1, ?2, value, ?4 FROM json_each(?3)
+                    """,
+                arguments: [collection, scope, try idList(tombstoneIds), time])
+        }
+        try db.execute(
+            sql: "UPDATE reference_state SET cursor = ?, stored = ?, total = ?, refreshed_at = ? WHERE collection = ? AND scope = ?",
+            arguments: [page.cursor, stored, stored, time, collection, scope])
+        return (upserts.count, tombstoneIds.count)
     }
 
     // MARK: Lookup and search
