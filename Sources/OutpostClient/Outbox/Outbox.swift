@@ -64,8 +64,10 @@ extension LocalStore {
                 var touched: [RecordKey: (error: String?, conflict: ConflictDetail?, version: Int64?)] = [:]
                 // The time of each touched record's last entry in this chunk.
                 var lastEntry: [RecordKey: Int64] = [:]
-                // Cached: compiling a statement per entry cost more than running it.
-                let delete = try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq = ?")
+                // Confirmed entries go in one statement at the end; cached: compiling a statement per entry
+                // cost more than running it.
+                var confirmed: [Int64] = []
+                confirmed.reserveCapacity(results.count)
                 let setAside = try db.cachedStatement(
                     sql: """
                         UPDATE outbox SET state = 'rejected', attempts = attempts + 1, last_attempt = ?,
@@ -78,10 +80,10 @@ extension LocalStore {
                     let status = result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status
                     switch status {
                     case .applied, .duplicate:
-                        try delete.execute(arguments: [entry.seq])
+                        confirmed.append(entry.seq)
                         outcome.version = result.version ?? outcome.version
                     case .conflict:
-                        try delete.execute(arguments: [entry.seq])
+                        confirmed.append(entry.seq)
                         outcome.version = result.version ?? outcome.version
                         outcome.conflict = result.conflict
                         let fields = result.conflict?.fields.joined(separator: ", ") ?? "a protected field"
@@ -92,6 +94,11 @@ extension LocalStore {
                     }
                     touched[key] = outcome
                     lastEntry[key] = max(lastEntry[key] ?? .min, entry.mutation.clientTimestamp.millisecondsSince1970)
+                }
+                if !confirmed.isEmpty {
+                    try db.execute(
+                        sql: "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))",
+                        arguments: ["[" + confirmed.map(String.init).joined(separator: ",") + "]"])
                 }
                 var records: [RecordKey: LocalRecord] = [:]
                 for key in touched.keys {
