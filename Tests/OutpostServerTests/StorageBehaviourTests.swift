@@ -23,6 +23,32 @@ struct StorageBehaviourTests {
         }
     }
 
+    @Test("a push larger than one statement's rows, over two collections, applies every mutation once, in order",
+          arguments: StorageKind.allCases)
+    func largePush(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let guests = (0..<7).map {
+                Fixtures.upsert("g\($0)", ["event_id": "ev-1", "name": .string("Guest \($0)")], at: 0, collection: "guests")
+            }
+            let notes = (0..<120).map { Fixtures.upsert("r\($0)", ["n": .integer(Int64($0))], at: Double($0)) }
+            let first = try await storage.push(notes + guests)
+            #expect(first.map(\.status) == Array(repeating: .applied, count: 127))
+            // Half of them again with new content, among the first push sent again whole.
+            let changed = (0..<60).map { Fixtures.upsert("r\($0 * 2)", ["n": .integer(-1)], at: Double(200 + $0)) }
+            let second = try await storage.push(notes + changed + guests)
+            #expect(second.prefix(120).allSatisfy { $0.status == .duplicate })
+            #expect(second.dropFirst(120).prefix(60).map(\.version) == Array(repeating: 2, count: 60))
+            #expect(second.suffix(7).allSatisfy { $0.status == .duplicate })
+            let pulled = try await storage.pullAll()
+            // In commit order: the untouched odd ones as first written, then the changed even ones.
+            let odd = (0..<60).map { "r\($0 * 2 + 1)" }
+            let even = (0..<60).map { "r\($0 * 2)" }
+            #expect(pulled.records.map(\.recordId) == odd + even)
+            #expect(pulled.records.suffix(60).allSatisfy { $0.fields == ["n": -1] && $0.version == 2 })
+            #expect(try await storage.pullAll(collection: "guests").records.map(\.recordId) == guests.map(\.recordId))
+        }
+    }
+
     @Test("a key sent again is a duplicate: nothing is written again, and the original result comes back",
           arguments: StorageKind.allCases)
     func duplicate(kind: StorageKind) async throws {
