@@ -59,7 +59,7 @@ package func buildRouter<Storage: SyncStorage>(
     let gate = AdmissionGate(
         limit: max(1, configuration.maxConcurrentRequests), maxWaiting: max(0, configuration.maxWaitingRequests))
     MetaController(storage: storage, metrics: metrics, gate: gate, now: now).addRoutes(to: router)
-    AdminController(storage: storage, secrets: secrets, now: now).addRoutes(to: router.group("admin"))
+    AdminController(storage: storage, secrets: secrets, now: now, bodyTimeout: configuration.bodyTimeout).addRoutes(to: router.group("admin"))
     // Admission comes first, so that a request waiting its turn holds no more than its connection.
     let v1 = router.group("v1")
         .add(middleware: AdmissionMiddleware(gate: gate))

@@ -266,7 +266,12 @@ struct AdmissionGateTests {
                     var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
                     if poll(&descriptor, 1, 100) > 0 {
                         let count = recv(socket, &received, received.count, 0)
-                        return count > 0 ? String(decoding: received[..<count], as: UTF8.self) : "closed without an answer"
+                        guard count > 0 else { return "closed without an answer" }
+                        // Then the server ends the connection: the next read sees its end.
+                        var rest = [UInt8](repeating: 0, count: 1024)
+                        var more = 0
+                        repeat { more = recv(socket, &rest, rest.count, 0) } while more > 0
+                        return String(decoding: received[..<count], as: UTF8.self) + (more == 0 ? "\n<end>" : "\n<no end>")
                     }
                     _ = send(socket, " ", 1, Int32(MSG_NOSIGNAL))
                 }
@@ -275,6 +280,7 @@ struct AdmissionGateTests {
             #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer.prefix(200))")
             #expect(answer.contains(#""code":"request_timeout""#))
             #expect(answer.lowercased().contains("connection: close"))
+            #expect(answer.hasSuffix("<end>"))
             // The only place is free again: the next device's push goes through.
             let device = HTTPSyncTransport(baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: token)
             let pushed = try await device.push(PushRequest(deviceId: "dev-b", mutations: [Fixtures.upsert("r1", ["n": 1])]))

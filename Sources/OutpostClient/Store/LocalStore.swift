@@ -37,7 +37,7 @@ public final class LocalStore: Sendable {
         self.sealer = Sealer(key: try keys.key())
         do {
             var configuration = Configuration()
-            configuration.busyMode = .timeout(10)
+            configuration.busyMode = .timeout(TimeInterval(Self.busyTimeoutMilliseconds) / 1000)
             configuration.prepareDatabase { db in
                 // Durable at commit: WAL with a flush per transaction. On Apple platforms fullfsync too.
                 try db.execute(sql: durableCommits ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = OFF")
@@ -46,8 +46,9 @@ public final class LocalStore: Sendable {
                 try db.execute(sql: "PRAGMA wal_autocheckpoint = 4000")
                 // Keep the WAL file when the store closes. A commit that overwrites frames already on disk
                 // flushes only its data; one that extends the file must also flush the file's new size,
-                // which on ext4 costs about 1.7× the flush (measured). After a checkpoint SQLite reuses the
-                // file from its start, so a store in use writes in place.
+                // which on ext4 costs about 1.7× the flush (measured). After each checkpoint SQLite writes
+                // the kept file again from its start. (A session's first commits follow the frames of the
+                // last one until its first checkpoint, and extend the file if those reached its end.)
                 var persist: Int32 = 1
                 guard sqlite3_file_control(db.sqliteConnection, "main", SQLITE_FCNTL_PERSIST_WAL, &persist) == SQLITE_OK
                 else { throw ClientError(.storeUnavailable, "cannot keep the store's write-ahead log") }
@@ -72,6 +73,9 @@ public final class LocalStore: Sendable {
             throw ClientError(.storeUnavailable, "cannot open the device store at \(url.path)")
         }
     }
+
+    /// How long a statement waits for another process's lock on the store before it fails.
+    static let busyTimeoutMilliseconds = 10_000
 
     /// The default key file for a store: beside it, named after it, mode 0600.
     public static func defaultKeys(for url: URL) -> KeyFileProvider {
@@ -429,8 +433,14 @@ extension LocalStore {
         let log = url.path + "-wal"
         try await perform {
             try await queue.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)")
                 let size = (try? FileManager.default.attributesOfItem(atPath: log)[.size] as? NSNumber)?.intValue ?? 0
-                try db.execute(sql: size > limit ? "PRAGMA wal_checkpoint(TRUNCATE)" : "PRAGMA wal_checkpoint(PASSIVE)")
+                guard size > limit else { return }
+                // Truncating waits for readers in other processes (such as `outpost device status`); local
+                // writes queue behind it, so it does not wait at all: a busy log is truncated next time.
+                try db.execute(sql: "PRAGMA busy_timeout = 0")
+                defer { try? db.execute(sql: "PRAGMA busy_timeout = \(Self.busyTimeoutMilliseconds)") }
+                try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
             }
         }
     }

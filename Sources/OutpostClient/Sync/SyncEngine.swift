@@ -157,54 +157,60 @@ public actor SyncEngine {
         var failed = Set<RecordKey>()
         var statusCounted = Date.distantPast
 
-        while true {
-            let chunk = try await store.nextChunk(limit: configuration.chunkSize)
-            if chunk.isEmpty { break }
-            let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
-            let response: PushResponse
-            do {
-                response = try await push(request, retrying: retrying)
-            } catch let error as TransportError {
-                let message = Self.describe(error)
-                try await store.markUndelivered(error: message, at: now())
-                summary.failed = try await store.counts().failed
-                reasons[message, default: 0] += 1
-                summary.reasons = reasons.sorted { $0.value > $1.value }.map(\.key)
-                summary.synced = synced.count
-                try await refreshStatus()
-                await afterSync()
-                return summary
-            }
-            guard response.results.count == chunk.count else {
-                throw TransportError(kind: .invalidResponse, message: "the server answered a different number of results")
-            }
-            let pairs = Array(zip(chunk, response.results))
-            try await store.apply(pairs, at: now())
-            for (entry, result) in pairs {
-                let key = RecordKey(entry.mutation.collection, entry.mutation.recordId)
-                switch result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status {
-                case .applied, .duplicate:
-                    synced.insert(key)
-                case .conflict:
-                    failed.insert(key)
-                    synced.remove(key)
-                    reasons["Conflict on a protected field", default: 0] += 1
-                case .rejected:
-                    failed.insert(key)
-                    synced.remove(key)
-                    reasons[result.error?.message ?? "rejected by the server", default: 0] += 1
+        do {
+            while true {
+                let chunk = try await store.nextChunk(limit: configuration.chunkSize)
+                if chunk.isEmpty { break }
+                let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
+                let response: PushResponse
+                do {
+                    response = try await push(request, retrying: retrying)
+                } catch let error as TransportError {
+                    let message = Self.describe(error)
+                    try await store.markUndelivered(error: message, at: now())
+                    summary.failed = try await store.counts().failed
+                    reasons[message, default: 0] += 1
+                    summary.reasons = reasons.sorted { $0.value > $1.value }.map(\.key)
+                    summary.synced = synced.count
+                    try await refreshStatus()
+                    await afterSync()
+                    return summary
                 }
+                guard response.results.count == chunk.count else {
+                    throw TransportError(kind: .invalidResponse, message: "the server answered a different number of results")
+                }
+                let pairs = Array(zip(chunk, response.results))
+                try await store.apply(pairs, at: now())
+                for (entry, result) in pairs {
+                    let key = RecordKey(entry.mutation.collection, entry.mutation.recordId)
+                    switch result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status {
+                    case .applied, .duplicate:
+                        synced.insert(key)
+                    case .conflict:
+                        failed.insert(key)
+                        synced.remove(key)
+                        reasons["Conflict on a protected field", default: 0] += 1
+                    case .rejected:
+                        failed.insert(key)
+                        synced.remove(key)
+                        reasons[result.error?.message ?? "rejected by the server", default: 0] += 1
+                    }
+                }
+                sent += chunk.count
+                summary.chunks += 1
+                status.lastSyncAt = now()
+                // Counting the pending records took a tenth of a drain when done after every chunk; ten times a
+                // second is as often as a person can read it. The count after the last chunk is exact.
+                if now().timeIntervalSince(statusCounted) >= Self.statusInterval {
+                    try await refreshStatus()
+                    statusCounted = now()
+                }
+                progress?(SyncProgress(sent: sent, total: max(total, sent), chunk: summary.chunks))
             }
-            sent += chunk.count
-            summary.chunks += 1
-            status.lastSyncAt = now()
-            // Counting the pending records took a tenth of a drain when done after every chunk; ten times a
-            // second is as often as a person can read it. The count after the last chunk is exact.
-            if now().timeIntervalSince(statusCounted) >= Self.statusInterval {
-                try await refreshStatus()
-                statusCounted = now()
-            }
-            progress?(SyncProgress(sent: sent, total: max(total, sent), chunk: summary.chunks))
+        } catch {
+            // The counts were last taken up to a tenth of a second ago: take them again for the status.
+            try? await refreshStatus()
+            throw error
         }
         summary.synced = synced.subtracting(failed).count
         summary.failed = failed.count

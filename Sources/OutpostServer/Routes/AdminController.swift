@@ -14,16 +14,19 @@ struct AdminController<Storage: SyncStorage> {
     let storage: Storage
     let secrets: ServerSecrets
     let now: @Sendable () -> Date
+    /// How long a sign-in form's body may take to arrive (``ServerConfiguration/bodyTimeout``).
+    let bodyTimeout: Duration
     let pages: MonitorPages?
 
     static var cookieName: String { "outpost_session" }
     static var sessionLifetime: Duration { .seconds(8 * 3600) }
     static var defaultRefresh: Duration { .seconds(15) }
 
-    init(storage: Storage, secrets: ServerSecrets, now: @escaping @Sendable () -> Date) {
+    init(storage: Storage, secrets: ServerSecrets, now: @escaping @Sendable () -> Date, bodyTimeout: Duration) {
         self.storage = storage
         self.secrets = secrets
         self.now = now
+        self.bodyTimeout = bodyTimeout
         self.pages = try? MonitorPages()
     }
 
@@ -49,7 +52,7 @@ struct AdminController<Storage: SyncStorage> {
     }
 
     @Sendable func signInForm(_ request: Request, context: OutpostRequestContext) async throws -> Response {
-        let buffer = try await request.body.collect(upTo: 16 * 1024)
+        let buffer = try await RequestDecoding.collectBody(of: request, maxBytes: 16 * 1024, timeout: bodyTimeout)
         guard let token = SignInForm.token(in: String(buffer: buffer)), !token.isEmpty else {
             return Self.html(try templates().signIn(error: "Enter an organizer token."), status: .badRequest)
         }

@@ -8,7 +8,7 @@ enum RequestDecoding {
     static func decodeBody<T: Decodable>(
         _ type: T.Type, from request: Request, maxBytes: Int, timeout: Duration
     ) async throws -> T {
-        let buffer = try await collectBody(of: request, maxBytes: maxBytes, timeout: timeout)
+        let buffer = try nonEmpty(try await collectBody(of: request, maxBytes: maxBytes, timeout: timeout))
         do {
             return try JSONDecoder().decode(T.self, from: Data(buffer: buffer))
         } catch let error as DecodingError {
@@ -23,7 +23,7 @@ enum RequestDecoding {
     static func parseBody<T>(
         from request: Request, maxBytes: Int, timeout: Duration, as read: (JSONValue) throws(JSONSyntaxError) -> T
     ) async throws -> T {
-        let buffer = try await collectBody(of: request, maxBytes: maxBytes, timeout: timeout)
+        let buffer = try nonEmpty(try await collectBody(of: request, maxBytes: maxBytes, timeout: timeout))
         let value: JSONValue
         do {
             value = try JSONValue(parsing: buffer.readableBytesView)
@@ -71,6 +71,10 @@ enum RequestDecoding {
             throw OutpostHTTPError(
                 .contentTooLarge, .payloadTooLarge, "the request body is larger than \(maxBytes) bytes")
         }
+        return buffer
+    }
+
+    private static func nonEmpty(_ buffer: ByteBuffer) throws -> ByteBuffer {
         guard buffer.readableBytes > 0 else {
             throw OutpostHTTPError.badRequest("the request body is empty; expected JSON", code: .invalidJSON)
         }

@@ -47,10 +47,12 @@ struct LocalWriteBench {
         }
         for i in 0..<samples {
             fsyncs.add(try clock.measure { try probe.sync() })
+            // Each goes first in every other sample, so that neither always runs with the other's caches.
+            if i.isMultiple(of: 2) { floors.add(try clock.measure { try floor.write(recordId: "w-\(i)") }) }
             let start = clock.now
             try await store.write(.init(collection: "checkins", recordId: "w-\(i)", fields: fields), deviceId: "bench", at: Date(), offline: true)
             writes.add(clock.now - start)
-            floors.add(try clock.measure { try floor.write(recordId: "w-\(i)") })
+            if !i.isMultiple(of: 2) { floors.add(try clock.measure { try floor.write(recordId: "w-\(i)") }) }
         }
         let p50 = writes.percentile(50) / fsyncs.percentile(50)
         let p99 = writes.percentile(99) / fsyncs.percentile(99)
@@ -77,11 +79,16 @@ final class SQLiteFloorProbe {
     private var sequence: Int64 = 0
 
     init(url: URL) throws {
+        // A handle comes back even when opening fails: it is closed on every way out of here.
+        var opened = false
+        defer { if !opened { close() } }
         guard sqlite3_open_v2(url.path, &connection, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK else {
             throw CLIError("cannot open \(url.path)")
         }
         var persist: Int32 = 1
-        sqlite3_file_control(connection, "main", SQLITE_FCNTL_PERSIST_WAL, &persist)
+        guard sqlite3_file_control(connection, "main", SQLITE_FCNTL_PERSIST_WAL, &persist) == SQLITE_OK else {
+            throw CLIError("SQLite floor: cannot keep the write-ahead log")
+        }
         try execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 4000")
         for sql in [
             "BEGIN IMMEDIATE",
@@ -102,6 +109,7 @@ final class SQLiteFloorProbe {
             }
             statements.append(statement)
         }
+        opened = true
     }
 
     private func execute(_ sql: String) throws {
@@ -113,11 +121,13 @@ final class SQLiteFloorProbe {
         for (index, statement) in statements.enumerated() {
             sqlite3_reset(statement)
             if index == 1 || index == 2 {
-                sqlite3_bind_text(statement, 1, recordId, -1, unsafeBitCast(-1, to: sqlite3_destructor_type.self))
-                _ = payload.withUnsafeBytes {
-                    sqlite3_bind_blob(statement, 2, $0.baseAddress, Int32($0.count), unsafeBitCast(-1, to: sqlite3_destructor_type.self))
-                }
-                sqlite3_bind_int64(statement, 3, sequence)
+                let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+                let bound = [
+                    sqlite3_bind_text(statement, 1, recordId, -1, transient),
+                    payload.withUnsafeBytes { sqlite3_bind_blob(statement, 2, $0.baseAddress, Int32($0.count), transient) },
+                    sqlite3_bind_int64(statement, 3, sequence),
+                ]
+                guard bound.allSatisfy({ $0 == SQLITE_OK }) else { throw CLIError("SQLite floor: a value did not bind") }
             }
             guard sqlite3_step(statement) == SQLITE_DONE else { throw CLIError("SQLite floor: a write failed") }
         }
@@ -125,7 +135,9 @@ final class SQLiteFloorProbe {
 
     func close() {
         for statement in statements { sqlite3_finalize(statement) }
+        statements = []
         sqlite3_close(connection)
+        connection = nil
     }
 }
 
