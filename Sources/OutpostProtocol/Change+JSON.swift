@@ -244,3 +244,161 @@ enum JSONShape {
         }
     }
 }
+
+/// A page of `GET /v1/snapshot` whose records keep their fields as the JSON text the server sent: checked
+/// to be one object (``JSONValue/checkObject(_:)``), not built. A device seals those bytes as they are, and
+/// reads only the few members it indexes, instead of building every record's values and writing them again.
+public struct SnapshotPage: Sendable {
+    public struct Record: Sendable {
+        public var recordId: String
+        public var version: Int64
+        public var tombstone: Bool
+        /// One JSON object, as sent.
+        public var fieldsJSON: ArraySlice<UInt8>
+
+        public init(recordId: String, version: Int64, tombstone: Bool, fieldsJSON: ArraySlice<UInt8>) {
+            self.recordId = recordId
+            self.version = version
+            self.tombstone = tombstone
+            self.fieldsJSON = fieldsJSON
+        }
+    }
+
+    public var records: [Record]
+    /// How many records the whole snapshot holds, as counted when it started.
+    public var total: Int
+    public var continuation: String?
+    public var cursor: String?
+
+    /// Reads the JSON answer of `GET /v1/snapshot`, refusing what ``SnapshotResponse/init(jsonBytes:)`` would.
+    public init(jsonBytes bytes: [UInt8]) throws(JSONSyntaxError) {
+        let read: (UnsafeBufferPointer<UInt8>) -> Result<(Int64, String?, String?, [(String, Int64, Bool, Range<Int>)]), JSONSyntaxError> = {
+            buffer in
+            Result { () throws(JSONSyntaxError) in
+                var reader = JSONReader(bytes: buffer)
+                var total: Int64?
+                var continuation: String?
+                var cursor: String?
+                var records: [(String, Int64, Bool, Range<Int>)]?
+                reader.skipWhitespace()
+                try reader.members { reader, key throws(JSONSyntaxError) in
+                    switch key {
+                    case "records": records = try Self.records(&reader)
+                    case "total":
+                        guard case .integer(let value) = try reader.value() else { throw JSONShape.error("total must be an integer") }
+                        total = value
+                    case "continuation": continuation = try Self.optionalString(&reader, key)
+                    case "cursor": cursor = try Self.optionalString(&reader, key)
+                    default: try reader.checkValue()
+                    }
+                    return true
+                }
+                reader.skipWhitespace()
+                guard reader.index == buffer.count else { throw reader.error("unexpected bytes after the document") }
+                guard let total else { throw JSONShape.error("total is missing") }
+                guard let records else { throw JSONShape.error("records is missing") }
+                return (total, continuation, cursor, records)
+            }
+        }
+        let (total, continuation, cursor, records) = try bytes.withUnsafeBufferPointer(read).get()
+        guard let count = Int(exactly: total) else { throw JSONShape.error("total is out of range") }
+        self.total = count
+        self.continuation = continuation
+        self.cursor = cursor
+        self.records = records.map { Record(recordId: $0.0, version: $0.1, tombstone: $0.2, fieldsJSON: bytes[$0.3]) }
+    }
+
+    /// From a page already decoded (a transport with no bytes, such as a test double).
+    public init(_ response: SnapshotResponse) throws(JSONSyntaxError) {
+        total = response.total
+        continuation = response.continuation
+        cursor = response.cursor
+        records = []
+        records.reserveCapacity(response.records.count)
+        for change in response.records {
+            let fields = try change.fields.jsonBytes()
+            records.append(
+                Record(recordId: change.recordId, version: change.version, tombstone: change.tombstone, fieldsJSON: fields[...]))
+        }
+    }
+
+    private static func optionalString(_ reader: inout JSONReader, _ key: String) throws(JSONSyntaxError) -> String? {
+        switch try reader.value() {
+        case .null: return nil
+        case .string(let value): return value
+        default: throw JSONShape.error("\(key) must be a string")
+        }
+    }
+
+    /// The records array: each record's id, version, tombstone and the byte range of its fields.
+    private static func records(_ reader: inout JSONReader) throws(JSONSyntaxError) -> [(String, Int64, Bool, Range<Int>)] {
+        guard reader.index < reader.bytes.count, reader.bytes[reader.index] == UInt8(ascii: "[") else {
+            throw JSONShape.error("records must be an array")
+        }
+        try reader.enter()
+        defer { reader.depth -= 1 }
+        reader.index += 1
+        var records: [(String, Int64, Bool, Range<Int>)] = []
+        reader.skipWhitespace()
+        if reader.index < reader.bytes.count, reader.bytes[reader.index] == UInt8(ascii: "]") {
+            reader.index += 1
+            return records
+        }
+        while true {
+            reader.skipWhitespace()
+            records.append(try record(&reader, path: "records[\(records.count)]."))
+            reader.skipWhitespace()
+            guard reader.index < reader.bytes.count else { throw reader.error("unexpected end") }
+            switch reader.bytes[reader.index] {
+            case UInt8(ascii: ","): reader.index += 1
+            case UInt8(ascii: "]"): reader.index += 1; return records
+            default: throw reader.error("expected ',' or ']'")
+            }
+        }
+    }
+
+    private static func record(_ reader: inout JSONReader, path: String) throws(JSONSyntaxError) -> (String, Int64, Bool, Range<Int>) {
+        var recordId: String?
+        var version: Int64?
+        var tombstone: Bool?
+        var fields: Range<Int>?
+        var strings = Set<String>()
+        try reader.enter()
+        defer { reader.depth -= 1 }
+        try reader.members { reader, key throws(JSONSyntaxError) in
+            switch key {
+            case "recordId", "collection", "scope", "createdAt", "updatedAt":
+                guard case .string(let value) = try reader.value() else { throw JSONShape.error("\(path)\(key) must be a string") }
+                if key == "recordId" { recordId = value }
+                if key == "createdAt" || key == "updatedAt", Timestamp(iso8601: value) == nil {
+                    throw JSONShape.error("\(path)\(key) must be an ISO 8601 time with milliseconds, such as 2026-11-21T13:47:35.123Z")
+                }
+                strings.insert(key)
+            case "version":
+                guard case .integer(let value) = try reader.value() else { throw JSONShape.error("\(path)version must be an integer") }
+                version = value
+            case "tombstone":
+                guard case .bool(let value) = try reader.value() else { throw JSONShape.error("\(path)tombstone must be true or false") }
+                tombstone = value
+            case "fields":
+                guard reader.index < reader.bytes.count, reader.bytes[reader.index] == UInt8(ascii: "{") else {
+                    throw JSONShape.error("\(path)fields must be an object")
+                }
+                let start = reader.index
+                try reader.checkValue()
+                fields = start..<reader.index
+            default:
+                try reader.checkValue()
+            }
+            return true
+        }
+        for key in ["collection", "scope", "createdAt", "updatedAt"] where !strings.contains(key) {
+            throw JSONShape.error("\(path)\(key) is missing")
+        }
+        guard let recordId else { throw JSONShape.error("\(path)recordId is missing") }
+        guard let version else { throw JSONShape.error("\(path)version is missing") }
+        guard let tombstone else { throw JSONShape.error("\(path)tombstone is missing") }
+        guard let fields else { throw JSONShape.error("\(path)fields is missing") }
+        return (recordId, version, tombstone, fields)
+    }
+}

@@ -53,6 +53,46 @@ struct JSONBytesTests {
         #expect(throws: (any Error).self) { try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) }
     }
 
+    @Test("checking an object without building it agrees with parsing it, on damaged and hostile bytes", arguments: 0..<20)
+    func checkAgreesWithParse(seed: Int) {
+        var random = SplitMix(seed: UInt64(seed) + 700)
+        func agree(_ bytes: [UInt8]) {
+            let parsed: Bool
+            if case .object? = try? JSONValue(parsing: bytes) { parsed = true } else { parsed = false }
+            let checked = (try? JSONValue.checkObject(bytes)) != nil
+            #expect(checked == parsed, "\(bytes)")
+        }
+        for _ in 0..<50 {
+            let value = JSONValue.object(["v": .random(depth: 0, using: &random), "s": "é😀\u{7F}\"\\"])
+            let bytes = (try? value.jsonBytes()) ?? []
+            agree(bytes)
+            // Damaged: a byte replaced, removed or repeated, anywhere.
+            for _ in 0..<10 where !bytes.isEmpty {
+                var damaged = bytes
+                let at = Int.random(in: 0..<damaged.count, using: &random)
+                switch Int.random(in: 0..<3, using: &random) {
+                case 0: damaged[at] = UInt8.random(in: 0...255, using: &random)
+                case 1: damaged.remove(at: at)
+                default: damaged.insert(damaged[at], at: at)
+                }
+                agree(damaged)
+            }
+        }
+        // UTF-8 at its edges: overlong forms, surrogates, past U+10FFFF, cut short, and the largest valid ones.
+        for sequence: [UInt8] in [
+            [0xC0, 0x80], [0xC1, 0xBF], [0xC2, 0x80], [0xDF, 0xBF], [0xE0, 0x9F, 0xBF], [0xE0, 0xA0, 0x80],
+            [0xED, 0x9F, 0xBF], [0xED, 0xA0, 0x80], [0xEF, 0xBF, 0xBF], [0xF0, 0x8F, 0xBF, 0xBF],
+            [0xF0, 0x90, 0x80, 0x80], [0xF4, 0x8F, 0xBF, 0xBF], [0xF4, 0x90, 0x80, 0x80], [0xF5, 0x80, 0x80, 0x80],
+            [0xE2, 0x82], [0xF0, 0x9F, 0x98], [0x80], [0xBF], [0xFE], [0xFF],
+        ] {
+            agree(Array(#"{"a":""#.utf8) + sequence + Array(#""}"#.utf8))
+            agree(Array(#"{""#.utf8) + sequence + Array(#"":1}"#.utf8))
+        }
+        for text in ["[1]", "1", #""a""#, "{}", " {} ", #"{"a":1}x"#, #"{"a":[1,{"b":null}]}"#, #"{"a":1e400}"#] {
+            agree(Array(text.utf8))
+        }
+    }
+
     @Test("invalid UTF-8 and nesting past 512 are refused")
     func hostile() {
         #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: [0x22, 0xFF, 0x22]) }
@@ -131,6 +171,14 @@ struct JSONBytesTests {
         #expect(try JSONDecoder().decode(PullResponse.self, from: Data(pull.jsonBytes())).canonical == pull.canonical)
         #expect(try PullResponse(jsonBytes: encoder.encode(pull)).canonical == pull.canonical)
         for snapshot in snapshots {
+            // Read with its fields kept as sent: the same records, and fields that parse to the same values.
+            let page = try SnapshotPage(jsonBytes: snapshot.jsonBytes())
+            #expect(page.total == snapshot.total && page.continuation == snapshot.continuation && page.cursor == snapshot.cursor)
+            #expect(page.records.map(\.recordId) == snapshot.records.map(\.recordId))
+            #expect(page.records.map(\.version) == snapshot.records.map(\.version))
+            #expect(page.records.map(\.tombstone) == snapshot.records.map(\.tombstone))
+            #expect(try page.records.map { try [String: JSONValue](parsingObject: $0.fieldsJSON) } == snapshot.canonical.records.map(\.fields))
+            #expect(try SnapshotPage(jsonBytes: Array(encoder.encode(snapshot))).records.map(\.recordId) == snapshot.records.map(\.recordId))
             #expect(try SnapshotResponse(jsonBytes: snapshot.jsonBytes()) == snapshot.canonical)
             #expect(try JSONDecoder().decode(SnapshotResponse.self, from: Data(snapshot.jsonBytes())).canonical == snapshot.canonical)
             #expect(try SnapshotResponse(jsonBytes: encoder.encode(snapshot)).canonical == snapshot.canonical)
@@ -152,6 +200,21 @@ struct JSONBytesTests {
             #expect(broken != good)
             let error = #expect(throws: JSONSyntaxError.self) { try PullResponse(jsonBytes: Array(broken.utf8)) }
             #expect(error?.reason.contains(member) == true)
+        }
+        // A snapshot page read with its fields kept as sent refuses what the whole reading refuses.
+        let page = String(decoding: try SnapshotResponse(records: [change], total: 1, continuation: nil, cursor: "c").jsonBytes(), as: UTF8.self)
+        for (broken, member) in [
+            (page.replacingOccurrences(of: #""version":1"#, with: #""version":"1""#), "version"),
+            (page.replacingOccurrences(of: #""total":1"#, with: #""count":1"#), "total"),
+            (page.replacingOccurrences(of: "1970-01-01T00:00:00.000Z", with: "yesterday"), "createdAt"),
+            (page.replacingOccurrences(of: #""fields":{}"#, with: #""fields":[]"#), "fields"),
+            (page.replacingOccurrences(of: #""recordId":"g1","#, with: ""), "recordId"),
+            (page.replacingOccurrences(of: #""fields":{}"#, with: #""fields":{"a":"\x"}"#), "escape"),
+        ] {
+            #expect(broken != page)
+            let error = #expect(throws: JSONSyntaxError.self) { try SnapshotPage(jsonBytes: Array(broken.utf8)) }
+            #expect(error?.reason.contains(member) == true, "\(error?.reason ?? "")")
+            #expect(throws: JSONSyntaxError.self) { try SnapshotResponse(jsonBytes: Array(broken.utf8)) }
         }
     }
 }

@@ -76,52 +76,48 @@ public struct ReferenceData: Sendable {
                 page = try await fetchPage(collection: collection, scope: scope, continuation: continuation)
             }
             // The next page is fetched, read and sealed while this one is written.
-            prefetched = page.response.continuation.map { next in
+            prefetched = page.page.continuation.map { next in
                 (next, Task { try await fetchPage(collection: collection, scope: scope, continuation: next) })
             }
             let stored = try await storePage(page, collection: collection, scope: scope, isFirst: continuation == nil)
             let elapsed = max(now().timeIntervalSince(started), 0.001)
             progress?(DownloadProgress(
-                stored: stored, total: max(page.response.total, stored),
+                stored: stored, total: max(page.page.total, stored),
                 rate: Double(stored - (resumedFrom ?? 0)) / elapsed))
         }
     }
 
     /// A page as received, its rows sealed and tokenised: everything but the database work.
     struct PreparedPage: Sendable {
-        var response: SnapshotResponse
+        var page: SnapshotPage
         var rows: [PreparedRow]
     }
 
     private func fetchPage(collection: String, scope: String, continuation: String?) async throws -> PreparedPage {
-        let response = try await transport.snapshot(
+        let page = try await transport.snapshotPage(
             collection: collection, scope: scope, continuation: continuation, limit: pageSize)
-        // A snapshot holds live records only.
-        let rows = try await prepare(response.records, collection: collection, scope: scope, tombstones: false)
-        return PreparedPage(response: response, rows: rows.map { $0! })
-    }
-
-    /// Seals and tokenises changes in two halves at once: that is most of a page's CPU time on the device.
-    /// With `tombstones`, a tombstone has nothing to store: nil.
-    private func prepare(
-        _ changes: [Change], collection: String, scope: String, tombstones: Bool
-    ) async throws -> [PreparedRow?] {
         let sealer = store.sealer
         let index = self.index
-        let prepare: @Sendable (ArraySlice<Change>) throws -> [PreparedRow?] = { changes in
-            try changes.map { change in
-                tombstones && change.tombstone
-                    ? nil : try Self.prepare(change, collection: collection, scope: scope, sealer: sealer, index: index)
-            }
+        // Each record's fields are sealed as the server sent them; only the members indexed are read.
+        let rows = try await Self.inHalves(page.records) { record in
+            try Self.prepare(record, collection: collection, scope: scope, sealer: sealer, index: index)
         }
-        let middle = changes.count / 2
-        async let first = prepare(changes[..<middle])
-        let second = try prepare(changes[middle...])
+        return PreparedPage(page: page, rows: rows)
+    }
+
+    /// Runs `prepare` over `items` in two halves at once: sealing and tokens are most of a page's CPU time on
+    /// the device.
+    static func inHalves<Item: Sendable, Output: Sendable>(
+        _ items: [Item], _ prepare: @escaping @Sendable (Item) throws -> Output
+    ) async throws -> [Output] {
+        let middle = items.count / 2
+        async let first = items[..<middle].map(prepare)
+        let second = try items[middle...].map(prepare)
         return try await first + second
     }
 
     private func storePage(_ prepared: PreparedPage, collection: String, scope: String, isFirst: Bool) async throws -> Int {
-        let page = prepared.response
+        let page = prepared.page
         let rows = prepared.rows
         let completedAt = page.continuation == nil ? Timestamp(now()).millisecondsSince1970 : nil
         return try await store.perform {
@@ -163,6 +159,19 @@ public struct ReferenceData: Sendable {
         var payload: Data
         var version: Int64
         var tokens: [Int64]
+    }
+
+    static func prepare(
+        _ record: SnapshotPage.Record, collection: String, scope: String, sealer: Sealer, index: ReferenceIndex
+    ) throws -> PreparedRow {
+        let fields = record.fieldsJSON
+        let name = try JSONValue.member("name", ofObject: fields)?.stringValue
+        let email = try JSONValue.member("email", ofObject: fields)?.stringValue
+        return PreparedRow(
+            recordId: record.recordId,
+            payload: try sealer.seal(Data(fields), context: "reference:\(collection)/\(scope)/\(record.recordId)"),
+            version: record.version,
+            tokens: index.tokens(name: name, email: email))
     }
 
     static func prepare(
@@ -241,7 +250,12 @@ public struct ReferenceData: Sendable {
             let page = try await transport.pull(
                 collection: collection, scope: scope, cursor: cursor, limit: Self.refreshPageSize)
             let time = Timestamp(now()).millisecondsSince1970
-            let rows = try await prepare(page.changes, collection: collection, scope: scope, tombstones: true)
+            let sealer = store.sealer
+            let index = self.index
+            let rows = try await Self.inHalves(page.changes) { change in
+                change.tombstone
+                    ? nil : try Self.prepare(change, collection: collection, scope: scope, sealer: sealer, index: index)
+            }
             let counts = try await store.perform {
                 try await store.queue.write { db in
                     try Self.apply(page, rows: rows, collection: collection, scope: scope, at: time, db: db)

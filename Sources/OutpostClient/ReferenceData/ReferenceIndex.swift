@@ -79,15 +79,20 @@ struct ReferenceIndex: Sendable {
 
     /// Every token a record is found by, sorted, without repeats.
     func tokens(for fields: [String: JSONValue]) -> [Int64] {
+        tokens(name: fields["name"]?.stringValue, email: fields["email"]?.stringValue)
+    }
+
+    /// Every token of a record with this name and e-mail, sorted, without repeats.
+    func tokens(name: String?, email: String?) -> [Int64] {
         var tokens: [Int64] = []
-        if let name = fields["name"]?.stringValue {
+        if let name {
             for word in Self.words(name) {
                 let length = word.count
                 if length >= 2 { tokens.append(token("p2", word.prefix(2))) }
                 if length >= 4 { tokens.append(token("p4", word.prefix(4))) }
             }
         }
-        if let email = fields["email"]?.stringValue, !email.isEmpty {
+        if let email, !email.isEmpty {
             tokens.append(token("e", Self.trimmed(email.lowercased())))
         }
         tokens.sort()

@@ -57,6 +57,18 @@ public struct HTTPSyncTransport: SyncTransport {
             decode: { try SnapshotResponse(jsonBytes: $0) })
     }
 
+    public func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        -> SnapshotPage
+    {
+        try await send(
+            .GET, path: "/v1/snapshot",
+            query: [
+                ("collection", collection), ("scope", scope), ("continuation", continuation),
+                ("limit", limit.map(String.init)),
+            ],
+            decode: { try SnapshotPage(jsonBytes: Array($0)) })
+    }
+
     public func health() async throws -> HealthResponse {
         try await send(.GET, path: "/health", query: [], body: nil)
     }

@@ -10,6 +10,10 @@ public protocol SyncTransport: Sendable {
     /// One page of a reference collection.
     func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
         -> SnapshotResponse
+    /// The same page with each record's fields as the JSON text sent, which a download seals as it is.
+    /// By default, ``snapshot(collection:scope:continuation:limit:)``'s page written out again.
+    func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        -> SnapshotPage
     /// Whether the server is reachable and its storage up.
     func health() async throws -> HealthResponse
     /// Reports the device's state to the sync monitor.
@@ -19,6 +23,12 @@ public protocol SyncTransport: Sendable {
 }
 
 extension SyncTransport {
+    public func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        -> SnapshotPage
+    {
+        try SnapshotPage(try await snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit))
+    }
+
     /// Transports that reach no sync monitor (test doubles, an offline reader) refuse heartbeats.
     public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
         throw TransportError(kind: .server, status: 404, message: "this transport reaches no sync monitor")
