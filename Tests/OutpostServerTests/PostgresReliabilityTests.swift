@@ -191,10 +191,10 @@ struct PostgresReliabilityTests {
 
     @Test("PostgreSQL crashes and restarts while devices sync: the server reconnects, the devices retry, nothing is lost")
     func databaseRestartUnderLoad() async throws {
-        let cluster = try PostgresCluster.create()
+        let cluster = try await Shell.offPool { try PostgresCluster.create() }
         defer { cluster.remove() }
         try await cluster.start()
-        let database = try cluster.createDatabase("outpost")
+        let database = try await Shell.offPool { try cluster.createDatabase("outpost") }
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pgrestart-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }
         let server = try OutpostProcess.Running(
@@ -246,7 +246,7 @@ struct PostgresReliabilityTests {
         while try await observer.pull(collection: "notes", scope: nil, cursor: nil, limit: 5000).changes.count < devices * perDevice / 4 {
             try await Task.sleep(for: .milliseconds(20))
         }
-        cluster.stop(immediate: true)
+        try await Shell.offPool { cluster.stop(immediate: true) }
         // While it is down the server answers, with a retryable error.
         let down = await #expect(throws: (any Error).self) {
             try await observer.pull(collection: "notes", scope: nil, cursor: nil, limit: 1)

@@ -66,7 +66,10 @@ final class PostgresCluster: Sendable {
         try process.run()
         postmaster.set(process)
         for _ in 0..<600 {
-            if try Shell.run(binDirectory + "/pg_isready", ["-h", "127.0.0.1", "-p", String(port), "-q"]).status == 0 { return }
+            let ready = try await Shell.offPool { [binDirectory, port] in
+                try Shell.run(binDirectory + "/pg_isready", ["-h", "127.0.0.1", "-p", String(port), "-q"])
+            }
+            if ready.status == 0 { return }
             guard process.isRunning else { throw TestSetupError("postgres exited at start") }
             try await Task.sleep(for: .milliseconds(50))
         }

@@ -28,7 +28,7 @@ actor TestPostgres {
         let server = try await start()
         counter += 1
         let name = "outpost_test_\(ProcessInfo.processInfo.processIdentifier)_\(counter)"
-        try runPSQL(server, "CREATE DATABASE \(name)")
+        try await runPSQL(server, "CREATE DATABASE \(name)")
         let credentials = server.password.map { "\(server.user):\($0)" } ?? server.user
         return "postgres://\(credentials)@\(server.host):\(server.port)/\(name)?sslmode=disable"
     }
@@ -38,7 +38,7 @@ actor TestPostgres {
         guard let server = try? await start(), server.external,
             let name = URLComponents(string: url)?.path.dropFirst()
         else { return }
-        try? runPSQL(server, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+        try? await runPSQL(server, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
     }
 
     /// Starts the server once, however many tests ask at the same time.
@@ -57,14 +57,14 @@ actor TestPostgres {
         return try await task.value
     }
 
-    private func runPSQL(_ server: Server, _ sql: String) throws {
+    private func runPSQL(_ server: Server, _ sql: String) async throws {
         var environment = ProcessInfo.processInfo.environment
         if let password = server.password { environment["PGPASSWORD"] = password }
-        let result = try Shell.run(
-            "psql",
-            ["-h", server.host, "-p", String(server.port), "-U", server.user, "-d", server.adminDatabase,
-             "-v", "ON_ERROR_STOP=1", "-q", "-c", sql],
-            environment: environment)
+        let arguments = [
+            "-h", server.host, "-p", String(server.port), "-U", server.user, "-d", server.adminDatabase,
+            "-v", "ON_ERROR_STOP=1", "-q", "-c", sql,
+        ]
+        let result = try await Shell.offPool { [environment] in try Shell.run("psql", arguments, environment: environment) }
         guard result.status == 0 else {
             throw TestSetupError("psql failed: \(result.output)")
         }
@@ -74,7 +74,7 @@ actor TestPostgres {
 
     private static func startPrivateCluster() async throws -> Server {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pg-\(UUID().uuidString.prefix(8))")
-        let (binDirectory, data) = try PostgresCluster.initialize(root: root)
+        let (binDirectory, data) = try await Shell.offPool { try PostgresCluster.initialize(root: root) }
         func command(_ tool: String, _ arguments: [String]) -> (String, [String]) {
             PostgresCluster.command(binDirectory, tool, arguments)
         }
@@ -96,7 +96,9 @@ actor TestPostgres {
 
         // Wait until it accepts connections.
         for _ in 0..<300 {
-            let ready = try Shell.run(binDirectory + "/pg_isready", ["-h", "127.0.0.1", "-p", String(port), "-q"])
+            let ready = try await Shell.offPool {
+                try Shell.run(binDirectory + "/pg_isready", ["-h", "127.0.0.1", "-p", String(port), "-q"])
+            }
             if ready.status == 0 {
                 return Server(
                     host: "127.0.0.1", port: port, user: "postgres", password: nil, adminDatabase: "postgres",
@@ -176,6 +178,16 @@ enum Shell {
             if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
         }
         return "/usr/bin/\(program)"
+    }
+
+    /// Runs blocking work, such as a child process and the wait for it, on a thread of its own. On the few
+    /// threads that run every test's tasks (two on a 2-core machine), `initdb` or a `CREATE DATABASE` under load
+    /// stalled every other test in the process for seconds, and their PostgreSQL operations ran past their
+    /// 20 s bound.
+    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread { continuation.resume(with: Swift.Result { try body() }) }.start()
+        }
     }
 
     static func run(_ program: String, _ arguments: [String], environment: [String: String]? = nil) throws -> Result {
