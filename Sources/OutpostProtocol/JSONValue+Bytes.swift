@@ -362,18 +362,7 @@ struct JSONReader {
                 case UInt8(ascii: "b"): decoded.append(0x08)
                 case UInt8(ascii: "f"): decoded.append(0x0C)
                 case UInt8(ascii: "u"):
-                    var scalar = try hex4()
-                    if (0xD800..<0xDC00).contains(scalar) {
-                        guard bytes.count - index >= 6, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
-                        else { throw error("a lone surrogate") }
-                        index += 2
-                        let low = try hex4()
-                        guard (0xDC00..<0xE000).contains(low) else { throw error("a lone surrogate") }
-                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-                    } else if (0xDC00..<0xE000).contains(scalar) {
-                        throw error("a lone surrogate")
-                    }
-                    decoded.append(contentsOf: UTF8.encode(Unicode.Scalar(scalar)!)!)
+                    decoded.append(contentsOf: UTF8.encode(Unicode.Scalar(try unicodeEscape())!)!)
                 default: throw error("an unknown escape")
                 }
             default:
@@ -383,6 +372,22 @@ struct JSONReader {
             }
         }
         throw error("an unterminated string")
+    }
+
+    /// The scalar of a `\\u` escape, its four hex digits at the reader: a high surrogate must be followed by
+    /// an escaped low one, and they make one scalar; a lone surrogate is refused.
+    mutating func unicodeEscape() throws(JSONSyntaxError) -> UInt32 {
+        let scalar = try hex4()
+        if (0xD800..<0xDC00).contains(scalar) {
+            guard bytes.count - index >= 6, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+            else { throw error("a lone surrogate") }
+            index += 2
+            let low = try hex4()
+            guard (0xDC00..<0xE000).contains(low) else { throw error("a lone surrogate") }
+            return 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+        }
+        if (0xDC00..<0xE000).contains(scalar) { throw error("a lone surrogate") }
+        return scalar
     }
 
     mutating func hex4() throws(JSONSyntaxError) -> UInt32 {
@@ -625,15 +630,7 @@ struct JSONReader {
                     UInt8(ascii: "t"), UInt8(ascii: "b"), UInt8(ascii: "f"):
                     break
                 case UInt8(ascii: "u"):
-                    let scalar = try hex4()
-                    if (0xD800..<0xDC00).contains(scalar) {
-                        guard bytes.count - index >= 6, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
-                        else { throw error("a lone surrogate") }
-                        index += 2
-                        guard (0xDC00..<0xE000).contains(try hex4()) else { throw error("a lone surrogate") }
-                    } else if (0xDC00..<0xE000).contains(scalar) {
-                        throw error("a lone surrogate")
-                    }
+                    _ = try unicodeEscape()
                 default: throw error("an unknown escape")
                 }
                 run = index

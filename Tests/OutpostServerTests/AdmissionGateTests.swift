@@ -224,8 +224,7 @@ struct AdmissionGateTests {
             let port = try #require(client.port)
             let token = try await Fixtures.token()
             // A device sends the head of a push and half its body, then its network drops without a word.
-            let head = "POST /v1/push HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n"
-                + "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"deviceId\":\"dev-a\",\"mut"
+            let head = Self.pushHead(token: token, bodyStart: "{\"deviceId\":\"dev-a\",\"mut")
             // The server closes the silent connection (the read sees its end) and frees the only place:
             let read = await Self.onOwnThread { () -> Int in
                 guard let socket = try? Self.connect(port: port) else { return -2 }
@@ -236,9 +235,7 @@ struct AdmissionGateTests {
             }
             #expect(read == 0)
             // the next device's push goes through (on a connection of its own: the test client's idled out too).
-            let device = HTTPSyncTransport(baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: token)
-            let pushed = try await device.push(PushRequest(deviceId: "dev-b", mutations: [Fixtures.upsert("r1", ["n": 1])]))
-            #expect(pushed.results.map(\.status) == [.applied])
+            #expect(try await Self.nextDevicePushes(port: port, token: token) == [.applied])
         }
     }
 
@@ -253,8 +250,7 @@ struct AdmissionGateTests {
         ) { client, _ in
             let port = try #require(client.port)
             let token = try await Fixtures.token()
-            let head = "POST /v1/push HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n"
-                + "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{"
+            let head = Self.pushHead(token: token, bodyStart: "{")
             // A client sends the head, then one byte of its body every 100 ms: never silent long enough to idle
             // out, it would take 20 s to finish. It reads what the server answers between bytes.
             let answer = await Self.onOwnThread { () -> String in
@@ -282,10 +278,20 @@ struct AdmissionGateTests {
             #expect(answer.lowercased().contains("connection: close"))
             #expect(answer.hasSuffix("<end>"))
             // The only place is free again: the next device's push goes through.
-            let device = HTTPSyncTransport(baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: token)
-            let pushed = try await device.push(PushRequest(deviceId: "dev-b", mutations: [Fixtures.upsert("r1", ["n": 1])]))
-            #expect(pushed.results.map(\.status) == [.applied])
+            #expect(try await Self.nextDevicePushes(port: port, token: token) == [.applied])
         }
+    }
+
+    /// The head of a push announcing a 200-byte body, and the first bytes of that body.
+    static func pushHead(token: String, bodyStart: String) -> String {
+        "POST /v1/push HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n"
+            + "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n" + bodyStart
+    }
+
+    /// Another device's push of one record over a connection of its own: its results.
+    static func nextDevicePushes(port: Int, token: String) async throws -> [MutationResult.Status] {
+        let device = HTTPSyncTransport(baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: token)
+        return try await device.push(PushRequest(deviceId: "dev-b", mutations: [Fixtures.upsert("r1", ["n": 1])])).results.map(\.status)
     }
 
     /// Runs blocking socket calls on a thread of their own: never on the threads that run every test's tasks.

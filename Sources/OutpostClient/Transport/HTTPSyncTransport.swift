@@ -49,11 +49,7 @@ public struct HTTPSyncTransport: SyncTransport {
         -> SnapshotResponse
     {
         try await send(
-            .GET, path: "/v1/snapshot",
-            query: [
-                ("collection", collection), ("scope", scope), ("continuation", continuation),
-                ("limit", limit.map(String.init)),
-            ],
+            .GET, path: "/v1/snapshot", query: Self.snapshotQuery(collection, scope, continuation, limit),
             decode: { try SnapshotResponse(jsonBytes: $0) })
     }
 
@@ -61,12 +57,14 @@ public struct HTTPSyncTransport: SyncTransport {
         -> SnapshotPage
     {
         try await send(
-            .GET, path: "/v1/snapshot",
-            query: [
-                ("collection", collection), ("scope", scope), ("continuation", continuation),
-                ("limit", limit.map(String.init)),
-            ],
+            .GET, path: "/v1/snapshot", query: Self.snapshotQuery(collection, scope, continuation, limit),
             decode: { try SnapshotPage(jsonBytes: Array($0)) })
+    }
+
+    private static func snapshotQuery(
+        _ collection: String, _ scope: String?, _ continuation: String?, _ limit: Int?
+    ) -> [(String, String?)] {
+        [("collection", collection), ("scope", scope), ("continuation", continuation), ("limit", limit.map(String.init))]
     }
 
     public func health() async throws -> HealthResponse {
