@@ -151,8 +151,8 @@ struct SyncEngineTests {
         }
     }
 
-    /// Forwards to an in-memory transport, running `beforePush` with the push's number first: by the second
-    /// push of a sync, the first chunk's results are applied.
+    /// Forwards to an in-memory transport, running `beforePush` with the push's number first. (The results of
+    /// a sync's first chunk may still be being stored when its second push starts.)
     final class Observer: SyncTransport, @unchecked Sendable {
         let inner: InMemoryTransport
         var pushes = 0
@@ -195,7 +195,14 @@ struct SyncEngineTests {
             var seen: [String: RecordSyncStatus] = [:]
             observer.beforePush = { push in
                 guard push == 3 else { return }
-                for id in ["a", "b0"] { seen[id] = try await store.record(collection: "notes", recordId: id)?.syncStatus }
+                // The first chunk's answers are stored while the second chunk travels: wait until b0 is
+                // marked synced, then read a, whose status was written in the same transaction.
+                for _ in 0..<10_000 {
+                    seen["b0"] = try await store.record(collection: "notes", recordId: "b0")?.syncStatus
+                    if seen["b0"] == .synced { break }
+                    await Task.yield()
+                }
+                seen["a"] = try await store.record(collection: "notes", recordId: "a")?.syncStatus
             }
             // Given x's first entry refused and set aside (the first push),
             _ = try await engine.save(note("x", ["n": -1]))
@@ -212,6 +219,42 @@ struct SyncEngineTests {
             // and at the end a is synced, while x, whose refused entry is still set aside, is not.
             #expect(try await store.record(collection: "notes", recordId: "a")?.syncStatus == .synced)
             #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus != .synced)
+        }
+    }
+
+    @Test("a network failure while the next chunk is out keeps the answers already received, and the next sync resumes after them")
+    func failureAfterAnsweredChunk() async throws {
+        try await withObservedEngine { store, engine, observer in
+            for i in 0..<120 { _ = try await engine.save(note(String(format: "r%03d", i))) }
+            observer.beforePush = { push in
+                if push == 2 { throw TransportError(kind: .network, message: "the venue network failed") }
+            }
+            let summary = try await engine.sync(retrying: false)
+            // The first chunk's answers were being stored while the second went out: they stay stored.
+            #expect(summary.synced == 50)
+            #expect(summary.failed == 70)
+            #expect(try await store.records().filter { $0.syncStatus == .synced }.map(\.recordId).sorted() == (0..<50).map { String(format: "r%03d", $0) })
+            #expect(try await store.outboxCount() == 70)
+            observer.beforePush = { _ in }
+            let healed = try await engine.sync()
+            #expect(healed.synced == 70)
+            #expect(observer.sent.count == 4)
+            #expect(observer.sent[2].first == "r050")
+            #expect(try await store.outboxCount() == 0)
+        }
+    }
+
+    @Test("a record written while the last chunk is out goes out in the same sync")
+    func writtenDuringLastChunk() async throws {
+        try await withObservedEngine { store, engine, observer in
+            for i in 0..<60 { _ = try await engine.save(note("r\(i)")) }
+            observer.beforePush = { push in if push == 2 { _ = try await engine.save(note("late")) } }
+            let summary = try await engine.sync()
+            #expect(summary.synced == 61)
+            #expect(observer.sent.count == 3)
+            #expect(observer.sent[2] == ["late"])
+            #expect(try await store.outboxCount() == 0)
+            #expect(try await store.record(collection: "notes", recordId: "late")?.syncStatus == .synced)
         }
     }
 

@@ -11,17 +11,17 @@ public struct OutboxEntry: Sendable, Hashable {
 
 /// The queue of mutations not yet confirmed by the server, kept in the device store.
 extension LocalStore {
-    /// The next `limit` mutations to push: by client time, then local sequence. Rejected ones are skipped
-    /// until retried, so they never block the records behind them.
-    public func nextChunk(limit: Int) async throws -> [OutboxEntry] {
+    /// The next `limit` mutations to push after local sequence `seq`: by client time, then local sequence.
+    /// Rejected ones are skipped until retried, so they never block the records behind them.
+    public func nextChunk(after seq: Int64 = 0, limit: Int) async throws -> [OutboxEntry] {
         let sealer = self.sealer
         return try await perform {
             try await self.queue.read { db in
                 try Row.fetchAll(
                     db,
                     // seq order is (clientTimestamp, seq) order: device time only moves forward.
-                    sql: "SELECT * FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT ?",
-                    arguments: [limit]
+                    sql: "SELECT * FROM outbox WHERE state = 'pending' AND seq > ? ORDER BY seq LIMIT ?",
+                    arguments: [seq, limit]
                 ).map { row in
                     let key: String = row["idempotency_key"]
                     let fields = try sealer.open(
@@ -202,7 +202,9 @@ extension LocalStore {
                 } else {
                     try db.execute(sql: "UPDATE outbox SET state = 'pending' WHERE state = 'rejected'")
                 }
-                return db.changesCount
+                let requeued = db.changesCount
+                if requeued > 0 { self.requeues.withLock { $0 += 1 } }
+                return requeued
             }
         }
     }

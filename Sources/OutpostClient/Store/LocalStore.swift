@@ -19,6 +19,9 @@ public final class LocalStore: Sendable {
     let durableCommits: Bool
     /// The latest client time written, in milliseconds: device time only moves forward.
     private let lastTime: LockedBox<Int64>
+    /// How many times set-aside entries were put back in the queue through this store, so that a sync that
+    /// read its next chunk ahead can tell whether an older entry may now belong in it.
+    let requeues = LockedBox(0)
 
     /// Opens (creating when needed) the store at `url`, sealing with the key `keys` provides.
     ///

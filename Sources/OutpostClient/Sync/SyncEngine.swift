@@ -156,16 +156,34 @@ public actor SyncEngine {
         var synced = Set<RecordKey>()
         var failed = Set<RecordKey>()
         var statusCounted = Date.distantPast
+        // One chunk's answer is stored while the next chunk travels, and the next chunk is read while this one
+        // travels: device and server work at the same time instead of in turn. A chunk still goes out only
+        // after the server answered the one before, so the server sees the mutations in order. Were the
+        // device to stop before an answer is stored, the chunk is sent again and the server answers
+        // `duplicate`.
+        var storing: Task<Void, any Error>?
 
         do {
+            var chunk = try await store.nextChunk(limit: configuration.chunkSize)
             while true {
-                let chunk = try await store.nextChunk(limit: configuration.chunkSize)
-                if chunk.isEmpty { break }
+                if chunk.isEmpty {
+                    // Every answer stored, what is still pending was written, or put back by a retry, meanwhile.
+                    try await storing?.value
+                    storing = nil
+                    chunk = try await store.nextChunk(limit: configuration.chunkSize)
+                    if chunk.isEmpty { break }
+                }
                 let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
+                let lastSeq = chunk.last?.seq ?? 0
+                let requeues = store.requeues.withLock { $0 }
+                async let following = store.nextChunk(after: lastSeq, limit: configuration.chunkSize)
                 let response: PushResponse
                 do {
                     response = try await push(request, retrying: retrying)
                 } catch let error as TransportError {
+                    _ = try? await following
+                    try await storing?.value
+                    storing = nil
                     let message = Self.describe(error)
                     try await store.markUndelivered(error: message, at: now())
                     summary.failed = try await store.counts().failed
@@ -177,10 +195,15 @@ public actor SyncEngine {
                     return summary
                 }
                 guard response.results.count == chunk.count else {
+                    _ = try? await following
                     throw TransportError(kind: .invalidResponse, message: "the server answered a different number of results")
                 }
                 let pairs = Array(zip(chunk, response.results))
-                try await store.apply(pairs, at: now())
+                // Answers are stored in the order they came.
+                try await storing?.value
+                let store = self.store
+                let answeredAt = now()
+                storing = Task { try await store.apply(pairs, at: answeredAt) }
                 for (entry, result) in pairs {
                     let key = RecordKey(entry.mutation.collection, entry.mutation.recordId)
                     switch result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status {
@@ -206,8 +229,19 @@ public actor SyncEngine {
                     statusCounted = now()
                 }
                 progress?(SyncProgress(sent: sent, total: max(total, sent), chunk: summary.chunks))
+                chunk = try await following
+                if store.requeues.withLock({ $0 }) != requeues {
+                    // A retry put entries back while this chunk was out; they may be older than the chunk read
+                    // ahead, and go out first. (One put back by another process goes out at the end.)
+                    try await storing?.value
+                    storing = nil
+                    chunk = try await store.nextChunk(limit: configuration.chunkSize)
+                }
             }
         } catch {
+            // An answer being stored finishes first: the sync ends with the store settled.
+            _ = try? await storing?.value
+            storing = nil
             // The counts were last taken up to a tenth of a second ago: take them again for the status.
             try? await refreshStatus()
             throw error
