@@ -22,7 +22,8 @@ final class AppSession: @unchecked Sendable {
     }
 
     deinit {
-        _ = server?.stop()
+        // A failed test's server: killed without waiting (a deinit cannot).
+        if let process = server?.process, process.isRunning { kill(process.processIdentifier, SIGKILL) }
         try? FileManager.default.removeItem(at: root)
     }
 
@@ -34,8 +35,8 @@ final class AppSession: @unchecked Sendable {
 
     /// Stops the server: the network is down for every device. Returns what it logged.
     @discardableResult
-    func stopServer() -> String {
-        #expect(server?.stop() == 0)
+    func stopServer() async -> String {
+        #expect(await server?.stop() == 0)
         let logs = server?.stderr ?? ""
         server = nil
         return logs
@@ -94,7 +95,7 @@ struct AppsEndToEndTests {
         #expect(try await ana(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12"]).stderr.contains("Already checked in today"))
 
         // The network drops: the check-out is saved offline, the state changes at once, pending.
-        session.stopServer()
+        await session.stopServer()
         let checkOut = try await ana(["attendance", "check-out", "--lat", "51.6", "--lon", "-0.1"])
         #expect(checkOut.status == 0, "\(checkOut.stderr)")
         #expect(checkOut.stdout.contains("Checked Out at") && checkOut.stdout.contains("saved offline, pending sync"))
@@ -141,7 +142,7 @@ struct AppsEndToEndTests {
         #expect(try await door(["event", "refresh"]).stdout.contains("1 removed"))
 
         // The venue network fails: scans queue on the door device.
-        session.stopServer()
+        await session.stopServer()
         for guest in ["g000001", "g000002", "g000003"] {
             let scan = try await door(["event", "scan", guest])
             #expect(scan.status == 0, "\(scan.stderr)")
@@ -185,7 +186,7 @@ struct AppsEndToEndTests {
         let id = try #require(online.stdout.split(separator: "(").last?.split(separator: ")").first.map(String.init))
         #expect(try await phone(["activity", "list"]).stdout.contains("\(id)  2026-11-20  home-visit  90 min  travel 12.50  ✓ synced"))
 
-        session.stopServer()
+        await session.stopServer()
         for day in ["2026-11-18", "2026-11-19", "2026-11-21"] {
             let saved = try await phone(["activity", "register", "--type", "call", "--date", day, "--duration", "30"])
             #expect(saved.stdout.hasPrefix("Saved offline — will sync when connected"), "\(saved.stdout) \(saved.stderr)")
@@ -202,12 +203,12 @@ struct AppsEndToEndTests {
         try await session.startServer()
         _ = try await run.waitFor("online: (All records synced)", timeout: .seconds(60))
         #expect(ContinuousClock.now - back < .seconds(60))
-        #expect(run.stop(SIGINT) == 0)
+        #expect(await run.stop(SIGINT) == 0)
 
         // Two devices edit one activity: other fields merge, the money field conflicts for review.
         #expect(try await tablet(["activity", "list"]).stdout.contains(id))
         #expect(try await tablet(["activity", "edit", id, "--notes", "garden", "--travel-expense", "20"]).stdout.contains("Activity registered"))
-        session.stopServer()
+        await session.stopServer()
         #expect(try await phone(["activity", "edit", id, "--duration", "120", "--travel-expense", "30"]).stdout.contains("Saved offline"))
         try await session.startServer()
         let sync = try await phone(["device", "sync"])
@@ -229,7 +230,7 @@ struct AppsEndToEndTests {
         let first = try await crew(["builds", "save", "--name", "Shed", "floor=2"])
         #expect(first.stdout.contains("saved and uploaded"), "\(first.stdout) \(first.stderr)")
 
-        session.stopServer()
+        await session.stopServer()
         for name in ["Roof", "Deck"] {
             #expect(try await crew(["builds", "save", "--name", name]).stdout.contains("saved on this device; it will upload when connected"))
         }

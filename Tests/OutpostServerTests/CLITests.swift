@@ -86,7 +86,7 @@ struct CLITests {
             PushRequest(deviceId: "dev-a", mutations: [Fixtures.upsert("r1", ["n": 1], at: 0)]))
         #expect(result.results.first?.status == .applied)
 
-        #expect(server.stop(SIGTERM) == 0)
+        #expect(await server.stop(SIGTERM) == 0)
         #expect(server.stdout.contains("outpost: stopped"))
         // Nothing of the token reached the log.
         #expect(!server.stderr.contains(token.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
@@ -98,7 +98,7 @@ struct CLITests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let server = try OutpostProcess.Running(["serve", "--port", "0", "--data-dir", directory.path])
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
-        #expect(server.stop(SIGINT) == 0)
+        #expect(await server.stop(SIGINT) == 0)
     }
 
     @Test("two servers on one PostgreSQL behave as one: shared secret, one idempotency space")
@@ -127,8 +127,8 @@ struct CLITests {
                 if pulled == 0 { try await Task.sleep(for: .milliseconds(10)) }
             }
             #expect(pulled == 1)
-            #expect(first.stop() == 0)
-            #expect(second.stop() == 0)
+            #expect(await first.stop() == 0)
+            #expect(await second.stop() == 0)
         }
     }
 }

@@ -28,7 +28,7 @@ struct DeviceEndToEndTests {
         #expect(setup.status == 0, "\(setup.stderr)")
 
         // when the server goes away, writes still succeed locally and say they are pending,
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
         let offlinePut = try await OutpostProcess.run(["device", "put", "notes", "first", "text=hello", "--store", store])
         #expect(offlinePut.status == 0, "\(offlinePut.stderr)")
         #expect(offlinePut.stdout.contains("pending sync"))
@@ -39,7 +39,7 @@ struct DeviceEndToEndTests {
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         let replay = try OutpostProcess.Running(["device", "sync", "--store", store])
         _ = try await replay.waitFor(#"pushed chunk (3):"#)
-        _ = replay.stop(SIGKILL)
+        _ = await replay.stop(SIGKILL)
 
         // then the relaunched device finishes the job,
         let resumed = try await OutpostProcess.run(["device", "sync", "--store", store])
@@ -62,7 +62,7 @@ struct DeviceEndToEndTests {
         #expect(distinctKeys == written.count)
         #expect(order == written)
         #expect(versions == [1])
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
         // No token and no payload value in the server's log.
         #expect(!server.stderr.contains(token))
         #expect(!server.stderr.contains("hello"))
@@ -93,8 +93,8 @@ extension DeviceEndToEndTests {
         let server = try OutpostProcess.Running(["serve", "--port", port, "--data-dir", data])
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         _ = try await device.waitFor("online: (All records synced)")
-        #expect(device.stop(SIGINT) == 0)
+        #expect(await device.stop(SIGINT) == 0)
         #expect(device.stdout.contains("device stopped"))
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
     }
 }

@@ -45,6 +45,6 @@ struct FuzzTests {
         #expect(run.output.contains("passed") && !run.output.contains("Failures:"))
         // The server survived all of it.
         #expect(server.process.isRunning)
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
     }
 }

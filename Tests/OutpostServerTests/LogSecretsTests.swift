@@ -51,7 +51,7 @@ struct LogSecretsTests {
                      session.url + "/v1/push"])
         #expect(badPush.output.contains("invalid_json"))
 
-        let logs = session.stopServer()
+        let logs = await session.stopServer()
         #expect(logs.contains("\"path\":\"/v1/push\""), "the server logged no requests: \(logs.prefix(500))")
         let secrets = [
             staffToken, organizerToken, forged, String(organizerToken.split(separator: ".").last ?? ""),

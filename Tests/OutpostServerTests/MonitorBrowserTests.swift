@@ -49,7 +49,7 @@ struct MonitorBrowserTests {
             clock.advance(seconds: 20 * 60)
             browser.proceed()
             try await browser.expect("DONE")
-            #expect(browser.wait() == 0, "\(browser.errors)")
+            #expect(await browser.wait() == 0, "\(browser.errors)")
         }
     }
 }
@@ -100,9 +100,11 @@ final class BrowserScript: @unchecked Sendable {
         input.fileHandleForWriting.write(Data("go\n".utf8))
     }
 
-    func wait() -> Int32 {
-        process.waitUntilExit()
-        return process.terminationStatus
+    func wait() async -> Int32 {
+        (try? await Thread.blocking { [self] in
+            process.waitUntilExit()
+            return process.terminationStatus
+        }) ?? -1
     }
 
     deinit {

@@ -54,7 +54,7 @@ struct NetworkFaultTests {
 
         func finish() async throws {
             try await proxy.stop()
-            #expect(server.stop() == 0)
+            #expect(await server.stop() == 0)
             try? FileManager.default.removeItem(at: root)
         }
     }

@@ -184,17 +184,17 @@ struct PostgresReliabilityTests {
         #expect(monitorA.devices.map(\.fingerprint).sorted() == monitorB.devices.map(\.fingerprint).sorted())
         #expect(monitorA.devices.map(\.pendingCount) == monitorB.devices.map(\.pendingCount))
 
-        #expect(serverA.stop() == 0)
-        #expect(serverB.stop() == 0)
+        #expect(await serverA.stop() == 0)
+        #expect(await serverB.stop() == 0)
         await TestPostgres.shared.dropDatabase(url: database)
     }
 
     @Test("PostgreSQL crashes and restarts while devices sync: the server reconnects, the devices retry, nothing is lost")
     func databaseRestartUnderLoad() async throws {
-        let cluster = try await Shell.offPool { try PostgresCluster.create() }
+        let cluster = try await Thread.blocking { try PostgresCluster.create() }
         defer { cluster.remove() }
         try await cluster.start()
-        let database = try await Shell.offPool { try cluster.createDatabase("outpost") }
+        let database = try await Thread.blocking { try cluster.createDatabase("outpost") }
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pgrestart-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }
         let server = try OutpostProcess.Running(
@@ -246,7 +246,7 @@ struct PostgresReliabilityTests {
         while try await observer.pull(collection: "notes", scope: nil, cursor: nil, limit: 5000).changes.count < devices * perDevice / 4 {
             try await Task.sleep(for: .milliseconds(20))
         }
-        try await Shell.offPool { cluster.stop(immediate: true) }
+        try await Thread.blocking { cluster.stop(immediate: true) }
         // While it is down the server answers, with a retryable error.
         let down = await #expect(throws: (any Error).self) {
             try await observer.pull(collection: "notes", scope: nil, cursor: nil, limit: 1)
@@ -269,6 +269,6 @@ struct PostgresReliabilityTests {
         let ids = try await Self.pullAll(observer)
         #expect(ids.count == devices * perDevice)
         #expect(Set(ids) == Set((0..<devices).flatMap { d in (0..<perDevice).map { "d\(d)-\($0)" } }))
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
     }
 }

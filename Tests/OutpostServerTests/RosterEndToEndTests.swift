@@ -63,7 +63,7 @@ struct RosterEndToEndTests {
         #expect(cancelled.status != 0)
         #expect(cancelled.stderr.contains("Registration cancelled — refer to organizer"))
 
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
         // With the server gone, lookups still work from the device.
         #expect(try await OutpostProcess.run(["event", "lookup", "walkin-1"] + store).status == 0)
     }

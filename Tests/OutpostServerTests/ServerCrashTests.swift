@@ -62,7 +62,7 @@ struct ServerCrashTests {
         }
         // when the server is killed with SIGKILL while it works,
         while acknowledged.value < 20 { try await Task.sleep(for: .milliseconds(5)) }
-        _ = server.stop(SIGKILL)
+        _ = await server.stop(SIGKILL)
         let unanswered = await pusher.value
         let acked = acknowledged.value
         #expect(unanswered == acked)
@@ -99,7 +99,7 @@ struct ServerCrashTests {
         let resent = try await transport.push(batch(unanswered))
         #expect(resent.results.allSatisfy { $0.status == .applied || $0.status == .duplicate })
         #expect(Set(resent.results.map(\.status)).count == 1)
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
         if let database { await TestPostgres.shared.dropDatabase(url: database) }
     }
 }

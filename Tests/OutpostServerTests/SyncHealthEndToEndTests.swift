@@ -38,7 +38,7 @@ struct SyncHealthEndToEndTests {
         #expect(devices.first?.failedCount == 1)
         #expect(devices.first?.fingerprint.contains("phone") == false)
 
-        let logs = session.stopServer()
+        let logs = await session.stopServer()
         let lines = logs.split(separator: "\n").filter { $0.contains("Persistent Sync Failure") }
         #expect(lines.count == 1, "\(logs)")
         let entry = try JSONSerialization.jsonObject(with: Data(lines[0].utf8)) as? [String: Any]

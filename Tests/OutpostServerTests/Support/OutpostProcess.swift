@@ -96,11 +96,13 @@ struct OutpostProcess {
             throw TestSetupError("no '\(pattern)' from outpost; stdout: \(stdout) stderr: \(stderr)")
         }
 
-        /// Sends `signal` and waits for the exit status.
-        func stop(_ signal: Int32 = SIGTERM) -> Int32 {
+        /// Sends `signal` and waits, on a thread of its own, for the exit status (-1 if that wait failed).
+        func stop(_ signal: Int32 = SIGTERM) async -> Int32 {
             if process.isRunning { kill(process.processIdentifier, signal) }
-            process.waitUntilExit()
-            return process.terminationStatus
+            return (try? await Thread.blocking { [self] in
+                process.waitUntilExit()
+                return process.terminationStatus
+            }) ?? -1
         }
 
         deinit {
@@ -110,7 +112,10 @@ struct OutpostProcess {
 }
 
 extension Thread {
-    /// Runs blocking `work` on a new thread and awaits its result.
+    /// Runs blocking `work`, such as a child process and the wait for it, on a new thread and awaits its result.
+    /// On the few threads that run every test's tasks (two on a 2-core machine), `initdb` or a `CREATE DATABASE`
+    /// under load stalled every other test in the process for seconds, and their PostgreSQL operations ran past
+    /// their 20 s bound.
     static func blocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             Thread.detachNewThread { continuation.resume(with: Result { try work() }) }

@@ -66,7 +66,7 @@ final class PostgresCluster: Sendable {
         try process.run()
         postmaster.set(process)
         for _ in 0..<600 {
-            let ready = try await Shell.offPool { [binDirectory, port] in
+            let ready = try await Thread.blocking { [binDirectory, port] in
                 try Shell.run(binDirectory + "/pg_isready", ["-h", "127.0.0.1", "-p", String(port), "-q"])
             }
             if ready.status == 0 { return }

@@ -64,7 +64,7 @@ actor TestPostgres {
             "-h", server.host, "-p", String(server.port), "-U", server.user, "-d", server.adminDatabase,
             "-v", "ON_ERROR_STOP=1", "-q", "-c", sql,
         ]
-        let result = try await Shell.offPool { [environment] in try Shell.run("psql", arguments, environment: environment) }
+        let result = try await Thread.blocking { [environment] in try Shell.run("psql", arguments, environment: environment) }
         guard result.status == 0 else {
             throw TestSetupError("psql failed: \(result.output)")
         }
@@ -74,7 +74,7 @@ actor TestPostgres {
 
     private static func startPrivateCluster() async throws -> Server {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pg-\(UUID().uuidString.prefix(8))")
-        let (binDirectory, data) = try await Shell.offPool { try PostgresCluster.initialize(root: root) }
+        let (binDirectory, data) = try await Thread.blocking { try PostgresCluster.initialize(root: root) }
         func command(_ tool: String, _ arguments: [String]) -> (String, [String]) {
             PostgresCluster.command(binDirectory, tool, arguments)
         }
@@ -96,7 +96,7 @@ actor TestPostgres {
 
         // Wait until it accepts connections.
         for _ in 0..<300 {
-            let ready = try await Shell.offPool {
+            let ready = try await Thread.blocking {
                 try Shell.run(binDirectory + "/pg_isready", ["-h", "127.0.0.1", "-p", String(port), "-q"])
             }
             if ready.status == 0 {
@@ -178,16 +178,6 @@ enum Shell {
             if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
         }
         return "/usr/bin/\(program)"
-    }
-
-    /// Runs blocking work, such as a child process and the wait for it, on a thread of its own. On the few
-    /// threads that run every test's tasks (two on a 2-core machine), `initdb` or a `CREATE DATABASE` under load
-    /// stalled every other test in the process for seconds, and their PostgreSQL operations ran past their
-    /// 20 s bound.
-    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread { continuation.resume(with: Swift.Result { try body() }) }.start()
-        }
     }
 
     static func run(_ program: String, _ arguments: [String], environment: [String: String]? = nil) throws -> Result {
