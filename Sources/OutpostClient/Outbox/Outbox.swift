@@ -100,22 +100,45 @@ extension LocalStore {
                         sql: "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))",
                         arguments: ["[" + confirmed.map(String.init).joined(separator: ",") + "]"])
                 }
-                var records: [RecordKey: LocalRecord] = [:]
+                // Most answers change only a record's plain columns: read those first.
+                let readPlain = try db.cachedStatement(
+                    sql: "SELECT updated_at, sealed_detail FROM records WHERE collection = ? AND record_id = ?")
+                var updatedAt: [RecordKey: Int64] = [:]
+                var sealedDetail = Set<RecordKey>()
                 for key in touched.keys {
-                    records[key] = try Self.record(db, collection: key.collection, recordId: key.recordId, sealer: sealer)
+                    guard let row = try Row.fetchOne(readPlain, arguments: [key.collection, key.recordId]) else { continue }
+                    updatedAt[key] = row["updated_at"]
+                    // Unknown (a row from before the column) counts as holding one.
+                    if (row["sealed_detail"] as Bool?) != false { sealedDetail.insert(key) }
                 }
                 let queued = try Self.stillQueued(
-                    records: records, lastEntry: lastEntry, through: results.map(\.0.seq).max() ?? 0, db: db)
-                for (key, outcome) in touched {
-                    guard var record = records[key] else { continue }
+                    updatedAt: updatedAt, lastEntry: lastEntry, through: results.map(\.0.seq).max() ?? 0, db: db)
+                let updatePlain = try db.cachedStatement(
+                    sql: """
+                        UPDATE records SET version = CASE WHEN ?1 IS NULL THEN version ELSE max(coalesce(version, 0), ?1) END,
+                                           last_sync_attempt = ?2, sync_status = coalesce(?3, sync_status)
+                        WHERE collection = ?4 AND record_id = ?5
+                        """)
+                for (key, outcome) in touched where updatedAt[key] != nil {
                     let stillQueued = queued[key] ?? 0
+                    // Confirmed, with no sync error or conflict in the sealed payload to clear (or with entries
+                    // still queued, which leave it as it is): the sealed payload stays as it is.
+                    if outcome.error == nil && (stillQueued > 0 || !sealedDetail.contains(key)) {
+                        try updatePlain.execute(arguments: [
+                            outcome.version, now, stillQueued == 0 ? RecordSyncStatus.synced.rawValue : nil,
+                            key.collection, key.recordId,
+                        ])
+                        continue
+                    }
+                    guard var record = try Self.record(db, collection: key.collection, recordId: key.recordId, sealer: sealer)
+                    else { continue }
                     if let version = outcome.version { record.version = max(record.version ?? 0, version) }
                     record.lastSyncAttempt = date
                     if let error = outcome.error {
                         record.syncStatus = .failed
                         record.syncError = error
                         if let conflict = outcome.conflict { record.conflict = conflict }
-                    } else if stillQueued == 0 {
+                    } else {
                         record.syncStatus = .synced
                         record.syncError = nil
                         record.conflict = nil
@@ -126,7 +149,7 @@ extension LocalStore {
         }
     }
 
-    /// How many outbox entries each of `records` still has, after a chunk's entries up to `maxSeq` were
+    /// How many outbox entries each record (by its `updated_at`) still has, after a chunk's entries up to `maxSeq` were
     /// confirmed or set aside.
     ///
     /// The outbox has no index on record ids, so that local writes stay cheap, and a pass over all of it per
@@ -136,13 +159,13 @@ extension LocalStore {
     /// entries set aside or put back by a retry are left, a short walk by sequence. The others, written again
     /// meanwhile or changed by a pull, are counted in one pass over the outbox.
     static func stillQueued(
-        records: [RecordKey: LocalRecord], lastEntry: [RecordKey: Int64], through maxSeq: Int64, db: Database
+        updatedAt: [RecordKey: Int64], lastEntry: [RecordKey: Int64], through maxSeq: Int64, db: Database
     ) throws -> [RecordKey: Int] {
         var queued: [RecordKey: Int] = [:]
         var exact = Set<RecordKey>()
         var unsure = Set<RecordKey>()
-        for (key, record) in records {
-            if record.updatedAt.millisecondsSince1970 == lastEntry[key] { exact.insert(key) } else { unsure.insert(key) }
+        for (key, time) in updatedAt {
+            if time == lastEntry[key] { exact.insert(key) } else { unsure.insert(key) }
         }
         func count(_ keys: Set<RecordKey>, sql: String, arguments: StatementArguments) throws {
             let ids = Array(Set(keys.map(\.recordId)))

@@ -100,6 +100,12 @@ extension LocalStore {
                     DROP INDEX reference_search_by_record;
                     """)
         }
+        migrator.registerMigration("v4-record-sealed-detail") { db in
+            // Whether a record's sealed payload holds a sync error or a conflict besides its fields: a push's
+            // answer that leaves neither to clear changes only plain columns, and need not open and seal the
+            // record again. Unknown (NULL) for rows written before; those take the full path.
+            try db.execute(sql: "ALTER TABLE records ADD COLUMN sealed_detail BOOLEAN")
+        }
         return migrator
     }
 }

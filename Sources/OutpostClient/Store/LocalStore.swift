@@ -370,8 +370,8 @@ public final class LocalStore: Sendable {
         try db.cachedStatement(
             sql: """
                 INSERT OR REPLACE INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
-                                                is_offline_entry, created_at, updated_at, version)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                                is_offline_entry, created_at, updated_at, version, sealed_detail)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
         ).execute(
             arguments: [
@@ -380,6 +380,7 @@ public final class LocalStore: Sendable {
                 record.deleted, record.syncStatus.rawValue,
                 record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, record.isOfflineEntry,
                 record.createdAt.millisecondsSince1970, record.updatedAt.millisecondsSince1970, record.version,
+                record.syncError != nil || record.conflict != nil,
             ])
     }
 
