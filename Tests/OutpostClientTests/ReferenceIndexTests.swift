@@ -176,3 +176,39 @@ struct ReferenceTokenTests {
         #expect(index.token(String(message[..<colon]), message[message.index(after: colon)...]) == expected)
     }
 }
+
+@Suite("Reference search words")
+struct ReferenceWordTests {
+    /// What the index did before it cut text at ASCII separators first: Foundation's folding of the whole text.
+    static func foldedWhole(_ text: String) -> [String] {
+        text.folding(options: [.caseInsensitive, .diacriticInsensitive], locale: Locale(identifier: "en_US_POSIX"))
+            .lowercased()
+            .split(whereSeparator: { !$0.isLetter && !$0.isNumber })
+            .map(String.init)
+    }
+
+    static let names = [
+        "Ana Silva 12", "Chloé Müller 7", "EUN-JI Ŀarsen", "Tomás García-López", "José\u{00A0}Ñúñez",
+        "Zoe\u{0301} O'Brien", "Ǆemal İnce", "Søren Ærø", "Łukasz  Żółć", "María_José", "  Ιωάννα Παπαδοπούλου ",
+        "山田 太郎", "Nguyễn Thị Minh Khai", "ﬁona ＡＢＣ", "a\u{0301}", "ß", "",
+    ]
+
+    @Test("cutting at ASCII separators first gives the words folding the whole text gave", arguments: names)
+    func sameWords(name: String) {
+        #expect(ReferenceIndex.words(name) == Self.foldedWhole(name))
+        #expect(ReferenceIndex.words(name, memo: ReferenceIndex.Memo()) == Self.foldedWhole(name))
+    }
+
+    @Test("remembered tokens and folded words are the ones computed afresh, also once the memo has been emptied")
+    func memoAgrees() {
+        let key = SymmetricKey(size: .bits256)
+        // A memo of 16 entries of each kind is emptied many times over by these names.
+        let remembering = ReferenceIndex(storeKey: key, memoLimit: 16)
+        let names = Self.names + (0..<40).map { "Guest \($0 * 997) Müller\($0 % 7) Zoë\($0)" }
+        // Twice over: the second pass reads what the first remembered, past a reset of the memo.
+        for name in names + names {
+            let fresh = ReferenceIndex(storeKey: key)
+            #expect(remembering.tokens(name: name, email: "a@b.c") == fresh.tokens(name: name, email: "a@b.c"))
+        }
+    }
+}

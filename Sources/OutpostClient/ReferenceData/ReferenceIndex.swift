@@ -13,8 +13,12 @@ struct ReferenceIndex: Sendable {
     /// together cost more than the hashing itself.
     private let inner: SHA256
     private let outer: SHA256
+    /// Name terms already hashed and words already folded: a roster's given names, family names and their
+    /// prefixes repeat from row to row (e-mails, which do not, are not kept).
+    private let memo: Memo
 
-    init(storeKey: SymmetricKey) {
+    init(storeKey: SymmetricKey, memoLimit: Int = Memo.defaultLimit) {
+        memo = Memo(limit: memoLimit)
         let key = HMAC<SHA256>.authenticationCode(for: Array("outpost-reference-search".utf8), using: storeKey)
         // A 32-byte key is shorter than SHA-256's 64-byte block: it is padded with zeros, not hashed.
         var block = [UInt8](repeating: 0, count: 64)
@@ -31,24 +35,41 @@ struct ReferenceIndex: Sendable {
 
     /// Lower-case, without diacritics, split into words.
     ///
-    /// ASCII text, most names and every generated one, is split and lower-cased byte by byte; Foundation's
-    /// folding, which costs about 10 µs a call on Linux, is kept for the rest.
-    static func words(_ text: String) -> [String] {
-        if text.utf8.allSatisfy({ $0 < 0x80 }) {
-            var words: [String] = []
-            var word: [UInt8] = []
-            for byte in text.utf8 {
-                switch byte {
-                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"): word.append(byte)
-                case UInt8(ascii: "A")...UInt8(ascii: "Z"): word.append(byte + 32)
-                default:
-                    if !word.isEmpty { words.append(String(decoding: word, as: UTF8.self)); word.removeAll(keepingCapacity: true) }
-                }
+    /// The text is cut at ASCII spaces and punctuation first. ASCII pieces, most of most names, are lower-cased
+    /// byte by byte; the others go through Foundation's folding, which costs about 10 µs a call on Linux, once
+    /// per distinct piece when `memo` is given.
+    static func words(_ text: String, memo: Memo? = nil) -> [String] {
+        var words: [String] = []
+        var piece: [UInt8] = []
+        var isASCII = true
+        func endPiece() {
+            guard !piece.isEmpty else { return }
+            if isASCII {
+                words.append(String(decoding: piece, as: UTF8.self))
+            } else {
+                let text = String(decoding: piece, as: UTF8.self)
+                words += memo?.folded(text) { folded($0) } ?? folded(text)
             }
-            if !word.isEmpty { words.append(String(decoding: word, as: UTF8.self)) }
-            return words
+            piece.removeAll(keepingCapacity: true)
+            isASCII = true
         }
-        return text.folding(options: [.caseInsensitive, .diacriticInsensitive], locale: posix)
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"): piece.append(byte)
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): piece.append(byte + 32)
+            case 0x80...:
+                piece.append(byte)
+                isASCII = false
+            default: endPiece()
+            }
+        }
+        endPiece()
+        return words
+    }
+
+    /// Foundation's folding of text that is not all ASCII, split at whatever is neither letter nor number.
+    private static func folded(_ text: String) -> [String] {
+        text.folding(options: [.caseInsensitive, .diacriticInsensitive], locale: posix)
             .lowercased()
             .split(whereSeparator: { !$0.isLetter && !$0.isNumber })
             .map(String.init)
@@ -86,10 +107,10 @@ struct ReferenceIndex: Sendable {
     func tokens(name: String?, email: String?) -> [Int64] {
         var tokens: [Int64] = []
         if let name {
-            for word in Self.words(name) {
+            for word in Self.words(name, memo: memo) {
                 let length = word.count
-                if length >= 2 { tokens.append(token("p2", word.prefix(2))) }
-                if length >= 4 { tokens.append(token("p4", word.prefix(4))) }
+                if length >= 2 { tokens.append(memo.token("p2:" + word.prefix(2)) { token("p2", word.prefix(2)) }) }
+                if length >= 4 { tokens.append(memo.token("p4:" + word.prefix(4)) { token("p4", word.prefix(4)) }) }
             }
         }
         if let email, !email.isEmpty {
@@ -144,5 +165,39 @@ struct ReferenceIndex: Sendable {
     static func matches(name: String?, query: String) -> Bool {
         let nameWords = words(name ?? "")
         return words(String(trimmed(query))).allSatisfy { queryWord in nameWords.contains { $0.hasPrefix(queryWord) } }
+    }
+}
+
+extension ReferenceIndex {
+    /// What ``ReferenceIndex`` has already computed, shared by the threads that prepare a page: at most
+    /// `limit` entries of each kind, forgotten all at once past that.
+    final class Memo: @unchecked Sendable {
+        static let defaultLimit = 65_536
+        let limit: Int
+        private let lock = NSLock()
+        private var tokens: [String: Int64] = [:]
+        private var words: [String: [String]] = [:]
+
+        init(limit: Int = defaultLimit) { self.limit = limit }
+
+        func token(_ term: String, _ compute: () -> Int64) -> Int64 {
+            if let known = lock.withLock({ tokens[term] }) { return known }
+            let token = compute()
+            lock.withLock {
+                if tokens.count >= limit { tokens.removeAll(keepingCapacity: true) }
+                tokens[term] = token
+            }
+            return token
+        }
+
+        func folded(_ piece: String, _ compute: (String) -> [String]) -> [String] {
+            if let known = lock.withLock({ words[piece] }) { return known }
+            let folded = compute(piece)
+            lock.withLock {
+                if words.count >= limit { words.removeAll(keepingCapacity: true) }
+                words[piece] = folded
+            }
+            return folded
+        }
     }
 }
