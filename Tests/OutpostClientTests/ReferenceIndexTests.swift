@@ -17,15 +17,16 @@ struct ReferenceIndexTests {
     static func searchRows(_ url: URL) throws -> [String: Set<Int64>] {
         try DatabaseQueue(path: url.path).read { db in
             var rows: [String: Set<Int64>] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT record_id, token FROM reference_search") {
+            for row in try Row.fetchAll(db, sql: "SELECT record_id, token FROM reference_tokens") {
                 rows[row["record_id"], default: []].insert(row["token"])
             }
             return rows
         }
     }
 
-    static func searchIndexes(_ url: URL) throws -> [IndexInfo] {
-        try DatabaseQueue(path: url.path).read { try $0.indexes(on: "reference_search") }
+    /// Whether the store still has the search table that repeated each set's collection and scope in every row.
+    static func hasOldSearchTable(_ url: URL) throws -> Bool {
+        try DatabaseQueue(path: url.path).read { try $0.tableExists("reference_search") }
     }
 
     /// The tokens each record row keeps beside it.
@@ -103,7 +104,7 @@ struct ReferenceIndexTests {
         }
     }
 
-    @Test("a store from before tokens were kept per row is migrated: same results, exact refreshes")
+    @Test("a store from before tokens were kept per row, and before sets were numbered, is migrated: same results, exact refreshes")
     func migratesOlderStores() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-migrate-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -121,7 +122,11 @@ struct ReferenceIndexTests {
         let data = ReferenceData(store: migrated, transport: server)
         #expect(try Self.keptTokens(olderURL) == Self.searchRows(olderURL))
         #expect(try Self.keptTokens(olderURL).count == 40)
-        #expect(try Self.searchIndexes(olderURL).contains { $0.name == "reference_search_by_record" } == false)
+        #expect(try Self.hasOldSearchTable(olderURL) == false)
+        let sets = try await DatabaseQueue(path: olderURL.path).read { db in
+            try Row.fetchAll(db, sql: "SELECT collection, scope FROM reference_sets").map { [$0["collection"], $0["scope"]] as [String] }
+        }
+        #expect(sets == [["guests", "ev-1"]])
         #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest5@example.org").map(\.recordId) == ["g00005"])
 
         server.put("g00005", ["event_id": "ev-1", "name": "Renamed Person", "email": "renamed@example.org"], scope: "ev-1")
@@ -136,7 +141,12 @@ struct ReferenceIndexTests {
     static func copyAsOlderSchema(from currentURL: URL, to olderURL: URL) throws {
         let (records, search, state) = try DatabaseQueue(path: currentURL.path).read { db in
             (try Row.fetchAll(db, sql: "SELECT collection, scope, record_id, payload, version FROM reference_records"),
-             try Row.fetchAll(db, sql: "SELECT collection, scope, token, record_id FROM reference_search"),
+             try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT s.collection, s.scope, t.token, t.record_id FROM reference_tokens t
+                    JOIN reference_sets s USING (set_id)
+                    """),
              try Row.fetchAll(db, sql: "SELECT * FROM reference_state"))
         }
         let older = try DatabaseQueue(path: olderURL.path)

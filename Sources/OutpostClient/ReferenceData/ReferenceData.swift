@@ -124,10 +124,13 @@ public struct ReferenceData: Sendable {
             try await store.queue.write { db in
                 if isFirst {
                     // A fresh download replaces whatever an earlier, abandoned one left.
-                    for table in ["reference_records", "reference_search", "reference_tombstones"] {
+                    for table in ["reference_records", "reference_tombstones"] {
                         try db.execute(
                             sql: "DELETE FROM \(table) WHERE collection = ? AND scope = ?", arguments: [collection, scope])
                     }
+                    try db.execute(
+                        sql: "DELETE FROM reference_tokens WHERE set_id = ?",
+                        arguments: [try Self.setId(db, collection: collection, scope: scope)])
                 }
                 // Pages of one download hold distinct, new ids: nothing to replace.
                 try Self.insertRecords(rows, collection: collection, scope: scope, db: db)
@@ -216,11 +219,24 @@ public struct ReferenceData: Sendable {
     static func buildSearchIndex(collection: String, scope: String, db: Database) throws {
         try db.execute(
             sql: """
-                INSERT INTO reference_search (collection, scope, token, record_id)
-                SELECT r.collection, r.scope, t.value, r.record_id FROM reference_records r, json_each(r.tokens) t
-                WHERE r.collection = ? AND r.scope = ? AND r.tokens IS NOT NULL
+                INSERT INTO reference_tokens (set_id, token, record_id)
+                SELECT ?3, t.value, r.record_id FROM reference_records r, json_each(r.tokens) t
+                WHERE r.collection = ?1 AND r.scope = ?2 AND r.tokens IS NOT NULL
                 ORDER BY t.value, r.record_id
                 """,
+            arguments: [collection, scope, try setId(db, collection: collection, scope: scope)])
+    }
+
+    /// The number the search index knows a set by, given it on first use.
+    static func setId(_ db: Database, collection: String, scope: String) throws -> Int64 {
+        if let known = try existingSetId(db, collection: collection, scope: scope) { return known }
+        try db.execute(sql: "INSERT INTO reference_sets (collection, scope) VALUES (?, ?)", arguments: [collection, scope])
+        return db.lastInsertedRowID
+    }
+
+    static func existingSetId(_ db: Database, collection: String, scope: String) throws -> Int64? {
+        try Int64.fetchOne(
+            db.cachedStatement(sql: "SELECT set_id FROM reference_sets WHERE collection = ? AND scope = ?"),
             arguments: [collection, scope])
     }
 
@@ -320,19 +336,20 @@ public struct ReferenceData: Sendable {
             String(decoding: try JSONValue.array(ids.map { .string($0) }).jsonBytes(), as: UTF8.self)
         }
         // Tokens by their whole key: a token of a common prefix is held by thousands of records.
+        let set = try setId(db, collection: collection, scope: scope)
         let removeToken = try db.cachedStatement(
-            sql: "DELETE FROM reference_search WHERE collection = ? AND scope = ? AND token = ? AND record_id = ?")
+            sql: "DELETE FROM reference_tokens WHERE set_id = ? AND token = ? AND record_id = ?")
         for (token, recordId) in searchRemovals {
-            try removeToken.execute(arguments: [collection, scope, token, recordId])
+            try removeToken.execute(arguments: [set, token, recordId])
         }
         if !searchAdditions.isEmpty {
             let pairs = JSONValue.array(searchAdditions.map { .array([.integer($0.token), .string($0.recordId)]) })
             try db.execute(
                 sql: """
-                    INSERT OR IGNORE INTO reference_search (collection, scope, token, record_id)
-                    SELECT ?1, ?2, json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?3)
+                    INSERT OR IGNORE INTO reference_tokens (set_id, token, record_id)
+                    SELECT ?1, json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2)
                     """,
-                arguments: [collection, scope, String(decoding: try pairs.jsonBytes(), as: UTF8.self)])
+                arguments: [set, String(decoding: try pairs.jsonBytes(), as: UTF8.self)])
         }
         try insertRecords(upserts, collection: collection, scope: scope, replacing: true, db: db)
         if !removedIds.isEmpty {
@@ -407,20 +424,21 @@ public struct ReferenceData: Sendable {
                 guard try Self.state(db, collection: collection, scope: scope).isReady else {
                     throw ClientError(.notFound, ReferenceMessages.incomplete)
                 }
+                guard let set = try Self.existingSetId(db, collection: collection, scope: scope) else { return [] }
                 // A record must hold every word's token: the index narrows by all the words at once.
-                var sql = "SELECT r.record_id, r.payload, r.version FROM reference_search s0"
+                var sql = "SELECT r.record_id, r.payload, r.version FROM reference_tokens s0"
                 for position in tokens.indices.dropFirst() {
                     sql += """
-                         JOIN reference_search s\(position) ON s\(position).collection = s0.collection \
-                        AND s\(position).scope = s0.scope AND s\(position).token = ? AND s\(position).record_id = s0.record_id
+                         JOIN reference_tokens s\(position) ON s\(position).set_id = s0.set_id \
+                        AND s\(position).token = ? AND s\(position).record_id = s0.record_id
                         """
                 }
                 sql += """
-                     JOIN reference_records r ON r.collection = s0.collection AND r.scope = s0.scope AND r.record_id = s0.record_id
-                    WHERE s0.collection = ? AND s0.scope = ? AND s0.token = ?
+                     JOIN reference_records r ON r.collection = ? AND r.scope = ? AND r.record_id = s0.record_id
+                    WHERE s0.set_id = ? AND s0.token = ?
                     """
                 var arguments: [any DatabaseValueConvertible] = tokens.dropFirst().map { $0 }
-                arguments += [collection, scope, tokens[0]]
+                arguments += [collection, scope, set, tokens[0]]
                 let candidates = try Row.fetchCursor(db, sql: sql, arguments: StatementArguments(arguments))
                 // Open candidates only until `limit` match: a two-letter prefix may have thousands.
                 var found: [ReferenceRecord] = []
