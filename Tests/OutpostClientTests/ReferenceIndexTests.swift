@@ -85,6 +85,38 @@ struct ReferenceIndexTests {
         }
     }
 
+    @Test("two events' rosters on one device are searched, refreshed and downloaded again apart")
+    func setsApart() async throws {
+        try await withStore { store, _ in
+            let server = ReferenceServer()
+            for i in 0..<30 {
+                server.put(String(format: "a%03d", i), ["name": .string("Ana First\(i)")], scope: "ev-a")
+                server.put(String(format: "b%03d", i), ["name": .string("Ana Second\(i)")], scope: "ev-b")
+            }
+            let data = ReferenceData(store: store, transport: server)
+            try await data.download(collection: "guests", scope: "ev-a")
+            try await data.download(collection: "guests", scope: "ev-b")
+            func ids(_ scope: String, _ query: String) async throws -> Set<String> {
+                Set(try await data.search(collection: "guests", scope: scope, query: query, limit: 100).map(\.recordId))
+            }
+            #expect(try await ids("ev-a", "ana") == Set((0..<30).map { String(format: "a%03d", $0) }))
+            #expect(try await ids("ev-b", "ana") == Set((0..<30).map { String(format: "b%03d", $0) }))
+            // A rename in one event moves only that event's entry.
+            server.put("a000", ["name": .string("Zed Renamed")], scope: "ev-a")
+            #expect(try await data.refresh(collection: "guests", scope: "ev-a") == RefreshSummary(updated: 1, removed: 0))
+            #expect(try await ids("ev-a", "zed") == ["a000"])
+            #expect(try await ids("ev-b", "zed").isEmpty)
+            #expect(try await ids("ev-b", "ana").count == 30)
+            // A download of one event again leaves the other's index whole.
+            try await store.queue.write { db in
+                try db.execute(sql: "DELETE FROM reference_state WHERE scope = 'ev-a'")
+            }
+            try await data.download(collection: "guests", scope: "ev-a")
+            #expect(try await ids("ev-a", "ana").count == 29)
+            #expect(try await ids("ev-b", "ana").count == 30)
+        }
+    }
+
     @Test("a query of several words finds only records holding every word, past many that hold the first")
     func severalWords() async throws {
         try await withStore { store, _ in
