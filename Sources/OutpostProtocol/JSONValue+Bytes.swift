@@ -75,7 +75,22 @@ extension JSONValue {
         let read: (UnsafeBufferPointer<UInt8>) -> Result<JSONValue?, JSONSyntaxError> = { buffer in
             Result { () throws(JSONSyntaxError) in
                 var reader = JSONReader(bytes: buffer)
-                return try reader.member(Array(name.utf8))
+                return try reader.member(name)
+            }
+        }
+        if let result = bytes.withContiguousStorageIfAvailable(read) { return try result.get() }
+        return try Array(bytes).withUnsafeBufferPointer(read).get()
+    }
+
+    /// Several members of a document that is an object, in one pass, each as ``member(_:ofObject:)`` reads it:
+    /// one value per name, nil for a name the object lacks.
+    public static func members(_ names: [String], ofObject bytes: some Collection<UInt8>) throws(JSONSyntaxError)
+        -> [JSONValue?]
+    {
+        let read: (UnsafeBufferPointer<UInt8>) -> Result<[JSONValue?], JSONSyntaxError> = { buffer in
+            Result { () throws(JSONSyntaxError) in
+                var reader = JSONReader(bytes: buffer)
+                return try reader.members(names)
             }
         }
         if let result = bytes.withContiguousStorageIfAvailable(read) { return try result.get() }
@@ -494,17 +509,37 @@ struct JSONReader {
         return value
     }
 
-    /// Reads the object's members until `name`, stepping over the others.
-    mutating func member(_ name: [UInt8]) throws(JSONSyntaxError) -> JSONValue? {
+    /// Reads the object's members until `name`, stepping over the others. Keys compare as the whole parse's
+    /// dictionary compares them: as Swift strings, canonically equivalent spellings equal.
+    mutating func member(_ name: String) throws(JSONSyntaxError) -> JSONValue? {
         skipWhitespace()
         var found: JSONValue?
         try members { reader, key throws(JSONSyntaxError) in
-            guard key.utf8.elementsEqual(name) else {
+            guard key == name else {
                 try reader.skipValue()
                 return true
             }
             found = try reader.value()
             return false
+        }
+        return found
+    }
+
+    /// Reads the object's members until each of `names` was seen, stepping over the others; the first value
+    /// of each name.
+    mutating func members(_ names: [String]) throws(JSONSyntaxError) -> [JSONValue?] {
+        skipWhitespace()
+        var found = [JSONValue?](repeating: nil, count: names.count)
+        var missing = names.count
+        try members { reader, key throws(JSONSyntaxError) in
+            var value: JSONValue?
+            for position in names.indices where found[position] == nil && names[position] == key {
+                if value == nil { value = try reader.value() }
+                found[position] = value
+                missing -= 1
+            }
+            if value == nil { try reader.skipValue() }
+            return missing > 0
         }
         return found
     }

@@ -104,7 +104,7 @@ struct JSONBytesTests {
         #expect(throws: JSONSyntaxError.self) { try JSONValue.number(.infinity).jsonBytes() }
     }
 
-    @Test("one member is read without building the others, and is the member the whole parse finds", arguments: 0..<10)
+    @Test("one member, or several in one pass, is read without building the others, and is what the whole parse finds (keys compared as strings)", arguments: 0..<10)
     func member(seed: Int) throws {
         var random = SplitMix(seed: UInt64(seed) + 500)
         for _ in 0..<30 {
@@ -119,7 +119,14 @@ struct JSONBytesTests {
             // And with Foundation's spacing-free but differently escaped output.
             let foundation = try JSONEncoder().encode(JSONValue.object(object))
             #expect(try JSONValue.member(name, ofObject: foundation) == object[name]?.canonical)
+            // Several at once, in one pass: the same values.
+            let other = JSONValue.randomString(using: &random)
+            #expect(try JSONValue.members([name, other, "absent\u{0}"], ofObject: bytes)
+                == [object[name]?.canonical, object[other]?.canonical, nil])
         }
+        #expect(try JSONValue.members(["a", "b"], ofObject: Array(#"{"b": 1, "c": {"a": 3}, "a": "x", "b": 2}"#.utf8))
+            == [.string("x"), .integer(1)])
+        #expect(throws: JSONSyntaxError.self) { try JSONValue.members(["a"], ofObject: Array("[1]".utf8)) }
         #expect(try JSONValue.member("a", ofObject: Array(#" { "b" : [1, {"a": 2}, "}"] , "a" : true } "#.utf8)) == .bool(true))
         #expect(try JSONValue.member("a", ofObject: Array("{}".utf8)) == nil)
         #expect(throws: JSONSyntaxError.self) { try JSONValue.member("a", ofObject: Array("[1]".utf8)) }

@@ -168,8 +168,9 @@ public struct ReferenceData: Sendable {
         _ record: SnapshotPage.Record, collection: String, scope: String, sealer: Sealer, index: ReferenceIndex
     ) throws -> PreparedRow {
         let fields = record.fieldsJSON
-        let name = try JSONValue.member("name", ofObject: fields)?.stringValue
-        let email = try JSONValue.member("email", ofObject: fields)?.stringValue
+        let indexed = try JSONValue.members(["name", "email"], ofObject: fields)
+        let name = indexed[0]?.stringValue
+        let email = indexed[1]?.stringValue
         return PreparedRow(
             recordId: record.recordId,
             payload: try sealer.seal(Data(fields), context: "reference:\(collection)/\(scope)/\(record.recordId)"),
