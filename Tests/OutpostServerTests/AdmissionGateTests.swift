@@ -226,7 +226,8 @@ struct AdmissionGateTests {
             // A device sends the head of a push and half its body, then its network drops without a word.
             let head = Self.pushHead(token: token, bodyStart: "{\"deviceId\":\"dev-a\",\"mut")
             // The server closes the silent connection (the read sees its end) and frees the only place:
-            let read = await Self.onOwnThread { () -> Int in
+            // Blocking socket calls, on a thread of their own.
+            let read = try await Thread.blocking { () -> Int in
                 guard let socket = try? Self.connect(port: port) else { return -2 }
                 defer { close(socket) }
                 guard head.withCString({ send(socket, $0, strlen($0), 0) }) > 0 else { return -3 }
@@ -245,15 +246,17 @@ struct AdmissionGateTests {
             .sqlite, setup: .live,
             configure: {
                 $0.maxConcurrentRequests = 1
-                $0.bodyTimeout = .seconds(1)
+                // Not shorter: the next device's whole push must arrive within it too, on a machine that other
+                // tests load (at 1 s, one run in CI-like load saw it answered 408 as well).
+                $0.bodyTimeout = .seconds(3)
             }
         ) { client, _ in
             let port = try #require(client.port)
             let token = try await Fixtures.token()
             let head = Self.pushHead(token: token, bodyStart: "{")
             // A client sends the head, then one byte of its body every 100 ms: never silent long enough to idle
-            // out, it would take 20 s to finish. It reads what the server answers between bytes.
-            let answer = await Self.onOwnThread { () -> String in
+            // out, it would take 20 s to finish. It reads what the server answers between bytes, for up to 10 s.
+            let answer = try await Thread.blocking { () -> String in
                 guard let socket = try? Self.connect(port: port) else { return "no connection" }
                 defer { close(socket) }
                 guard head.withCString({ send(socket, $0, strlen($0), 0) }) > 0 else { return "no head sent" }
@@ -292,13 +295,6 @@ struct AdmissionGateTests {
     static func nextDevicePushes(port: Int, token: String) async throws -> [MutationResult.Status] {
         let device = HTTPSyncTransport(baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: token)
         return try await device.push(PushRequest(deviceId: "dev-b", mutations: [Fixtures.upsert("r1", ["n": 1])])).results.map(\.status)
-    }
-
-    /// Runs blocking socket calls on a thread of their own: never on the threads that run every test's tasks.
-    static func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-        await withCheckedContinuation { continuation in
-            Thread { continuation.resume(returning: body()) }.start()
-        }
     }
 
     /// A blocking TCP connection to the loopback port; reads give up after 10 s.
