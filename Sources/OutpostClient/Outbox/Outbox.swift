@@ -149,8 +149,8 @@ extension LocalStore {
         }
     }
 
-    /// How many outbox entries each record (by its `updated_at`) still has, after a chunk's entries up to `maxSeq` were
-    /// confirmed or set aside.
+    /// How many outbox entries each record (given by its `updated_at`) still has, after a chunk's entries up to
+    /// `maxSeq` were confirmed or set aside.
     ///
     /// The outbox has no index on record ids, so that local writes stay cheap, and a pass over all of it per
     /// chunk was a tenth of a drain. Most records need none. One whose last local write is its last entry in
