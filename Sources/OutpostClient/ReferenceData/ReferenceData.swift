@@ -444,6 +444,8 @@ public struct ReferenceData: Sendable {
                 // Open candidates only until `limit` match: a two-letter prefix may have thousands.
                 var found: [ReferenceRecord] = []
                 let byName = !ReferenceIndex.isEmail(query)
+                let index = self.index
+                let queryWords = ReferenceIndex.queryWords(query)
                 while found.count < limit, let row = try candidates.next() {
                     let id: String = row["record_id"]
                     let context = "reference:\(collection)/\(scope)/\(id)"
@@ -451,7 +453,7 @@ public struct ReferenceData: Sendable {
                     if byName {
                         // Most candidates of a short prefix do not match: their name alone is read to see.
                         let name = try? JSONValue.member("name", ofObject: opened)
-                        guard ReferenceIndex.matches(name: name?.stringValue, query: query) else { continue }
+                        guard index.matches(name: name?.stringValue, queryWords: queryWords) else { continue }
                     }
                     let fields: [String: JSONValue]
                     do {
@@ -459,7 +461,7 @@ public struct ReferenceData: Sendable {
                     } catch {
                         throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
                     }
-                    if ReferenceIndex.matches(fields, query: query) {
+                    if index.matches(fields, query: query, queryWords: queryWords) {
                         found.append(ReferenceRecord(recordId: id, fields: fields, version: row["version"]))
                     }
                 }

@@ -152,19 +152,23 @@ struct ReferenceIndex: Sendable {
         return values.compactMap { if case .integer(let token) = $0 { token } else { nil } }
     }
 
+    /// The words of a query of name words, to give ``matches(name:queryWords:)``.
+    static func queryWords(_ query: String) -> [String] { words(String(trimmed(query))) }
+
     /// Whether a candidate really matches: an e-mail exactly, or every query word a prefix of a name word.
-    static func matches(_ fields: [String: JSONValue], query: String) -> Bool {
+    func matches(_ fields: [String: JSONValue], query: String, queryWords: [String]) -> Bool {
         let trimmed = Self.trimmed(query)
-        if isEmail(trimmed) {
+        if Self.isEmail(trimmed) {
             return fields["email"]?.stringValue.map { Self.trimmed($0.lowercased()) == trimmed.lowercased() } ?? false
         }
-        return matches(name: fields["name"]?.stringValue, query: query)
+        return matches(name: fields["name"]?.stringValue, queryWords: queryWords)
     }
 
-    /// Whether a name matches a query of name words: every query word a prefix of a name word.
-    static func matches(name: String?, query: String) -> Bool {
-        let nameWords = words(name ?? "")
-        return words(String(trimmed(query))).allSatisfy { queryWord in nameWords.contains { $0.hasPrefix(queryWord) } }
+    /// Whether a name matches a query's words: every query word a prefix of a name word. The name's words come
+    /// through the memo, as when the name was indexed: a short prefix may have thousands of candidates.
+    func matches(name: String?, queryWords: [String]) -> Bool {
+        let nameWords = Self.words(name ?? "", memo: memo)
+        return queryWords.allSatisfy { queryWord in nameWords.contains { $0.hasPrefix(queryWord) } }
     }
 }
 
