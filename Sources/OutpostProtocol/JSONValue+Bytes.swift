@@ -72,14 +72,7 @@ extension JSONValue {
     ///
     /// - Throws: ``JSONSyntaxError`` when the bytes up to that member are not a JSON object.
     public static func member(_ name: String, ofObject bytes: some Collection<UInt8>) throws(JSONSyntaxError) -> JSONValue? {
-        let read: (UnsafeBufferPointer<UInt8>) -> Result<JSONValue?, JSONSyntaxError> = { buffer in
-            Result { () throws(JSONSyntaxError) in
-                var reader = JSONReader(bytes: buffer)
-                return try reader.member(name)
-            }
-        }
-        if let result = bytes.withContiguousStorageIfAvailable(read) { return try result.get() }
-        return try Array(bytes).withUnsafeBufferPointer(read).get()
+        try members([name], ofObject: bytes)[0]
     }
 
     /// Several members of a document that is an object, in one pass, each as ``member(_:ofObject:)`` reads it:
@@ -509,24 +502,9 @@ struct JSONReader {
         return value
     }
 
-    /// Reads the object's members until `name`, stepping over the others. Keys compare as the whole parse's
-    /// dictionary compares them: as Swift strings, canonically equivalent spellings equal.
-    mutating func member(_ name: String) throws(JSONSyntaxError) -> JSONValue? {
-        skipWhitespace()
-        var found: JSONValue?
-        try members { reader, key throws(JSONSyntaxError) in
-            guard key == name else {
-                try reader.skipValue()
-                return true
-            }
-            found = try reader.value()
-            return false
-        }
-        return found
-    }
-
     /// Reads the object's members until each of `names` was seen, stepping over the others; the first value
-    /// of each name.
+    /// of each name. Keys compare as the whole parse's dictionary compares them: as Swift strings, canonically
+    /// equivalent spellings equal.
     mutating func members(_ names: [String]) throws(JSONSyntaxError) -> [JSONValue?] {
         skipWhitespace()
         var found = [JSONValue?](repeating: nil, count: names.count)
