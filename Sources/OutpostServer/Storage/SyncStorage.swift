@@ -40,7 +40,7 @@ package struct PullCursor: Sendable, Hashable, Comparable {
 }
 
 /// One page of a pull, straight from storage.
-package struct PullPage: Sendable {
+package struct PulledChanges: Sendable {
     /// As stored: their fields text goes into the page as it is.
     package var records: [SnapshotRow]
     /// The cursor after the last record, or the request's cursor when there was none.
@@ -74,7 +74,7 @@ package protocol SyncStorage: Service, MonitorStorage {
 
     /// Changes after `cursor`, in commit order; `scope` narrows to one reference scope.
     func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int)
-        async throws -> PullPage
+        async throws -> PulledChanges
 
     /// The cursor and record count a new snapshot starts from.
     func snapshotStart(tenant: String, collection: String, scope: String?) async throws -> SnapshotStart

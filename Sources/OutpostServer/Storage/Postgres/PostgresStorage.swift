@@ -337,7 +337,7 @@ package struct PostgresStorage: SyncStorage {
     // MARK: Reads
 
     package func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int)
-        async throws -> PullPage
+        async throws -> PulledChanges
     {
         try await guarded {
             try await client.withConnection { connection in
@@ -353,27 +353,22 @@ package struct PostgresStorage: SyncStorage {
                 var records: [SnapshotRow] = []
                 var last = cursor
                 var hasMore = false
-                for try await row in try await connection.query(query, logger: logger) {
+                // By position, in the order of `changeColumns`: a pull can carry thousands of rows.
+                let rows = try await connection.query(query, logger: logger)
+                for try await (collection, recordId, scope, version, tombstone, fields, createdAt, updatedAt, xid, seq)
+                    in rows.decode((String, String, String, Int64, Bool, String, Int64, Int64, Int64, Int64).self)
+                {
                     if records.count == limit {
                         hasMore = true
                         break
                     }
-                    let columns = row.makeRandomAccess()
                     records.append(
                         SnapshotRow(
-                            collection: try columns["collection"].decode(String.self),
-                            recordId: try columns["record_id"].decode(String.self),
-                            scope: try columns["scope"].decode(String.self),
-                            version: try columns["version"].decode(Int64.self),
-                            tombstone: try columns["tombstone"].decode(Bool.self),
-                            fieldsJSON: try columns["fields"].decode(String.self),
-                            createdAt: try columns["created_at"].decode(Int64.self),
-                            updatedAt: try columns["updated_at"].decode(Int64.self)))
-                    last = PullCursor(
-                        xid: try columns["change_xid"].decode(Int64.self),
-                        seq: try columns["change_seq"].decode(Int64.self))
+                            collection: collection, recordId: recordId, scope: scope, version: version,
+                            tombstone: tombstone, fieldsJSON: fields, createdAt: createdAt, updatedAt: updatedAt))
+                    last = PullCursor(xid: xid, seq: seq)
                 }
-                return PullPage(records: records, cursor: last, hasMore: hasMore)
+                return PulledChanges(records: records, cursor: last, hasMore: hasMore)
             }
         }
     }

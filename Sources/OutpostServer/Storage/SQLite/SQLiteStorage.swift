@@ -156,7 +156,7 @@ package struct SQLiteStorage: SyncStorage {
     // MARK: Reads
 
     package func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int)
-        async throws -> PullPage
+        async throws -> PulledChanges
     {
         try await pool.read { db in
             var sql = "SELECT \(Self.changeColumns) FROM records WHERE tenant = ? AND collection = ? AND change_seq > ?"
@@ -167,16 +167,22 @@ package struct SQLiteStorage: SyncStorage {
             }
             sql += " ORDER BY change_seq LIMIT ?"
             arguments += [limit + 1]
-            let rows = try Row.fetchAll(db, sql: sql, arguments: arguments)
-            let page = rows.prefix(limit)
-            let records = page.map { row in
-                SnapshotRow(
-                    collection: row["collection"], recordId: row["record_id"], scope: row["scope"], version: row["version"],
-                    tombstone: row["tombstone"], fieldsJSON: row["fields"], createdAt: row["created_at"],
-                    updatedAt: row["updated_at"])
+            // Read in place, by position (the order of `changeColumns`): a pull can carry thousands of rows.
+            var records: [SnapshotRow] = []
+            var last = cursor
+            var hasMore = false
+            let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+            while let row = try rows.next() {
+                if records.count == limit {
+                    hasMore = true
+                    break
+                }
+                records.append(SnapshotRow(
+                    collection: row[0], recordId: row[1], scope: row[2], version: row[3], tombstone: row[4],
+                    fieldsJSON: row[5], createdAt: row[6], updatedAt: row[7]))
+                last = PullCursor(xid: 0, seq: row[8])
             }
-            let last = page.last.map { PullCursor(xid: 0, seq: $0["change_seq"]) } ?? cursor
-            return PullPage(records: records, cursor: last, hasMore: rows.count > limit)
+            return PulledChanges(records: records, cursor: last, hasMore: hasMore)
         }
     }
 
