@@ -272,18 +272,18 @@ public struct SnapshotPage: Sendable {
 
     /// Reads the JSON answer of `GET /v1/snapshot`, refusing what ``SnapshotResponse/init(jsonBytes:)`` would.
     public init(jsonBytes bytes: [UInt8]) throws(JSONSyntaxError) {
-        let read: (UnsafeBufferPointer<UInt8>) -> Result<(Int64, String?, String?, [(String, Int64, Bool, Range<Int>)]), JSONSyntaxError> = {
+        let read: (UnsafeBufferPointer<UInt8>) -> Result<(Int64, String?, String?, [RawRecords.Fields]), JSONSyntaxError> = {
             buffer in
             Result { () throws(JSONSyntaxError) in
                 var reader = JSONReader(bytes: buffer)
                 var total: Int64?
                 var continuation: String?
                 var cursor: String?
-                var records: [(String, Int64, Bool, Range<Int>)]?
+                var records: [RawRecords.Fields]?
                 reader.skipWhitespace()
                 try reader.members { reader, key throws(JSONSyntaxError) in
                     switch key {
-                    case "records": records = try Self.records(&reader)
+                    case "records": records = try RawRecords.array(&reader, key: key)
                     case "total":
                         guard case .integer(let value) = try reader.value() else { throw JSONShape.error("total must be an integer") }
                         total = value
@@ -305,7 +305,7 @@ public struct SnapshotPage: Sendable {
         self.total = count
         self.continuation = continuation
         self.cursor = cursor
-        self.records = records.map { Record(recordId: $0.0, version: $0.1, tombstone: $0.2, fieldsJSON: bytes[$0.3]) }
+        self.records = records.map { $0.record(in: bytes) }
     }
 
     /// From a page already decoded (a transport with no bytes, such as a test double).
@@ -313,13 +313,7 @@ public struct SnapshotPage: Sendable {
         total = response.total
         continuation = response.continuation
         cursor = response.cursor
-        records = []
-        records.reserveCapacity(response.records.count)
-        for change in response.records {
-            let fields = try change.fields.jsonBytes()
-            records.append(
-                Record(recordId: change.recordId, version: change.version, tombstone: change.tombstone, fieldsJSON: fields[...]))
-        }
+        records = try RawRecords.records(response.records)
     }
 
     private static func optionalString(_ reader: inout JSONReader, _ key: String) throws(JSONSyntaxError) -> String? {
@@ -329,16 +323,97 @@ public struct SnapshotPage: Sendable {
         default: throw JSONShape.error("\(key) must be a string")
         }
     }
+}
 
-    /// The records array: each record's id, version, tombstone and the byte range of its fields.
-    private static func records(_ reader: inout JSONReader) throws(JSONSyntaxError) -> [(String, Int64, Bool, Range<Int>)] {
+/// A page of `GET /v1/pull` whose changes keep their fields as the JSON text the server sent, as
+/// ``SnapshotPage`` does for a download: a device refreshing reference data seals those bytes as they are.
+public struct PullPage: Sendable {
+    /// Changes after the request's cursor, in commit order; a tombstone's fields are `{}`.
+    public var changes: [SnapshotPage.Record]
+    /// Where the next pull continues; opaque.
+    public var cursor: String
+    /// True when more changes are ready now.
+    public var hasMore: Bool
+
+    /// Reads the JSON answer of `GET /v1/pull`, refusing what ``PullResponse/init(jsonBytes:)`` would.
+    public init(jsonBytes bytes: [UInt8]) throws(JSONSyntaxError) {
+        let read: (UnsafeBufferPointer<UInt8>) -> Result<(String, Bool, [RawRecords.Fields]), JSONSyntaxError> = { buffer in
+            Result { () throws(JSONSyntaxError) in
+                var reader = JSONReader(bytes: buffer)
+                var cursor: String?
+                var hasMore: Bool?
+                var changes: [RawRecords.Fields]?
+                reader.skipWhitespace()
+                try reader.members { reader, key throws(JSONSyntaxError) in
+                    switch key {
+                    case "changes": changes = try RawRecords.array(&reader, key: key)
+                    case "cursor":
+                        guard case .string(let value) = try reader.value() else { throw JSONShape.error("cursor must be a string") }
+                        cursor = value
+                    case "hasMore":
+                        guard case .bool(let value) = try reader.value() else { throw JSONShape.error("hasMore must be true or false") }
+                        hasMore = value
+                    default: try reader.checkValue()
+                    }
+                    return true
+                }
+                reader.skipWhitespace()
+                guard reader.index == buffer.count else { throw reader.error("unexpected bytes after the document") }
+                guard let changes else { throw JSONShape.error("changes is missing") }
+                guard let cursor else { throw JSONShape.error("cursor is missing") }
+                guard let hasMore else { throw JSONShape.error("hasMore is missing") }
+                return (cursor, hasMore, changes)
+            }
+        }
+        let (cursor, hasMore, changes) = try bytes.withUnsafeBufferPointer(read).get()
+        self.cursor = cursor
+        self.hasMore = hasMore
+        self.changes = changes.map { $0.record(in: bytes) }
+    }
+
+    /// From a page already decoded (a transport with no bytes, such as a test double).
+    public init(_ response: PullResponse) throws(JSONSyntaxError) {
+        cursor = response.cursor
+        hasMore = response.hasMore
+        changes = try RawRecords.records(response.changes)
+    }
+}
+
+/// Reading arrays of records whose fields stay JSON text, for ``SnapshotPage`` and ``PullPage``.
+enum RawRecords {
+    /// One record as read: its id, version and tombstone, and where its fields are in the document.
+    struct Fields {
+        var recordId: String
+        var version: Int64
+        var tombstone: Bool
+        var range: Range<Int>
+
+        func record(in bytes: [UInt8]) -> SnapshotPage.Record {
+            SnapshotPage.Record(recordId: recordId, version: version, tombstone: tombstone, fieldsJSON: bytes[range])
+        }
+    }
+
+    /// Changes already decoded, their fields written out again.
+    static func records(_ changes: [Change]) throws(JSONSyntaxError) -> [SnapshotPage.Record] {
+        var records: [SnapshotPage.Record] = []
+        records.reserveCapacity(changes.count)
+        for change in changes {
+            let fields = try change.fields.jsonBytes()
+            records.append(SnapshotPage.Record(
+                recordId: change.recordId, version: change.version, tombstone: change.tombstone, fieldsJSON: fields[...]))
+        }
+        return records
+    }
+
+    /// The array member `key`: each record's id, version, tombstone and the byte range of its fields.
+    static func array(_ reader: inout JSONReader, key: String) throws(JSONSyntaxError) -> [Fields] {
         guard reader.index < reader.bytes.count, reader.bytes[reader.index] == UInt8(ascii: "[") else {
-            throw JSONShape.error("records must be an array")
+            throw JSONShape.error("\(key) must be an array")
         }
         try reader.enter()
         defer { reader.depth -= 1 }
         reader.index += 1
-        var records: [(String, Int64, Bool, Range<Int>)] = []
+        var records: [Fields] = []
         reader.skipWhitespace()
         if reader.index < reader.bytes.count, reader.bytes[reader.index] == UInt8(ascii: "]") {
             reader.index += 1
@@ -346,7 +421,7 @@ public struct SnapshotPage: Sendable {
         }
         while true {
             reader.skipWhitespace()
-            records.append(try record(&reader, path: "records[\(records.count)]."))
+            records.append(try record(&reader, path: "\(key)[\(records.count)]."))
             reader.skipWhitespace()
             guard reader.index < reader.bytes.count else { throw reader.error("unexpected end") }
             switch reader.bytes[reader.index] {
@@ -356,8 +431,7 @@ public struct SnapshotPage: Sendable {
             }
         }
     }
-
-    private static func record(_ reader: inout JSONReader, path: String) throws(JSONSyntaxError) -> (String, Int64, Bool, Range<Int>) {
+    private static func record(_ reader: inout JSONReader, path: String) throws(JSONSyntaxError) -> Fields {
         var recordId: String?
         var version: Int64?
         var tombstone: Bool?
@@ -399,6 +473,6 @@ public struct SnapshotPage: Sendable {
         guard let version else { throw JSONShape.error("\(path)version is missing") }
         guard let tombstone else { throw JSONShape.error("\(path)tombstone is missing") }
         guard let fields else { throw JSONShape.error("\(path)fields is missing") }
-        return (recordId, version, tombstone, fields)
+        return Fields(recordId: recordId, version: version, tombstone: tombstone, range: fields)
     }
 }

@@ -217,6 +217,18 @@ struct ReferenceTokenTests {
         let colon = message.firstIndex(of: ":")!
         #expect(index.token(String(message[..<colon]), message[message.index(after: colon)...]) == expected)
     }
+
+    @Test("a row's tokens are kept as the JSON array of their decimal numbers, and read back the same")
+    func tokenText() {
+        var random = SeededGenerator(seed: 7)
+        var lists: [[Int64]] = [[], [0], [Int64.min, Int64.max, -1, 1, 9, 10, -10]]
+        for count in 1...40 { lists.append((0..<count).map { _ in Int64(bitPattern: random.next()) }) }
+        for tokens in lists {
+            let text = ReferenceIndex.text(tokens)
+            #expect(text == "[" + tokens.map(String.init).joined(separator: ",") + "]")
+            #expect(ReferenceIndex.tokens(fromText: text) == tokens)
+        }
+    }
 }
 
 @Suite("Reference search words")

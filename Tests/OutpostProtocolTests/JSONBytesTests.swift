@@ -177,6 +177,14 @@ struct JSONBytesTests {
         #expect(try PullResponse(jsonBytes: pull.jsonBytes()) == pull.canonical)
         #expect(try JSONDecoder().decode(PullResponse.self, from: Data(pull.jsonBytes())).canonical == pull.canonical)
         #expect(try PullResponse(jsonBytes: encoder.encode(pull)).canonical == pull.canonical)
+        // Read with its fields kept as sent, from this writer's bytes and from JSONEncoder's, and from the decoded page.
+        for page in [try PullPage(jsonBytes: pull.jsonBytes()), try PullPage(jsonBytes: Array(encoder.encode(pull))), try PullPage(pull)] {
+            #expect(page.cursor == pull.cursor && page.hasMore == pull.hasMore)
+            #expect(page.changes.map(\.recordId) == pull.changes.map(\.recordId))
+            #expect(page.changes.map(\.version) == pull.changes.map(\.version))
+            #expect(page.changes.map(\.tombstone) == pull.changes.map(\.tombstone))
+            #expect(try page.changes.map { try [String: JSONValue](parsingObject: $0.fieldsJSON) } == pull.canonical.changes.map(\.fields))
+        }
         for snapshot in snapshots {
             // Read with its fields kept as sent: the same records, and fields that parse to the same values.
             let page = try SnapshotPage(jsonBytes: snapshot.jsonBytes())
@@ -207,6 +215,19 @@ struct JSONBytesTests {
             #expect(broken != good)
             let error = #expect(throws: JSONSyntaxError.self) { try PullResponse(jsonBytes: Array(broken.utf8)) }
             #expect(error?.reason.contains(member) == true)
+            // A pull read with its fields kept as sent refuses it too, naming the same member.
+            let raw = #expect(throws: JSONSyntaxError.self) { try PullPage(jsonBytes: Array(broken.utf8)) }
+            #expect(raw?.reason.contains(member) == true, "\(raw?.reason ?? "")")
+        }
+        for broken in [
+            good.replacingOccurrences(of: #""fields":{}"#, with: #""fields":{"a":"\x"}"#),
+            good.replacingOccurrences(of: #""cursor":"c""#, with: #""cursor":1"#),
+            good.replacingOccurrences(of: #""recordId":"g1","#, with: ""),
+            good + " {}",
+        ] {
+            #expect(broken != good)
+            #expect(throws: JSONSyntaxError.self) { try PullPage(jsonBytes: Array(broken.utf8)) }
+            #expect(throws: JSONSyntaxError.self) { try PullResponse(jsonBytes: Array(broken.utf8)) }
         }
         // A snapshot page read with its fields kept as sent refuses what the whole reading refuses.
         let page = String(decoding: try SnapshotResponse(records: [change], total: 1, continuation: nil, cursor: "c").jsonBytes(), as: UTF8.self)

@@ -162,6 +162,16 @@ public struct ReferenceData: Sendable {
         var payload: Data
         var version: Int64
         var tokens: [Int64]
+        /// `tokens` as the row keeps them (``ReferenceIndex/text(_:)``), written here on the preparing tasks.
+        var tokenText: String
+
+        init(recordId: String, payload: Data, version: Int64, tokens: [Int64]) {
+            self.recordId = recordId
+            self.payload = payload
+            self.version = version
+            self.tokens = tokens
+            self.tokenText = ReferenceIndex.text(tokens)
+        }
     }
 
     static func prepare(
@@ -178,18 +188,13 @@ public struct ReferenceData: Sendable {
             tokens: index.tokens(name: name, email: email))
     }
 
-    static func prepare(
-        _ change: Change, collection: String, scope: String, sealer: Sealer, index: ReferenceIndex
-    ) throws -> PreparedRow {
-        PreparedRow(
-            recordId: change.recordId,
-            payload: try sealer.seal(json: change.fields, context: "reference:\(collection)/\(scope)/\(change.recordId)"),
-            version: change.version,
-            tokens: index.tokens(for: change.fields))
-    }
-
     /// Rows per multi-row `INSERT`: one statement per row cost more than the B-tree work it does.
     static let insertBatch = 50
+
+    private static let replacingClause = """
+         ON CONFLICT (collection, scope, record_id) DO UPDATE SET
+          payload = excluded.payload, version = excluded.version, tokens = excluded.tokens
+        """
 
     static func insertRecords(
         _ rows: [PreparedRow], collection: String, scope: String, replacing: Bool = false, db: Database
@@ -198,17 +203,18 @@ public struct ReferenceData: Sendable {
         var start = 0
         while start < rows.count {
             let count = min(insertBatch, rows.count - start)
+            // A row replaced is updated where it is; `INSERT OR REPLACE` would delete it and insert it again.
             let statement = try db.cachedStatement(
-                sql: (replacing ? "INSERT OR REPLACE" : "INSERT")
-                    + " INTO reference_records (collection, scope, record_id, payload, version, tokens) VALUES "
-                    + Array(repeating: tuple, count: count).joined(separator: ", "))
+                sql: "INSERT INTO reference_records (collection, scope, record_id, payload, version, tokens) VALUES "
+                    + Array(repeating: tuple, count: count).joined(separator: ", ")
+                    + (replacing ? Self.replacingClause : ""))
             // Plain `DatabaseValue`s: an array of existentials would take GRDB's `[Any]` path, a cast per value.
             var arguments: [DatabaseValue] = []
             arguments.reserveCapacity(count * 6)
             for row in rows[start..<(start + count)] {
                 arguments += [
                     collection.databaseValue, scope.databaseValue, row.recordId.databaseValue, row.payload.databaseValue,
-                    row.version.databaseValue, ReferenceIndex.text(row.tokens).databaseValue,
+                    row.version.databaseValue, row.tokenText.databaseValue,
                 ]
             }
             try statement.execute(arguments: StatementArguments(arguments))
@@ -264,11 +270,12 @@ public struct ReferenceData: Sendable {
             guard let cursor else {
                 throw ClientError(.notFound, ReferenceMessages.incomplete)
             }
-            let page = try await transport.pull(
+            let page = try await transport.pullPage(
                 collection: collection, scope: scope, cursor: cursor, limit: Self.refreshPageSize)
             let time = Timestamp(now()).millisecondsSince1970
             let sealer = store.sealer
             let index = self.index
+            // As in a download, each change's fields are sealed as the server sent them.
             let rows = try await Self.inHalves(page.changes) { change in
                 change.tombstone
                     ? nil : try Self.prepare(change, collection: collection, scope: scope, sealer: sealer, index: index)
@@ -288,7 +295,7 @@ public struct ReferenceData: Sendable {
     /// and walk-ins replace their rows, touching only the search tokens that changed (a changed note leaves
     /// the name's alone); tombstones remove the row and its tokens and remember the id; the cursor moves on.
     static func apply(
-        _ page: PullResponse, rows: [PreparedRow?], collection: String, scope: String, at time: Int64, db: Database
+        _ page: PullPage, rows: [PreparedRow?], collection: String, scope: String, at time: Int64, db: Database
     ) throws -> (Int, Int) {
         // A pull lists a record once, as it is now: the ids of a page are distinct.
         var existing: [String: String] = [:]
@@ -301,8 +308,7 @@ public struct ReferenceData: Sendable {
                 """,
             arguments: [collection, scope, String(decoding: try ids.jsonBytes(), as: UTF8.self)])
         while let row = try rowsOfPage.next() {
-            let recordId: String = row["record_id"]
-            existing[recordId] = (row["tokens"] as String?) ?? "[]"
+            existing[row[0]] = (row[1] as String?) ?? "[]"
         }
 
         var upserts: [PreparedRow] = []
@@ -319,7 +325,7 @@ public struct ReferenceData: Sendable {
                 upserts.append(row)
                 if oldText == nil { stored += 1 }
                 // Most changes leave the name and e-mail alone, and so the tokens' text.
-                guard oldText != ReferenceIndex.text(row.tokens) else { continue }
+                guard oldText != row.tokenText else { continue }
                 let old = Set(oldText.map(ReferenceIndex.tokens(fromText:)) ?? [])
                 let new = Set(row.tokens)
                 searchRemovals += old.subtracting(new).map { ($0, change.recordId) }

@@ -98,11 +98,6 @@ struct ReferenceIndex: Sendable {
         return text[first...last]
     }
 
-    /// Every token a record is found by, sorted, without repeats.
-    func tokens(for fields: [String: JSONValue]) -> [Int64] {
-        tokens(name: fields["name"]?.stringValue, email: fields["email"]?.stringValue)
-    }
-
     /// Every token of a record with this name and e-mail, sorted, without repeats.
     func tokens(name: String?, email: String?) -> [Int64] {
         var tokens: [Int64] = []
@@ -144,7 +139,38 @@ struct ReferenceIndex: Sendable {
     /// Tokens as stored beside their record, so that a change removes exactly its old ones: a JSON array,
     /// which SQLite's `json_each` reads when the index is built.
     static func text(_ tokens: [Int64]) -> String {
-        "[" + tokens.map(String.init).joined(separator: ",") + "]"
+        // Written digit by digit into one buffer: a string per token and a join cost more than sealing the row.
+        String(unsafeUninitializedCapacity: 2 + tokens.count * 21) { buffer in
+            var count = 0
+            func append(_ byte: UInt8) {
+                buffer[count] = byte
+                count += 1
+            }
+            append(UInt8(ascii: "["))
+            var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                         UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            for (position, token) in tokens.enumerated() {
+                if position > 0 { append(UInt8(ascii: ",")) }
+                if token < 0 { append(UInt8(ascii: "-")) }
+                // The magnitude as unsigned, so that Int64.min has one too.
+                var magnitude = token.magnitude
+                var written = 0
+                withUnsafeMutableBytes(of: &digits) { digits in
+                    repeat {
+                        digits[written] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                        magnitude /= 10
+                        written += 1
+                    } while magnitude > 0
+                    while written > 0 {
+                        written -= 1
+                        append(digits[written])
+                    }
+                }
+            }
+            append(UInt8(ascii: "]"))
+            return count
+        }
     }
 
     static func tokens(fromText text: String) -> [Int64] {

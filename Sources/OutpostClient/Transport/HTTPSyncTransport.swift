@@ -40,9 +40,20 @@ public struct HTTPSyncTransport: SyncTransport {
 
     public func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
         try await send(
-            .GET, path: "/v1/pull",
-            query: [("collection", collection), ("scope", scope), ("cursor", cursor), ("limit", limit.map(String.init))],
+            .GET, path: "/v1/pull", query: Self.pullQuery(collection, scope, cursor, limit),
             decode: { try PullResponse(jsonBytes: $0) })
+    }
+
+    public func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
+        try await send(
+            .GET, path: "/v1/pull", query: Self.pullQuery(collection, scope, cursor, limit),
+            decode: { try PullPage(jsonBytes: Array($0)) })
+    }
+
+    private static func pullQuery(
+        _ collection: String, _ scope: String?, _ cursor: String?, _ limit: Int?
+    ) -> [(String, String?)] {
+        [("collection", collection), ("scope", scope), ("cursor", cursor), ("limit", limit.map(String.init))]
     }
 
     public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws

@@ -7,6 +7,9 @@ public protocol SyncTransport: Sendable {
     func push(_ request: PushRequest) async throws -> PushResponse
     /// Changes of `collection` after `cursor`.
     func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse
+    /// The same changes with each record's fields as the JSON text sent, which a refresh of reference data
+    /// seals as it is. By default, ``pull(collection:scope:cursor:limit:)``'s page written out again.
+    func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage
     /// One page of a reference collection.
     func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
         -> SnapshotResponse
@@ -23,6 +26,10 @@ public protocol SyncTransport: Sendable {
 }
 
 extension SyncTransport {
+    public func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
+        try PullPage(try await pull(collection: collection, scope: scope, cursor: cursor, limit: limit))
+    }
+
     public func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
         -> SnapshotPage
     {

@@ -42,6 +42,19 @@ final class VenueNetwork: @unchecked Sendable {
             return try await transport.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
         }
 
+        func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
+            try check()
+            return try await transport.pullPage(collection: collection, scope: scope, cursor: cursor, limit: limit)
+        }
+
+        func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+            -> SnapshotPage
+        {
+            try check()
+            return try await transport.snapshotPage(
+                collection: collection, scope: scope, continuation: continuation, limit: limit)
+        }
+
         func health() async throws -> HealthResponse {
             try check()
             return try await transport.health()
