@@ -70,36 +70,41 @@ struct RosterBench {
             searches.add(try await clock.measure { _ = try await data.search(collection: Guest.collection, scope: "bench-event", query: query) })
         }
 
-        // Delta refresh: 1,000 changed guests and 100 cancelled ones.
-        let changed = rows.prefix(1000).map {
-            Mutation(idempotencyKey: "change:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .upsert,
-                     fields: ["check_in_note": "moved to table 4", "event_id": "bench-event"], clientTimestamp: Timestamp(Date()))
+        // Delta refresh: 1,000 changed guests and 100 cancelled ones, in several rounds of different guests.
+        var refreshes = Samples()
+        for round in 0..<Self.refreshRounds {
+            let changed = rows[(round * 1000)..<((round + 1) * 1000)].map {
+                Mutation(idempotencyKey: "change:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .upsert,
+                         fields: ["check_in_note": "moved to table \(round + 4)", "event_id": "bench-event"], clientTimestamp: Timestamp(Date()))
+            }
+            let cancelled = rows.dropLast(round * 100).suffix(100).map {
+                Mutation(idempotencyKey: "cancel:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .delete,
+                         clientTimestamp: Timestamp(Date()))
+            }
+            for start in stride(from: 0, to: changed.count, by: 500) {
+                _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: Array(changed[start..<min(start + 500, changed.count)])))
+            }
+            _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: cancelled))
+            var summary = RefreshSummary(updated: 0, removed: 0)
+            refreshes.add(try await clock.measure {
+                summary = try await data.refresh(collection: Guest.collection, scope: "bench-event")
+            })
+            guard summary == RefreshSummary(updated: 1000, removed: 100) else {
+                throw CLIError("the refresh saw \(summary.updated) updates and \(summary.removed) removals, not 1000 and 100")
+            }
         }
-        let cancelled = rows.suffix(100).map {
-            Mutation(idempotencyKey: "cancel:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .delete,
-                     clientTimestamp: Timestamp(Date()))
-        }
-        for start in stride(from: 0, to: changed.count, by: 500) {
-            _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: Array(changed[start..<min(start + 500, changed.count)])))
-        }
-        _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: cancelled))
-        var summary = RefreshSummary(updated: 0, removed: 0)
-        let refresh = try await clock.measure {
-            summary = try await data.refresh(collection: Guest.collection, scope: "bench-event")
-        }
-        guard summary == RefreshSummary(updated: 1000, removed: 100) else {
-            throw CLIError("the refresh saw \(summary.updated) updates and \(summary.removed) removals, not 1000 and 100")
-        }
+        let refresh = refreshes.percentile(50)
 
         let downloadSeconds = download.seconds
-        progress(String(format: "roster: download %.2f s, plain fetch %.2f s; search p50 %.3f ms p99 %.3f ms; refresh %.1f ms",
-                        downloadSeconds, plain.seconds, searches.percentile(50), searches.percentile(99), refresh.fractionalMilliseconds))
+        progress(String(format: "roster: download %.2f s, plain fetch %.2f s; search p50 %.3f ms p99 %.3f ms; refresh median %.1f ms of %@",
+                        downloadSeconds, plain.seconds, searches.percentile(50), searches.percentile(99), refresh,
+                        refreshes.values.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
         return [
             BenchResult(name: "roster download, \(guests) guests", figure: downloadSeconds, unit: "s", target: "≤ 2 s", met: downloadSeconds <= 2),
             BenchResult(name: "roster download / plain HTTP fetch", figure: downloadSeconds / plain.seconds, unit: "×", target: "reported", met: true),
             BenchResult(name: "search p50", figure: searches.percentile(50), unit: "ms", target: "≤ 10 ms", met: searches.percentile(50) <= 10),
             BenchResult(name: "search p99", figure: searches.percentile(99), unit: "ms", target: "≤ 10 ms", met: searches.percentile(99) <= 10),
-            BenchResult(name: "delta refresh, 1,000 changes + 100 tombstones", figure: refresh.fractionalMilliseconds, unit: "ms", target: "≤ 15 ms", met: refresh.fractionalMilliseconds <= 15),
+            BenchResult(name: "delta refresh, 1,000 changes + 100 tombstones (median of \(Self.refreshRounds))", figure: refresh, unit: "ms", target: "≤ 15 ms", met: refresh <= 15),
         ]
     }
 
@@ -120,6 +125,9 @@ struct RosterBench {
     }
 
     private struct ContinuationOnly: Decodable { var continuation: String? }
+
+    /// Delta refreshes measured, each of different guests.
+    static let refreshRounds = 5
 }
 
 /// An `outpost serve` child process on a free port, for end-to-end benchmarks.
