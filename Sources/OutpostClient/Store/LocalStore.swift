@@ -125,7 +125,7 @@ public final class LocalStore: Sendable {
         return try await perform {
             // Synchronous on purpose: a local write is one short transaction, and GRDB's async variant adds
             // two thread hops, which on a busy device cost more than the commit itself.
-            try self.queue.write { db in
+            try self.writeImmediate { db in
                 // Writes are serial on this queue, so the read-and-advance below cannot interleave.
                 let time = lastTime.withLock { last in
                     last = max(Timestamp(date).millisecondsSince1970, last + 1)
@@ -382,6 +382,26 @@ public final class LocalStore: Sendable {
                 record.createdAt.millisecondsSince1970, record.updatedAt.millisecondsSince1970, record.version,
                 record.syncError != nil || record.conflict != nil,
             ])
+    }
+
+    /// Runs `updates` in one transaction that takes the write lock at once (`BEGIN IMMEDIATE`), through
+    /// statements prepared once per connection: GRDB's `write` prepares its `BEGIN` and `COMMIT` again on every
+    /// call, which on a local write cost about as much as its two inserts.
+    ///
+    /// Rolls back and rethrows when `updates` or the commit fails.
+    func writeImmediate<T>(_ updates: (Database) throws -> T) throws -> T {
+        try queue.writeWithoutTransaction { db in
+            try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+            do {
+                let value = try updates(db)
+                try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+                return value
+            } catch {
+                // A failed commit may have ended the transaction already.
+                if db.isInsideTransaction { try? db.cachedStatement(sql: "ROLLBACK TRANSACTION").execute() }
+                throw error
+            }
+        }
     }
 
     /// Runs `updates` in one transaction that commits without a flush of its own: for what the server can give

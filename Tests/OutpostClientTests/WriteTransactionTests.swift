@@ -1,0 +1,52 @@
+import Foundation
+import GRDB
+import Testing
+
+@testable import OutpostClient
+
+/// Local writes run in `BEGIN IMMEDIATE` transactions through statements prepared once per connection.
+@Suite("Local write transactions")
+struct WriteTransactionTests {
+    struct Refused: Error {}
+
+    @Test("the write lock is held from the transaction's start, before anything is written")
+    func immediate() async throws {
+        try await withStore { store, url in
+            let other = try DatabaseQueue(path: url.path)
+            try store.writeImmediate { _ in
+                // Another connection cannot start writing, though this transaction has not written yet.
+                #expect(throws: DatabaseError.self) {
+                    try other.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+                }
+            }
+            try other.writeWithoutTransaction { db in
+                try db.execute(sql: "BEGIN IMMEDIATE")
+                try db.execute(sql: "ROLLBACK")
+            }
+        }
+    }
+
+    @Test("a failure inside rolls everything back and leaves the connection ready for the next write")
+    func rollback() async throws {
+        try await withStore { store, _ in
+            for _ in 0..<3 {
+                #expect(throws: Refused.self) {
+                    try store.writeImmediate { db in
+                        try db.execute(sql: "INSERT INTO settings (name, value) VALUES ('probe', x'00')")
+                        throw Refused()
+                    }
+                }
+                #expect(try await store.queue.writeWithoutTransaction { db in db.isInsideTransaction } == false)
+            }
+            #expect(try await store.queue.read { db in
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM settings WHERE name = 'probe'")
+            } == 0)
+            for index in 0..<3 {
+                _ = try await store.write(
+                    .init(collection: "notes", recordId: "n\(index)", fields: ["title": "kept"]), deviceId: "d", at: Date(),
+                    offline: false)
+            }
+            #expect(try await store.records().count == 3)
+        }
+    }
+}
