@@ -272,15 +272,17 @@ public struct SnapshotPage: Sendable {
 
     /// Reads the JSON answer of `GET /v1/snapshot`, refusing what ``SnapshotResponse/init(jsonBytes:)`` would.
     public init(jsonBytes bytes: [UInt8]) throws(JSONSyntaxError) {
-        let read: (UnsafeBufferPointer<UInt8>) -> Result<(Int64, String?, String?, [RawRecords.Fields]), JSONSyntaxError> = {
+        let read: (UnsafeBufferPointer<UInt8>) -> Result<(Int64, String?, String?, [RawRecord]), JSONSyntaxError> = {
             buffer in
             Result { () throws(JSONSyntaxError) in
                 var reader = JSONReader(bytes: buffer)
                 var total: Int64?
                 var continuation: String?
                 var cursor: String?
-                var records: [RawRecords.Fields]?
+                var records: [RawRecord]?
                 reader.skipWhitespace()
+                // The document itself is one level, as the full reading counts it.
+                try reader.enter()
                 try reader.members { reader, key throws(JSONSyntaxError) in
                     switch key {
                     case "records": records = try RawRecords.array(&reader, key: key)
@@ -337,13 +339,15 @@ public struct PullPage: Sendable {
 
     /// Reads the JSON answer of `GET /v1/pull`, refusing what ``PullResponse/init(jsonBytes:)`` would.
     public init(jsonBytes bytes: [UInt8]) throws(JSONSyntaxError) {
-        let read: (UnsafeBufferPointer<UInt8>) -> Result<(String, Bool, [RawRecords.Fields]), JSONSyntaxError> = { buffer in
+        let read: (UnsafeBufferPointer<UInt8>) -> Result<(String, Bool, [RawRecord]), JSONSyntaxError> = { buffer in
             Result { () throws(JSONSyntaxError) in
                 var reader = JSONReader(bytes: buffer)
                 var cursor: String?
                 var hasMore: Bool?
-                var changes: [RawRecords.Fields]?
+                var changes: [RawRecord]?
                 reader.skipWhitespace()
+                // The document itself is one level, as the full reading counts it.
+                try reader.enter()
                 try reader.members { reader, key throws(JSONSyntaxError) in
                     switch key {
                     case "changes": changes = try RawRecords.array(&reader, key: key)
@@ -379,20 +383,20 @@ public struct PullPage: Sendable {
     }
 }
 
+/// One record as read: its id, version and tombstone, and where its fields are in the document.
+struct RawRecord {
+    var recordId: String
+    var version: Int64
+    var tombstone: Bool
+    var range: Range<Int>
+
+    func record(in bytes: [UInt8]) -> SnapshotPage.Record {
+        SnapshotPage.Record(recordId: recordId, version: version, tombstone: tombstone, fieldsJSON: bytes[range])
+    }
+}
+
 /// Reading arrays of records whose fields stay JSON text, for ``SnapshotPage`` and ``PullPage``.
 enum RawRecords {
-    /// One record as read: its id, version and tombstone, and where its fields are in the document.
-    struct Fields {
-        var recordId: String
-        var version: Int64
-        var tombstone: Bool
-        var range: Range<Int>
-
-        func record(in bytes: [UInt8]) -> SnapshotPage.Record {
-            SnapshotPage.Record(recordId: recordId, version: version, tombstone: tombstone, fieldsJSON: bytes[range])
-        }
-    }
-
     /// Changes already decoded, their fields written out again.
     static func records(_ changes: [Change]) throws(JSONSyntaxError) -> [SnapshotPage.Record] {
         var records: [SnapshotPage.Record] = []
@@ -406,14 +410,14 @@ enum RawRecords {
     }
 
     /// The array member `key`: each record's id, version, tombstone and the byte range of its fields.
-    static func array(_ reader: inout JSONReader, key: String) throws(JSONSyntaxError) -> [Fields] {
+    static func array(_ reader: inout JSONReader, key: String) throws(JSONSyntaxError) -> [RawRecord] {
         guard reader.index < reader.bytes.count, reader.bytes[reader.index] == UInt8(ascii: "[") else {
             throw JSONShape.error("\(key) must be an array")
         }
         try reader.enter()
         defer { reader.depth -= 1 }
         reader.index += 1
-        var records: [Fields] = []
+        var records: [RawRecord] = []
         reader.skipWhitespace()
         if reader.index < reader.bytes.count, reader.bytes[reader.index] == UInt8(ascii: "]") {
             reader.index += 1
@@ -431,7 +435,8 @@ enum RawRecords {
             }
         }
     }
-    private static func record(_ reader: inout JSONReader, path: String) throws(JSONSyntaxError) -> Fields {
+
+    private static func record(_ reader: inout JSONReader, path: String) throws(JSONSyntaxError) -> RawRecord {
         var recordId: String?
         var version: Int64?
         var tombstone: Bool?
@@ -473,6 +478,6 @@ enum RawRecords {
         guard let version else { throw JSONShape.error("\(path)version is missing") }
         guard let tombstone else { throw JSONShape.error("\(path)tombstone is missing") }
         guard let fields else { throw JSONShape.error("\(path)fields is missing") }
-        return Fields(recordId: recordId, version: version, tombstone: tombstone, range: fields)
+        return RawRecord(recordId: recordId, version: version, tombstone: tombstone, range: fields)
     }
 }

@@ -3,6 +3,9 @@ import OutpostProtocol
 
 /// A test double that passes every call to `inner` unless it says otherwise: a flaky or gated transport
 /// overrides the one call it changes.
+///
+/// `pullPage` and `snapshotPage` keep their defaults, which go through this transport's `pull` and `snapshot`:
+/// a double that overrides those is obeyed by a refresh and a download too.
 public protocol ForwardingTransport: SyncTransport {
     var inner: any SyncTransport { get }
 }

@@ -16,7 +16,10 @@ struct WriteTransactionTests {
             try store.writeImmediate { _ in
                 // Another connection cannot start writing, though this transaction has not written yet.
                 #expect(throws: DatabaseError.self) {
-                    try other.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+                    try other.writeWithoutTransaction { db in
+                        try db.execute(sql: "BEGIN IMMEDIATE")
+                        try db.execute(sql: "ROLLBACK")
+                    }
                 }
             }
             try other.writeWithoutTransaction { db in
@@ -26,9 +29,13 @@ struct WriteTransactionTests {
         }
     }
 
-    @Test("a failure inside rolls everything back and leaves the connection ready for the next write")
+    @Test("a failure inside, or in the commit itself, rolls everything back and the next writes go through")
     func rollback() async throws {
         try await withStore { store, _ in
+            try await store.queue.write { db in
+                try db.execute(sql: "CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+                try db.execute(sql: "CREATE TABLE child (parent_id INTEGER NOT NULL REFERENCES parent (id))")
+            }
             for _ in 0..<3 {
                 #expect(throws: Refused.self) {
                     try store.writeImmediate { db in
@@ -36,10 +43,17 @@ struct WriteTransactionTests {
                         throw Refused()
                     }
                 }
-                #expect(try await store.queue.writeWithoutTransaction { db in db.isInsideTransaction } == false)
+                // A foreign key checked at commit: the commit fails and leaves the transaction open.
+                #expect(throws: DatabaseError.self) {
+                    try store.writeImmediate { db in
+                        try db.execute(sql: "PRAGMA defer_foreign_keys = ON")
+                        try db.execute(sql: "INSERT INTO settings (name, value) VALUES ('probe', x'00')")
+                        try db.execute(sql: "INSERT INTO child (parent_id) VALUES (42)")
+                    }
+                }
             }
             #expect(try await store.queue.read { db in
-                try Int.fetchOne(db, sql: "SELECT count(*) FROM settings WHERE name = 'probe'")
+                try Int.fetchOne(db, sql: "SELECT (SELECT count(*) FROM settings WHERE name = 'probe') + (SELECT count(*) FROM child)")
             } == 0)
             for index in 0..<3 {
                 _ = try await store.write(

@@ -133,6 +133,25 @@ struct StorageBehaviourTests {
         }
     }
 
+    @Test("a pulled row carries each stored column in its own place", arguments: StorageKind.allCases)
+    func pulledColumns(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            _ = try await storage.push([Fixtures.upsert("g1", ["event_id": "ev-1", "name": "Ana"], at: 10, collection: "guests")])
+            _ = try await storage.push([Fixtures.upsert("g1", ["note": "late"], at: 20, collection: "guests")])
+            try await storage.settle()
+            let page = try await storage.pull(
+                tenant: "acme", collection: "guests", scope: "ev-1", after: .start, limit: 10)
+            let row = try #require(page.records.first)
+            #expect(page.records.count == 1 && !page.hasMore)
+            #expect(row.collection == "guests" && row.recordId == "g1" && row.scope == "ev-1")
+            #expect(row.version == 2 && !row.tombstone)
+            #expect(try row.change().fields == ["event_id": "ev-1", "name": "Ana", "note": "late"])
+            #expect(row.createdAt == Fixtures.time(10).millisecondsSince1970)
+            #expect(row.updatedAt == Fixtures.time(20).millisecondsSince1970)
+            #expect(page.cursor != .start)
+        }
+    }
+
     @Test("pull and snapshot narrow to one scope", arguments: StorageKind.allCases)
     func scopes(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in

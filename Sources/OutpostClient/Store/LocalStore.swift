@@ -397,8 +397,9 @@ public final class LocalStore: Sendable {
                 try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
                 return value
             } catch {
-                // A failed commit may have ended the transaction already.
-                if db.isInsideTransaction { try? db.cachedStatement(sql: "ROLLBACK TRANSACTION").execute() }
+                // A failed commit may have ended the transaction already. A rollback that fails is reported
+                // instead: the connection is then unusable, and GRDB stops rather than write on in it.
+                if db.isInsideTransaction { try db.cachedStatement(sql: "ROLLBACK TRANSACTION").execute() }
                 throw error
             }
         }

@@ -44,6 +44,7 @@ public struct HTTPSyncTransport: SyncTransport {
             decode: { try PullResponse(jsonBytes: $0) })
     }
 
+    /// A pull whose change fields are kept as the JSON text received (see ``PullPage``).
     public func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
         try await send(
             .GET, path: "/v1/pull", query: Self.pullQuery(collection, scope, cursor, limit),

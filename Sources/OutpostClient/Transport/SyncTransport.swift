@@ -26,6 +26,7 @@ public protocol SyncTransport: Sendable {
 }
 
 extension SyncTransport {
+    /// ``pull(collection:scope:cursor:limit:)``'s answer with each change's fields written out again as JSON.
     public func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
         try PullPage(try await pull(collection: collection, scope: scope, cursor: cursor, limit: limit))
     }

@@ -41,9 +41,9 @@ struct Bench: AsyncParsableCommand {
     func validate() throws {
         guard records >= 0 else { throw ValidationError("--records must not be negative") }
         guard samples >= 10 else { throw ValidationError("--samples must be at least 10") }
-        // Each delta refresh changes 1,000 guests and cancels 100 others, none of them twice.
-        guard guests >= RosterBench.refreshRounds * 1100 else {
-            throw ValidationError("--guests must be at least \(RosterBench.refreshRounds * 1100)")
+        // The roster scenario's refreshes each change and cancel guests of their own.
+        if scenarios.isEmpty || scenarios.contains(.roster), guests < RosterBench.minimumGuests {
+            throw ValidationError("--guests must be at least \(RosterBench.minimumGuests)")
         }
         guard devices >= 1, seconds >= 1, interval > 0, interval <= 3600 else {
             throw ValidationError("--devices and --seconds must be at least 1, and --interval from 0 to 3600 seconds")

@@ -7,7 +7,7 @@ import OutpostServer
 
 /// The reference-data scenarios, end to end against a real `outpost serve` process on loopback (SQLite):
 /// a 100,000-guest roster download into the encrypted device store (and the ratio to a plain HTTP fetch of
-/// the same pages), offline search, and a delta refresh of 1,000 changes and 100 tombstones.
+/// the same pages), offline search, and delta refreshes of 1,000 changes and 100 tombstones each.
 struct RosterBench {
     var directory: URL
     var guests: Int
@@ -73,11 +73,11 @@ struct RosterBench {
         // Delta refresh: 1,000 changed guests and 100 cancelled ones, in several rounds of different guests.
         var refreshes = Samples()
         for round in 0..<Self.refreshRounds {
-            let changed = rows[(round * 1000)..<((round + 1) * 1000)].map {
+            let changed = rows[(round * Self.changedPerRound)..<((round + 1) * Self.changedPerRound)].map {
                 Mutation(idempotencyKey: "change:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .upsert,
                          fields: ["check_in_note": "moved to table \(round + 4)", "event_id": "bench-event"], clientTimestamp: Timestamp(Date()))
             }
-            let cancelled = rows.dropLast(round * 100).suffix(100).map {
+            let cancelled = rows.dropLast(round * Self.cancelledPerRound).suffix(Self.cancelledPerRound).map {
                 Mutation(idempotencyKey: "cancel:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .delete,
                          clientTimestamp: Timestamp(Date()))
             }
@@ -89,8 +89,9 @@ struct RosterBench {
             refreshes.add(try await clock.measure {
                 summary = try await data.refresh(collection: Guest.collection, scope: "bench-event")
             })
-            guard summary == RefreshSummary(updated: 1000, removed: 100) else {
-                throw CLIError("the refresh saw \(summary.updated) updates and \(summary.removed) removals, not 1000 and 100")
+            guard summary == RefreshSummary(updated: Self.changedPerRound, removed: Self.cancelledPerRound) else {
+                throw CLIError(
+                    "the refresh saw \(summary.updated) updates and \(summary.removed) removals, not \(Self.changedPerRound) and \(Self.cancelledPerRound)")
             }
         }
         let refresh = refreshes.percentile(50)
@@ -126,8 +127,12 @@ struct RosterBench {
 
     private struct ContinuationOnly: Decodable { var continuation: String? }
 
-    /// Delta refreshes measured, each of different guests.
+    /// Delta refreshes measured, each of different guests: so many changed and so many cancelled.
     static let refreshRounds = 5
+    static let changedPerRound = 1000
+    static let cancelledPerRound = 100
+    /// The smallest roster whose refreshes never touch a guest twice.
+    static let minimumGuests = refreshRounds * (changedPerRound + cancelledPerRound)
 }
 
 /// An `outpost serve` child process on a free port, for end-to-end benchmarks.

@@ -319,7 +319,7 @@ package struct PostgresStorage: SyncStorage {
                 var hasMore = false
                 // By position, in the order of `changeColumns`: a pull can carry thousands of rows.
                 let rows = try await connection.query(query, logger: logger)
-                for try await (collection, recordId, scope, version, tombstone, fields, createdAt, updatedAt, xid, seq)
+                for try await (rowCollection, recordId, rowScope, version, tombstone, fields, createdAt, updatedAt, xid, seq)
                     in rows.decode((String, String, String, Int64, Bool, String, Int64, Int64, Int64, Int64).self)
                 {
                     if records.count == limit {
@@ -328,7 +328,7 @@ package struct PostgresStorage: SyncStorage {
                     }
                     records.append(
                         SnapshotRow(
-                            collection: collection, recordId: recordId, scope: scope, version: version,
+                            collection: rowCollection, recordId: recordId, scope: rowScope, version: version,
                             tombstone: tombstone, fieldsJSON: fields, createdAt: createdAt, updatedAt: updatedAt))
                     last = PullCursor(xid: xid, seq: seq)
                 }
@@ -471,7 +471,8 @@ package struct PostgresStorage: SyncStorage {
 
     static let recordColumns =
         "collection, record_id, scope, version, tombstone, fields, meta, created_at, updated_at"
-    /// What pulls and snapshots read: everything but the merge stamps, which only a push needs.
+    /// What a pull reads, in the order its reader takes them by position: everything but the merge stamps,
+    /// which only a push needs.
     static let changeColumns = "collection, record_id, scope, version, tombstone, fields, created_at, updated_at"
 
     static func record(_ row: PostgresRow) throws -> StoredRecord {

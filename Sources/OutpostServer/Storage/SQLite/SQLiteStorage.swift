@@ -264,7 +264,8 @@ package struct SQLiteStorage: SyncStorage {
             conflict: try conflict.map { try StorageCoding.decode(ConflictDetail.self, from: $0) })
     }
 
-    /// What pulls and snapshots read: everything but the merge stamps, which only a push needs.
+    /// What a pull reads, in the order its reader takes them by position: everything but the merge stamps,
+    /// which only a push needs.
     static let changeColumns = "collection, record_id, scope, version, tombstone, fields, created_at, updated_at, change_seq"
 
     static func record(_ row: Row) throws -> StoredRecord {
