@@ -272,37 +272,23 @@ public struct SnapshotPage: Sendable {
 
     /// Reads the JSON answer of `GET /v1/snapshot`, refusing what ``SnapshotResponse/init(jsonBytes:)`` would.
     public init(jsonBytes bytes: [UInt8]) throws(JSONSyntaxError) {
-        let read: (UnsafeBufferPointer<UInt8>) -> Result<(Int64, String?, String?, [RawRecord]), JSONSyntaxError> = {
-            buffer in
-            Result { () throws(JSONSyntaxError) in
-                var reader = JSONReader(bytes: buffer)
-                var total: Int64?
-                var continuation: String?
-                var cursor: String?
-                var records: [RawRecord]?
-                reader.skipWhitespace()
-                // The document itself is one level, as the full reading counts it.
-                try reader.enter()
-                try reader.members { reader, key throws(JSONSyntaxError) in
-                    switch key {
-                    case "records": records = try RawRecords.array(&reader, key: key)
-                    case "total":
-                        guard case .integer(let value) = try reader.value() else { throw JSONShape.error("total must be an integer") }
-                        total = value
-                    case "continuation": continuation = try Self.optionalString(&reader, key)
-                    case "cursor": cursor = try Self.optionalString(&reader, key)
-                    default: try reader.checkValue()
-                    }
-                    return true
-                }
-                reader.skipWhitespace()
-                guard reader.index == buffer.count else { throw reader.error("unexpected bytes after the document") }
-                guard let total else { throw JSONShape.error("total is missing") }
-                guard let records else { throw JSONShape.error("records is missing") }
-                return (total, continuation, cursor, records)
+        var total: Int64?
+        var continuation: String?
+        var cursor: String?
+        var records: [RawRecord]?
+        try RawRecords.object(bytes) { reader, key throws(JSONSyntaxError) in
+            switch key {
+            case "records": records = try RawRecords.array(&reader, key: key)
+            case "total":
+                guard case .integer(let value) = try reader.value() else { throw JSONShape.error("total must be an integer") }
+                total = value
+            case "continuation": continuation = try Self.optionalString(&reader, key)
+            case "cursor": cursor = try Self.optionalString(&reader, key)
+            default: try reader.checkValue()
             }
         }
-        let (total, continuation, cursor, records) = try bytes.withUnsafeBufferPointer(read).get()
+        guard let total else { throw JSONShape.error("total is missing") }
+        guard let records else { throw JSONShape.error("records is missing") }
         guard let count = Int(exactly: total) else { throw JSONShape.error("total is out of range") }
         self.total = count
         self.continuation = continuation
@@ -339,37 +325,24 @@ public struct PullPage: Sendable {
 
     /// Reads the JSON answer of `GET /v1/pull`, refusing what ``PullResponse/init(jsonBytes:)`` would.
     public init(jsonBytes bytes: [UInt8]) throws(JSONSyntaxError) {
-        let read: (UnsafeBufferPointer<UInt8>) -> Result<(String, Bool, [RawRecord]), JSONSyntaxError> = { buffer in
-            Result { () throws(JSONSyntaxError) in
-                var reader = JSONReader(bytes: buffer)
-                var cursor: String?
-                var hasMore: Bool?
-                var changes: [RawRecord]?
-                reader.skipWhitespace()
-                // The document itself is one level, as the full reading counts it.
-                try reader.enter()
-                try reader.members { reader, key throws(JSONSyntaxError) in
-                    switch key {
-                    case "changes": changes = try RawRecords.array(&reader, key: key)
-                    case "cursor":
-                        guard case .string(let value) = try reader.value() else { throw JSONShape.error("cursor must be a string") }
-                        cursor = value
-                    case "hasMore":
-                        guard case .bool(let value) = try reader.value() else { throw JSONShape.error("hasMore must be true or false") }
-                        hasMore = value
-                    default: try reader.checkValue()
-                    }
-                    return true
-                }
-                reader.skipWhitespace()
-                guard reader.index == buffer.count else { throw reader.error("unexpected bytes after the document") }
-                guard let changes else { throw JSONShape.error("changes is missing") }
-                guard let cursor else { throw JSONShape.error("cursor is missing") }
-                guard let hasMore else { throw JSONShape.error("hasMore is missing") }
-                return (cursor, hasMore, changes)
+        var cursor: String?
+        var hasMore: Bool?
+        var changes: [RawRecord]?
+        try RawRecords.object(bytes) { reader, key throws(JSONSyntaxError) in
+            switch key {
+            case "changes": changes = try RawRecords.array(&reader, key: key)
+            case "cursor":
+                guard case .string(let value) = try reader.value() else { throw JSONShape.error("cursor must be a string") }
+                cursor = value
+            case "hasMore":
+                guard case .bool(let value) = try reader.value() else { throw JSONShape.error("hasMore must be true or false") }
+                hasMore = value
+            default: try reader.checkValue()
             }
         }
-        let (cursor, hasMore, changes) = try bytes.withUnsafeBufferPointer(read).get()
+        guard let changes else { throw JSONShape.error("changes is missing") }
+        guard let cursor else { throw JSONShape.error("cursor is missing") }
+        guard let hasMore else { throw JSONShape.error("hasMore is missing") }
         self.cursor = cursor
         self.hasMore = hasMore
         self.changes = changes.map { $0.record(in: bytes) }
@@ -397,6 +370,28 @@ struct RawRecord {
 
 /// Reading arrays of records whose fields stay JSON text, for ``SnapshotPage`` and ``PullPage``.
 enum RawRecords {
+    /// Reads `bytes` as one JSON object, giving each member to `member`, which must read its value; refuses
+    /// anything after the object.
+    static func object(
+        _ bytes: [UInt8], member: (inout JSONReader, String) throws(JSONSyntaxError) -> Void
+    ) throws(JSONSyntaxError) {
+        let read: (UnsafeBufferPointer<UInt8>) -> Result<Void, JSONSyntaxError> = { buffer in
+            Result { () throws(JSONSyntaxError) in
+                var reader = JSONReader(bytes: buffer)
+                reader.skipWhitespace()
+                // The document itself is one level, as the full reading counts it.
+                try reader.enter()
+                try reader.members { reader, key throws(JSONSyntaxError) in
+                    try member(&reader, key)
+                    return true
+                }
+                reader.skipWhitespace()
+                guard reader.index == buffer.count else { throw reader.error("unexpected bytes after the document") }
+            }
+        }
+        try bytes.withUnsafeBufferPointer(read).get()
+    }
+
     /// Changes already decoded, their fields written out again.
     static func records(_ changes: [Change]) throws(JSONSyntaxError) -> [SnapshotPage.Record] {
         var records: [SnapshotPage.Record] = []
