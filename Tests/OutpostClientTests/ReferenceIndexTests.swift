@@ -7,18 +7,26 @@ import Testing
 
 @testable import OutpostClient
 
-/// The blind search index: each row keeps its own tokens, so that refreshes touch exactly the tokens that
-/// changed, and stores made before that layout are migrated in place.
+/// The blind search index (FTS5, contentless): each row keeps its own tokens, so that refreshes touch exactly
+/// the rows whose tokens changed, and stores made before that layout are migrated in place.
 @Suite("Reference search index")
 struct ReferenceIndexTests {
     static let key = SymmetricKey(size: .bits256)
 
-    /// Every (record, token) pair of the search table.
+    /// Every (record, token) pair the search index holds, read back through FTS5's vocabulary table; an entry
+    /// for a document no row has any more is listed under its ordinal.
     static func searchRows(_ url: URL) throws -> [String: Set<Int64>] {
-        try DatabaseQueue(path: url.path).read { db in
+        try DatabaseQueue(path: url.path).write { db in
+            try db.execute(sql: "CREATE VIRTUAL TABLE temp.entries USING fts5vocab(main, reference_index, 'instance')")
             var rows: [String: Set<Int64>] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT record_id, token FROM reference_tokens") {
-                rows[row["record_id"], default: []].insert(row["token"])
+            for row in try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT coalesce(r.record_id, 'ordinal ' || e.doc) AS record_id, e.term FROM temp.entries e
+                    LEFT JOIN reference_records r ON r.ordinal = e.doc
+                    """)
+            {
+                rows[row["record_id"], default: []].formUnion(ReferenceIndex.tokens(fromText: row["term"] as String))
             }
             return rows
         }
@@ -34,7 +42,8 @@ struct ReferenceIndexTests {
         try DatabaseQueue(path: url.path).read { db in
             var rows: [String: Set<Int64>] = [:]
             for row in try Row.fetchAll(db, sql: "SELECT record_id, tokens FROM reference_records") {
-                rows[row["record_id"]] = Set((row["tokens"] as String?).map(ReferenceIndex.tokens(fromText:)) ?? [])
+                let tokens = ReferenceIndex.tokens(fromText: row["tokens"] as String?)
+                if !tokens.isEmpty { rows[row["record_id"]] = Set(tokens) }
             }
             return rows
         }
@@ -65,14 +74,16 @@ struct ReferenceIndexTests {
         }
     }
 
-    @Test("search waits for the whole roster: the index is built with the last page, also after a resume")
+    @Test("search waits for the whole roster, and the index holds every page once, also after a resume")
     func indexBuiltAtCompletion() async throws {
         try await withStore { store, url in
             let server = ReferenceDataTests.roster(300)
             let data = ReferenceData(store: store, transport: server, pageSize: 50)
             server.failSnapshots(fromCall: 3)
             await #expect(throws: TransportError.self) { try await data.download(collection: "guests", scope: "ev-1") }
-            #expect(try Self.searchRows(url).isEmpty)
+            // The pages stored so far are indexed with their rows.
+            #expect(try Self.searchRows(url) == Self.keptTokens(url))
+            #expect((1..<300).contains(try Self.keptTokens(url).count))
             let error = await #expect(throws: ClientError.self) {
                 try await data.search(collection: "guests", scope: "ev-1", query: "guest1")
             }
@@ -136,7 +147,7 @@ struct ReferenceIndexTests {
         }
     }
 
-    @Test("a store from before tokens were kept per row, and before sets were numbered, is migrated: same results, exact refreshes")
+    @Test("a store from before tokens were kept per row, and before the FTS5 index, is migrated: same results, exact refreshes")
     func migratesOlderStores() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-migrate-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -155,10 +166,10 @@ struct ReferenceIndexTests {
         #expect(try Self.keptTokens(olderURL) == Self.searchRows(olderURL))
         #expect(try Self.keptTokens(olderURL).count == 40)
         #expect(try Self.hasOldSearchTable(olderURL) == false)
-        let sets = try await DatabaseQueue(path: olderURL.path).read { db in
-            try Row.fetchAll(db, sql: "SELECT collection, scope FROM reference_sets").map { [$0["collection"], $0["scope"]] as [String] }
+        let leftovers = try await DatabaseQueue(path: olderURL.path).read { db in
+            try ["reference_tokens", "reference_sets"].filter { try db.tableExists($0) }
         }
-        #expect(sets == [["guests", "ev-1"]])
+        #expect(leftovers.isEmpty)
         #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest5@example.org").map(\.recordId) == ["g00005"])
 
         server.put("g00005", ["event_id": "ev-1", "name": "Renamed Person", "email": "renamed@example.org"], scope: "ev-1")
@@ -171,14 +182,8 @@ struct ReferenceIndexTests {
     /// Copies a current store's reference data into a new store migrated only up to the schema before
     /// per-row tokens.
     static func copyAsOlderSchema(from currentURL: URL, to olderURL: URL) throws {
-        let (records, search, state) = try DatabaseQueue(path: currentURL.path).read { db in
-            (try Row.fetchAll(db, sql: "SELECT collection, scope, record_id, payload, version FROM reference_records"),
-             try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT s.collection, s.scope, t.token, t.record_id FROM reference_tokens t
-                    JOIN reference_sets s USING (set_id)
-                    """),
+        let (records, state) = try DatabaseQueue(path: currentURL.path).read { db in
+            (try Row.fetchAll(db, sql: "SELECT collection, scope, record_id, payload, version, tokens FROM reference_records"),
              try Row.fetchAll(db, sql: "SELECT * FROM reference_state"))
         }
         let older = try DatabaseQueue(path: olderURL.path)
@@ -189,10 +194,12 @@ struct ReferenceIndexTests {
                     sql: "INSERT INTO reference_records (collection, scope, record_id, payload, version) VALUES (?, ?, ?, ?, ?)",
                     arguments: [row["collection"], row["scope"], row["record_id"], row["payload"] as Data, row["version"]])
             }
-            for row in search {
-                try db.execute(
-                    sql: "INSERT INTO reference_search (collection, scope, token, record_id) VALUES (?, ?, ?, ?)",
-                    arguments: [row["collection"], row["scope"], row["token"], row["record_id"]])
+            for row in records {
+                for token in ReferenceIndex.tokens(fromText: row["tokens"] as String?) {
+                    try db.execute(
+                        sql: "INSERT INTO reference_search (collection, scope, token, record_id) VALUES (?, ?, ?, ?)",
+                        arguments: [row["collection"], row["scope"], token, row["record_id"]])
+                }
             }
             for row in state {
                 try db.execute(
@@ -218,16 +225,22 @@ struct ReferenceTokenTests {
         #expect(index.token(String(message[..<colon]), message[message.index(after: colon)...]) == expected)
     }
 
-    @Test("a row's tokens are kept as the JSON array of their decimal numbers, and read back the same")
-    func tokenText() {
+    @Test("a row's tokens are kept as their 64 bits in 16 hex digits each, space-separated, and read back the same")
+    func tokenText() throws {
         var random = SeededGenerator(seed: 7)
-        var lists: [[Int64]] = [[], [0], [Int64.min, Int64.max, -1, 1, 9, 10, -10]]
+        var lists: [[Int64]] = [[0], [Int64.min, Int64.max, -1, 1, 9, 10, -10]]
         for count in 1...40 { lists.append((0..<count).map { _ in Int64(bitPattern: random.next()) }) }
         for tokens in lists {
-            let text = ReferenceIndex.text(tokens)
-            #expect(text == "[" + tokens.map(String.init).joined(separator: ",") + "]")
+            let text = try #require(ReferenceIndex.text(tokens))
+            let expected = tokens.map { token -> String in
+                let hex = String(UInt64(bitPattern: token), radix: 16)
+                return String(repeating: "0", count: 16 - hex.count) + hex
+            }.joined(separator: " ")
+            #expect(text == expected)
             #expect(ReferenceIndex.tokens(fromText: text) == tokens)
         }
+        #expect(ReferenceIndex.text([]) == nil)
+        #expect(ReferenceIndex.tokens(fromText: nil).isEmpty)
     }
 }
 

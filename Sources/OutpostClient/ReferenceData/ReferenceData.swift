@@ -124,21 +124,22 @@ public struct ReferenceData: Sendable {
             try await store.queue.write { db in
                 if isFirst {
                     // A fresh download replaces whatever an earlier, abandoned one left.
+                    try Self.unindex(db, collection: collection, scope: scope)
                     for table in ["reference_records", "reference_tombstones"] {
                         try db.execute(
                             sql: "DELETE FROM \(table) WHERE collection = ? AND scope = ?", arguments: [collection, scope])
                     }
-                    try db.execute(
-                        sql: "DELETE FROM reference_tokens WHERE set_id = ?",
-                        arguments: [try Self.setId(db, collection: collection, scope: scope)])
                 }
-                // Pages of one download hold distinct, new ids: nothing to replace.
+                // Pages of one download hold distinct, new ids: nothing to replace. Rows take the next ordinals,
+                // and the page goes into the search index as one more small FTS5 segment.
+                let lastOrdinal = try Self.lastOrdinal(db)
                 try Self.insertRecords(rows, collection: collection, scope: scope, db: db)
-                if page.continuation == nil {
-                    // The search index is built once, with the last page, in token order. Filled page by page,
-                    // its random keys touched most of its B-tree in every commit: the download slowed as it grew.
-                    try Self.buildSearchIndex(collection: collection, scope: scope, db: db)
-                }
+                try db.cachedStatement(
+                    sql: """
+                        INSERT INTO reference_index (rowid, tokens)
+                        SELECT ordinal, tokens FROM reference_records WHERE ordinal > ? AND tokens IS NOT NULL
+                        """
+                ).execute(arguments: [lastOrdinal])
                 // Counted as it goes: a COUNT(*) per page would make the download quadratic.
                 let before = isFirst ? 0 : try Int.fetchOne(
                     db, sql: "SELECT stored FROM reference_state WHERE collection = ? AND scope = ?",
@@ -162,8 +163,9 @@ public struct ReferenceData: Sendable {
         var payload: Data
         var version: Int64
         var tokens: [Int64]
-        /// `tokens` as the row keeps them (``ReferenceIndex/text(_:)``), written here on the preparing tasks.
-        var tokenText: String
+        /// `tokens` as the row and the search index keep them (``ReferenceIndex/text(_:)``), written here on the
+        /// preparing tasks.
+        var tokenText: String?
 
         init(recordId: String, payload: Data, version: Int64, tokens: [Int64]) {
             self.recordId = recordId
@@ -222,28 +224,20 @@ public struct ReferenceData: Sendable {
         }
     }
 
-    /// Fills the search index of a set from the tokens its rows keep, in index order, inside SQLite.
-    static func buildSearchIndex(collection: String, scope: String, db: Database) throws {
+    /// The highest ordinal given to a reference row so far; rows stored next take the ones after it.
+    static func lastOrdinal(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT coalesce(max(ordinal), 0) FROM reference_records")) ?? 0
+    }
+
+    /// Takes a set's rows out of the search index, with the tokens each row keeps (what a contentless FTS5
+    /// index needs to remove a document).
+    static func unindex(_ db: Database, collection: String, scope: String) throws {
         try db.execute(
             sql: """
-                INSERT INTO reference_tokens (set_id, token, record_id)
-                SELECT ?3, t.value, r.record_id FROM reference_records r, json_each(r.tokens) t
-                WHERE r.collection = ?1 AND r.scope = ?2 AND r.tokens IS NOT NULL
-                ORDER BY t.value, r.record_id
+                INSERT INTO reference_index (reference_index, rowid, tokens)
+                SELECT 'delete', ordinal, tokens FROM reference_records
+                WHERE collection = ? AND scope = ? AND tokens IS NOT NULL
                 """,
-            arguments: [collection, scope, try setId(db, collection: collection, scope: scope)])
-    }
-
-    /// The number the search index knows a set by, given it on first use.
-    static func setId(_ db: Database, collection: String, scope: String) throws -> Int64 {
-        if let known = try existingSetId(db, collection: collection, scope: scope) { return known }
-        try db.execute(sql: "INSERT INTO reference_sets (collection, scope) VALUES (?, ?)", arguments: [collection, scope])
-        return db.lastInsertedRowID
-    }
-
-    static func existingSetId(_ db: Database, collection: String, scope: String) throws -> Int64? {
-        try Int64.fetchOne(
-            db.cachedStatement(sql: "SELECT set_id FROM reference_sets WHERE collection = ? AND scope = ?"),
             arguments: [collection, scope])
     }
 
@@ -292,73 +286,72 @@ public struct ReferenceData: Sendable {
     }
 
     /// Stores one pulled page in a few statements for the whole page rather than several per change: updates
-    /// and walk-ins replace their rows, touching only the search tokens that changed (a changed note leaves
-    /// the name's alone); tombstones remove the row and its tokens and remember the id; the cursor moves on.
+    /// and walk-ins replace their rows, and go into the search index again only when their tokens changed (a
+    /// changed note leaves the name's alone); tombstones remove the row and its index entry and remember the
+    /// id; the cursor moves on.
     static func apply(
         _ page: PullPage, rows: [PreparedRow?], collection: String, scope: String, at time: Int64, db: Database
     ) throws -> (Int, Int) {
         // A pull lists a record once, as it is now: the ids of a page are distinct.
-        var existing: [String: String] = [:]
-        let ids = JSONValue.array(page.changes.map { .string($0.recordId) })
+        var existing: [String: (ordinal: Int64, tokens: String?)] = [:]
         let rowsOfPage = try Row.fetchCursor(
             db,
             sql: """
-                SELECT record_id, tokens FROM reference_records
+                SELECT record_id, ordinal, tokens FROM reference_records
                 WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))
                 """,
-            arguments: [collection, scope, String(decoding: try ids.jsonBytes(), as: UTF8.self)])
+            arguments: [collection, scope, try idList(page.changes.map(\.recordId))])
         while let row = try rowsOfPage.next() {
-            existing[row[0]] = (row[1] as String?) ?? "[]"
+            existing[row[0]] = (row[1], row[2])
         }
 
         var upserts: [PreparedRow] = []
         var removedIds: [String] = []
         var tombstoneIds: [String] = []
-        var searchRemovals: [(token: Int64, recordId: String)] = []
-        var searchAdditions: [(token: Int64, recordId: String)] = []
+        // Index entries to take out (ordinal and the tokens it was indexed with), and rows to index again.
+        var unindexed: [(ordinal: Int64, tokens: String)] = []
+        var reindexed: [String] = []
         var stored = try Int.fetchOne(
             db, sql: "SELECT stored FROM reference_state WHERE collection = ? AND scope = ?",
             arguments: [collection, scope]) ?? 0
         for (change, row) in zip(page.changes, rows) {
-            let oldText = existing[change.recordId]
+            let old = existing[change.recordId]
             if let row {
                 upserts.append(row)
-                if oldText == nil { stored += 1 }
+                if old == nil { stored += 1 }
                 // Most changes leave the name and e-mail alone, and so the tokens' text.
-                guard oldText != row.tokenText else { continue }
-                let old = Set(oldText.map(ReferenceIndex.tokens(fromText:)) ?? [])
-                let new = Set(row.tokens)
-                searchRemovals += old.subtracting(new).map { ($0, change.recordId) }
-                searchAdditions += new.subtracting(old).map { ($0, change.recordId) }
+                guard old?.tokens != row.tokenText else { continue }
+                if let old, let tokens = old.tokens { unindexed.append((old.ordinal, tokens)) }
+                if row.tokenText != nil { reindexed.append(change.recordId) }
             } else {
                 tombstoneIds.append(change.recordId)
-                guard let oldText else { continue }
+                guard let old else { continue }
                 stored -= 1
                 removedIds.append(change.recordId)
-                searchRemovals += ReferenceIndex.tokens(fromText: oldText).map { ($0, change.recordId) }
+                if let tokens = old.tokens { unindexed.append((old.ordinal, tokens)) }
             }
         }
 
-        func idList(_ ids: [String]) throws -> String {
-            String(decoding: try JSONValue.array(ids.map { .string($0) }).jsonBytes(), as: UTF8.self)
-        }
-        // Tokens by their whole key: a token of a common prefix is held by thousands of records.
-        let set = try setId(db, collection: collection, scope: scope)
-        let removeToken = try db.cachedStatement(
-            sql: "DELETE FROM reference_tokens WHERE set_id = ? AND token = ? AND record_id = ?")
-        for (token, recordId) in searchRemovals {
-            try removeToken.execute(arguments: [set, token, recordId])
-        }
-        if !searchAdditions.isEmpty {
-            let pairs = JSONValue.array(searchAdditions.map { .array([.integer($0.token), .string($0.recordId)]) })
+        if !unindexed.isEmpty {
+            let pairs = JSONValue.array(unindexed.map { .array([.integer($0.ordinal), .string($0.tokens)]) })
             try db.execute(
                 sql: """
-                    INSERT OR IGNORE INTO reference_tokens (set_id, token, record_id)
-                    SELECT ?1, json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2)
+                    INSERT INTO reference_index (reference_index, rowid, tokens)
+                    SELECT 'delete', json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?)
                     """,
-                arguments: [set, String(decoding: try pairs.jsonBytes(), as: UTF8.self)])
+                arguments: [String(decoding: try pairs.jsonBytes(), as: UTF8.self)])
         }
+        // A walk-in takes the next ordinal; a row replaced keeps its own.
         try insertRecords(upserts, collection: collection, scope: scope, replacing: true, db: db)
+        if !reindexed.isEmpty {
+            try db.execute(
+                sql: """
+                    INSERT INTO reference_index (rowid, tokens)
+                    SELECT ordinal, tokens FROM reference_records
+                    WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))
+                    """,
+                arguments: [collection, scope, try idList(reindexed)])
+        }
         if !removedIds.isEmpty {
             try db.execute(
                 sql: """
@@ -388,6 +381,11 @@ public struct ReferenceData: Sendable {
             sql: "UPDATE reference_state SET cursor = ?, stored = ?, total = ?, refreshed_at = ? WHERE collection = ? AND scope = ?",
             arguments: [page.cursor, stored, stored, time, collection, scope])
         return (upserts.count, tombstoneIds.count)
+    }
+
+    /// Ids as a JSON array, for `json_each`: one statement for a whole page's ids.
+    private static func idList(_ ids: [String]) throws -> String {
+        String(decoding: try JSONValue.array(ids.map { .string($0) }).jsonBytes(), as: UTF8.self)
     }
 
     // MARK: Lookup and search
@@ -427,25 +425,19 @@ public struct ReferenceData: Sendable {
         let sealer = store.sealer
         return try await store.perform {
             try await store.queue.read { db in
-                // The index is built when the last page is stored: until then there is nothing to search.
+                // Until the last page is stored, a search would answer from part of the set.
                 guard try Self.state(db, collection: collection, scope: scope).isReady else {
                     throw ClientError(.notFound, ReferenceMessages.incomplete)
                 }
-                guard let set = try Self.existingSetId(db, collection: collection, scope: scope) else { return [] }
-                // A record must hold every word's token: the index narrows by all the words at once.
-                var sql = "SELECT r.record_id, r.payload, r.version FROM reference_tokens s0"
-                for position in tokens.indices.dropFirst() {
-                    sql += """
-                         JOIN reference_tokens s\(position) ON s\(position).set_id = s0.set_id \
-                        AND s\(position).token = ? AND s\(position).record_id = s0.record_id
-                        """
-                }
-                sql += """
-                     JOIN reference_records r ON r.collection = ? AND r.scope = ? AND r.record_id = s0.record_id
-                    WHERE s0.set_id = ? AND s0.token = ?
+                // A record must hold every word's token: the index narrows by all the words at once. Candidates
+                // come in ordinal order (as the rows arrived, by id within a download). CROSS JOIN keeps the
+                // index the outer loop: SQLite could otherwise walk the whole set and probe the index per row.
+                let sql = """
+                    SELECT r.record_id, r.payload, r.version FROM reference_index f
+                    CROSS JOIN reference_records r ON r.ordinal = f.rowid
+                    WHERE reference_index MATCH ? AND r.collection = ? AND r.scope = ?
                     """
-                var arguments: [any DatabaseValueConvertible] = tokens.dropFirst().map { $0 }
-                arguments += [collection, scope, set, tokens[0]]
+                let arguments: [any DatabaseValueConvertible] = [ReferenceIndex.matchExpression(tokens), collection, scope]
                 let candidates = try Row.fetchCursor(db, sql: sql, arguments: StatementArguments(arguments))
                 // Open candidates only until `limit` match: a two-letter prefix may have thousands.
                 var found: [ReferenceRecord] = []

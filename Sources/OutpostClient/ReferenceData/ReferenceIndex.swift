@@ -136,46 +136,40 @@ struct ReferenceIndex: Sendable {
         return tokens
     }
 
-    /// Tokens as stored beside their record, so that a change removes exactly its old ones: a JSON array,
-    /// which SQLite's `json_each` reads when the index is built.
-    static func text(_ tokens: [Int64]) -> String {
+    /// Tokens as the search index (FTS5) takes them, and as each row keeps its own, so that a change removes
+    /// exactly its old ones: each token's 64 bits as 16 lower-case hex digits, separated by spaces; nil for
+    /// none.
+    static func text(_ tokens: [Int64]) -> String? {
+        guard !tokens.isEmpty else { return nil }
         // Written digit by digit into one buffer: a string per token and a join cost more than sealing the row.
-        String(unsafeUninitializedCapacity: 2 + tokens.count * 21) { buffer in
+        return String(unsafeUninitializedCapacity: tokens.count * 17 - 1) { buffer in
             var count = 0
-            func append(_ byte: UInt8) {
-                buffer[count] = byte
-                count += 1
-            }
-            append(UInt8(ascii: "["))
-            var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                         UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
             for (position, token) in tokens.enumerated() {
-                if position > 0 { append(UInt8(ascii: ",")) }
-                if token < 0 { append(UInt8(ascii: "-")) }
-                // The magnitude as unsigned, so that Int64.min has one too.
-                var magnitude = token.magnitude
-                var written = 0
-                withUnsafeMutableBytes(of: &digits) { digits in
-                    repeat {
-                        digits[written] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                        magnitude /= 10
-                        written += 1
-                    } while magnitude > 0
-                    while written > 0 {
-                        written -= 1
-                        append(digits[written])
-                    }
+                if position > 0 {
+                    buffer[count] = UInt8(ascii: " ")
+                    count += 1
+                }
+                let bits = UInt64(bitPattern: token)
+                for shift in stride(from: 60, through: 0, by: -4) {
+                    buffer[count] = hexDigits[Int((bits >> UInt64(shift)) & 0xF)]
+                    count += 1
                 }
             }
-            append(UInt8(ascii: "]"))
             return count
         }
     }
 
-    static func tokens(fromText text: String) -> [Int64] {
-        guard case .array(let values)? = try? JSONValue(parsing: text) else { return [] }
-        return values.compactMap { if case .integer(let token) = $0 { token } else { nil } }
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    /// The tokens of ``text(_:)``; tokens it cannot read are left out.
+    static func tokens(fromText text: String?) -> [Int64] {
+        guard let text else { return [] }
+        return text.split(separator: " ").compactMap { UInt64($0, radix: 16).map { Int64(bitPattern: $0) } }
+    }
+
+    /// The FTS5 query for records holding every one of `tokens`: each token quoted, joined by AND.
+    static func matchExpression(_ tokens: [Int64]) -> String {
+        tokens.map { "\"" + (text([$0]) ?? "") + "\"" }.joined(separator: " AND ")
     }
 
     /// The words of a query of name words, to give ``matches(name:queryWords:)``.
