@@ -266,6 +266,26 @@ struct ReferenceWordTests {
         #expect(ReferenceIndex.words(name, memo: ReferenceIndex.Memo()) == Self.foldedWhole(name))
     }
 
+    @Test("names and e-mails read straight from their ASCII bytes give the tokens the general path gives")
+    func asciiPathAgrees() {
+        let index = ReferenceIndex(storeKey: SymmetricKey(size: .bits256), memoLimit: 64)
+        var random = SeededGenerator(seed: 11)
+        // Letters of both cases, digits, and every kind of ASCII separator, tabs and spaces at the ends; and a few
+        // texts that are not all ASCII, which both take the general path.
+        let alphabet = Array("aZbYcX09 \t.-_'@,;()/\\+\"!~")
+        var texts = ["", " ", "\t", "a", "ab", "abc", "abcd", "ABCDE", "  Ana  Silva ", "O'Brien-Smith", "x@Y.org ",
+                     "Chloé Müller", "José\u{00A0}Ñúñez", "ana@exämple.org"]
+        for _ in 0..<2000 {
+            let length = Int(random.next() % 24)
+            texts.append(String((0..<length).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] }))
+        }
+        for name in texts {
+            let email = texts[Int(random.next() % UInt64(texts.count))]
+            #expect(index.tokens(name: name, email: email) == index.generalTokens(name: name, email: email),
+                    "name \(name.debugDescription), e-mail \(email.debugDescription)")
+        }
+    }
+
     @Test("remembered tokens and folded words are the ones computed afresh, also once the memo has been emptied")
     func memoAgrees() {
         let key = SymmetricKey(size: .bits256)

@@ -80,8 +80,13 @@ struct ReferenceIndex: Sendable {
         var message = Array(kind.utf8)
         message.append(UInt8(ascii: ":"))
         message.append(contentsOf: term.utf8)
+        return message.withUnsafeBytes { token(message: $0) }
+    }
+
+    /// The first 8 bytes of HMAC-SHA256 of `message`.
+    func token(message: UnsafeRawBufferPointer) -> Int64 {
         var innerHash = inner
-        message.withUnsafeBytes { innerHash.update(bufferPointer: $0) }
+        innerHash.update(bufferPointer: message)
         var outerHash = outer
         innerHash.finalize().withUnsafeBytes { outerHash.update(bufferPointer: $0) }
         return outerHash.finalize().withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
@@ -99,23 +104,115 @@ struct ReferenceIndex: Sendable {
     }
 
     /// Every token of a record with this name and e-mail, sorted, without repeats.
+    ///
+    /// All-ASCII names and e-mails, most of a roster, are read straight from their bytes; the others take
+    /// ``generalTokens(name:email:)``, which gives the same tokens for all-ASCII ones too (tested).
     func tokens(name: String?, email: String?) -> [Int64] {
         var tokens: [Int64] = []
-        if let name {
-            for word in Self.words(name, memo: memo) {
-                let length = word.count
-                if length >= 2 { tokens.append(memo.token("p2:" + word.prefix(2)) { token("p2", word.prefix(2)) }) }
-                if length >= 4 { tokens.append(memo.token("p4:" + word.prefix(4)) { token("p4", word.prefix(4)) }) }
-            }
+        tokens.reserveCapacity(8)
+        if let name, !asciiNameTokens(name, into: &tokens) { nameTokens(name, into: &tokens) }
+        if let email, !email.isEmpty, !asciiEmailToken(email, into: &tokens) { tokens.append(emailToken(email)) }
+        return Self.sortedUnique(tokens)
+    }
+
+    /// ``tokens(name:email:)`` through Foundation's folding and strings alone, for any text.
+    func generalTokens(name: String?, email: String?) -> [Int64] {
+        var tokens: [Int64] = []
+        if let name { nameTokens(name, into: &tokens) }
+        if let email, !email.isEmpty { tokens.append(emailToken(email)) }
+        return Self.sortedUnique(tokens)
+    }
+
+    private func nameTokens(_ name: String, into tokens: inout [Int64]) {
+        for word in Self.words(name, memo: memo) {
+            let length = word.count
+            if length >= 2 { tokens.append(memo.token("p2:" + word.prefix(2)) { token("p2", word.prefix(2)) }) }
+            if length >= 4 { tokens.append(memo.token("p4:" + word.prefix(4)) { token("p4", word.prefix(4)) }) }
         }
-        if let email, !email.isEmpty {
-            tokens.append(token("e", Self.trimmed(email.lowercased())))
-        }
+    }
+
+    private func emailToken(_ email: String) -> Int64 {
+        token("e", Self.trimmed(email.lowercased()))
+    }
+
+    private static func sortedUnique(_ tokens: [Int64]) -> [Int64] {
+        var tokens = tokens
         tokens.sort()
         var unique: [Int64] = []
         unique.reserveCapacity(tokens.count)
         for token in tokens where unique.last != token { unique.append(token) }
         return unique
+    }
+
+    /// The name tokens of an all-ASCII name, most names, straight from its bytes: the words ``words(_:memo:)``
+    /// gives (runs of letters and digits, lower-cased), and the memo keyed by the prefix's bytes instead of a
+    /// string per prefix. False, and nothing added, for a name with any other byte.
+    func asciiNameTokens(_ name: String, into tokens: inout [Int64]) -> Bool {
+        var name = name
+        return name.withUTF8 { bytes in
+            guard !bytes.contains(where: { $0 >= 0x80 }) else { return false }
+            var index = 0
+            while index < bytes.count {
+                // One word: a run of ASCII letters and digits.
+                var prefix: UInt32 = 0
+                var length = 0
+                while index < bytes.count, let lowered = Self.wordByte(bytes[index]) {
+                    if length < 4 { prefix |= UInt32(lowered) << (8 * UInt32(length)) }
+                    length += 1
+                    index += 1
+                }
+                if length >= 2 { tokens.append(prefixToken(kind: 2, bytes: prefix & 0xFFFF)) }
+                if length >= 4 { tokens.append(prefixToken(kind: 4, bytes: prefix)) }
+                if length == 0 { index += 1 }
+            }
+            return true
+        }
+    }
+
+    /// A byte of a word, lower-cased; nil for a separator.
+    @inline(__always)
+    private static func wordByte(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"): byte
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"): byte + 32
+        default: nil
+        }
+    }
+
+    /// The token of `p2:` or `p4:` and the prefix's bytes (packed little-end first), through the memo.
+    private func prefixToken(kind: UInt8, bytes: UInt32) -> Int64 {
+        memo.token(prefix: UInt64(kind) << 32 | UInt64(bytes)) {
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 7) { message in
+                message[0] = UInt8(ascii: "p")
+                message[1] = UInt8(ascii: "0") + kind
+                message[2] = UInt8(ascii: ":")
+                for offset in 0..<Int(kind) { message[3 + offset] = UInt8(truncatingIfNeeded: bytes >> (8 * UInt32(offset))) }
+                return token(message: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(message)[..<(3 + Int(kind))]))
+            }
+        }
+    }
+
+    /// The e-mail token of an all-ASCII e-mail: lower-cased and without leading and trailing spaces and tabs,
+    /// as the general path has it. False, and nothing added, for an e-mail with any other byte.
+    func asciiEmailToken(_ email: String, into tokens: inout [Int64]) -> Bool {
+        var email = email
+        return email.withUTF8 { bytes in
+            guard !bytes.contains(where: { $0 >= 0x80 }) else { return false }
+            var start = 0
+            var end = bytes.count
+            while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
+            while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
+            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: end - start + 2) { message in
+                message[0] = UInt8(ascii: "e")
+                message[1] = UInt8(ascii: ":")
+                for offset in start..<end {
+                    let byte = bytes[offset]
+                    message[2 + offset - start] = (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
+                }
+                tokens.append(token(message: UnsafeRawBufferPointer(message)))
+                return true
+            }
+        }
     }
 
     /// Whether a query is a whole e-mail rather than name words.
@@ -200,6 +297,7 @@ extension ReferenceIndex {
         let limit: Int
         private let lock = NSLock()
         private var tokens: [String: Int64] = [:]
+        private var prefixes: [UInt64: Int64] = [:]
         private var words: [String: [String]] = [:]
 
         init(limit: Int = defaultLimit) { self.limit = limit }
@@ -210,6 +308,17 @@ extension ReferenceIndex {
             lock.withLock {
                 if tokens.count >= limit { tokens.removeAll(keepingCapacity: true) }
                 tokens[term] = token
+            }
+            return token
+        }
+
+        /// A token of an ASCII name prefix, keyed by its kind and bytes (``asciiNameTokens(_:into:)``).
+        func token(prefix key: UInt64, _ compute: () -> Int64) -> Int64 {
+            if let known = lock.withLock({ prefixes[key] }) { return known }
+            let token = compute()
+            lock.withLock {
+                if prefixes.count >= limit { prefixes.removeAll(keepingCapacity: true) }
+                prefixes[key] = token
             }
             return token
         }
