@@ -45,8 +45,9 @@ public struct ReferenceData: Sendable {
     /// Downloads the whole set in pages, storing each page and its continuation in one transaction; a page
     /// counts only once stored. Called again after a failure, it resumes after the last stored page.
     ///
-    /// The next page is fetched, read and sealed while one is written, so that the network, the CPU work and
-    /// the store overlap; a page fetched but not stored when something fails is simply fetched again.
+    /// Pages travel in a pipeline: the next page is asked for as soon as this one's continuation is known, and
+    /// this one is read and sealed while the one before it is written, so that the server, the network, the
+    /// CPU work and the store overlap. A page fetched but not stored when something fails is fetched again.
     ///
     /// - Throws: the transport's error when the network fails; what was stored stays stored.
     @discardableResult
@@ -54,38 +55,63 @@ public struct ReferenceData: Sendable {
         collection: String, scope: String, progress: (@Sendable (DownloadProgress) -> Void)? = nil
     ) async throws -> ReferenceState {
         let started = now()
-        var resumedFrom: Int?
-        var prefetched: (continuation: String, page: Task<PreparedPage, any Error>)?
-        defer { prefetched?.page.cancel() }
-        while true {
-            let (completed, continuation, alreadyStored) = try await store.perform {
-                try await store.queue.read { db -> (Bool, String?, Int) in
-                    let row = try Row.fetchOne(
-                        db, sql: "SELECT * FROM reference_state WHERE collection = ? AND scope = ?",
-                        arguments: [collection, scope])
-                    return ((row?["completed_at"] as Int64?) != nil, row?["continuation"], row?["stored"] ?? 0)
-                }
+        let (completed, continuation, resumedFrom) = try await store.perform {
+            try await store.queue.read { db -> (Bool, String?, Int) in
+                let row = try Row.fetchOne(
+                    db, sql: "SELECT * FROM reference_state WHERE collection = ? AND scope = ?",
+                    arguments: [collection, scope])
+                return ((row?["completed_at"] as Int64?) != nil, row?["continuation"], row?["stored"] ?? 0)
             }
-            if completed { return try await state(collection: collection, scope: scope) }
-            if resumedFrom == nil { resumedFrom = alreadyStored }
-            let page: PreparedPage
-            if let prefetched, let continuation, prefetched.continuation == continuation {
-                page = try await prefetched.page.value
-            } else {
-                prefetched?.page.cancel()
-                page = try await fetchPage(collection: collection, scope: scope, continuation: continuation)
-            }
-            // The next page is fetched, read and sealed while this one is written.
-            prefetched = page.page.continuation.map { next in
-                (next, Task { try await fetchPage(collection: collection, scope: scope, continuation: next) })
-            }
-            let stored = try await storePage(page, collection: collection, scope: scope, isFirst: continuation == nil)
-            let elapsed = max(now().timeIntervalSince(started), 0.001)
-            progress?(DownloadProgress(
-                stored: stored, total: max(page.page.total, stored),
-                rate: Double(stored - (resumedFrom ?? 0)) / elapsed))
         }
+        if completed { return try await state(collection: collection, scope: scope) }
+
+        // Each page is named by the continuation that asks for it (nil: the first page). Its fetch, its
+        // preparation and its store are tasks: a page's preparation starts once it arrives, its store once it
+        // is prepared and the page before it stored, and the next page is asked for as soon as this one's
+        // continuation is known, up to `lookahead` pages ahead of the store.
+        var fetching: Task<SnapshotPage, any Error>? = fetchTask(collection: collection, scope: scope, continuation: continuation)
+        var requested = continuation
+        var storing: [Task<Void, any Error>] = []
+        defer {
+            fetching?.cancel()
+            for task in storing { task.cancel() }
+        }
+        while let current = fetching {
+            let raw: SnapshotPage
+            do {
+                raw = try await current.value
+            } catch {
+                // The network failed: the pages already here are stored first, so that the next attempt resumes
+                // after them.
+                fetching = nil
+                while !storing.isEmpty { try await storing.removeFirst().value }
+                throw error
+            }
+            let isFirst = requested == nil
+            requested = raw.continuation
+            fetching = raw.continuation.map { fetchTask(collection: collection, scope: scope, continuation: $0) }
+            let prepared = prepareTask(raw, collection: collection, scope: scope)
+            let previous = storing.last
+            storing.append(Task {
+                try await previous?.value
+                let page = try await prepared.value
+                let stored = try await storePage(page, collection: collection, scope: scope, isFirst: isFirst)
+                let elapsed = max(now().timeIntervalSince(started), 0.001)
+                progress?(DownloadProgress(
+                    stored: stored, total: max(page.page.total, stored), rate: Double(stored - resumedFrom) / elapsed))
+            })
+            while storing.count > Self.lookahead {
+                try await storing.removeFirst().value
+            }
+        }
+        while !storing.isEmpty {
+            try await storing.removeFirst().value
+        }
+        return try await state(collection: collection, scope: scope)
     }
+
+    /// Pages a download holds fetched or prepared ahead of the one being stored.
+    static let lookahead = 3
 
     /// A page as received, its rows sealed and tokenised: everything but the database work.
     struct PreparedPage: Sendable {
@@ -93,16 +119,24 @@ public struct ReferenceData: Sendable {
         var rows: [PreparedRow]
     }
 
-    private func fetchPage(collection: String, scope: String, continuation: String?) async throws -> PreparedPage {
-        let page = try await transport.snapshotPage(
-            collection: collection, scope: scope, continuation: continuation, limit: pageSize)
+    private func fetchTask(collection: String, scope: String, continuation: String?) -> Task<SnapshotPage, any Error> {
+        let transport = self.transport
+        let pageSize = self.pageSize
+        return Task {
+            try await transport.snapshotPage(collection: collection, scope: scope, continuation: continuation, limit: pageSize)
+        }
+    }
+
+    private func prepareTask(_ page: SnapshotPage, collection: String, scope: String) -> Task<PreparedPage, any Error> {
         let sealer = store.sealer
         let index = self.index
-        // Each record's fields are sealed as the server sent them; only the members indexed are read.
-        let rows = try await Self.inHalves(page.records) { record in
-            try Self.prepare(record, collection: collection, scope: scope, sealer: sealer, index: index)
+        return Task {
+            // Each record's fields are sealed as the server sent them; only the members indexed are read.
+            let rows = try await Self.inHalves(page.records) { record in
+                try Self.prepare(record, collection: collection, scope: scope, sealer: sealer, index: index)
+            }
+            return PreparedPage(page: page, rows: rows)
         }
-        return PreparedPage(page: page, rows: rows)
     }
 
     /// Runs `prepare` over `items` in two halves at once: sealing and tokens are most of a page's CPU time on
