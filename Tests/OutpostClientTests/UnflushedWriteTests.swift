@@ -49,6 +49,36 @@ struct UnflushedWriteTests {
         }
     }
 
+    @Test("queued on the store's connection, an unflushed write runs to its end for a cancelled task, and commits flush again")
+    func queuedCancelled() async throws {
+        try await withStore { store, _ in
+            let task = Task {
+                withUnsafeCurrentTask { $0?.cancel() }
+                return try await store.writeUnflushedOnQueue { db in
+                    try db.execute(sql: "INSERT INTO settings (name, value) VALUES ('probe', x'00')")
+                    return try Int.fetchOne(db, sql: "PRAGMA synchronous")
+                }
+            }
+            let during = try await task.value
+            #expect(during == 1)
+            #expect(try await store.queue.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") } == 2)
+            #expect(try await store.queue.read { db in
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM settings WHERE name = 'probe'")
+            } == 1)
+            // A failure inside rolls back, and commits flush again after it too.
+            await #expect(throws: ClientError.self) {
+                try await store.writeUnflushedOnQueue { db in
+                    try db.execute(sql: "INSERT INTO settings (name, value) VALUES ('probe2', x'00')")
+                    try db.execute(sql: "INSERT INTO no_such_table VALUES (1)")
+                }
+            }
+            #expect(try await store.queue.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") } == 2)
+            #expect(try await store.queue.read { db in
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM settings WHERE name = 'probe2'")
+            } == 0)
+        }
+    }
+
     @Test("a store opened for simulations keeps its commits unflushed")
     func simulationStoreUnchanged() async throws {
         try await withStore(durable: false) { store, _ in

@@ -154,8 +154,9 @@ public struct ReferenceData: Sendable {
         let page = prepared.page
         let rows = prepared.rows
         let completedAt = page.continuation == nil ? Timestamp(now()).millisecondsSince1970 : nil
-        return try await store.perform {
-            try await store.queue.write { db in
+        // Pages are stored without a flush of their own, but for the last: a page lost to a power cut is fetched
+        // again, while "Ready for offline" must survive one.
+        let write: @Sendable (Database) throws -> Int = { db in
                 if isFirst {
                     // A fresh download replaces whatever an earlier, abandoned one left.
                     try Self.unindex(db, collection: collection, scope: scope)
@@ -187,8 +188,11 @@ public struct ReferenceData: Sendable {
                         """,
                     arguments: [collection, scope, page.continuation, page.cursor, page.total, stored, completedAt, completedAt])
                 return stored
-            }
         }
+        if page.continuation == nil {
+            return try await store.perform { try await store.queue.write(write) }
+        }
+        return try await store.writeUnflushedOnQueue(write)
     }
 
     /// A record ready to store: sealed, with its search tokens.
@@ -308,10 +312,10 @@ public struct ReferenceData: Sendable {
                 change.tombstone
                     ? nil : try Self.prepare(change, collection: collection, scope: scope, sealer: sealer, index: index)
             }
-            let counts = try await store.perform {
-                try await store.queue.write { db in
-                    try Self.apply(page, rows: rows, collection: collection, scope: scope, at: time, db: db)
-                }
+            // Without a flush of its own: a refresh lost to a power cut is pulled again, and the next local write
+            // flushes it.
+            let counts = try await store.writeUnflushedOnQueue { db in
+                try Self.apply(page, rows: rows, collection: collection, scope: scope, at: time, db: db)
             }
             summary.updated += counts.0
             summary.removed += counts.1

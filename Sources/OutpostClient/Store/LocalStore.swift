@@ -416,21 +416,38 @@ public final class LocalStore: Sendable {
     /// Synchronous on purpose: GRDB's async variant refuses every statement but a rollback once the task is
     /// cancelled, which could leave the connection unflushed for the local writes after it.
     func writeUnflushed<T>(_ updates: (Database) throws -> T) throws -> T {
-        guard durableCommits else { return try queue.write(updates) }
-        return try queue.writeWithoutTransaction { db in
-            try db.execute(sql: "PRAGMA synchronous = NORMAL")
-            let outcome = Result {
-                var value: T?
-                try db.inTransaction {
-                    value = try updates(db)
-                    return .commit
+        try queue.writeWithoutTransaction { db in try Self.unflushed(db, durable: durableCommits, updates) }
+    }
+
+    /// ``writeUnflushed(_:)`` without blocking the calling thread: the work is queued on the store's connection
+    /// and runs to its end there whatever becomes of the calling task, so that commits always flush again after
+    /// it. For reference data, which the server can give again: a page lost to a power cut is fetched again.
+    func writeUnflushedOnQueue<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let durable = durableCommits
+        return try await perform {
+            try await withCheckedThrowingContinuation { continuation in
+                queue.asyncWriteWithoutTransaction { db in
+                    continuation.resume(with: Result { try Self.unflushed(db, durable: durable, updates) })
                 }
-                return value!
             }
-            // Local writes must flush again whatever happened above.
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-            return try outcome.get()
         }
+    }
+
+    private static func unflushed<T>(_ db: Database, durable: Bool, _ updates: (Database) throws -> T) throws -> T {
+        func transaction() throws -> T {
+            var value: T?
+            try db.inTransaction {
+                value = try updates(db)
+                return .commit
+            }
+            return value!
+        }
+        guard durable else { return try transaction() }
+        try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        let outcome = Result { try transaction() }
+        // Local writes must flush again whatever happened above.
+        try db.execute(sql: "PRAGMA synchronous = FULL")
+        return try outcome.get()
     }
 
     /// Runs GRDB work, turning its errors into ``ClientError`` without SQL or values.
