@@ -236,28 +236,39 @@ public struct ReferenceData: Sendable {
           payload = excluded.payload, version = excluded.version, tokens = excluded.tokens
         """
 
+    /// The statements that insert 1 to ``insertBatch`` rows: the set's collection and scope are bound once, as
+    /// ?1 and ?2, for every row of the statement.
+    private static let inserts = (1...insertBatch).map { insertSQL(rows: $0) }
+    /// The same, where a row replaced is updated in place; `INSERT OR REPLACE` would delete it and insert it again.
+    private static let replacingInserts = (1...insertBatch).map { insertSQL(rows: $0) + replacingClause }
+
+    private static func insertSQL(rows: Int) -> String {
+        let tuples = (0..<rows).map { row in
+            let first = 3 + 4 * row
+            return "(?1, ?2, ?\(first), ?\(first + 1), ?\(first + 2), ?\(first + 3))"
+        }
+        return "INSERT INTO reference_records (collection, scope, record_id, payload, version, tokens) VALUES "
+            + tuples.joined(separator: ", ")
+    }
+
     static func insertRecords(
         _ rows: [PreparedRow], collection: String, scope: String, replacing: Bool = false, db: Database
     ) throws {
-        let tuple = "(?, ?, ?, ?, ?, ?)"
         var start = 0
         while start < rows.count {
             let count = min(insertBatch, rows.count - start)
-            // A row replaced is updated where it is; `INSERT OR REPLACE` would delete it and insert it again.
-            let statement = try db.cachedStatement(
-                sql: "INSERT INTO reference_records (collection, scope, record_id, payload, version, tokens) VALUES "
-                    + Array(repeating: tuple, count: count).joined(separator: ", ")
-                    + (replacing ? Self.replacingClause : ""))
-            // Plain `DatabaseValue`s: an array of existentials would take GRDB's `[Any]` path, a cast per value.
-            var arguments: [DatabaseValue] = []
-            arguments.reserveCapacity(count * 6)
-            for row in rows[start..<(start + count)] {
-                arguments += [
-                    collection.databaseValue, scope.databaseValue, row.recordId.databaseValue, row.payload.databaseValue,
-                    row.version.databaseValue, row.tokenText.databaseValue,
-                ]
+            let statement = RawStatement(
+                try db.cachedStatement(sql: (replacing ? Self.replacingInserts : Self.inserts)[count - 1]), db: db)
+            try statement.bind(collection, at: 1)
+            try statement.bind(scope, at: 2)
+            for (offset, row) in rows[start..<(start + count)].enumerated() {
+                let first = Int32(3 + 4 * offset)
+                try statement.bind(row.recordId, at: first)
+                try statement.bind(row.payload, at: first + 1)
+                try statement.bind(row.version, at: first + 2)
+                try statement.bind(row.tokenText, at: first + 3)
             }
-            try statement.execute(arguments: StatementArguments(arguments))
+            try statement.execute()
             start += count
         }
     }

@@ -1,0 +1,63 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+
+/// A statement GRDB prepared and caches, bound and run through SQLite's C API: for the statements that run
+/// hundreds of times a second with many values (a page of reference rows), where GRDB's general binding of
+/// `StatementArguments` cost more than the inserts themselves.
+///
+/// Values are copied by SQLite as they are bound (`SQLITE_TRANSIENT`). Valid only inside the database access
+/// that made `statement`, like the statement itself.
+struct RawStatement {
+    private let statement: Statement
+    private let db: Database
+    private var handle: SQLiteStatement { statement.sqliteStatement }
+
+    /// Makes ready to bind: earlier bindings are cleared.
+    init(_ statement: Statement, db: Database) {
+        self.statement = statement
+        self.db = db
+        sqlite3_reset(statement.sqliteStatement)
+        sqlite3_clear_bindings(statement.sqliteStatement)
+    }
+
+    private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+    /// Binds `value` to the 1-based parameter `index`.
+    func bind(_ value: String, at index: Int32) throws {
+        var value = value
+        try check(value.withUTF8 { bytes in
+            sqlite3_bind_text(handle, index, bytes.baseAddress.map(UnsafeRawPointer.init), Int32(bytes.count), Self.transient)
+        })
+    }
+
+    func bind(_ value: String?, at index: Int32) throws {
+        guard let value else { return try check(sqlite3_bind_null(handle, index)) }
+        try bind(value, at: index)
+    }
+
+    func bind(_ value: Data, at index: Int32) throws {
+        try check(value.withUnsafeBytes { bytes in
+            // A zero-length blob still needs a pointer: SQLite binds NULL for none.
+            sqlite3_bind_blob(handle, index, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(bytes.count), Self.transient)
+        })
+    }
+
+    func bind(_ value: Int64, at index: Int32) throws {
+        try check(sqlite3_bind_int64(handle, index, value))
+    }
+
+    /// Runs the statement to its end; its bindings are kept until the next `RawStatement` on it.
+    func execute() throws {
+        var code = sqlite3_step(handle)
+        while code == SQLITE_ROW { code = sqlite3_step(handle) }
+        sqlite3_reset(handle)
+        try check(code, done: true)
+    }
+
+    private func check(_ code: Int32, done: Bool = false) throws {
+        guard code != (done ? SQLITE_DONE : SQLITE_OK) else { return }
+        throw DatabaseError(
+            resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(db.sqliteConnection)))
+    }
+}
