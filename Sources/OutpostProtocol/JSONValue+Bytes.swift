@@ -334,15 +334,19 @@ struct JSONReader {
     mutating func string() throws(JSONSyntaxError) -> String {
         index += 1
         let start = index
-        // The common case: no escape, read in place.
+        // The common case: no escape, read in place. All-ASCII text, most keys and ids, needs no UTF-8 check.
+        var highBits: UInt8 = 0
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                let text = String(validating: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+                let text = highBits < 0x80
+                    ? String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+                    : String(validating: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
                 guard let text else { throw JSONSyntaxError(offset: start, reason: "a string that is not valid UTF-8") }
                 index += 1
                 return text
             }
+            highBits |= byte
             if byte == UInt8(ascii: "\\") { break }
             if byte < 0x20 { throw error("a control character in a string") }
             index += 1
