@@ -420,7 +420,7 @@ enum RawRecords {
         }
         while true {
             reader.skipWhitespace()
-            records.append(try record(&reader, path: "\(key)[\(records.count)]."))
+            records.append(try record(&reader, in: key, at: records.count))
             reader.skipWhitespace()
             guard reader.index < reader.bytes.count else { throw reader.error("unexpected end") }
             switch reader.bytes[reader.index] {
@@ -431,23 +431,52 @@ enum RawRecords {
         }
     }
 
-    private static func record(_ reader: inout JSONReader, path: String) throws(JSONSyntaxError) -> RawRecord {
+    /// One record of the array member `key`, the `position`th. Its collection, scope and times are checked, not
+    /// kept: they are stepped over in place instead of made into strings.
+    private static func record(_ reader: inout JSONReader, in key: String, at position: Int) throws(JSONSyntaxError)
+        -> RawRecord
+    {
+        // Only errors name the record: the path is made for them alone.
+        var path: String { "\(key)[\(position)]." }
         var recordId: String?
         var version: Int64?
         var tombstone: Bool?
         var fields: Range<Int>?
-        var strings = Set<String>()
+        let required = ["collection", "scope", "createdAt", "updatedAt"]
+        var seen = [false, false, false, false]
         try reader.enter()
         defer { reader.depth -= 1 }
         try reader.members { reader, key throws(JSONSyntaxError) in
             switch key {
-            case "recordId", "collection", "scope", "createdAt", "updatedAt":
+            case "recordId":
                 guard case .string(let value) = try reader.value() else { throw JSONShape.error("\(path)\(key) must be a string") }
-                if key == "recordId" { recordId = value }
-                if key == "createdAt" || key == "updatedAt", Timestamp(iso8601: value) == nil {
-                    throw JSONShape.error("\(path)\(key) must be an ISO 8601 time with milliseconds, such as 2026-11-21T13:47:35.123Z")
+                recordId = value
+            case "collection", "scope", "createdAt", "updatedAt":
+                guard reader.index < reader.bytes.count, reader.bytes[reader.index] == UInt8(ascii: "\"") else {
+                    // Refused as reading the value would refuse it, or as not a string.
+                    _ = try reader.value()
+                    throw JSONShape.error("\(path)\(key) must be a string")
                 }
-                strings.insert(key)
+                let start = reader.index
+                try reader.checkString()
+                if key == "createdAt" || key == "updatedAt" {
+                    let text = UnsafeBufferPointer(rebasing: reader.bytes[(start + 1)..<(reader.index - 1)])
+                    // A time holds no escape; one written with escapes is read as text to be checked the same way.
+                    let valid: Bool
+                    if text.contains(UInt8(ascii: "\\")) {
+                        let end = reader.index
+                        reader.index = start
+                        guard case .string(let value) = try reader.value() else { throw JSONShape.error("\(path)\(key) must be a string") }
+                        reader.index = end
+                        valid = Timestamp(iso8601: value) != nil
+                    } else {
+                        valid = Timestamp.isValid(utf8: text)
+                    }
+                    guard valid else {
+                        throw JSONShape.error("\(path)\(key) must be an ISO 8601 time with milliseconds, such as 2026-11-21T13:47:35.123Z")
+                    }
+                }
+                seen[required.firstIndex(of: key)!] = true
             case "version":
                 guard case .integer(let value) = try reader.value() else { throw JSONShape.error("\(path)version must be an integer") }
                 version = value
@@ -466,7 +495,7 @@ enum RawRecords {
             }
             return true
         }
-        for key in ["collection", "scope", "createdAt", "updatedAt"] where !strings.contains(key) {
+        for (key, present) in zip(required, seen) where !present {
             throw JSONShape.error("\(path)\(key) is missing")
         }
         guard let recordId else { throw JSONShape.error("\(path)recordId is missing") }

@@ -98,7 +98,12 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
 
     // MARK: Parsing
 
-    private static func parse(_ b: [UInt8]) -> Int64? {
+    /// Whether `bytes` are the strict wire form: for readers that check a time without keeping it.
+    static func isValid(utf8 bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        parse(bytes) != nil
+    }
+
+    private static func parse<Bytes: RandomAccessCollection<UInt8>>(_ b: Bytes) -> Int64? where Bytes.Index == Int {
         // YYYY-MM-DDTHH:MM:SS.sss then Z or ±HH:MM
         guard b.count == 24 || b.count == 29 else { return nil }
         func digits(_ from: Int, _ count: Int) -> Int64? {

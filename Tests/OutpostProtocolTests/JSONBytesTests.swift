@@ -219,6 +219,23 @@ struct JSONBytesTests {
             let raw = #expect(throws: JSONSyntaxError.self) { try PullPage(jsonBytes: Array(broken.utf8)) }
             #expect(raw?.reason.contains(member) == true, "\(raw?.reason ?? "")")
         }
+        // Checked in place rather than read: collection and scope must still be strings, and a time written with
+        // escapes is read as its text before it is checked, as the whole reading does.
+        for (broken, member) in [
+            (good.replacingOccurrences(of: #""collection":"guests""#, with: #""collection":7"#), "collection"),
+            (good.replacingOccurrences(of: #""scope":""#, with: #""scope":null,"x":""#), "scope"),
+            (good.replacingOccurrences(of: "1970-01-01T00:00:00.000Z", with: #"1970-01-01T00:00:00.000\u005"#), "escape"),
+            (good.replacingOccurrences(of: "1970-01-01T00:00:00.000Z", with: #"1970-13-01T00:00:00.000\u005A"#), "createdAt"),
+        ] {
+            #expect(broken != good)
+            #expect(throws: JSONSyntaxError.self) { try PullResponse(jsonBytes: Array(broken.utf8)) }
+            let raw = #expect(throws: JSONSyntaxError.self) { try PullPage(jsonBytes: Array(broken.utf8)) }
+            #expect(raw?.reason.contains(member) == true, "\(raw?.reason ?? "")")
+        }
+        let escapedTime = good.replacingOccurrences(of: "1970-01-01T00:00:00.000Z", with: #"1970-01-01T00:00:00.000\u005A"#)
+        #expect(escapedTime != good)
+        #expect(try PullResponse(jsonBytes: Array(escapedTime.utf8)).changes.first?.createdAt == Timestamp(millisecondsSince1970: 0))
+        #expect(try PullPage(jsonBytes: Array(escapedTime.utf8)).changes.map(\.recordId) == ["g1"])
         for broken in [
             good.replacingOccurrences(of: #""fields":{}"#, with: #""fields":{"a":"\x"}"#),
             good.replacingOccurrences(of: #""cursor":"c""#, with: #""cursor":1"#),
