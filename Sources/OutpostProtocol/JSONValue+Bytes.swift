@@ -509,21 +509,73 @@ struct JSONReader {
     /// Reads the object's members until each of `names` was seen, stepping over the others; the first value
     /// of each name. Keys compare as the whole parse's dictionary compares them: as Swift strings, canonically
     /// equivalent spellings equal.
+    ///
+    /// A key of ASCII bytes without escapes, almost every key, is compared as bytes without being made into a
+    /// string: for ASCII text the two comparisons agree. Other keys are read as strings and compared so.
     mutating func members(_ names: [String]) throws(JSONSyntaxError) -> [JSONValue?] {
         skipWhitespace()
         var found = [JSONValue?](repeating: nil, count: names.count)
         var missing = names.count
-        try members { reader, key throws(JSONSyntaxError) in
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw error("expected an object") }
+        index += 1
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return found
+        }
+        while missing > 0 {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key") }
+            let matches = try keyMatches(names)
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+            index += 1
+            skipWhitespace()
             var value: JSONValue?
-            for position in names.indices where found[position] == nil && names[position] == key {
-                if value == nil { value = try reader.value() }
+            for position in names.indices where found[position] == nil && matches & (1 << position) != 0 {
+                if value == nil { value = try self.value() }
                 found[position] = value
                 missing -= 1
             }
-            if value == nil { try reader.skipValue() }
-            return missing > 0
+            if value == nil { try skipValue() }
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end") }
+            switch bytes[index] {
+            case UInt8(ascii: ","): index += 1
+            case UInt8(ascii: "}"): index += 1; return found
+            default: throw error("expected ',' or '}'")
+            }
         }
         return found
+    }
+
+    /// Reads the key at the reader: bit `n` set when it is `names[n]` (the first 64 names).
+    private mutating func keyMatches(_ names: [String]) throws(JSONSyntaxError) -> UInt64 {
+        let start = index + 1
+        var end = start
+        var plain = true
+        while end < bytes.count, bytes[end] != UInt8(ascii: "\"") {
+            let byte = bytes[end]
+            if byte == UInt8(ascii: "\\") || byte >= 0x80 {
+                plain = false
+                break
+            }
+            if byte < 0x20 { break }
+            end += 1
+        }
+        guard plain, end < bytes.count, bytes[end] == UInt8(ascii: "\"") else {
+            let key = try string()
+            return Self.mask(names.prefix(64)) { $0 == key }
+        }
+        index = end + 1
+        let key = UnsafeBufferPointer(rebasing: bytes[start..<end])
+        return Self.mask(names.prefix(64)) { $0.utf8.elementsEqual(key) }
+    }
+
+    private static func mask(_ names: ArraySlice<String>, _ matches: (String) -> Bool) -> UInt64 {
+        var mask: UInt64 = 0
+        for (position, name) in names.enumerated() where matches(name) { mask |= 1 << position }
+        return mask
     }
 
     /// Steps over one value without building it.

@@ -223,7 +223,7 @@ public struct ReferenceData: Sendable {
         let email = indexed[1]?.stringValue
         return PreparedRow(
             recordId: record.recordId,
-            payload: try sealer.seal(Data(fields), context: "reference:\(collection)/\(scope)/\(record.recordId)"),
+            payload: try sealer.seal(fields, context: "reference:\(collection)/\(scope)/\(record.recordId)"),
             version: record.version,
             tokens: index.tokens(name: name, email: email))
     }

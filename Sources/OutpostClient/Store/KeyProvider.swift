@@ -59,9 +59,9 @@ struct Sealer: Sendable {
 
     /// `context` (such as the collection and record id) is authenticated, so a sealed value moved to another
     /// row no longer opens.
-    func seal(_ plaintext: Data, context: String) throws -> Data {
+    func seal(_ plaintext: some DataProtocol, context: String) throws -> Data {
         do {
-            guard let combined = try AES.GCM.seal(plaintext, using: key, authenticating: Data(context.utf8)).combined
+            guard let combined = try AES.GCM.seal(plaintext, using: key, authenticating: Array(context.utf8)).combined
             else { throw ClientError(.cannotDecrypt, "AES-GCM produced no output") }
             return combined
         } catch let error as ClientError {
