@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import OutpostProtocol
 
 /// Writes each log entry as one JSON object on one line of standard error, for log collectors:
 /// `{"time":"…","severity":"ERROR","logger":"outpost","message":"…", …metadata}`.
@@ -24,18 +25,40 @@ struct JSONLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        var entry: [String: Any] = [:]
-        for (key, value) in metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) {
-            entry[key] = Self.plain(value)
+        var entry = metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 })
+        entry["time"] = .string(Timestamp(Date()).iso8601)
+        entry["severity"] = .string(Self.severity(event.level))
+        entry["logger"] = .string(label)
+        entry["message"] = .string(event.message.description)
+        // Written with the protocol's JSON writer: the server logs every request, and Foundation's serialization
+        // with a date formatter made per entry was a tenth of the server's CPU on a pull.
+        var line: [UInt8] = []
+        line.reserveCapacity(256)
+        Self.write(.dictionary(entry), to: &line)
+        line.append(0x0A)
+        Self.lock.withLock { FileHandle.standardError.write(Data(line)) }
+    }
+
+    /// A metadata value as JSON; an object's keys sorted.
+    static func write(_ value: Logger.Metadata.Value, to output: inout [UInt8]) {
+        switch value {
+        case .string(let text): JSONWriter.string(text, to: &output)
+        case .stringConvertible(let value): JSONWriter.string(value.description, to: &output)
+        case .array(let values):
+            output.append(UInt8(ascii: "["))
+            for (position, value) in values.enumerated() {
+                if position > 0 { output.append(UInt8(ascii: ",")) }
+                write(value, to: &output)
+            }
+            output.append(UInt8(ascii: "]"))
+        case .dictionary(let values):
+            output.append(UInt8(ascii: "{"))
+            for (position, key) in JSONWriter.sortedKeys(values.keys).enumerated() {
+                JSONWriter.key(key, first: position == 0, to: &output)
+                write(values[key]!, to: &output)
+            }
+            output.append(UInt8(ascii: "}"))
         }
-        entry["time"] = Self.timestamp(Date())
-        entry["severity"] = Self.severity(event.level)
-        entry["logger"] = label
-        entry["message"] = event.message.description
-        guard var data = try? JSONSerialization.data(withJSONObject: entry, options: [.sortedKeys, .withoutEscapingSlashes])
-        else { return }
-        data.append(0x0A)
-        Self.lock.withLock { FileHandle.standardError.write(data) }
     }
 
     /// Cloud logging's severity names.
@@ -48,20 +71,5 @@ struct JSONLogHandler: LogHandler {
         case .error: return "ERROR"
         case .critical: return "CRITICAL"
         }
-    }
-
-    static func plain(_ value: Logger.Metadata.Value) -> Any {
-        switch value {
-        case .string(let text): return text
-        case .stringConvertible(let value): return value.description
-        case .array(let values): return values.map(plain)
-        case .dictionary(let values): return values.mapValues(plain)
-        }
-    }
-
-    static func timestamp(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: date)
     }
 }
