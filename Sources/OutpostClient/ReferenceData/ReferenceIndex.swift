@@ -297,7 +297,6 @@ extension ReferenceIndex {
         let limit: Int
         private let lock = NSLock()
         private var tokens: [String: Int64] = [:]
-        private var prefixes: [UInt64: Int64] = [:]
         private var words: [String: [String]] = [:]
 
         init(limit: Int = defaultLimit) { self.limit = limit }
@@ -314,13 +313,23 @@ extension ReferenceIndex {
 
         /// A token of an ASCII name prefix, keyed by its kind and bytes (``asciiNameTokens(_:into:)``).
         func token(prefix key: UInt64, _ compute: () -> Int64) -> Int64 {
-            if let known = lock.withLock({ prefixes[key] }) { return known }
+            // Spread over shards, each with its own lock: the threads preparing a page look prefixes up at once.
+            let shard = prefixShards[Int(truncatingIfNeeded: (key &* 0x9E37_79B9_7F4A_7C15) >> 61)]
+            if let known = shard.lock.withLock({ shard.tokens[key] }) { return known }
             let token = compute()
-            lock.withLock {
-                if prefixes.count >= limit { prefixes.removeAll(keepingCapacity: true) }
-                prefixes[key] = token
+            shard.lock.withLock {
+                if shard.tokens.count >= limit / Self.shardCount { shard.tokens.removeAll(keepingCapacity: true) }
+                shard.tokens[key] = token
             }
             return token
+        }
+
+        static let shardCount = 8
+        private let prefixShards = (0..<shardCount).map { _ in PrefixShard() }
+
+        private final class PrefixShard: @unchecked Sendable {
+            let lock = NSLock()
+            var tokens: [UInt64: Int64] = [:]
         }
 
         func folded(_ piece: String, _ compute: (String) -> [String]) -> [String] {
