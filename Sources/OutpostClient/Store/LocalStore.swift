@@ -162,19 +162,38 @@ public final class LocalStore: Sendable {
                         conflict: nil)
                 }
                 guard let record else { throw ClientError(.storeUnavailable, "record vanished") }
-                try Self.save(record, db: db, sealer: sealer)
+                // The mutation's fields are encoded once: a new record's payload wraps the same bytes.
+                let outboxFields: [String: JSONValue] = write.op == .delete ? [:] : fields
+                let fieldsJSON: [UInt8]
+                do throws(JSONSyntaxError) {
+                    fieldsJSON = try outboxFields.jsonBytes()
+                } catch {
+                    throw ClientError(.invalidInput, "a field value cannot be stored: \(error.reason)")
+                }
+                if isNew && write.op == .upsert {
+                    try Self.save(
+                        record, sealedPayload: try sealer.seal(SealedPayload.wrapping(fieldsJSON: fieldsJSON), context: record.payloadContext),
+                        db: db)
+                } else {
+                    try Self.save(record, db: db, sealer: sealer)
+                }
 
                 let key = "\(deviceId):\(write.recordId):\(timestamp.iso8601)"
-                try db.cachedStatement(
-                    sql: """
-                        INSERT INTO outbox (idempotency_key, collection, record_id, op, client_ts, base_version, payload)
-                        VALUES (?, ?, ?, ?, ?, ?, ?)
-                        """
-                ).execute(
-                    arguments: [
-                        key, write.collection, write.recordId, write.op.rawValue, time, record.version,
-                        try sealer.seal(json: write.op == .delete ? [:] : fields, context: "outbox:\(key)"),
-                    ])
+                let outbox = RawStatement(
+                    try db.cachedStatement(
+                        sql: """
+                            INSERT INTO outbox (idempotency_key, collection, record_id, op, client_ts, base_version, payload)
+                            VALUES (?, ?, ?, ?, ?, ?, ?)
+                            """),
+                    db: db)
+                try outbox.bind(key, at: 1)
+                try outbox.bind(write.collection, at: 2)
+                try outbox.bind(write.recordId, at: 3)
+                try outbox.bind(write.op.rawValue, at: 4)
+                try outbox.bind(time, at: 5)
+                try outbox.bind(record.version, at: 6)
+                try outbox.bind(try sealer.seal(fieldsJSON, context: "outbox:\(key)"), at: 7)
+                try outbox.execute()
                 return record
             }
         }
@@ -316,6 +335,16 @@ public final class LocalStore: Sendable {
             return output
         }
 
+        /// ``jsonBytes()`` of a payload of these fields alone (no error, no conflict), from their JSON.
+        static func wrapping(fieldsJSON: [UInt8]) -> [UInt8] {
+            var output: [UInt8] = [UInt8(ascii: "{")]
+            output.reserveCapacity(fieldsJSON.count + 12)
+            JSONWriter.key("fields", first: true, to: &output)
+            output += fieldsJSON
+            output.append(UInt8(ascii: "}"))
+            return output
+        }
+
         init(fields: [String: JSONValue], syncError: String?, conflict: ConflictDetail?) {
             self.fields = fields
             self.syncError = syncError
@@ -345,7 +374,7 @@ public final class LocalStore: Sendable {
     static func record(_ row: Row, sealer: Sealer) throws -> LocalRecord {
         let collection: String = row["collection"]
         let recordId: String = row["record_id"]
-        let opened = try sealer.open(row["payload"], context: "record:\(collection)/\(recordId)")
+        let opened = try sealer.open(row["payload"], context: LocalRecord.payloadContext(collection, recordId))
         let payload: SealedPayload
         do {
             payload = try SealedPayload(jsonBytes: opened)
@@ -367,21 +396,32 @@ public final class LocalStore: Sendable {
 
     static func save(_ record: LocalRecord, db: Database, sealer: Sealer) throws {
         let payload = SealedPayload(fields: record.fields, syncError: record.syncError, conflict: record.conflict)
-        try db.cachedStatement(
-            sql: """
-                INSERT OR REPLACE INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
-                                                is_offline_entry, created_at, updated_at, version, sealed_detail)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """
-        ).execute(
-            arguments: [
-                record.collection, record.recordId,
-                try sealer.seal(Data(payload.jsonBytes()), context: "record:\(record.collection)/\(record.recordId)"),
-                record.deleted, record.syncStatus.rawValue,
-                record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, record.isOfflineEntry,
-                record.createdAt.millisecondsSince1970, record.updatedAt.millisecondsSince1970, record.version,
-                record.syncError != nil || record.conflict != nil,
-            ])
+        try save(record, sealedPayload: try sealer.seal(payload.jsonBytes(), context: record.payloadContext), db: db)
+    }
+
+    /// Saves `record` with its payload already sealed (``SealedPayload``, under ``LocalRecord/payloadContext``).
+    /// Bound through SQLite's C API: every local write and every answer that changes a payload saves one.
+    static func save(_ record: LocalRecord, sealedPayload: Data, db: Database) throws {
+        let statement = RawStatement(
+            try db.cachedStatement(
+                sql: """
+                    INSERT OR REPLACE INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
+                                                    is_offline_entry, created_at, updated_at, version, sealed_detail)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """),
+            db: db)
+        try statement.bind(record.collection, at: 1)
+        try statement.bind(record.recordId, at: 2)
+        try statement.bind(sealedPayload, at: 3)
+        try statement.bind(record.deleted, at: 4)
+        try statement.bind(record.syncStatus.rawValue, at: 5)
+        try statement.bind(record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, at: 6)
+        try statement.bind(record.isOfflineEntry, at: 7)
+        try statement.bind(record.createdAt.millisecondsSince1970, at: 8)
+        try statement.bind(record.updatedAt.millisecondsSince1970, at: 9)
+        try statement.bind(record.version, at: 10)
+        try statement.bind(record.syncError != nil || record.conflict != nil, at: 11)
+        try statement.execute()
     }
 
     /// Runs `updates` in one transaction that takes the write lock at once (`BEGIN IMMEDIATE`), through
@@ -505,4 +545,9 @@ final class LockedBox<Value: Sendable>: @unchecked Sendable {
 extension LocalRecord {
     /// The field that tells the server a record was created offline.
     public static let offlineEntryField = "isOfflineEntry"
+
+    /// What a record's sealed payload is bound to: it opens only in its own row.
+    static func payloadContext(_ collection: String, _ recordId: String) -> String { "record:\(collection)/\(recordId)" }
+
+    var payloadContext: String { Self.payloadContext(collection, recordId) }
 }

@@ -47,6 +47,15 @@ struct RawStatement {
         try check(sqlite3_bind_int64(handle, index, value))
     }
 
+    func bind(_ value: Int64?, at index: Int32) throws {
+        guard let value else { return try check(sqlite3_bind_null(handle, index)) }
+        try bind(value, at: index)
+    }
+
+    func bind(_ value: Bool, at index: Int32) throws {
+        try bind(value ? 1 : 0, at: index)
+    }
+
     /// Runs the statement to its end; its bindings are kept until the next `RawStatement` on it.
     func execute() throws {
         var code = sqlite3_step(handle)
