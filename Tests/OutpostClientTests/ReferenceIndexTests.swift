@@ -81,9 +81,9 @@ struct ReferenceIndexTests {
             let data = ReferenceData(store: store, transport: server, pageSize: 50)
             server.failSnapshots(fromCall: 3)
             await #expect(throws: TransportError.self) { try await data.download(collection: "guests", scope: "ev-1") }
-            // The pages stored so far are indexed with their rows.
+            // The three pages received before the failure are stored, and indexed with their rows.
             #expect(try Self.searchRows(url) == Self.keptTokens(url))
-            #expect((1..<300).contains(try Self.keptTokens(url).count))
+            #expect(try Self.keptTokens(url).count == 150)
             let error = await #expect(throws: ClientError.self) {
                 try await data.search(collection: "guests", scope: "ev-1", query: "guest1")
             }
@@ -98,7 +98,7 @@ struct ReferenceIndexTests {
 
     @Test("two events' rosters on one device are searched, refreshed and downloaded again apart")
     func setsApart() async throws {
-        try await withStore { store, _ in
+        try await withStore { store, url in
             let server = ReferenceServer()
             for i in 0..<30 {
                 server.put(String(format: "a%03d", i), ["name": .string("Ana First\(i)")], scope: "ev-a")
@@ -125,6 +125,44 @@ struct ReferenceIndexTests {
             try await data.download(collection: "guests", scope: "ev-a")
             #expect(try await ids("ev-a", "ana").count == 29)
             #expect(try await ids("ev-b", "ana").count == 30)
+            // The first download's entries went with its rows: none is left behind.
+            #expect(try Self.searchRows(url) == Self.keptTokens(url))
+        }
+    }
+
+    @Test("refreshes keep the index exact: tokens gained and lost, walk-ins, a cancelled row with none, one id changed twice")
+    func refreshEdges() async throws {
+        try await withStore { store, url in
+            let server = ReferenceServer()
+            server.put("a", ["name": "Ana Silva", "email": "ana@example.org"], scope: "ev")
+            server.put("b", ["note": "no name yet"], scope: "ev")
+            server.put("c", ["note": "never named"], scope: "ev")
+            server.put("d", ["name": "Dora Lima"], scope: "ev")
+            let data = ReferenceData(store: store, transport: server)
+            try await data.download(collection: "guests", scope: "ev")
+            #expect(try Self.keptTokens(url).keys.sorted() == ["a", "d"])
+            #expect(try Self.searchRows(url) == Self.keptTokens(url))
+
+            server.put("a", ["note": "name withdrawn"], scope: "ev")
+            server.put("b", ["name": "Bruno Costa"], scope: "ev")
+            server.cancel("c")
+            server.put("w", ["name": "Walk In", "email": "w@example.org"], scope: "ev")
+            // One pull lists "d" twice here: only its last state counts.
+            server.put("d", ["name": "Dora Renamed"], scope: "ev")
+            server.put("d", ["name": "Dora Final"], scope: "ev")
+            let summary = try await data.refresh(collection: "guests", scope: "ev")
+            #expect(summary.removed == 1)
+            #expect(try Self.searchRows(url) == Self.keptTokens(url))
+            #expect(try Self.keptTokens(url).keys.sorted() == ["b", "d", "w"])
+            func found(_ query: String) async throws -> [String] {
+                try await data.search(collection: "guests", scope: "ev", query: query).map(\.recordId)
+            }
+            #expect(try await found("ana").isEmpty)
+            #expect(try await found("bruno") == ["b"])
+            #expect(try await found("walk in") == ["w"])
+            #expect(try await found("dora fin") == ["d"])
+            #expect(try await found("dora ren").isEmpty)
+            #expect(try await data.lookup(collection: "guests", scope: "ev", recordId: "c") == .cancelled)
         }
     }
 

@@ -54,13 +54,13 @@ struct ReferenceIndex: Sendable {
             isASCII = true
         }
         for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"): piece.append(byte)
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"): piece.append(byte + 32)
-            case 0x80...:
+            if let lowered = wordByte(byte) {
+                piece.append(lowered)
+            } else if byte >= 0x80 {
                 piece.append(byte)
                 isASCII = false
-            default: endPiece()
+            } else {
+                endPiece()
             }
         }
         endPiece()
@@ -169,7 +169,7 @@ struct ReferenceIndex: Sendable {
         }
     }
 
-    /// A byte of a word, lower-cased; nil for a separator.
+    /// An ASCII byte of a word, lower-cased; nil for an ASCII separator, and for any byte past ASCII.
     @inline(__always)
     private static func wordByte(_ byte: UInt8) -> UInt8? {
         switch byte {

@@ -1,0 +1,84 @@
+import Foundation
+import GRDB
+import OutpostProtocol
+
+extension ReferenceData {
+    /// One id: found, cancelled since download, not in the set, or undecidable while incomplete.
+    public func lookup(collection: String, scope: String, recordId: String) async throws -> ReferenceLookup {
+        let sealer = store.sealer
+        return try await store.perform {
+            try await store.queue.read { db in
+                guard try Self.state(db, collection: collection, scope: scope).isReady else { return .incomplete }
+                if let row = try Row.fetchOne(
+                    db, sql: "SELECT payload, version FROM reference_records WHERE collection = ? AND scope = ? AND record_id = ?",
+                    arguments: [collection, scope, recordId])
+                {
+                    let fields = try sealer.open(
+                        json: [String: JSONValue].self, from: row["payload"],
+                        context: "reference:\(collection)/\(scope)/\(recordId)")
+                    return .found(ReferenceRecord(recordId: recordId, fields: fields, version: row["version"]))
+                }
+                let cancelled = try Bool.fetchOne(
+                    db, sql: "SELECT 1 FROM reference_tombstones WHERE collection = ? AND scope = ? AND record_id = ?",
+                    arguments: [collection, scope, recordId]) ?? false
+                return cancelled ? .cancelled : .notFound
+            }
+        }
+    }
+
+    /// Records whose name words start with the query's words, or whose e-mail is the query: the first `limit`
+    /// found, sorted by name (type more letters to narrow a common prefix).
+    ///
+    /// - Throws: ``ClientError`` `invalidInput` for a query of one character, `notFound` while the set is not
+    ///   fully downloaded.
+    public func search(collection: String, scope: String, query: String, limit: Int = 20) async throws -> [ReferenceRecord] {
+        guard let tokens = index.tokens(forQuery: query) else {
+            throw ClientError(.invalidInput, "type at least two characters of a name, or a whole e-mail")
+        }
+        let sealer = store.sealer
+        return try await store.perform {
+            try await store.queue.read { db in
+                // Until the last page is stored, a search would answer from part of the set.
+                guard try Self.state(db, collection: collection, scope: scope).isReady else {
+                    throw ClientError(.notFound, ReferenceMessages.incomplete)
+                }
+                // A record must hold every word's token: the index narrows by all the words at once. Candidates
+                // come in ordinal order (as the rows arrived, by id within a download). CROSS JOIN keeps the
+                // index the outer loop: SQLite could otherwise walk the whole set and probe the index per row.
+                let sql = """
+                    SELECT r.record_id, r.payload, r.version FROM reference_index f
+                    CROSS JOIN reference_records r ON r.ordinal = f.rowid
+                    WHERE reference_index MATCH ? AND r.collection = ? AND r.scope = ?
+                    """
+                let arguments: [any DatabaseValueConvertible] = [ReferenceIndex.matchExpression(tokens), collection, scope]
+                let candidates = try Row.fetchCursor(db, sql: sql, arguments: StatementArguments(arguments))
+                // Open candidates only until `limit` match: a two-letter prefix may have thousands.
+                var found: [ReferenceRecord] = []
+                let byName = !ReferenceIndex.isEmail(query)
+                let index = self.index
+                let queryWords = ReferenceIndex.queryWords(query)
+                while found.count < limit, let row = try candidates.next() {
+                    let id: String = row["record_id"]
+                    let context = "reference:\(collection)/\(scope)/\(id)"
+                    let opened = try sealer.open(row["payload"], context: context)
+                    if byName {
+                        // Most candidates of a short prefix do not match: their name alone is read to see.
+                        let name = try? JSONValue.member("name", ofObject: opened)
+                        guard index.matches(name: name?.stringValue, queryWords: queryWords) else { continue }
+                    }
+                    let fields: [String: JSONValue]
+                    do {
+                        fields = try [String: JSONValue](parsingObject: opened)
+                    } catch {
+                        throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
+                    }
+                    if index.matches(fields, query: query, queryWords: queryWords) {
+                        found.append(ReferenceRecord(recordId: id, fields: fields, version: row["version"]))
+                    }
+                }
+                found.sort { ($0.fields["name"]?.stringValue ?? "", $0.recordId) < ($1.fields["name"]?.stringValue ?? "", $1.recordId) }
+                return found
+            }
+        }
+    }
+}
