@@ -1,3 +1,5 @@
+import OutpostProtocol
+
 /// A failure of the device SDK. Its message never holds a token or a record's payload.
 public struct ClientError: Error, Sendable, CustomStringConvertible {
     /// A stable code; extensible.
@@ -29,4 +31,9 @@ public struct ClientError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { message }
+
+    /// A field value JSON cannot hold (a number that is not finite).
+    static func unstorableField(_ error: JSONSyntaxError) -> ClientError {
+        ClientError(.invalidInput, "a field value cannot be stored: \(error.reason)")
+    }
 }

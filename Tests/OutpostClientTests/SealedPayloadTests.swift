@@ -24,6 +24,15 @@ struct SealedPayloadTests {
         #expect(read.fields == payload.fields && read.syncError == payload.syncError && read.conflict == payload.conflict)
     }
 
+    @Test("a new record's payload wrapped around its fields' JSON is the payload written whole")
+    func wrapping() throws {
+        let fields: [String: JSONValue] = ["name": "Zoë \"Q\"\n", "n": .integer(-1), "o": .object(["a": .array([.null])])]
+        for fields in [fields, [:]] {
+            #expect(LocalStore.SealedPayload.wrapping(fieldsJSON: try fields.jsonBytes())
+                == (try LocalStore.SealedPayload(fields: fields, syncError: nil, conflict: nil).jsonBytes()))
+        }
+    }
+
     @Test("a payload that is not a record's is refused", arguments: ["[]", #"{"syncError":"x"}"#, #"{"fields":{},"syncError":3}"#, "{"])
     func refused(text: String) {
         #expect(throws: (any Error).self) { try LocalStore.SealedPayload(jsonBytes: Data(text.utf8)) }

@@ -89,7 +89,7 @@ struct Sealer: Sendable {
         do {
             bytes = try fields.jsonBytes()
         } catch {
-            throw ClientError(.invalidInput, "a field value cannot be stored: \(error.reason)")
+            throw ClientError.unstorableField(error)
         }
         return try seal(Data(bytes), context: context)
     }

@@ -168,7 +168,7 @@ public final class LocalStore: Sendable {
                 do throws(JSONSyntaxError) {
                     fieldsJSON = try outboxFields.jsonBytes()
                 } catch {
-                    throw ClientError(.invalidInput, "a field value cannot be stored: \(error.reason)")
+                    throw ClientError.unstorableField(error)
                 }
                 if isNew && write.op == .upsert {
                     try Self.save(
@@ -179,21 +179,16 @@ public final class LocalStore: Sendable {
                 }
 
                 let key = "\(deviceId):\(write.recordId):\(timestamp.iso8601)"
-                let outbox = RawStatement(
-                    try db.cachedStatement(
-                        sql: """
-                            INSERT INTO outbox (idempotency_key, collection, record_id, op, client_ts, base_version, payload)
-                            VALUES (?, ?, ?, ?, ?, ?, ?)
-                            """),
-                    db: db)
-                try outbox.bind(key, at: 1)
-                try outbox.bind(write.collection, at: 2)
-                try outbox.bind(write.recordId, at: 3)
-                try outbox.bind(write.op.rawValue, at: 4)
-                try outbox.bind(time, at: 5)
-                try outbox.bind(record.version, at: 6)
-                try outbox.bind(try sealer.seal(fieldsJSON, context: "outbox:\(key)"), at: 7)
-                try outbox.execute()
+                try db.cachedStatement(
+                    sql: """
+                        INSERT INTO outbox (idempotency_key, collection, record_id, op, client_ts, base_version, payload)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """
+                ).execute(
+                    arguments: [
+                        key, write.collection, write.recordId, write.op.rawValue, time, record.version,
+                        try sealer.seal(fieldsJSON, context: "outbox:\(key)"),
+                    ])
                 return record
             }
         }
@@ -400,28 +395,20 @@ public final class LocalStore: Sendable {
     }
 
     /// Saves `record` with its payload already sealed (``SealedPayload``, under ``LocalRecord/payloadContext``).
-    /// Bound through SQLite's C API: every local write and every answer that changes a payload saves one.
     static func save(_ record: LocalRecord, sealedPayload: Data, db: Database) throws {
-        let statement = RawStatement(
-            try db.cachedStatement(
-                sql: """
-                    INSERT OR REPLACE INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
-                                                    is_offline_entry, created_at, updated_at, version, sealed_detail)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """),
-            db: db)
-        try statement.bind(record.collection, at: 1)
-        try statement.bind(record.recordId, at: 2)
-        try statement.bind(sealedPayload, at: 3)
-        try statement.bind(record.deleted, at: 4)
-        try statement.bind(record.syncStatus.rawValue, at: 5)
-        try statement.bind(record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, at: 6)
-        try statement.bind(record.isOfflineEntry, at: 7)
-        try statement.bind(record.createdAt.millisecondsSince1970, at: 8)
-        try statement.bind(record.updatedAt.millisecondsSince1970, at: 9)
-        try statement.bind(record.version, at: 10)
-        try statement.bind(record.syncError != nil || record.conflict != nil, at: 11)
-        try statement.execute()
+        try db.cachedStatement(
+            sql: """
+                INSERT OR REPLACE INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
+                                                is_offline_entry, created_at, updated_at, version, sealed_detail)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """
+        ).execute(
+            arguments: [
+                record.collection, record.recordId, sealedPayload, record.deleted, record.syncStatus.rawValue,
+                record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, record.isOfflineEntry,
+                record.createdAt.millisecondsSince1970, record.updatedAt.millisecondsSince1970, record.version,
+                record.syncError != nil || record.conflict != nil,
+            ])
     }
 
     /// Runs `updates` in one transaction that takes the write lock at once (`BEGIN IMMEDIATE`), through

@@ -6,8 +6,12 @@ import GRDBSQLite
 /// hundreds of times a second with many values (a page of reference rows), where GRDB's general binding of
 /// `StatementArguments` cost more than the inserts themselves.
 ///
-/// Values are copied by SQLite as they are bound (`SQLITE_TRANSIENT`). Valid only inside the database access
-/// that made `statement`, like the statement itself.
+/// GRDB does not see these executions: transaction observers and `ValueObservation` get no event for them,
+/// and an interrupted step throws a `DatabaseError` rather than a `CancellationError`. So it serves only
+/// tables that nothing observes (the store exposes no GRDB observation; status goes through ``SyncEngine``).
+///
+/// Values are copied by SQLite as they are bound (`SQLITE_TRANSIENT`), and the copies released once the
+/// statement has run. Valid only inside the database access that made `statement`, like the statement itself.
 struct RawStatement {
     private let statement: Statement
     private let db: Database
@@ -27,7 +31,9 @@ struct RawStatement {
     func bind(_ value: String, at index: Int32) throws {
         var value = value
         try check(value.withUTF8 { bytes in
-            sqlite3_bind_text(handle, index, bytes.baseAddress.map(UnsafeRawPointer.init), Int32(bytes.count), Self.transient)
+            // An empty string still needs a pointer: SQLite binds NULL for none. It copies what it is given.
+            guard let base = bytes.baseAddress else { return sqlite3_bind_text(handle, index, "", 0, Self.transient) }
+            return sqlite3_bind_text(handle, index, UnsafeRawPointer(base).assumingMemoryBound(to: CChar.self), Int32(bytes.count), Self.transient)
         })
     }
 
@@ -47,20 +53,12 @@ struct RawStatement {
         try check(sqlite3_bind_int64(handle, index, value))
     }
 
-    func bind(_ value: Int64?, at index: Int32) throws {
-        guard let value else { return try check(sqlite3_bind_null(handle, index)) }
-        try bind(value, at: index)
-    }
-
-    func bind(_ value: Bool, at index: Int32) throws {
-        try bind(value ? 1 : 0, at: index)
-    }
-
-    /// Runs the statement to its end; its bindings are kept until the next `RawStatement` on it.
+    /// Runs the statement to its end, and releases the values bound.
     func execute() throws {
         var code = sqlite3_step(handle)
         while code == SQLITE_ROW { code = sqlite3_step(handle) }
         sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
         try check(code, done: true)
     }
 
