@@ -295,6 +295,29 @@ struct JSONReader {
     mutating func members(
         _ visit: (inout JSONReader, String) throws(JSONSyntaxError) -> Bool
     ) throws(JSONSyntaxError) {
+        try keyedMembers { reader, key throws(JSONSyntaxError) in try visit(&reader, reader.text(of: key)) }
+    }
+
+    /// A member's key as read: the range of its bytes when they are plain ASCII with no escape (almost every
+    /// key), its text otherwise.
+    enum Key {
+        case plain(Range<Int>)
+        case text(String)
+    }
+
+    /// The text of `key`.
+    func text(of key: Key) -> String {
+        switch key {
+        case .plain(let range): String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self)
+        case .text(let text): text
+        }
+    }
+
+    /// The walk of the visiting `members`, with each key as read (``Key``): for readers that compare keys
+    /// without making them into strings.
+    mutating func keyedMembers(
+        _ visit: (inout JSONReader, Key) throws(JSONSyntaxError) -> Bool
+    ) throws(JSONSyntaxError) {
         guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw error("expected an object") }
         index += 1
         skipWhitespace()
@@ -305,7 +328,7 @@ struct JSONReader {
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key") }
-            let key = try string()
+            let key = try self.key()
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
@@ -319,6 +342,23 @@ struct JSONReader {
             default: throw error("expected ',' or '}'")
             }
         }
+    }
+
+    /// Reads the key at the reader, refusing what ``string()`` refuses.
+    private mutating func key() throws(JSONSyntaxError) -> Key {
+        let start = index + 1
+        var end = start
+        while end < bytes.count {
+            let byte = bytes[end]
+            if byte == UInt8(ascii: "\"") {
+                index = end + 1
+                return .plain(start..<end)
+            }
+            // An escape, a byte past ASCII or a control character: read as a string, which checks it.
+            if byte == UInt8(ascii: "\\") || byte >= 0x80 || byte < 0x20 { break }
+            end += 1
+        }
+        return .text(try string())
     }
 
     mutating func array() throws(JSONSyntaxError) -> [JSONValue] {
@@ -523,72 +563,33 @@ struct JSONReader {
     /// of each name. Keys compare as the whole parse's dictionary compares them: as Swift strings, canonically
     /// equivalent spellings equal.
     ///
-    /// A key of ASCII bytes without escapes, almost every key, is compared as bytes without being made into a
-    /// string: for ASCII text the two comparisons agree. Other keys are read as strings and compared so.
+    /// A key of plain ASCII (``Key/plain(_:)``), almost every key, is compared with an ASCII name as bytes,
+    /// without being made into a string: for ASCII text the two comparisons agree.
     mutating func members(_ names: [String]) throws(JSONSyntaxError) -> [JSONValue?] {
         skipWhitespace()
         var found = [JSONValue?](repeating: nil, count: names.count)
         var missing = names.count
-        guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw error("expected an object") }
-        index += 1
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-            index += 1
-            return found
-        }
-        while missing > 0 {
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key") }
-            let matches = try keyMatches(names)
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
-            index += 1
-            skipWhitespace()
+        let asciiNames = names.map { $0.utf8.allSatisfy { $0 < 0x80 } }
+        try keyedMembers { reader, key throws(JSONSyntaxError) in
             var value: JSONValue?
-            for position in names.indices where found[position] == nil && matches & (1 << position) != 0 {
-                if value == nil { value = try self.value() }
+            var text: String?
+            for position in names.indices where found[position] == nil {
+                let matches: Bool
+                if case .plain(let range) = key, asciiNames[position] {
+                    matches = names[position].utf8.elementsEqual(UnsafeBufferPointer(rebasing: reader.bytes[range]))
+                } else {
+                    if text == nil { text = reader.text(of: key) }
+                    matches = names[position] == text
+                }
+                guard matches else { continue }
+                if value == nil { value = try reader.value() }
                 found[position] = value
                 missing -= 1
             }
-            if value == nil { try skipValue() }
-            skipWhitespace()
-            guard index < bytes.count else { throw error("unexpected end") }
-            switch bytes[index] {
-            case UInt8(ascii: ","): index += 1
-            case UInt8(ascii: "}"): index += 1; return found
-            default: throw error("expected ',' or '}'")
-            }
+            if value == nil { try reader.skipValue() }
+            return missing > 0
         }
         return found
-    }
-
-    /// Reads the key at the reader: bit `n` set when it is `names[n]` (the first 64 names).
-    private mutating func keyMatches(_ names: [String]) throws(JSONSyntaxError) -> UInt64 {
-        let start = index + 1
-        var end = start
-        var plain = true
-        while end < bytes.count, bytes[end] != UInt8(ascii: "\"") {
-            let byte = bytes[end]
-            if byte == UInt8(ascii: "\\") || byte >= 0x80 {
-                plain = false
-                break
-            }
-            if byte < 0x20 { break }
-            end += 1
-        }
-        guard plain, end < bytes.count, bytes[end] == UInt8(ascii: "\"") else {
-            let key = try string()
-            return Self.mask(names.prefix(64)) { $0 == key }
-        }
-        index = end + 1
-        let key = UnsafeBufferPointer(rebasing: bytes[start..<end])
-        return Self.mask(names.prefix(64)) { $0.utf8.elementsEqual(key) }
-    }
-
-    private static func mask(_ names: ArraySlice<String>, _ matches: (String) -> Bool) -> UInt64 {
-        var mask: UInt64 = 0
-        for (position, name) in names.enumerated() where matches(name) { mask |= 1 << position }
-        return mask
     }
 
     /// Steps over one value without building it.

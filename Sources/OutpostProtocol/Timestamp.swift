@@ -103,7 +103,12 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
         parse(bytes) != nil
     }
 
-    private static func parse<Bytes: RandomAccessCollection<UInt8>>(_ b: Bytes) -> Int64? where Bytes.Index == Int {
+    private static func parse(_ bytes: [UInt8]) -> Int64? {
+        bytes.withUnsafeBufferPointer { parse($0) }
+    }
+
+    /// Reads the strict wire form from `b`, indexed from zero.
+    private static func parse(_ b: UnsafeBufferPointer<UInt8>) -> Int64? {
         // YYYY-MM-DDTHH:MM:SS.sss then Z or ±HH:MM
         guard b.count == 24 || b.count == 29 else { return nil }
         func digits(_ from: Int, _ count: Int) -> Int64? {

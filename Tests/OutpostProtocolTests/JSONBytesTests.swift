@@ -130,6 +130,9 @@ struct JSONBytesTests {
         // Keys written with escapes, or canonically equivalent to a name (the Kelvin sign is K), are that name.
         #expect(try JSONValue.members(["name", "K"], ofObject: Array(#"{"n\u0061me": 1, "\u212A": 2}"#.utf8)) == [.integer(1), .integer(2)])
         #expect(try JSONValue.members(["K"], ofObject: Array("{\"\u{212A}\": 3}".utf8)) == [.integer(3)])
+        #expect(try JSONValue.members(["\u{212A}"], ofObject: Array(#"{"K": 4}"#.utf8)) == [.integer(4)])
+        // Read until every name is found, as before: what follows the last one is not looked at.
+        #expect(try JSONValue.members(["a"], ofObject: Array(#"{"a": 1"#.utf8)) == [.integer(1)])
         #expect(throws: JSONSyntaxError.self) { try JSONValue.members(["a"], ofObject: [0x7B, 0x22, 0x61, 0x0A, 0x22, 0x3A, 0x31, 0x7D]) }
         #expect(try JSONValue.member("a", ofObject: Array(#" { "b" : [1, {"a": 2}, "}"] , "a" : true } "#.utf8)) == .bool(true))
         #expect(try JSONValue.member("a", ofObject: Array("{}".utf8)) == nil)

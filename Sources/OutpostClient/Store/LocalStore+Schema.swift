@@ -155,7 +155,8 @@ extension LocalStore {
                     );
                     INSERT INTO reference_rows (collection, scope, record_id, payload, version, tokens)
                       SELECT collection, scope, record_id, payload, version,
-                             (SELECT group_concat(printf('%016llx', value), ' ') FROM json_each(r.tokens))
+                             (SELECT group_concat(hex, ' ') FROM (
+                                SELECT printf('%016llx', value) AS hex FROM json_each(r.tokens) ORDER BY key))
                       FROM reference_records r ORDER BY collection, scope, record_id;
                     DROP TABLE reference_records;
                     ALTER TABLE reference_rows RENAME TO reference_records;
