@@ -5,13 +5,27 @@ import Testing
 
 @testable import OutpostClient
 
+/// A transport that changes how snapshot pages are served and forwards the rest to a roster.
+protocol RosterDouble: SyncTransport {
+    var roster: ReferenceServer { get }
+}
+
+extension RosterDouble {
+    func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
+        try await roster.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
+    }
+
+    func push(_ request: PushRequest) async throws -> PushResponse { try await roster.push(request) }
+    func health() async throws -> HealthResponse { try await roster.health() }
+}
+
 /// The download's pipeline: asked for pages ahead of the store, it still stops when told to, and nothing of it
 /// outlives the call.
 @Suite("Roster download pipeline")
 struct DownloadPipelineTests {
     /// Serves a roster's snapshot pages, holding every request from number `holdFrom` (0-based) until its task
     /// is cancelled; counts the requests, and the ones still running.
-    final class HeldServer: SyncTransport, @unchecked Sendable {
+    final class HeldServer: RosterDouble, @unchecked Sendable {
         let roster: ReferenceServer
         let holdFrom: Int
         private let lock = NSLock()
@@ -61,13 +75,6 @@ struct DownloadPipelineTests {
             }
             for continuation in waiting { continuation.resume() }
         }
-
-        func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
-            try await roster.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
-        }
-
-        func push(_ request: PushRequest) async throws -> PushResponse { try await roster.push(request) }
-        func health() async throws -> HealthResponse { HealthResponse(status: "ok", storage: "ok") }
     }
 
     @Test("cancelled while a page is asked for, it stops: no page asked for after, the stored ones kept, a resume finishes", .timeLimit(.minutes(1)))
@@ -104,7 +111,7 @@ struct DownloadPipelineTests {
     }
 
     /// Serves a roster whose third page repeats an id of the first: the store refuses that page.
-    struct RepeatingServer: SyncTransport {
+    struct RepeatingServer: RosterDouble {
         let roster: ReferenceServer
         let counter = Counter()
 
@@ -120,13 +127,6 @@ struct DownloadPipelineTests {
             if counter.next() == 2 { page.records[0].recordId = "g00000" }
             return page
         }
-
-        func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
-            try await roster.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
-        }
-
-        func push(_ request: PushRequest) async throws -> PushResponse { try await roster.push(request) }
-        func health() async throws -> HealthResponse { HealthResponse(status: "ok", storage: "ok") }
     }
 
     @Test("a page the store refuses ends the download there: nothing after it stored, no page asked for after the call", .timeLimit(.minutes(1)))

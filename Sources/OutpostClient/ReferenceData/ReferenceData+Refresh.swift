@@ -109,32 +109,17 @@ extension ReferenceData {
         }
         // A walk-in takes the next ordinal; a row replaced keeps its own.
         try insertRecords(upserts, collection: collection, scope: scope, replacing: true, db: db)
-        if !reindexed.isEmpty {
+        // Statements on the set's rows among some ids, one statement for a whole page's.
+        func onRows(_ statement: String, among ids: [String]) throws {
+            guard !ids.isEmpty else { return }
             try db.execute(
-                sql: """
-                    INSERT INTO reference_index (rowid, tokens)
-                    SELECT ordinal, tokens FROM reference_records
-                    WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))
-                    """,
-                arguments: [collection, scope, try idList(reindexed)])
+                sql: statement + " WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))",
+                arguments: [collection, scope, try idList(ids)])
         }
-        if !removedIds.isEmpty {
-            try db.execute(
-                sql: """
-                    DELETE FROM reference_records
-                    WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))
-                    """,
-                arguments: [collection, scope, try idList(removedIds)])
-        }
+        try onRows("INSERT INTO reference_index (rowid, tokens) SELECT ordinal, tokens FROM reference_records", among: reindexed)
+        try onRows("DELETE FROM reference_records", among: removedIds)
         // A walk-in added again after a cancellation is no longer cancelled.
-        if !upserts.isEmpty {
-            try db.execute(
-                sql: """
-                    DELETE FROM reference_tombstones
-                    WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))
-                    """,
-                arguments: [collection, scope, try idList(upserts.map(\.recordId))])
-        }
+        try onRows("DELETE FROM reference_tombstones", among: upserts.map(\.recordId))
         if !tombstoneIds.isEmpty {
             try db.execute(
                 sql: """
