@@ -11,6 +11,8 @@ public final class ReferenceServer: SyncTransport, @unchecked Sendable {
     private var log: [Change] = []
     private var snapshotCalls = 0
     private var failFromCall: Int?
+    private var pullCalls = 0
+    private var failPullsFromCall: Int?
 
     public init() {}
 
@@ -47,6 +49,17 @@ public final class ReferenceServer: SyncTransport, @unchecked Sendable {
 
     public var snapshotRequests: Int { lock.withLock { snapshotCalls } }
 
+    /// Pull requests from number `call` on (0-based, counted from this call) fail as network errors; nil heals.
+    public func failPulls(fromCall call: Int?) {
+        lock.withLock {
+            failPullsFromCall = call
+            pullCalls = 0
+        }
+    }
+
+    /// Pull requests since the last ``failPulls(fromCall:)``.
+    public var pullRequests: Int { lock.withLock { pullCalls } }
+
     public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
         -> SnapshotResponse
     {
@@ -70,12 +83,20 @@ public final class ReferenceServer: SyncTransport, @unchecked Sendable {
     }
 
     public func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
-        lock.withLock {
-            let from = cursor.flatMap(Int.init) ?? 0
-            let slice = log[min(from, log.count)...].filter { scope == nil || $0.scope == scope }
-            let page = Array(slice.prefix(limit ?? 500))
-            let next = page.count == slice.count ? log.count : from + page.count
-            return PullResponse(changes: page, cursor: String(next), hasMore: page.count < slice.count)
+        try lock.withLock {
+            defer { pullCalls += 1 }
+            if let failPullsFromCall, pullCalls >= failPullsFromCall {
+                throw TransportError(kind: .network, message: "connection lost")
+            }
+            // The cursor is the log position after the last change sent; changes of other scopes are passed over.
+            var position = min(cursor.flatMap(Int.init) ?? 0, log.count)
+            var page: [Change] = []
+            while position < log.count && page.count < (limit ?? 500) {
+                if scope == nil || log[position].scope == scope { page.append(log[position]) }
+                position += 1
+            }
+            let hasMore = log[position...].contains { scope == nil || $0.scope == scope }
+            return PullResponse(changes: page, cursor: String(position), hasMore: hasMore)
         }
     }
 
