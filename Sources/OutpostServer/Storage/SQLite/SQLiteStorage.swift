@@ -167,11 +167,12 @@ package struct SQLiteStorage: SyncStorage {
             }
             sql += " ORDER BY change_seq LIMIT ?"
             arguments += [limit + 1]
-            // Read in place, by position (the order of `changeColumns`): a pull can carry thousands of rows.
+            // Read in place, by position (the order of `changeColumns`): a pull can carry thousands of rows. The
+            // statement is compiled once per connection: a device's refresh is a run of pulls.
             var records: [SnapshotRow] = []
             var last = cursor
             var hasMore = false
-            let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: sql), arguments: arguments)
             while let row = try rows.next() {
                 if records.count == limit {
                     hasMore = true
@@ -217,7 +218,7 @@ package struct SQLiteStorage: SyncStorage {
             sql += " ORDER BY record_id LIMIT ?"
             arguments += [limit]
             var rows: [SnapshotRow] = []
-            let cursor = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+            let cursor = try Row.fetchCursor(db.cachedStatement(sql: sql), arguments: arguments)
             while let row = try cursor.next() {
                 rows.append(SnapshotRow(
                     collection: row[0], recordId: row[1], scope: row[2], version: row[3], fieldsJSON: row[4],
