@@ -94,6 +94,7 @@ let package = Package(
             dependencies: [
                 "OutpostClient",
                 "OutpostTesting",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Clocks", package: "swift-clocks"),
             ]

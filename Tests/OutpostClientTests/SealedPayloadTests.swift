@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import OutpostProtocol
 import Testing
@@ -36,5 +37,25 @@ struct SealedPayloadTests {
     @Test("a payload that is not a record's is refused", arguments: ["[]", #"{"syncError":"x"}"#, #"{"fields":{},"syncError":3}"#, "{"])
     func refused(text: String) {
         #expect(throws: (any Error).self) { try LocalStore.SealedPayload(jsonBytes: Data(text.utf8)) }
+    }
+}
+
+/// A page of reference rows is sealed with nonces drawn at once; each must be fresh and each seal must open.
+@Suite("Sealing with a page's nonces")
+struct PageNonceTests {
+    @Test("a page's nonces are all different, across pages too, and what they seal opens only in its own row")
+    func nonces() throws {
+        let sealer = Sealer(key: SymmetricKey(size: .bits256))
+        let pages = [try sealer.nonces(500), try sealer.nonces(500), try sealer.nonces(1)]
+        let all = pages.flatMap { $0 }.map { Data($0) }
+        #expect(all.count == 1001)
+        #expect(Set(all).count == all.count)
+        #expect(all.allSatisfy { $0.count == 12 && $0 != Data(count: 12) })
+        #expect(try sealer.nonces(0).isEmpty)
+
+        let sealed = try sealer.seal(Data("Zoë".utf8), context: "reference:guests/ev-1/g1", nonce: pages[0][7])
+        #expect(sealed.prefix(12) == Data(pages[0][7]))
+        #expect(try sealer.open(sealed, context: "reference:guests/ev-1/g1") == Data("Zoë".utf8))
+        #expect(throws: ClientError.self) { try sealer.open(sealed, context: "reference:guests/ev-1/g2") }
     }
 }

@@ -42,8 +42,10 @@ extension ReferenceData {
                 next: { page in page.continuation.map { .some($0) } },
                 prepare: { page in
                     // Each record's fields are sealed as the server sent them; only the members indexed are read.
-                    let rows = try await Self.inHalves(page.records) { record in
-                        try Self.prepare(record, collection: collection, scope: scope, sealer: sealer, index: index)
+                    let nonces = try sealer.nonces(page.records.count)
+                    let rows = try await Self.inHalves(Array(zip(page.records, nonces))) { record, nonce in
+                        try Self.prepare(
+                            record, nonce: nonce, collection: collection, scope: scope, sealer: sealer, index: index)
                     }
                     return PreparedPage(page: page, rows: rows)
                 },

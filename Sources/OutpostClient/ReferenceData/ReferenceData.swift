@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import GRDB
 import OutpostProtocol
@@ -70,8 +71,10 @@ public struct ReferenceData: Sendable {
         }
     }
 
+    /// Seals `record` with `nonce` (one of a page's ``Sealer/nonces(_:)``) and computes its tokens.
     static func prepare(
-        _ record: SnapshotPage.Record, collection: String, scope: String, sealer: Sealer, index: ReferenceIndex
+        _ record: SnapshotPage.Record, nonce: AES.GCM.Nonce, collection: String, scope: String, sealer: Sealer,
+        index: ReferenceIndex
     ) throws -> PreparedRow {
         let fields = record.fieldsJSON
         let indexed = try JSONValue.members(["name", "email"], ofObject: fields)
@@ -79,7 +82,7 @@ public struct ReferenceData: Sendable {
         let email = indexed[1]?.stringValue
         return PreparedRow(
             recordId: record.recordId,
-            payload: try sealer.seal(fields, context: "reference:\(collection)/\(scope)/\(record.recordId)"),
+            payload: try sealer.seal(fields, context: "reference:\(collection)/\(scope)/\(record.recordId)", nonce: nonce),
             version: record.version,
             tokens: index.tokens(name: name, email: email))
     }
