@@ -153,15 +153,6 @@ extension ReferenceData {
             }
         }
 
-        if !unindexed.isEmpty {
-            let pairs = JSONValue.array(unindexed.map { .array([.integer($0.ordinal), .string($0.tokens)]) })
-            try db.cachedStatement(
-                sql: """
-                    INSERT INTO reference_index (reference_index, rowid, tokens)
-                    SELECT 'delete', json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?)
-                    """
-            ).execute(arguments: [String(decoding: try pairs.jsonBytes(), as: UTF8.self)])
-        }
         // A walk-in takes the next ordinal; a row replaced keeps its own.
         try insertRecords(upserts, collection: collection, scope: scope, replacing: true, db: db)
         // Statements on the set's rows among some ids, one statement for a whole page's.
@@ -171,7 +162,6 @@ extension ReferenceData {
                 sql: statement + " WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))"
             ).execute(arguments: [collection, scope, try idList(ids)])
         }
-        try onRows("INSERT INTO reference_index (rowid, tokens) SELECT ordinal, tokens FROM reference_records", among: reindexed)
         try onRows("DELETE FROM reference_records", among: removedIds)
         // A walk-in added again after a cancellation is no longer cancelled. (A row stored has no tombstone: one
         // is written only where the row is gone.)
@@ -187,6 +177,18 @@ extension ReferenceData {
         try db.cachedStatement(
             sql: "UPDATE reference_state SET cursor = ?, stored = ?, total = ?, refreshed_at = ? WHERE collection = ? AND scope = ?"
         ).execute(arguments: [page.cursor, stored, stored, time, collection, scope])
+        // The search index last: once a transaction has written to a virtual table, SQLite opens a savepoint in
+        // it for every writing statement after, and FTS5 flushes its pending terms at each.
+        if !unindexed.isEmpty {
+            let pairs = JSONValue.array(unindexed.map { .array([.integer($0.ordinal), .string($0.tokens)]) })
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO reference_index (reference_index, rowid, tokens)
+                    SELECT 'delete', json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?)
+                    """
+            ).execute(arguments: [String(decoding: try pairs.jsonBytes(), as: UTF8.self)])
+        }
+        try onRows("INSERT INTO reference_index (rowid, tokens) SELECT ordinal, tokens FROM reference_records", among: reindexed)
         return (upserts.count, tombstoneIds.count)
     }
 
