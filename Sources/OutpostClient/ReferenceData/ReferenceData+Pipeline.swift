@@ -1,7 +1,7 @@
 import Foundation
 
 extension ReferenceData {
-    /// Pages a transfer holds fetched or prepared ahead of the one being stored.
+    /// Pages a transfer holds fetched but not yet stored, besides the one being asked for.
     static let lookahead = 3
 
     /// The stages of a paged transfer (a download's snapshot pages, a refresh's pulls). Each page is named by a
@@ -14,15 +14,17 @@ extension ReferenceData {
         /// Everything but the database work: reading, sealing, tokens.
         var prepare: @Sendable (Page) async throws -> Prepared
         /// Stores a prepared page, fetched with `key`, with what names the page after it. Returns false when the
-        /// page was not stored because the set moved on without it: the transfer then stops.
+        /// page was not stored because the set moved on without it: the transfer then stops at once, asks for
+        /// nothing more, stores nothing more, and returns normally.
         var store: @Sendable (_ page: Prepared, _ key: Key) async throws -> Bool
     }
 
     /// Runs a transfer from the page `first` names to the last, in a pipeline: the next page is asked for as soon
     /// as this one's key is known, and this one is prepared while the one before it is stored, so that the
-    /// server, the network, the CPU work and the store overlap (at most ``lookahead`` pages ahead of the store).
-    /// Pages are stored one at a time, in order; a page fetched but not stored when the transfer stops is
-    /// fetched again by the next one.
+    /// server, the network, the CPU work and the store overlap (at most ``lookahead`` pages fetched and not yet
+    /// stored). Pages are stored one at a time, in order; a page fetched but not stored when the transfer stops
+    /// is fetched again by the next one. A page is let go once stored: a transfer holds a few pages at a time,
+    /// whatever its length.
     ///
     /// Cancelling the calling task stops the transfer: no page is asked for after it, a page being stored
     /// finishes, and the call throws `CancellationError` once every task of the pipeline has ended. When the
@@ -50,81 +52,120 @@ extension ReferenceData {
     private static func run<Key: Sendable, Page: Sendable, Prepared: Sendable>(
         _ pipeline: Pipeline, from first: Key, _ stages: PageStages<Key, Page, Prepared>
     ) async throws {
-        var fetching: Task<Page, any Error>? = pipeline.add(Task { try await stages.fetch(first) })
+        var fetching: (task: Task<Page, any Error>, id: Int)? = pipeline.add(Task { try await stages.fetch(first) })
         var key = first
-        var storing: [Task<Bool, any Error>] = []
-        // Waits for the oldest store; false when the transfer is to stop there.
+        // Each page's store, with the ids of its three tasks, to let them go once it is stored.
+        var storing: [(task: Task<Bool, any Error>, ids: [Int])] = []
+        // Waits for the oldest store; false when the transfer has stopped there (a store returned false).
         func storeEnded() async throws -> Bool {
-            guard try await storing.removeFirst().value else {
-                pipeline.cancel()
-                await pipeline.finish()
-                return false
+            let (task, ids) = storing.removeFirst()
+            let stored: Bool
+            do {
+                stored = try await task.value
+            } catch {
+                // Cancelled by the stop: not an error of the transfer.
+                if pipeline.isStopped { return false }
+                throw error
             }
+            pipeline.forget(ids)
+            return stored
+        }
+        func stopped() async -> Bool {
+            guard pipeline.isStopped else { return false }
+            await pipeline.finish()
             return true
         }
         while let current = fetching {
             let page: Page
             do {
-                page = try await current.value
+                page = try await current.task.value
             } catch {
+                if await stopped() { return }
                 // The network failed: the pages already here are stored first, so that the next attempt resumes
                 // after them.
-                while !storing.isEmpty { guard try await storeEnded() else { break } }
+                while !storing.isEmpty {
+                    guard try await storeEnded() else { return await pipeline.finish() }
+                }
                 throw error
             }
+            if await stopped() { return }
             try Task.checkCancellation()
             let pageKey = key
             let next = stages.next(page)
             fetching = next.map { next in pipeline.add(Task { try await stages.fetch(next) }) }
             if let next { key = next }
             let prepared = pipeline.add(Task { try await stages.prepare(page) })
-            let previous = storing.last
-            storing.append(pipeline.add(Task {
+            let previous = storing.last?.task
+            let store = pipeline.add(Task {
                 guard try await previous?.value ?? true else { return false }
-                let page = try await prepared.value
+                let page = try await prepared.task.value
                 // A page not yet stored when the transfer is cancelled is left for the next one.
                 try Task.checkCancellation()
-                return try await stages.store(page, pageKey)
-            }))
+                let stored = try await stages.store(page, pageKey)
+                if !stored { pipeline.stop() }
+                return stored
+            })
+            storing.append((store.task, [current.id, prepared.id, store.id]))
             while storing.count > lookahead {
-                guard try await storeEnded() else { return }
+                guard try await storeEnded() else { return await pipeline.finish() }
             }
         }
         while !storing.isEmpty {
-            guard try await storeEnded() else { return }
+            guard try await storeEnded() else { return await pipeline.finish() }
         }
     }
 
-    /// The tasks of one transfer, so that cancelling the transfer reaches them all, and it returns only once
-    /// they have ended.
+    /// The tasks of one transfer still of use, so that cancelling the transfer reaches them all, and it returns
+    /// only once they have ended. A page's tasks are forgotten once it is stored, and with them the page.
     final class Pipeline: @unchecked Sendable {
-        private let lock = NSLock()
-        private var cancellations: [@Sendable () -> Void] = []
-        private var ends: [@Sendable () async -> Void] = []
-        private var cancelled = false
+        private struct Entry {
+            var cancel: @Sendable () -> Void
+            var end: @Sendable () async -> Void
+        }
 
-        /// Keeps `task` until the transfer ends; cancelled at once if the transfer already was.
-        func add<T: Sendable>(_ task: Task<T, any Error>) -> Task<T, any Error> {
-            let cancelNow = lock.withLock {
-                cancellations.append { task.cancel() }
-                ends.append { _ = try? await task.value }
-                return cancelled
+        private let lock = NSLock()
+        private var tasks: [Int: Entry] = [:]
+        private var nextId = 0
+        private var cancelled = false
+        private var stoppedEarly = false
+
+        /// Keeps `task` until forgotten; cancelled at once if the transfer already was.
+        func add<T: Sendable>(_ task: Task<T, any Error>) -> (task: Task<T, any Error>, id: Int) {
+            let (id, cancelNow) = lock.withLock {
+                nextId += 1
+                tasks[nextId] = Entry(cancel: { task.cancel() }, end: { _ = try? await task.value })
+                return (nextId, cancelled)
             }
             if cancelNow { task.cancel() }
-            return task
+            return (task, id)
+        }
+
+        /// Lets finished tasks go, and what they hold.
+        func forget(_ ids: [Int]) {
+            lock.withLock {
+                for id in ids { tasks[id] = nil }
+            }
         }
 
         func cancel() {
-            let cancellations = lock.withLock {
+            let live = lock.withLock {
                 cancelled = true
-                return self.cancellations
+                return Array(tasks.values)
             }
-            for cancel in cancellations { cancel() }
+            for entry in live { entry.cancel() }
         }
 
-        /// Waits for every task added, whatever their outcome.
+        /// A store found the set moved on: everything else is cancelled, and the transfer ends normally.
+        func stop() {
+            lock.withLock { stoppedEarly = true }
+            cancel()
+        }
+
+        var isStopped: Bool { lock.withLock { stoppedEarly } }
+
+        /// Waits for every task not forgotten, whatever their outcome.
         func finish() async {
-            for end in lock.withLock({ ends }) { await end() }
+            for entry in lock.withLock({ Array(tasks.values) }) { await entry.end() }
         }
     }
 }

@@ -12,7 +12,8 @@ extension ReferenceData {
     ///
     /// Pulls travel in a pipeline (``transfer(from:_:)``), each page stored with its cursor in one transaction.
     /// A page is stored only onto the cursor it was pulled from: when another refresh of the same set has moved
-    /// the cursor meanwhile, this one stops there, and what it had pulled is left to the other.
+    /// the cursor meanwhile, this one stops there, asks for nothing more and returns what it stored; the other
+    /// stores the rest.
     ///
     /// - Throws: ``ClientError`` `notFound` when the set was never fully downloaded; the transport's error when
     ///   the network fails, after storing the pages already received.
@@ -103,7 +104,7 @@ extension ReferenceData {
             db.cachedStatement(
                 sql: "SELECT cursor, stored FROM reference_state WHERE collection = ? AND scope = ? AND completed_at IS NOT NULL"),
             arguments: [collection, scope]),
-            state["cursor"] == pulledFrom
+            (state["cursor"] as String?) == pulledFrom
         else { return nil }
         // A pull lists a record once, as it is now. Were an id listed twice, only its last change would count:
         // taking a row out of a contentless FTS5 index twice would damage the index.

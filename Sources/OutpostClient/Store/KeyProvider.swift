@@ -78,10 +78,14 @@ struct Sealer: Sendable {
     /// `count` random 96-bit nonces, for a page of seals, drawn from the system's random source at once: a
     /// nonce of its own costs two `getrandom` calls on Linux (swift-crypto draws 8 bytes at a time), a tenth of
     /// a reference row's sealing.
+    /// Where the system's source cannot be read at once (a sandbox without `/dev/urandom`), each nonce is
+    /// drawn on its own.
     func nonces(_ count: Int) throws -> [AES.GCM.Nonce] {
         let size = 12
         var bytes = [UInt8](repeating: 0, count: count * size)
-        try bytes.withUnsafeMutableBytes { try SystemRandom.fill($0) }
+        guard bytes.withUnsafeMutableBytes({ SystemRandom.fill($0) }) else {
+            return (0..<count).map { _ in AES.GCM.Nonce() }
+        }
         return try (0..<count).map { try AES.GCM.Nonce(data: bytes[($0 * size)..<(($0 + 1) * size)]) }
     }
 
@@ -129,22 +133,28 @@ struct Sealer: Sendable {
 
 /// Random bytes from the operating system's cryptographic source, many at once.
 enum SystemRandom {
-    static func fill(_ buffer: UnsafeMutableRawBufferPointer) throws {
-        guard let base = buffer.baseAddress, buffer.count > 0 else { return }
+    /// Fills `buffer`; false when the source cannot be read.
+    static func fill(_ buffer: UnsafeMutableRawBufferPointer) -> Bool {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return true }
         #if canImport(Darwin)
         arc4random_buf(base, buffer.count)
+        return true
         #else
         // The kernel's source as a file: one read, where getrandom(2) is not declared to Swift on every glibc.
-        let descriptor = open("/dev/urandom", O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw ClientError(.keyUnavailable, "cannot open the system's random source") }
+        var descriptor: Int32
+        repeat {
+            descriptor = open("/dev/urandom", O_RDONLY | O_CLOEXEC)
+        } while descriptor < 0 && errno == EINTR
+        guard descriptor >= 0 else { return false }
         defer { close(descriptor) }
         var filled = 0
         while filled < buffer.count {
             let count = read(descriptor, base + filled, buffer.count - filled)
             if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { throw ClientError(.keyUnavailable, "cannot read the system's random source") }
+            guard count > 0 else { return false }
             filled += count
         }
+        return true
         #endif
     }
 }
