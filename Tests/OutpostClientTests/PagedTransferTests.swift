@@ -65,55 +65,45 @@ struct PagedTransferTests {
         #expect(census.living == 0)
     }
 
-    @Test("a store that finds the set moved on stops the transfer at once: nothing stored after, nothing asked for, no error even if the network fails then", .timeLimit(.minutes(1)))
-    func stopsAtOnce() async throws {
+    /// Runs a transfer of `pages` pages whose store finds the set moved on at page `stopAt`, and whose pages
+    /// from `failingFrom` on fail as the network would; returns what it saw.
+    static func stopping(pages: Int, at stopAt: Int, failingFrom: Int? = nil) async throws -> Census {
         let census = Census()
         try await ReferenceData.transfer(
             from: 0,
             ReferenceData.PageStages(
                 fetch: { number in
-                    // Pages after the third fail, as the network would, whenever they are asked for.
-                    if number > 2 { throw TransportError(kind: .network, message: "connection lost") }
+                    if let failingFrom, number >= failingFrom {
+                        throw TransportError(kind: .network, message: "connection lost")
+                    }
                     // As a transport does, a request cancelled before it goes out is not made.
                     try Task.checkCancellation()
                     census.fetched()
                     return number
                 },
-                next: { number in number + 1 < 50 ? number + 1 : nil },
+                next: { number in number + 1 < pages ? number + 1 : nil },
                 prepare: { number in number },
                 store: { number, _ in
                     census.stored(number)
-                    guard number < 2 else {
+                    guard number < stopAt else {
                         census.stop()
                         return false
                     }
                     return true
                 }))
+        return census
+    }
+
+    @Test("a store that finds the set moved on stops the transfer at once: nothing stored after, nothing asked for, no error even if the network fails then", .timeLimit(.minutes(1)))
+    func stopsAtOnce() async throws {
+        let census = try await Self.stopping(pages: 50, at: 2, failingFrom: 3)
         #expect(census.stores == [0, 1, 2])
         #expect(census.lateFetches == 0)
     }
 
     @Test("stopped while later pages are still coming, no page after the stop is stored or asked for", .timeLimit(.minutes(1)))
     func stopsWithPagesInFlight() async throws {
-        let census = Census()
-        try await ReferenceData.transfer(
-            from: 0,
-            ReferenceData.PageStages(
-                fetch: { number in
-                    try Task.checkCancellation()
-                    census.fetched()
-                    return number
-                },
-                next: { number in number + 1 < 100 ? number + 1 : nil },
-                prepare: { number in number },
-                store: { number, _ in
-                    census.stored(number)
-                    guard number < 5 else {
-                        census.stop()
-                        return false
-                    }
-                    return true
-                }))
+        let census = try await Self.stopping(pages: 100, at: 5)
         #expect(census.stores == [0, 1, 2, 3, 4, 5])
         #expect(census.lateFetches == 0)
     }
