@@ -125,8 +125,9 @@ extension ReferenceData {
             existing[row[0]] = (row[1], row[2])
         }
 
-        var upserts: [PreparedRow] = []
-        var walkIns: [String] = []
+        // Rows already here are updated where they are, by ordinal; walk-ins are inserted.
+        var updates: [(ordinal: Int64, row: PreparedRow)] = []
+        var walkIns: [PreparedRow] = []
         var removedIds: [String] = []
         var tombstoneIds: [String] = []
         // Index entries to take out (ordinal and the tokens it was indexed with), and rows to index again.
@@ -136,10 +137,11 @@ extension ReferenceData {
         for (change, row) in zip(changes, rows) {
             let old = existing[change.recordId]
             if let row {
-                upserts.append(row)
-                if old == nil {
+                if let old {
+                    updates.append((old.ordinal, row))
+                } else {
                     stored += 1
-                    walkIns.append(change.recordId)
+                    walkIns.append(row)
                 }
                 // Most changes leave the name and e-mail alone, and so the tokens' text.
                 guard old?.tokens != row.tokenText else { continue }
@@ -154,8 +156,21 @@ extension ReferenceData {
             }
         }
 
-        // A walk-in takes the next ordinal; a row replaced keeps its own.
-        try insertRecords(upserts, collection: collection, scope: scope, replacing: true, db: db)
+        // A row replaced keeps its ordinal: one probe of the table by it, where an upsert first probed the
+        // unique index of ids. A walk-in takes the next ordinal.
+        if !updates.isEmpty {
+            let update = RawStatement(
+                try db.cachedStatement(sql: "UPDATE reference_records SET payload = ?, version = ?, tokens = ? WHERE ordinal = ?"),
+                db: db)
+            for (ordinal, row) in updates {
+                try update.bind(row.payload, at: 1)
+                try update.bind(row.version, at: 2)
+                try update.bind(row.tokenText, at: 3)
+                try update.bind(ordinal, at: 4)
+                try update.execute()
+            }
+        }
+        try insertRecords(walkIns, collection: collection, scope: scope, db: db)
         // Statements on the set's rows among some ids, one statement for a whole page's.
         func onRows(_ statement: String, among ids: [String]) throws {
             guard !ids.isEmpty else { return }
@@ -166,7 +181,7 @@ extension ReferenceData {
         try onRows("DELETE FROM reference_records", among: removedIds)
         // A walk-in added again after a cancellation is no longer cancelled. (A row stored has no tombstone: one
         // is written only where the row is gone.)
-        try onRows("DELETE FROM reference_tombstones", among: walkIns)
+        try onRows("DELETE FROM reference_tombstones", among: walkIns.map(\.recordId))
         if !tombstoneIds.isEmpty {
             try db.cachedStatement(
                 sql: """
@@ -190,7 +205,7 @@ extension ReferenceData {
             ).execute(arguments: [String(decoding: try pairs.jsonBytes(), as: UTF8.self)])
         }
         try onRows("INSERT INTO reference_index (rowid, tokens) SELECT ordinal, tokens FROM reference_records", among: reindexed)
-        return (upserts.count, tombstoneIds.count)
+        return (updates.count + walkIns.count, tombstoneIds.count)
     }
 
     /// Ids as a JSON array, for `json_each`: one statement for a whole page's ids.

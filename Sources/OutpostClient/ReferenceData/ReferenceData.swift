@@ -90,16 +90,9 @@ public struct ReferenceData: Sendable {
     /// Rows per multi-row `INSERT`: one statement per row cost more than the B-tree work it does.
     static let insertBatch = 50
 
-    private static let replacingClause = """
-         ON CONFLICT (collection, scope, record_id) DO UPDATE SET
-          payload = excluded.payload, version = excluded.version, tokens = excluded.tokens
-        """
-
     /// The statements that insert 1 to ``insertBatch`` rows: the set's collection and scope are bound once, as
     /// ?1 and ?2, for every row of the statement.
     private static let inserts = (1...insertBatch).map { insertSQL(rows: $0) }
-    /// The same, where a row replaced is updated in place; `INSERT OR REPLACE` would delete it and insert it again.
-    private static let replacingInserts = (1...insertBatch).map { insertSQL(rows: $0) + replacingClause }
 
     private static func insertSQL(rows: Int) -> String {
         let tuples = (0..<rows).map { row in
@@ -111,13 +104,13 @@ public struct ReferenceData: Sendable {
     }
 
     static func insertRecords(
-        _ rows: [PreparedRow], collection: String, scope: String, replacing: Bool = false, db: Database
+        _ rows: [PreparedRow], collection: String, scope: String, db: Database
     ) throws {
         var start = 0
         while start < rows.count {
             let count = min(insertBatch, rows.count - start)
             let statement = RawStatement(
-                try db.cachedStatement(sql: (replacing ? Self.replacingInserts : Self.inserts)[count - 1]), db: db)
+                try db.cachedStatement(sql: Self.inserts[count - 1]), db: db)
             try statement.bind(collection, at: 1)
             try statement.bind(scope, at: 2)
             for (offset, row) in rows[start..<(start + count)].enumerated() {
