@@ -90,10 +90,10 @@ extension ReferenceData {
         var total: RefreshSummary { lock.withLock { summary } }
     }
 
-    /// Stores one pulled page in a few statements for the whole page rather than several per change: updates
-    /// and walk-ins replace their rows, and go into the search index again only when their tokens changed (a
-    /// changed note leaves the name's alone); tombstones remove the row and its index entry and remember the
-    /// id; the cursor moves on. Returns nil, and stores nothing, when the set's cursor is no longer the one the
+    /// Stores one pulled page: rows already stored are updated in place, walk-ins inserted, and either goes into
+    /// the search index again only when its tokens changed (a changed note leaves the name's alone); tombstones
+    /// remove the row and its index entry and remember the id; the cursor moves on. The page's rows are looked
+    /// up, and its removals and tombstones written, in one statement each for the whole page. Returns nil, and stores nothing, when the set's cursor is no longer the one the
     /// page was pulled from.
     static func apply(
         _ page: PullPage, rows: [PreparedRow?], pulledFrom: String, collection: String, scope: String, at time: Int64,
