@@ -31,7 +31,7 @@ extension ReferenceData {
         let sealer = store.sealer
         let index = self.index
         let now = self.now
-        let summary = Tally()
+        let summary = LockedBox(RefreshSummary(updated: 0, removed: 0))
         try await Self.transfer(
             from: cursor,
             PageStages(
@@ -62,10 +62,13 @@ extension ReferenceData {
                             at: time, db: db)
                     }
                     guard let counts else { return false }
-                    summary.add(RefreshSummary(updated: counts.0, removed: counts.1))
+                    summary.withLock {
+                        $0.updated += counts.0
+                        $0.removed += counts.1
+                    }
                     return true
                 }))
-        return summary.total
+        return summary.withLock { $0 }
     }
 
     /// The cursor a refresh of a set continues from; nil until the set's download completed.
@@ -75,26 +78,11 @@ extension ReferenceData {
             arguments: [collection, scope])
     }
 
-    /// What the pages of one refresh stored, added up as they are stored.
-    private final class Tally: @unchecked Sendable {
-        private let lock = NSLock()
-        private var summary = RefreshSummary(updated: 0, removed: 0)
-
-        func add(_ page: RefreshSummary) {
-            lock.withLock {
-                summary.updated += page.updated
-                summary.removed += page.removed
-            }
-        }
-
-        var total: RefreshSummary { lock.withLock { summary } }
-    }
-
     /// Stores one pulled page: rows already stored are updated in place, walk-ins inserted, and either goes into
     /// the search index again only when its tokens changed (a changed note leaves the name's alone); tombstones
     /// remove the row and its index entry and remember the id; the cursor moves on. The page's rows are looked
-    /// up, and its removals and tombstones written, in one statement each for the whole page. Returns nil, and stores nothing, when the set's cursor is no longer the one the
-    /// page was pulled from.
+    /// up, and its removals and tombstones written, in one statement each for the whole page. Returns nil, and
+    /// stores nothing, when the set's cursor is no longer the one the page was pulled from.
     static func apply(
         _ page: PullPage, rows: [PreparedRow?], pulledFrom: String, collection: String, scope: String, at time: Int64,
         db: Database

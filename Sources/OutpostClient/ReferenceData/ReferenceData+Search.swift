@@ -10,7 +10,8 @@ extension ReferenceData {
             try await store.queue.read { db in
                 guard try Self.state(db, collection: collection, scope: scope).isReady else { return .incomplete }
                 if let row = try Row.fetchOne(
-                    db, sql: "SELECT payload, version FROM reference_records WHERE collection = ? AND scope = ? AND record_id = ?",
+                    db.cachedStatement(
+                        sql: "SELECT payload, version FROM reference_records WHERE collection = ? AND scope = ? AND record_id = ?"),
                     arguments: [collection, scope, recordId])
                 {
                     let fields = try sealer.open(
@@ -19,7 +20,8 @@ extension ReferenceData {
                     return .found(ReferenceRecord(recordId: recordId, fields: fields, version: row["version"]))
                 }
                 let cancelled = try Bool.fetchOne(
-                    db, sql: "SELECT 1 FROM reference_tombstones WHERE collection = ? AND scope = ? AND record_id = ?",
+                    db.cachedStatement(
+                        sql: "SELECT 1 FROM reference_tombstones WHERE collection = ? AND scope = ? AND record_id = ?"),
                     arguments: [collection, scope, recordId]) ?? false
                 return cancelled ? .cancelled : .notFound
             }
@@ -51,7 +53,8 @@ extension ReferenceData {
                     WHERE reference_index MATCH ? AND r.collection = ? AND r.scope = ?
                     """
                 let arguments: [any DatabaseValueConvertible] = [ReferenceIndex.matchExpression(tokens), collection, scope]
-                let candidates = try Row.fetchCursor(db, sql: sql, arguments: StatementArguments(arguments))
+                // Compiled once per connection, as the lookups' statements: a desk searches all day.
+                let candidates = try Row.fetchCursor(db.cachedStatement(sql: sql), arguments: StatementArguments(arguments))
                 // Open candidates only until `limit` match: a two-letter prefix may have thousands.
                 var found: [ReferenceRecord] = []
                 let byName = !ReferenceIndex.isEmail(query)

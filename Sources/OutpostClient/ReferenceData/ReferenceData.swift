@@ -32,8 +32,10 @@ public struct ReferenceData: Sendable {
     }
 
     static func state(_ db: Database, collection: String, scope: String) throws -> ReferenceState {
+        // Cached: every lookup and search asks first.
         guard let row = try Row.fetchOne(
-            db, sql: "SELECT * FROM reference_state WHERE collection = ? AND scope = ?", arguments: [collection, scope])
+            db.cachedStatement(sql: "SELECT completed_at, stored, total FROM reference_state WHERE collection = ? AND scope = ?"),
+            arguments: [collection, scope])
         else { return .notDownloaded }
         if let completed: Int64 = row["completed_at"] {
             return .ready(since: Timestamp(millisecondsSince1970: completed).date)
@@ -57,16 +59,14 @@ public struct ReferenceData: Sendable {
         let recordId: String
         let payload: Data
         let version: Int64
-        let tokens: [Int64]
-        /// `tokens` as the row and the search index keep them (``ReferenceIndex/text(_:)``), written here on the
-        /// preparing tasks.
+        /// The search tokens as the row and the search index keep them (``ReferenceIndex/text(_:)``), written
+        /// here on the preparing tasks.
         let tokenText: String?
 
         init(recordId: String, payload: Data, version: Int64, tokens: [Int64]) {
             self.recordId = recordId
             self.payload = payload
             self.version = version
-            self.tokens = tokens
             self.tokenText = ReferenceIndex.text(tokens)
         }
     }
