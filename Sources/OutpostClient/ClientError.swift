@@ -20,6 +20,9 @@ public struct ClientError: Error, Sendable, CustomStringConvertible {
         public static let notFound = Code(rawValue: "not_found")
         /// The device was never initialised with a server and a token.
         public static let notConfigured = Code(rawValue: "not_configured")
+        /// Another process is doing the same work on this store (such as downloading the same set); try again
+        /// when it ends.
+        public static let busy = Code(rawValue: "busy")
     }
 
     public var code: Code

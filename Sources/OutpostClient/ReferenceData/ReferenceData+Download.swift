@@ -10,11 +10,26 @@ extension ReferenceData {
     /// continuation is known, and this one is read and sealed while the one before it is written. Cancelling the
     /// calling task stops the download, and the call throws `CancellationError` once every task of it has ended.
     ///
+    /// One download of a set runs at a time: a second call through the same store waits for the first to end,
+    /// then returns the set as ready or resumes where the first stopped. Across processes (two stores opened on
+    /// one file), a page is stored only onto the continuation it was asked with: a download that finds another
+    /// one ahead of it stops, storing nothing more, and returns the set if that one completed it.
+    ///
     /// - Throws: the transport's error when the network fails, after storing the pages already received; what
-    ///   was stored stays stored.
+    ///   was stored stays stored. ``ClientError`` `busy` when another process's download of the set has moved
+    ///   past this one and not yet completed it.
     @discardableResult
     public func download(
         collection: String, scope: String, progress: (@Sendable (DownloadProgress) -> Void)? = nil
+    ) async throws -> ReferenceState {
+        try await store.downloads.run("\(collection)\u{0}\(scope)") {
+            try await downloadAlone(collection: collection, scope: scope, progress: progress)
+        }
+    }
+
+    /// A download, with no other of the same set running in this process.
+    private func downloadAlone(
+        collection: String, scope: String, progress: (@Sendable (DownloadProgress) -> Void)?
     ) async throws -> ReferenceState {
         let started = now()
         let (completed, continuation, resumedFrom) = try await store.perform {
@@ -50,14 +65,21 @@ extension ReferenceData {
                     return PreparedPage(page: page, rows: rows)
                 },
                 store: { page, continuation in
-                    let stored = try await storePage(
-                        page, collection: collection, scope: scope, isFirst: continuation == nil)
+                    guard let stored = try await storePage(
+                        page, collection: collection, scope: scope, askedWith: continuation)
+                    else { return false }
                     let elapsed = max(now().timeIntervalSince(started), 0.001)
                     progress?(DownloadProgress(
                         stored: stored, total: max(page.page.total, stored), rate: Double(stored - resumedFrom) / elapsed))
                     return true
                 }))
-        return try await state(collection: collection, scope: scope)
+        let state = try await state(collection: collection, scope: scope)
+        // The last page stored completes the set: short of it, another process's download moved past this one.
+        guard state.isReady else {
+            throw ClientError(
+                .busy, "another download of \(collection)/\(scope) is under way on this device; try again when it ends")
+        }
+        return state
     }
 
     /// A page as received, its rows sealed and tokenised: everything but the database work.
@@ -66,18 +88,33 @@ extension ReferenceData {
         var rows: [PreparedRow]
     }
 
-    private func storePage(_ prepared: PreparedPage, collection: String, scope: String, isFirst: Bool) async throws -> Int {
+    /// Stores a page and its continuation, and returns the rows stored so far; nil, storing nothing, when the set
+    /// is no longer where the page was asked from (`askedWith`, nil for the first page): another download stored
+    /// that page or completed the set.
+    private func storePage(
+        _ prepared: PreparedPage, collection: String, scope: String, askedWith continuation: String?
+    ) async throws -> Int? {
         let page = prepared.page
         let rows = prepared.rows
+        let isFirst = continuation == nil
         let completedAt = page.continuation == nil ? Timestamp(now()).millisecondsSince1970 : nil
-        let write: @Sendable (Database) throws -> Int = { db in
+        let write: @Sendable (Database) throws -> Int? = { db in
+            let state = try Row.fetchOne(
+                db, sql: "SELECT continuation, stored, completed_at FROM reference_state WHERE collection = ? AND scope = ?",
+                arguments: [collection, scope])
+            // A page goes only onto the continuation it was asked with; the first, only where no download began.
             if isFirst {
+                guard state == nil else { return nil }
                 // A fresh download replaces whatever an earlier, abandoned one left.
                 try Self.unindex(db, collection: collection, scope: scope)
                 for table in ["reference_records", "reference_tombstones"] {
                     try db.execute(
                         sql: "DELETE FROM \(table) WHERE collection = ? AND scope = ?", arguments: [collection, scope])
                 }
+            } else {
+                guard let state, (state["completed_at"] as Int64?) == nil,
+                    (state["continuation"] as String?) == continuation
+                else { return nil }
             }
             // Pages of one download hold distinct, new ids: nothing to replace. Rows take the next ordinals, and
             // the page goes into the search index as one more small FTS5 segment.
@@ -85,10 +122,7 @@ extension ReferenceData {
             try Self.insertRecords(rows, collection: collection, scope: scope, db: db)
             try Self.indexRows(db, after: lastOrdinal)
             // Counted as it goes: a COUNT(*) per page would make the download quadratic.
-            let before = isFirst ? 0 : try Int.fetchOne(
-                db, sql: "SELECT stored FROM reference_state WHERE collection = ? AND scope = ?",
-                arguments: [collection, scope]) ?? 0
-            let stored = before + page.records.count
+            let stored = ((state?["stored"] as Int?) ?? 0) + page.records.count
             try db.execute(
                 sql: """
                     INSERT OR REPLACE INTO reference_state (collection, scope, continuation, cursor, total, stored,
