@@ -210,11 +210,34 @@ struct ReferenceIndexTests {
         #expect(leftovers.isEmpty)
         #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest5@example.org").map(\.recordId) == ["g00005"])
 
+        // Rows from before fingerprints have none: a refresh works out their tokens, reindexes a renamed row, and
+        // keeps the entries of a row whose note alone changed, giving both their fingerprint.
+        #expect(try Self.fingerprints(olderURL).values.allSatisfy { $0 == nil })
         server.put("g00005", ["event_id": "ev-1", "name": "Renamed Person", "email": "renamed@example.org"], scope: "ev-1")
-        #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 1, removed: 0))
+        server.put(
+            "g00006", ["event_id": "ev-1", "name": "Guest6 Family6", "email": "guest6@example.org", "note": "table 4"],
+            scope: "ev-1")
+        #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 2, removed: 0))
         #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest5@example.org").isEmpty)
         #expect(try await data.search(collection: "guests", scope: "ev-1", query: "renamed").map(\.recordId) == ["g00005"])
+        #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest6@example.org").map(\.recordId) == ["g00006"])
         #expect(try Self.keptTokens(olderURL) == Self.searchRows(olderURL))
+        let index = ReferenceIndex(storeKey: Self.key)
+        let fingerprints = try Self.fingerprints(olderURL)
+        #expect(fingerprints["g00005"] == index.fingerprint(name: "Renamed Person", email: "renamed@example.org"))
+        #expect(fingerprints["g00006"] == index.fingerprint(name: "Guest6 Family6", email: "guest6@example.org"))
+        #expect(fingerprints["g00007"] == .some(nil))
+    }
+
+    /// Each reference row's fingerprint, by record id.
+    static func fingerprints(_ url: URL) throws -> [String: Int64?] {
+        try DatabaseQueue(path: url.path).read { db in
+            var rows: [String: Int64?] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT record_id, fingerprint FROM reference_records") {
+                rows[row["record_id"]] = row["fingerprint"] as Int64?
+            }
+            return rows
+        }
     }
 
     /// Copies a current store's reference data into a new store migrated only up to the schema before
@@ -261,6 +284,22 @@ struct ReferenceTokenTests {
             .withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
         let colon = message.firstIndex(of: ":")!
         #expect(index.token(String(message[..<colon]), message[message.index(after: colon)...]) == expected)
+    }
+
+    @Test("a fingerprint tells apart every name and e-mail pair, absent from empty, and differs from one store key to another")
+    func fingerprints() {
+        let index = ReferenceIndex(storeKey: SymmetricKey(size: .bits256))
+        let pairs: [(String?, String?)] = [
+            (nil, nil), ("", nil), (nil, ""), ("", ""), ("ab", "c"), ("a", "bc"), ("abc", nil), (nil, "abc"),
+            ("Ana Silva", "ana@example.org"), ("ana silva", "ana@example.org"), ("Ana Silva", "ANA@example.org"),
+            ("Ana\u{0}Silva", nil), ("Ana", "\u{1}Silva"),
+        ]
+        let digests = pairs.map { index.fingerprint(name: $0.0, email: $0.1) }
+        #expect(Set(digests).count == pairs.count)
+        // The same pair, the same digest (and so the same tokens); another key, another digest.
+        #expect(pairs.map { index.fingerprint(name: $0.0, email: $0.1) } == digests)
+        let other = ReferenceIndex(storeKey: SymmetricKey(size: .bits256))
+        #expect(other.fingerprint(name: "Ana Silva", email: "ana@example.org") != digests[8])
     }
 
     @Test("a row's tokens are kept as their 64 bits in 16 hex digits each, space-separated, and read back the same")

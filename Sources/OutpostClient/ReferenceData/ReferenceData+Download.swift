@@ -60,7 +60,8 @@ extension ReferenceData {
                     let nonces = try sealer.nonces(page.records.count)
                     let rows = try await Self.inHalves(Array(zip(page.records, nonces))) { record, nonce in
                         try Self.prepare(
-                            record, nonce: nonce, collection: collection, scope: scope, sealer: sealer, index: index)
+                            record, nonce: nonce, collection: collection, scope: scope, sealer: sealer, index: index,
+                            withTokens: true)
                     }
                     return PreparedPage(page: page, rows: rows)
                 },
@@ -119,7 +120,7 @@ extension ReferenceData {
             // Pages of one download hold distinct, new ids: nothing to replace. Rows take the next ordinals, and
             // the page goes into the search index as one more small FTS5 segment.
             let lastOrdinal = try Self.lastOrdinal(db)
-            try Self.insertRecords(rows, collection: collection, scope: scope, db: db)
+            try Self.insertRecords(rows, collection: collection, scope: scope, index: index, db: db)
             try Self.indexRows(db, after: lastOrdinal)
             // Counted as it goes: a COUNT(*) per page would make the download quadratic.
             let stored = ((state?["stored"] as Int?) ?? 0) + page.records.count

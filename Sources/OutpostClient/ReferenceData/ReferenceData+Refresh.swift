@@ -48,7 +48,8 @@ extension ReferenceData {
                         change.tombstone
                             ? nil
                             : try Self.prepare(
-                                change, nonce: nonce, collection: collection, scope: scope, sealer: sealer, index: index)
+                                change, nonce: nonce, collection: collection, scope: scope, sealer: sealer, index: index,
+                                withTokens: false)
                     }
                     return (page, rows)
                 },
@@ -59,7 +60,7 @@ extension ReferenceData {
                     let counts = try await self.store.writeUnflushedOnQueue { db in
                         try Self.apply(
                             prepared.0, rows: prepared.1, pulledFrom: pulledFrom, collection: collection, scope: scope,
-                            at: time, db: db)
+                            index: index, at: time, db: db)
                     }
                     guard let counts else { return false }
                     summary.withLock {
@@ -79,13 +80,14 @@ extension ReferenceData {
     }
 
     /// Stores one pulled page: rows already stored are updated in place, walk-ins inserted, and either goes into
-    /// the search index again only when its tokens changed (a changed note leaves the name's alone); tombstones
-    /// remove the row and its index entry and remember the id; the cursor moves on. The page's rows are looked
-    /// up, and its removals and tombstones written, in one statement each for the whole page. Returns nil, and
-    /// stores nothing, when the set's cursor is no longer the one the page was pulled from.
+    /// the search index again only when its tokens changed: tokens are worked out only for rows whose fingerprint
+    /// (their name and e-mail) changed, and most changes (a note, a table) leave it alone. Tombstones remove the
+    /// row and its index entry and remember the id; the cursor moves on. The page's rows are looked up, and its
+    /// removals and tombstones written, in one statement each for the whole page. Returns nil, and stores nothing,
+    /// when the set's cursor is no longer the one the page was pulled from.
     static func apply(
-        _ page: PullPage, rows: [PreparedRow?], pulledFrom: String, collection: String, scope: String, at time: Int64,
-        db: Database
+        _ page: PullPage, rows: [PreparedRow?], pulledFrom: String, collection: String, scope: String,
+        index: ReferenceIndex, at time: Int64, db: Database
     ) throws -> (Int, Int)? {
         // Statements of fixed text are compiled once per connection: a refresh applies several pages.
         guard let state = try Row.fetchOne(
@@ -101,11 +103,11 @@ extension ReferenceData {
         let kept = page.changes.indices.filter { last[page.changes[$0].recordId] == $0 }
         let changes = kept.map { page.changes[$0] }
         let rows = kept.map { rows[$0] }
-        var existing: [String: (ordinal: Int64, tokens: String?)] = [:]
+        var existing: [String: (ordinal: Int64, fingerprint: Int64?)] = [:]
         let rowsOfPage = try Row.fetchCursor(
             db.cachedStatement(
                 sql: """
-                    SELECT record_id, ordinal, tokens FROM reference_records
+                    SELECT record_id, ordinal, fingerprint FROM reference_records
                     WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))
                     """),
             arguments: [collection, scope, try idList(changes.map(\.recordId))])
@@ -115,58 +117,92 @@ extension ReferenceData {
 
         // Rows already here are updated where they are, by ordinal; walk-ins are inserted.
         var updates: [(ordinal: Int64, row: PreparedRow)] = []
+        // Rows whose name or e-mail may have changed (their fingerprint did, or they had none), with their tokens.
+        var retokenized: [(ordinal: Int64, row: PreparedRow, tokens: String?)] = []
         var walkIns: [PreparedRow] = []
-        var removedIds: [String] = []
+        var removed: [(id: String, ordinal: Int64)] = []
         var tombstoneIds: [String] = []
-        // Index entries to take out (ordinal and the tokens it was indexed with), and rows to index again.
-        var unindexed: [(ordinal: Int64, tokens: String)] = []
-        var reindexed: [String] = []
         var stored: Int = state["stored"]
         for (change, row) in zip(changes, rows) {
             let old = existing[change.recordId]
             if let row {
                 if let old {
-                    updates.append((old.ordinal, row))
+                    if old.fingerprint == row.fingerprint {
+                        updates.append((old.ordinal, row))
+                    } else {
+                        retokenized.append((old.ordinal, row, row.tokenText(index)))
+                    }
                 } else {
                     stored += 1
                     walkIns.append(row)
                 }
-                // Most changes leave the name and e-mail alone, and so the tokens' text.
-                guard old?.tokens != row.tokenText else { continue }
-                if let old, let tokens = old.tokens { unindexed.append((old.ordinal, tokens)) }
-                if row.tokenText != nil { reindexed.append(change.recordId) }
             } else {
                 tombstoneIds.append(change.recordId)
                 guard let old else { continue }
                 stored -= 1
-                removedIds.append(change.recordId)
-                if let tokens = old.tokens { unindexed.append((old.ordinal, tokens)) }
+                removed.append((change.recordId, old.ordinal))
             }
+        }
+
+        // The tokens the index holds for rows that may leave it, as a contentless index needs them to remove them.
+        var oldTokens: [Int64: String] = [:]
+        let leaving = retokenized.map(\.ordinal) + removed.map(\.ordinal)
+        if !leaving.isEmpty {
+            let tokens = try Row.fetchCursor(
+                db.cachedStatement(
+                    sql: """
+                        SELECT ordinal, tokens FROM reference_records
+                        WHERE ordinal IN (SELECT value FROM json_each(?)) AND tokens IS NOT NULL
+                        """),
+                arguments: [String(decoding: try JSONValue.array(leaving.map { .integer($0) }).jsonBytes(), as: UTF8.self)])
+            while let row = try tokens.next() { oldTokens[row[0]] = row[1] }
+        }
+        // Index entries to take out (ordinal and the tokens it was indexed with), and rows to index again.
+        var unindexed: [(ordinal: Int64, tokens: String)] = removed.compactMap { removed in
+            oldTokens[removed.ordinal].map { (removed.ordinal, $0) }
+        }
+        var reindexed: [String] = walkIns.map(\.recordId)
+        for (ordinal, row, tokens) in retokenized where oldTokens[ordinal] != tokens {
+            if let old = oldTokens[ordinal] { unindexed.append((ordinal, old)) }
+            if tokens != nil { reindexed.append(row.recordId) }
         }
 
         // A row replaced keeps its ordinal: one probe of the table by it, where an upsert first probed the
         // unique index of ids. A walk-in takes the next ordinal.
         if !updates.isEmpty {
             let update = RawStatement(
-                try db.cachedStatement(sql: "UPDATE reference_records SET payload = ?, version = ?, tokens = ? WHERE ordinal = ?"),
-                db: db)
+                try db.cachedStatement(sql: "UPDATE reference_records SET payload = ?, version = ? WHERE ordinal = ?"), db: db)
             for (ordinal, row) in updates {
                 try update.bind(row.payload, at: 1)
                 try update.bind(row.version, at: 2)
-                try update.bind(row.tokenText, at: 3)
-                try update.bind(ordinal, at: 4)
+                try update.bind(ordinal, at: 3)
                 try update.execute()
             }
         }
-        try insertRecords(walkIns, collection: collection, scope: scope, db: db)
+        if !retokenized.isEmpty {
+            let update = RawStatement(
+                try db.cachedStatement(
+                    sql: "UPDATE reference_records SET payload = ?, version = ?, tokens = ?, fingerprint = ? WHERE ordinal = ?"),
+                db: db)
+            for (ordinal, row, tokens) in retokenized {
+                try update.bind(row.payload, at: 1)
+                try update.bind(row.version, at: 2)
+                try update.bind(tokens, at: 3)
+                try update.bind(row.fingerprint, at: 4)
+                try update.bind(ordinal, at: 5)
+                try update.execute()
+            }
+        }
+        try insertRecords(walkIns, collection: collection, scope: scope, index: index, db: db)
         // Statements on the set's rows among some ids, one statement for a whole page's.
-        func onRows(_ statement: String, among ids: [String]) throws {
+        func onRows(_ statement: String, among ids: [String], where condition: String? = nil) throws {
             guard !ids.isEmpty else { return }
             try db.cachedStatement(
                 sql: statement + " WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))"
+                    + (condition.map { " AND " + $0 } ?? "")
             ).execute(arguments: [collection, scope, try idList(ids)])
         }
-        try onRows("DELETE FROM reference_records", among: removedIds)
+        try onRows("DELETE FROM reference_records", among: removed.map(\.id))
         // A walk-in added again after a cancellation is no longer cancelled. (A row stored has no tombstone: one
         // is written only where the row is gone.)
         try onRows("DELETE FROM reference_tombstones", among: walkIns.map(\.recordId))
@@ -192,8 +228,10 @@ extension ReferenceData {
                     """
             ).execute(arguments: [String(decoding: try pairs.jsonBytes(), as: UTF8.self)])
         }
-        try onRows("INSERT INTO reference_index (rowid, tokens) SELECT ordinal, tokens FROM reference_records", among: reindexed)
-        return (updates.count + walkIns.count, tombstoneIds.count)
+        try onRows(
+            "INSERT INTO reference_index (rowid, tokens) SELECT ordinal, tokens FROM reference_records",
+            among: reindexed, where: "tokens IS NOT NULL")
+        return (updates.count + retokenized.count + walkIns.count, tombstoneIds.count)
     }
 
     /// Ids as a JSON array, for `json_each`: one statement for a whole page's ids.

@@ -54,37 +54,53 @@ public struct ReferenceData: Sendable {
         return try await first + second
     }
 
-    /// A record ready to store: sealed, with its search tokens.
+    /// A record ready to store: sealed, with what it is indexed by.
     struct PreparedRow: Sendable {
         let recordId: String
         let payload: Data
         let version: Int64
-        /// The search tokens as the row and the search index keep them (``ReferenceIndex/text(_:)``), written
-        /// here on the preparing tasks.
-        let tokenText: String?
+        /// The name and e-mail the row is indexed by, and their ``ReferenceIndex/fingerprint(name:email:)``.
+        let name: String?
+        let email: String?
+        let fingerprint: Int64
+        /// The search tokens as the row and the search index keep them (``ReferenceIndex/text(_:)``), when worked
+        /// out on the preparing tasks: a download's rows, all new, need them. A refresh's are worked out only for
+        /// rows whose fingerprint changed.
+        private let preparedTokens: String??
 
-        init(recordId: String, payload: Data, version: Int64, tokens: [Int64]) {
+        init(
+            recordId: String, payload: Data, version: Int64, name: String?, email: String?, index: ReferenceIndex,
+            withTokens: Bool
+        ) {
             self.recordId = recordId
             self.payload = payload
             self.version = version
-            self.tokenText = ReferenceIndex.text(tokens)
+            self.name = name
+            self.email = email
+            self.fingerprint = index.fingerprint(name: name, email: email)
+            self.preparedTokens = withTokens ? .some(ReferenceIndex.text(index.tokens(name: name, email: email))) : nil
+        }
+
+        /// The row's search tokens as the row and the index keep them; nil when it has none.
+        func tokenText(_ index: ReferenceIndex) -> String? {
+            if let preparedTokens { return preparedTokens }
+            return ReferenceIndex.text(index.tokens(name: name, email: email))
         }
     }
 
-    /// Seals `record` with `nonce` (one of a page's ``Sealer/nonces(_:)``) and computes its tokens.
+    /// Seals `record` with `nonce` (one of a page's ``Sealer/nonces(_:)``), and works out its fingerprint and, if
+    /// asked, its tokens.
     static func prepare(
         _ record: SnapshotPage.Record, nonce: AES.GCM.Nonce, collection: String, scope: String, sealer: Sealer,
-        index: ReferenceIndex
+        index: ReferenceIndex, withTokens: Bool
     ) throws -> PreparedRow {
         let fields = record.fieldsJSON
         let indexed = try JSONValue.members(["name", "email"], ofObject: fields)
-        let name = indexed[0]?.stringValue
-        let email = indexed[1]?.stringValue
         return PreparedRow(
             recordId: record.recordId,
             payload: try sealer.seal(fields, context: "reference:\(collection)/\(scope)/\(record.recordId)", nonce: nonce),
-            version: record.version,
-            tokens: index.tokens(name: name, email: email))
+            version: record.version, name: indexed[0]?.stringValue, email: indexed[1]?.stringValue, index: index,
+            withTokens: withTokens)
     }
 
     /// Rows per multi-row `INSERT`: one statement per row cost more than the B-tree work it does.
@@ -96,15 +112,15 @@ public struct ReferenceData: Sendable {
 
     private static func insertSQL(rows: Int) -> String {
         let tuples = (0..<rows).map { row in
-            let first = 3 + 4 * row
-            return "(?1, ?2, ?\(first), ?\(first + 1), ?\(first + 2), ?\(first + 3))"
+            let first = 3 + 5 * row
+            return "(?1, ?2, ?\(first), ?\(first + 1), ?\(first + 2), ?\(first + 3), ?\(first + 4))"
         }
-        return "INSERT INTO reference_records (collection, scope, record_id, payload, version, tokens) VALUES "
+        return "INSERT INTO reference_records (collection, scope, record_id, payload, version, tokens, fingerprint) VALUES "
             + tuples.joined(separator: ", ")
     }
 
     static func insertRecords(
-        _ rows: [PreparedRow], collection: String, scope: String, db: Database
+        _ rows: [PreparedRow], collection: String, scope: String, index: ReferenceIndex, db: Database
     ) throws {
         var start = 0
         while start < rows.count {
@@ -114,11 +130,12 @@ public struct ReferenceData: Sendable {
             try statement.bind(collection, at: 1)
             try statement.bind(scope, at: 2)
             for (offset, row) in rows[start..<(start + count)].enumerated() {
-                let first = Int32(3 + 4 * offset)
+                let first = Int32(3 + 5 * offset)
                 try statement.bind(row.recordId, at: first)
                 try statement.bind(row.payload, at: first + 1)
                 try statement.bind(row.version, at: first + 2)
-                try statement.bind(row.tokenText, at: first + 3)
+                try statement.bind(row.tokenText(index), at: first + 3)
+                try statement.bind(row.fingerprint, at: first + 4)
             }
             try statement.execute()
             start += count

@@ -167,6 +167,12 @@ extension LocalStore {
                     DROP TABLE reference_sets;
                     """)
         }
+        migrator.registerMigration("v8-reference-fingerprints") { db in
+            // A keyed digest of each row's name and e-mail (`ReferenceIndex.fingerprint`), so that a refresh
+            // works out tokens only for rows whose name or e-mail changed. Rows stored before have none: a
+            // refresh works theirs out, and keeps their index entries when the tokens come out the same.
+            try db.execute(sql: "ALTER TABLE reference_records ADD COLUMN fingerprint INTEGER")
+        }
         return migrator
     }
 }
