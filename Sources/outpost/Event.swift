@@ -52,14 +52,21 @@ struct EventOpen: AsyncParsableCommand {
                 bar.finish()
                 say("\(event): \(state.message())")
             } catch let error as TransportError {
-                bar.finish()
-                let state = try await data.state(collection: Guest.collection, scope: event)
-                if case .incomplete(let stored, let total) = state {
-                    say("\(event): \(ReferenceMessages.incomplete) (\(stored) of \(total) stored)")
-                }
-                throw CLIError("the download stopped: \(error.message); run `outpost event open \(event)` again to resume")
+                try await stopped(data, event: event, bar: bar, because: error.message)
+            } catch let error as ClientError where error.code == .busy {
+                try await stopped(
+                    data, event: event, bar: bar, because: "another `outpost` process downloaded this roster meanwhile")
             }
         }
+    }
+
+    /// Ends an `open` whose download stopped: the progress bar's line, what is stored, and how to go on.
+    private func stopped(_ data: ReferenceData, event: String, bar: ProgressBar, because reason: String) async throws -> Never {
+        bar.finish()
+        if case .incomplete(let stored, let total) = try await data.state(collection: Guest.collection, scope: event) {
+            say("\(event): \(ReferenceMessages.incomplete) (\(stored) of \(total) stored)")
+        }
+        throw CLIError("the download stopped: \(reason); run `outpost event open \(event)` again to resume")
     }
 }
 

@@ -217,7 +217,12 @@ struct ReferenceIndexTests {
         server.put(
             "g00006", ["event_id": "ev-1", "name": "Guest6 Family6", "email": "guest6@example.org", "note": "table 4"],
             scope: "ev-1")
-        #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 2, removed: 0))
+        server.cancel("g00008")
+        #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 2, removed: 1))
+        #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest8@example.org").isEmpty)
+        try await DatabaseQueue(path: olderURL.path).write { db in
+            try db.execute(sql: "INSERT INTO reference_index (reference_index) VALUES ('integrity-check')")
+        }
         #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest5@example.org").isEmpty)
         #expect(try await data.search(collection: "guests", scope: "ev-1", query: "renamed").map(\.recordId) == ["g00005"])
         #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest6@example.org").map(\.recordId) == ["g00006"])
@@ -227,6 +232,7 @@ struct ReferenceIndexTests {
         #expect(fingerprints["g00005"] == index.fingerprint(name: "Renamed Person", email: "renamed@example.org"))
         #expect(fingerprints["g00006"] == index.fingerprint(name: "Guest6 Family6", email: "guest6@example.org"))
         #expect(fingerprints["g00007"] == .some(nil))
+        #expect(fingerprints["g00008"] == nil)
     }
 
     /// Each reference row's fingerprint, by record id.

@@ -10,14 +10,16 @@ extension ReferenceData {
     /// continuation is known, and this one is read and sealed while the one before it is written. Cancelling the
     /// calling task stops the download, and the call throws `CancellationError` once every task of it has ended.
     ///
-    /// One download of a set runs at a time: a second call through the same store waits for the first to end,
-    /// then returns the set as ready or resumes where the first stopped. Across processes (two stores opened on
-    /// one file), a page is stored only onto the continuation it was asked with: a download that finds another
-    /// one ahead of it stops, storing nothing more, and returns the set if that one completed it.
+    /// One download of a set runs at a time: a second call through the same store waits for the first to end (or
+    /// for its own cancellation), then finds the set ready or resumes where the first stopped. Across processes
+    /// (two stores opened on one file), a page is stored only onto the continuation it was asked with: a download
+    /// that finds another one ahead of it stops, storing nothing more, and returns the set if that one completed
+    /// it.
     ///
     /// - Throws: the transport's error when the network fails, after storing the pages already received; what
-    ///   was stored stays stored. ``ClientError`` `busy` when another process's download of the set has moved
-    ///   past this one and not yet completed it.
+    ///   was stored stays stored. ``ClientError`` `busy` when another process's download of the set stored pages
+    ///   past this one and has not completed it (it may still be running, or have stopped): calling again
+    ///   resumes from those pages.
     @discardableResult
     public func download(
         collection: String, scope: String, progress: (@Sendable (DownloadProgress) -> Void)? = nil
@@ -78,7 +80,8 @@ extension ReferenceData {
         // The last page stored completes the set: short of it, another process's download moved past this one.
         guard state.isReady else {
             throw ClientError(
-                .busy, "another download of \(collection)/\(scope) is under way on this device; try again when it ends")
+                .busy,
+                "another download of \(collection)/\(scope) on this device stored pages past this one; download again to resume from them")
         }
         return state
     }

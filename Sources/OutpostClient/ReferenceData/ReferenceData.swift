@@ -63,10 +63,17 @@ public struct ReferenceData: Sendable {
         let name: String?
         let email: String?
         let fingerprint: Int64
-        /// The search tokens as the row and the search index keep them (``ReferenceIndex/text(_:)``), when worked
-        /// out on the preparing tasks: a download's rows, all new, need them. A refresh's are worked out only for
-        /// rows whose fingerprint changed.
-        private let preparedTokens: String??
+        /// The search tokens as the row and the search index keep them (``ReferenceIndex/text(_:)``), worked out on
+        /// the preparing tasks for a download's rows, all new; a refresh's are worked out only for rows whose
+        /// fingerprint changed.
+        private let tokens: Tokens
+
+        private enum Tokens: Sendable {
+            /// The text; nil when the row has none.
+            case ready(String?)
+            /// Left to ``tokenText(_:)``.
+            case deferred
+        }
 
         init(
             recordId: String, payload: Data, version: Int64, name: String?, email: String?, index: ReferenceIndex,
@@ -78,13 +85,15 @@ public struct ReferenceData: Sendable {
             self.name = name
             self.email = email
             self.fingerprint = index.fingerprint(name: name, email: email)
-            self.preparedTokens = withTokens ? .some(ReferenceIndex.text(index.tokens(name: name, email: email))) : nil
+            self.tokens = withTokens ? .ready(ReferenceIndex.text(index.tokens(name: name, email: email))) : .deferred
         }
 
         /// The row's search tokens as the row and the index keep them; nil when it has none.
         func tokenText(_ index: ReferenceIndex) -> String? {
-            if let preparedTokens { return preparedTokens }
-            return ReferenceIndex.text(index.tokens(name: name, email: email))
+            switch tokens {
+            case .ready(let text): return text
+            case .deferred: return ReferenceIndex.text(index.tokens(name: name, email: email))
+            }
         }
     }
 

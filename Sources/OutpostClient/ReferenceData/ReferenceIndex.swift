@@ -88,7 +88,8 @@ struct ReferenceIndex: Sendable {
     /// and works out tokens, a few times this digest's cost, only for rows whose name or e-mail changed.
     ///
     /// The digest names the way tokens are made (`fingerprintVersion`): a change to ``tokens(name:email:)``
-    /// must change it, so that no stored row keeps tokens of the old making.
+    /// must change it, so that a refresh never keeps a row's tokens of the old making, and come with a migration
+    /// that works out again the tokens of the rows no refresh touches.
     func fingerprint(name: String?, email: String?) -> Int64 {
         var message = Array(Self.fingerprintVersion.utf8)
         message.reserveCapacity(message.count + 10 + (name?.utf8.count ?? 0) + (email?.utf8.count ?? 0))

@@ -23,7 +23,7 @@ public final class LocalStore: Sendable {
     /// read its next chunk ahead can tell whether an older entry may now belong in it.
     let requeues = LockedBox(0)
     /// Downloads of reference sets under way through this store, one at a time per set.
-    let downloads = OneAtATime()
+    let downloads = TurnQueue()
 
     /// Opens (creating when needed) the store at `url`, sealing with the key `keys` provides.
     ///
@@ -462,36 +462,6 @@ final class LockedBox<Value: Sendable>: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)
-    }
-}
-
-/// Runs one body at a time per key within the process: a later caller waits until the one running ends, whatever
-/// its outcome, then runs its own.
-final class OneAtATime: Sendable {
-    private let running = LockedBox<[String: Task<Void, Never>]>([:])
-    private let waiters = LockedBox(0)
-
-    /// Callers waiting for another's body to end.
-    var waiting: Int { waiters.withLock { $0 } }
-
-    /// Runs `body` once no other body of `key` runs. Waiting is not cut short by cancellation; `body` sees it.
-    func run<T>(_ key: String, _ body: () async throws -> T) async throws -> T {
-        let (ended, end) = AsyncStream<Void>.makeStream()
-        let mine = Task { for await _ in ended {} }
-        while let other = running.withLock({ map -> Task<Void, Never>? in
-            if let other = map[key] { return other }
-            map[key] = mine
-            return nil
-        }) {
-            waiters.withLock { $0 += 1 }
-            await other.value
-            waiters.withLock { $0 -= 1 }
-        }
-        defer {
-            running.withLock { $0[key] = nil }
-            end.finish()
-        }
-        return try await body()
     }
 }
 
