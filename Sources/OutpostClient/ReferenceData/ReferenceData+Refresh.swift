@@ -102,17 +102,30 @@ extension ReferenceData {
         for (position, change) in page.changes.enumerated() { last[change.recordId] = position }
         let kept = page.changes.indices.filter { last[page.changes[$0].recordId] == $0 }
         let changes = kept.map { page.changes[$0] }
+        let prepared = rows
         let rows = kept.map { rows[$0] }
+        // Each stored row's ordinal and fingerprint, and the tokens it is indexed with where it may leave the index
+        // (removed, or its fingerprint changed): the others' are not read.
         var existing: [String: (ordinal: Int64, fingerprint: Int64?)] = [:]
+        var oldTokens: [Int64: String] = [:]
         let rowsOfPage = try Row.fetchCursor(
             db.cachedStatement(
                 sql: """
-                    SELECT record_id, ordinal, fingerprint FROM reference_records
+                    SELECT record_id, ordinal, fingerprint, tokens FROM reference_records
                     WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))
                     """),
             arguments: [collection, scope, try idList(changes.map(\.recordId))])
         while let row = try rowsOfPage.next() {
-            existing[row[0]] = (row[1], row[2])
+            let id: String = row[0]
+            let ordinal: Int64 = row[1]
+            let fingerprint: Int64? = row[2]
+            existing[id] = (ordinal, fingerprint)
+            // A row stays in the index only when it is changed, not removed, and keeps a fingerprint it has.
+            var stays = false
+            if let position = last[id], let change = prepared[position], let fingerprint {
+                stays = change.fingerprint == fingerprint
+            }
+            if !stays, let tokens: String = row[3] { oldTokens[ordinal] = tokens }
         }
 
         // Rows already here are updated where they are, by ordinal; walk-ins are inserted.
@@ -144,19 +157,6 @@ extension ReferenceData {
             }
         }
 
-        // The tokens the index holds for rows that may leave it, as a contentless index needs them to remove them.
-        var oldTokens: [Int64: String] = [:]
-        let leaving = retokenized.map(\.ordinal) + removed.map(\.ordinal)
-        if !leaving.isEmpty {
-            let tokens = try Row.fetchCursor(
-                db.cachedStatement(
-                    sql: """
-                        SELECT ordinal, tokens FROM reference_records
-                        WHERE ordinal IN (SELECT value FROM json_each(?)) AND tokens IS NOT NULL
-                        """),
-                arguments: [String(decoding: try JSONValue.array(leaving.map { .integer($0) }).jsonBytes(), as: UTF8.self)])
-            while let row = try tokens.next() { oldTokens[row[0]] = row[1] }
-        }
         // Index entries to take out (ordinal and the tokens it was indexed with), and rows to index again.
         var unindexed: [(ordinal: Int64, tokens: String)] = removed.compactMap { removed in
             oldTokens[removed.ordinal].map { (removed.ordinal, $0) }
