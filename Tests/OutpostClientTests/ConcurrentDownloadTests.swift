@@ -103,13 +103,7 @@ struct ConcurrentDownloadTests {
 
     @Test("in one process, a second download of a set waits for the first, then returns it ready without asking for a page", .timeLimit(.minutes(1)))
     func secondWaits() async throws {
-        try await withStore { store, _ in
-            let server = GatedServer(roster: ReferenceDataTests.roster(1000), holdFrom: 1)
-            let first = await Self.heldDownload(store, server)
-            let second = Task {
-                try await ReferenceData(store: store, transport: server, pageSize: 100).download(collection: "guests", scope: "ev-1")
-            }
-            while store.downloads.waiting == 0 { await Task.yield() }
+        try await Self.withTwoDownloads { store, server, first, second in
             server.open()
             #expect(try await first.value.isReady)
             #expect(try await second.value.isReady)
@@ -121,13 +115,7 @@ struct ConcurrentDownloadTests {
 
     @Test("in one process, a second download waiting for the first stops at once when cancelled; the first goes on", .timeLimit(.minutes(1)))
     func waitingCancelled() async throws {
-        try await withStore { store, _ in
-            let server = GatedServer(roster: ReferenceDataTests.roster(1000), holdFrom: 1)
-            let first = await Self.heldDownload(store, server)
-            let second = Task {
-                try await ReferenceData(store: store, transport: server, pageSize: 100).download(collection: "guests", scope: "ev-1")
-            }
-            while store.downloads.waiting == 0 { await Task.yield() }
+        try await Self.withTwoDownloads { store, server, first, second in
             second.cancel()
             // Given the first still held, the second throws, and no longer waits.
             await #expect(throws: CancellationError.self) { try await second.value }
@@ -141,17 +129,27 @@ struct ConcurrentDownloadTests {
 
     @Test("in one process, when the first download fails, the one waiting for it resumes from its pages and completes", .timeLimit(.minutes(1)))
     func waitingResumesAfterFailure() async throws {
-        try await withStore { store, _ in
-            let server = GatedServer(roster: ReferenceDataTests.roster(1000), holdFrom: 1)
-            let first = await Self.heldDownload(store, server)
-            let second = Task {
-                try await ReferenceData(store: store, transport: server, pageSize: 100).download(collection: "guests", scope: "ev-1")
-            }
-            while store.downloads.waiting == 0 { await Task.yield() }
+        try await Self.withTwoDownloads { store, server, first, second in
             server.failHeld()
             await #expect(throws: TransportError.self) { try await first.value }
             #expect(try await second.value.isReady)
             try await Self.expectWhole(store, count: 1000)
+        }
+    }
+
+    /// Runs `body` with two downloads of one set through one store: the first has stored its first page and is
+    /// held, the second waits for its turn.
+    static func withTwoDownloads(
+        _ body: (LocalStore, GatedServer, Task<ReferenceState, any Error>, Task<ReferenceState, any Error>) async throws -> Void
+    ) async throws {
+        try await withStore { store, _ in
+            let server = GatedServer(roster: ReferenceDataTests.roster(1000), holdFrom: 1)
+            let first = await heldDownload(store, server)
+            let second = Task {
+                try await ReferenceData(store: store, transport: server, pageSize: 100).download(collection: "guests", scope: "ev-1")
+            }
+            while store.downloads.waiting == 0 { await Task.yield() }
+            try await body(store, server, first, second)
         }
     }
 
