@@ -120,7 +120,7 @@ extension ReferenceData {
             let ordinal: Int64 = row[1]
             let fingerprint: Int64? = row[2]
             existing[id] = (ordinal, fingerprint)
-            // A row stays in the index only when it is changed, not removed, and keeps a fingerprint it has.
+            // A row keeps its index entries only when it is changed, not removed, and its stored fingerprint matches.
             var stays = false
             if let position = last[id], let change = prepared[position], let fingerprint {
                 stays = change.fingerprint == fingerprint
