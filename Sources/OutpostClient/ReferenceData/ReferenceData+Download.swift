@@ -104,7 +104,8 @@ extension ReferenceData {
         let completedAt = page.continuation == nil ? Timestamp(now()).millisecondsSince1970 : nil
         let write: @Sendable (Database) throws -> Int? = { db in
             let state = try Row.fetchOne(
-                db, sql: "SELECT continuation, stored, completed_at FROM reference_state WHERE collection = ? AND scope = ?",
+                db.cachedStatement(
+                    sql: "SELECT continuation, stored, completed_at FROM reference_state WHERE collection = ? AND scope = ?"),
                 arguments: [collection, scope])
             // A page goes only onto the continuation it was asked with; the first, only where no download began.
             if isFirst {

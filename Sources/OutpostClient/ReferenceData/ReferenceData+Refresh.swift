@@ -102,12 +102,14 @@ extension ReferenceData {
         for (position, change) in page.changes.enumerated() { last[change.recordId] = position }
         let kept = page.changes.indices.filter { last[page.changes[$0].recordId] == $0 }
         let changes = kept.map { page.changes[$0] }
-        let prepared = rows
-        let rows = kept.map { rows[$0] }
-        // Each stored row's ordinal and fingerprint, and the tokens it is indexed with where it may leave the index
-        // (removed, or its fingerprint changed): the others' are not read.
-        var existing: [String: (ordinal: Int64, fingerprint: Int64?)] = [:]
-        var oldTokens: [Int64: String] = [:]
+
+        // Each stored row of the page, classified as it is read: updated in place when its fingerprint matches (its
+        // tokens are neither worked out nor read), retokenized otherwise (or when it has none yet), removed for a
+        // tombstone. The tokens it is indexed with are read only when it may leave the index.
+        var updates: [(ordinal: Int64, row: PreparedRow)] = []
+        var retokenized: [(ordinal: Int64, row: PreparedRow, tokens: String?, old: String?)] = []
+        var removed: [(id: String, ordinal: Int64, tokens: String?)] = []
+        var found: Set<String> = []
         let rowsOfPage = try Row.fetchCursor(
             db.cachedStatement(
                 sql: """
@@ -115,55 +117,33 @@ extension ReferenceData {
                     WHERE collection = ?1 AND scope = ?2 AND record_id IN (SELECT value FROM json_each(?3))
                     """),
             arguments: [collection, scope, try idList(changes.map(\.recordId))])
-        while let row = try rowsOfPage.next() {
-            let id: String = row[0]
-            let ordinal: Int64 = row[1]
-            let fingerprint: Int64? = row[2]
-            existing[id] = (ordinal, fingerprint)
-            // A row keeps its index entries only when it is changed, not removed, and its stored fingerprint matches.
-            var stays = false
-            if let position = last[id], let change = prepared[position], let fingerprint {
-                stays = change.fingerprint == fingerprint
+        while let record = try rowsOfPage.next() {
+            let id: String = record[0]
+            guard let position = last[id] else { continue }
+            found.insert(id)
+            let ordinal: Int64 = record[1]
+            guard let row = rows[position] else {
+                removed.append((id, ordinal, record[3]))
+                continue
             }
-            if !stays, let tokens: String = row[3] { oldTokens[ordinal] = tokens }
-        }
-
-        // Rows already here are updated where they are, by ordinal; walk-ins are inserted.
-        var updates: [(ordinal: Int64, row: PreparedRow)] = []
-        // Rows whose name or e-mail may have changed (their fingerprint did, or they had none), with their tokens.
-        var retokenized: [(ordinal: Int64, row: PreparedRow, tokens: String?)] = []
-        var walkIns: [PreparedRow] = []
-        var removed: [(id: String, ordinal: Int64)] = []
-        var tombstoneIds: [String] = []
-        var stored: Int = state["stored"]
-        for (change, row) in zip(changes, rows) {
-            let old = existing[change.recordId]
-            if let row {
-                if let old {
-                    if old.fingerprint == row.fingerprint {
-                        updates.append((old.ordinal, row))
-                    } else {
-                        retokenized.append((old.ordinal, row, row.tokenText(index)))
-                    }
-                } else {
-                    stored += 1
-                    walkIns.append(row)
-                }
+            if let fingerprint: Int64 = record[2], fingerprint == row.fingerprint {
+                updates.append((ordinal, row))
             } else {
-                tombstoneIds.append(change.recordId)
-                guard let old else { continue }
-                stored -= 1
-                removed.append((change.recordId, old.ordinal))
+                retokenized.append((ordinal, row, row.tokenText(index), record[3]))
             }
         }
+        // The page's other changes: walk-ins, and tombstones of rows this device never had.
+        let walkIns = changes.indices.compactMap { found.contains(changes[$0].recordId) ? nil : rows[kept[$0]] }
+        let tombstoneIds = changes.indices.filter { rows[kept[$0]] == nil }.map { changes[$0].recordId }
+        let stored = (state["stored"] as Int) + walkIns.count - removed.count
 
         // Index entries to take out (ordinal and the tokens it was indexed with), and rows to index again.
         var unindexed: [(ordinal: Int64, tokens: String)] = removed.compactMap { removed in
-            oldTokens[removed.ordinal].map { (removed.ordinal, $0) }
+            removed.tokens.map { (removed.ordinal, $0) }
         }
         var reindexed: [String] = walkIns.map(\.recordId)
-        for (ordinal, row, tokens) in retokenized where oldTokens[ordinal] != tokens {
-            if let old = oldTokens[ordinal] { unindexed.append((ordinal, old)) }
+        for (ordinal, row, tokens, old) in retokenized where old != tokens {
+            if let old { unindexed.append((ordinal, old)) }
             if tokens != nil { reindexed.append(row.recordId) }
         }
 
@@ -184,7 +164,7 @@ extension ReferenceData {
                 try db.cachedStatement(
                     sql: "UPDATE reference_records SET payload = ?, version = ?, tokens = ?, fingerprint = ? WHERE ordinal = ?"),
                 db: db)
-            for (ordinal, row, tokens) in retokenized {
+            for (ordinal, row, tokens, _) in retokenized {
                 try update.bind(row.payload, at: 1)
                 try update.bind(row.version, at: 2)
                 try update.bind(tokens, at: 3)
