@@ -64,7 +64,8 @@ package func buildRouter<Storage: SyncStorage>(
     let v1 = router.group("v1")
         .add(middleware: AdmissionMiddleware(gate: gate))
         .add(middleware: AuthMiddleware(secrets: secrets, now: now))
-    SyncController(storage: storage, configuration: configuration, secrets: secrets, metrics: metrics, now: now)
+    SyncController(
+        storage: storage, configuration: configuration, secrets: secrets, metrics: metrics, gate: gate, now: now)
         .addRoutes(to: v1)
     ReviewController(storage: storage, configuration: configuration).addRoutes(to: v1)
     MonitorController(storage: storage, configuration: configuration, secrets: secrets, metrics: metrics, now: now)

@@ -13,6 +13,9 @@ public struct ServerConfiguration: Sendable {
     public var snapshotMaxPageSize: Int
     public var pullDefaultLimit: Int
     public var pullMaxLimit: Int
+    /// The most pages one pull may stream (its `pages` parameter): a stream longer than that ends with
+    /// `hasMore`, and the client pulls again from its cursor.
+    public var pullMaxPages: Int
     /// How far ahead of the server's clock a device's timestamp may be before it is refused.
     public var maxClockSkew: Duration
     /// Timestamps before this are refused as far-past.
@@ -44,6 +47,7 @@ public struct ServerConfiguration: Sendable {
         snapshotMaxPageSize: Int = 5000,
         pullDefaultLimit: Int = 500,
         pullMaxLimit: Int = 5000,
+        pullMaxPages: Int = 100,
         maxClockSkew: Duration = .seconds(24 * 3600),
         earliestTimestamp: Timestamp = Timestamp(iso8601: "2000-01-01T00:00:00.000Z")!,
         jwtSecret: [UInt8]? = nil,
@@ -62,6 +66,7 @@ public struct ServerConfiguration: Sendable {
         self.snapshotMaxPageSize = snapshotMaxPageSize
         self.pullDefaultLimit = pullDefaultLimit
         self.pullMaxLimit = pullMaxLimit
+        self.pullMaxPages = pullMaxPages
         self.maxClockSkew = maxClockSkew
         self.earliestTimestamp = earliestTimestamp
         self.jwtSecret = jwtSecret

@@ -13,6 +13,8 @@ public final class ReferenceServer: SyncTransport, @unchecked Sendable {
     private var failFromCall: Int?
     private var pullCalls = 0
     private var failPullsFromCall: Int?
+    private var pagesPerStream: Int?
+    private var streamCalls = 0
 
     public init() {}
 
@@ -59,6 +61,28 @@ public final class ReferenceServer: SyncTransport, @unchecked Sendable {
 
     /// Pull requests since the last ``failPulls(fromCall:)``.
     public var pullRequests: Int { lock.withLock { pullCalls } }
+
+    /// Streams of pulls carry at most `pages` pages, as from a server with a lower limit than the device asks
+    /// for; nil leaves the device's number. Resets ``streamRequests``.
+    public func limitStreams(toPages pages: Int?) {
+        lock.withLock {
+            pagesPerStream = pages
+            streamCalls = 0
+        }
+    }
+
+    /// Streams of pulls opened since the last ``limitStreams(toPages:)``.
+    public var streamRequests: Int { lock.withLock { streamCalls } }
+
+    public func pullPages(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullPage, any Error>
+    {
+        let pages = lock.withLock {
+            streamCalls += 1
+            return min(pages, pagesPerStream ?? pages)
+        }
+        return pullPagesOneByOne(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
+    }
 
     public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
         -> SnapshotResponse

@@ -85,6 +85,38 @@ struct RefreshPipelineTests {
         }
     }
 
+    @Test("a server whose streams carry fewer pages than asked: the refresh opens the next stream from the cursor, each page stored once",
+          .timeLimit(.minutes(1)), arguments: [1, 2])
+    func shortStreams(pagesPerStream: Int) async throws {
+        try await withStore { store, _ in
+            let server = ReferenceDataTests.roster(1000)
+            let data = ReferenceData(store: store, transport: server)
+            try await data.download(collection: "guests", scope: "ev-1")
+            Self.change(server)
+            server.failPulls(fromCall: nil)
+            server.limitStreams(toPages: pagesPerStream)
+            #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 601, removed: 100))
+            #expect(server.pullRequests == Self.pulls)
+            #expect(server.streamRequests == (Self.pulls + pagesPerStream - 1) / pagesPerStream)
+            #expect(try await data.lookup(collection: "guests", scope: "ev-1", recordId: "g00950") == .cancelled)
+            #expect(try await data.search(collection: "guests", scope: "ev-1", query: "late arrival").map(\.recordId) == ["walk-in"])
+        }
+    }
+
+    @Test("a refresh that is caught up opens one stream and pulls once")
+    func caughtUpStreamsOnce() async throws {
+        try await withStore { store, _ in
+            let server = ReferenceDataTests.roster(10)
+            let data = ReferenceData(store: store, transport: server)
+            try await data.download(collection: "guests", scope: "ev-1")
+            server.failPulls(fromCall: nil)
+            server.limitStreams(toPages: nil)
+            #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 0, removed: 0))
+            #expect(server.streamRequests == 1)
+            #expect(server.pullRequests == 1)
+        }
+    }
+
     /// Answers the first pull as it stood when asked, but only after `overtake` has run: a refresh that another
     /// refresh overtakes while its page is on the way.
     final class OvertakingServer: RosterDouble, @unchecked Sendable {

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import HummingbirdTesting
 import OutpostClient
 import OutpostProtocol
@@ -33,6 +34,86 @@ struct LiveServerTests {
             let snapshot = try await staff.snapshot(collection: "guests", scope: "ev.1:a@b", continuation: nil, limit: 10)
             #expect(snapshot.records.map(\.recordId) == ["g1"])
             #expect(snapshot.cursor != nil)
+        }
+    }
+
+    @Test("a stream of pulls through HTTPSyncTransport: the pages of pulls one by one, up to `pages` or the last change",
+          arguments: StorageKind.allCases)
+    func streamedPulls(kind: StorageKind) async throws {
+        try await withServer(kind, setup: .live) { client, storage in
+            let port = try #require(client.port)
+            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+            let staff = HTTPSyncTransport(baseURL: base, token: try await Fixtures.token(role: .staff))
+            for i in 0..<7 {
+                _ = try await staff.push(
+                    PushRequest(deviceId: "dev-a", mutations: [Fixtures.upsert("r\(i)", ["n": .number(Double(i))], at: Double(i + 1))]))
+            }
+            try await storage.settle()
+            // One by one: pages of two, the cursors they end at.
+            var expected: [(ids: [String], cursor: String, hasMore: Bool)] = []
+            var cursor: String?
+            repeat {
+                let page = try await staff.pullPage(collection: "notes", scope: nil, cursor: cursor, limit: 2)
+                expected.append((page.changes.map(\.recordId), page.cursor, page.hasMore))
+                cursor = page.hasMore ? page.cursor : nil
+            } while cursor != nil
+            #expect(expected.map(\.ids) == [["r0", "r1"], ["r2", "r3"], ["r4", "r5"], ["r6"]])
+
+            func streamed(from cursor: String?, pages: Int) async throws -> [(ids: [String], cursor: String, hasMore: Bool)] {
+                var received: [(ids: [String], cursor: String, hasMore: Bool)] = []
+                for try await page in staff.pullPages(collection: "notes", scope: nil, cursor: cursor, limit: 2, pages: pages) {
+                    received.append((page.changes.map(\.recordId), page.cursor, page.hasMore))
+                }
+                return received
+            }
+            // Three pages of four: the last of them says more follow.
+            let first = try await streamed(from: nil, pages: 3)
+            #expect(first.map(\.ids) == expected.prefix(3).map(\.ids))
+            #expect(first.map(\.cursor) == expected.prefix(3).map(\.cursor))
+            #expect(first.map(\.hasMore) == [true, true, true])
+            // The rest, asked for more pages than there are: the stream ends with the last change.
+            let rest = try await streamed(from: first.last?.cursor, pages: 10)
+            #expect(rest.map(\.ids) == [["r6"]])
+            #expect(rest.map(\.cursor) == [expected[3].cursor])
+            #expect(rest.map(\.hasMore) == [false])
+            // One page asked for: one page.
+            let one = try await staff.pullPages(collection: "notes", scope: nil, cursor: nil, limit: 1, pages: 1)
+                .first { _ in true }
+            #expect(one?.changes.first?.recordId == "r0")
+            // Refused before anything is sent: an ordinary error answer.
+            await #expect {
+                for try await _ in staff.pullPages(collection: "notes", scope: nil, cursor: "c9.1.2", limit: 2, pages: 3) {}
+            } throws: { error in
+                (error as? TransportError)?.status == 400 && (error as? TransportError)?.wire?.code == .invalidCursor
+            }
+            let forged = HTTPSyncTransport(baseURL: base, token: "forged")
+            await #expect {
+                for try await _ in forged.pullPages(collection: "notes", scope: nil, cursor: nil, limit: 2, pages: 3) {}
+            } throws: { error in
+                (error as? TransportError)?.status == 401
+            }
+        }
+    }
+
+    @Test("a server that answers a stream of pulls with one ordinary page (one that predates streams) is read as that page")
+    func streamFromOlderServer() async throws {
+        let router = Router()
+        router.get("v1/pull") { _, _ -> Response in
+            let page = try PullResponse(changes: [], cursor: "c1.0.9", hasMore: true).jsonBytes()
+            return Response(
+                status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: page)))
+        }
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await app.test(.live) { client in
+            let port = try #require(client.port)
+            let transport = HTTPSyncTransport(
+                baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: "t")
+            var pages: [PullPage] = []
+            for try await page in transport.pullPages(collection: "notes", scope: nil, cursor: nil, limit: 2, pages: 5) {
+                pages.append(page)
+            }
+            #expect(pages.map(\.cursor) == ["c1.0.9"])
+            #expect(pages.first?.hasMore == true)
         }
     }
 

@@ -188,3 +188,64 @@ struct ProtocolTests {
         #expect(try Data(contentsOf: repository) == (try OpenAPIDocument.data()))
     }
 }
+
+/// The body of a streamed pull, written to memory.
+@Suite("Streamed pull bodies")
+struct StreamedPullBodyTests {
+    final class Collected: @unchecked Sendable {
+        var bytes: [UInt8] = []
+        var finished = false
+    }
+
+    struct Collector: ResponseBodyWriter {
+        let collected: Collected
+        mutating func write(_ buffer: ByteBuffer) async throws { collected.bytes += buffer.readableBytesView }
+        consuming func finish(_ trailingHeaders: HTTPFields?) async throws { collected.finished = true }
+    }
+
+    static func page(_ seq: Int64, hasMore: Bool) -> PulledChanges {
+        PulledChanges(records: [], cursor: PullCursor(xid: 0, seq: seq), hasMore: hasMore)
+    }
+
+    static func lines(_ response: Response) async throws -> [String] {
+        let collected = Collected()
+        try await response.body.write(Collector(collected: collected))
+        #expect(collected.finished)
+        #expect(collected.bytes.last == UInt8(ascii: "\n"))
+        return String(decoding: collected.bytes, as: UTF8.self).split(separator: "\n").map(String.init)
+    }
+
+    @Test("a storage failure after the first page ends the stream with an error line; the pages before it stand")
+    func failureAfterFirstPage() async throws {
+        let calls = LockedValue(0)
+        let response = try SyncController<SQLiteStorage>.stream(
+            from: Self.page(1, hasMore: true), pages: 5, gate: AdmissionGate(limit: 1, maxWaiting: 0),
+            metrics: ServerMetrics(), logger: Fixtures.quietLogger
+        ) { cursor in
+            let call = calls.withLock { $0 += 1; return $0 }
+            guard call == 1 else { throw StorageError(.unavailable, "connection refused") }
+            return Self.page(cursor.seq + 1, hasMore: true)
+        }
+        #expect(response.headers[.contentType] == "application/x-ndjson")
+        let lines = try await Self.lines(response)
+        #expect(lines.count == 3)
+        #expect(try PullResponse(jsonBytes: Array(lines[0].utf8)).cursor == "c1.0.1")
+        #expect(try PullResponse(jsonBytes: Array(lines[1].utf8)).cursor == "c1.0.2")
+        let error = try JSONDecoder().decode(WireError.self, from: Data(lines[2].utf8))
+        #expect(error.code == .serviceUnavailable)
+        #expect(!lines[2].contains("connection refused"))
+        #expect(calls.withLock { $0 } == 2)
+    }
+
+    @Test("a stream ends at `pages` pages, or at the page without more, whichever comes first")
+    func endsAtPagesOrLastChange() async throws {
+        for (pages, last, expected) in [(3, 10, 3), (10, 4, 4), (1, 10, 1)] {
+            let response = try SyncController<SQLiteStorage>.stream(
+                from: Self.page(1, hasMore: true), pages: pages, gate: AdmissionGate(limit: 1, maxWaiting: 0),
+                metrics: ServerMetrics(), logger: Fixtures.quietLogger
+            ) { cursor in Self.page(cursor.seq + 1, hasMore: cursor.seq + 1 < last) }
+            let lines = try await Self.lines(response)
+            #expect(lines.count == expected, "pages \(pages), last \(last)")
+        }
+    }
+}

@@ -103,6 +103,104 @@ public struct HTTPSyncTransport: SyncTransport {
         _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data? = nil,
         decode: (Data) throws -> T
     ) async throws -> T {
+        let request = try makeRequest(method, path: path, query: query, body: body)
+        let response: HTTPClientResponse
+        let bytes: ByteBuffer
+        do {
+            response = try await client.execute(request, timeout: timeout)
+            bytes = try await response.body.collect(upTo: 256 * 1024 * 1024)
+        } catch {
+            throw TransportError(kind: .network, message: "the server could not be reached")
+        }
+        let data = Data(buffer: bytes)
+        try Self.check(response.status, body: data)
+        do {
+            return try decode(data)
+        } catch {
+            throw TransportError(
+                kind: .invalidResponse, status: Int(response.status.code),
+                message: "the server's answer is not Outpost's protocol")
+        }
+    }
+
+    /// Streams pulls as the server writes them, one page a line (`GET /v1/pull` with `pages`).
+    public func pullPages(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullPage, any Error>
+    {
+        AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    try await streamPages(
+                        query: Self.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))]
+                    ) { continuation.yield($0) }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    private func streamPages(query: [(String, String?)], _ deliver: (PullPage) -> Void) async throws {
+        var request = try makeRequest(.GET, path: "/v1/pull", query: query, body: nil)
+        request.headers.replaceOrAdd(name: "Accept", value: "application/x-ndjson")
+        let response: HTTPClientResponse
+        do {
+            response = try await client.execute(request, timeout: timeout)
+        } catch {
+            throw TransportError(kind: .network, message: "the server could not be reached")
+        }
+        guard (200..<300).contains(response.status.code) else {
+            let body = try? await response.body.collect(upTo: 1024 * 1024)
+            try Self.check(response.status, body: body.map { Data(buffer: $0) } ?? Data())
+            return
+        }
+        let status = Int(response.status.code)
+        func page(_ bytes: [UInt8]) throws -> PullPage {
+            if bytes.starts(with: Array(#"{"error""#.utf8)) {
+                let wire = try? JSONDecoder().decode(WireError.self, from: Data(bytes))
+                throw TransportError(
+                    kind: .server, status: 503, wire: wire,
+                    message: wire?.message ?? "the server could not finish the stream")
+            }
+            do {
+                return try PullPage(jsonBytes: bytes)
+            } catch {
+                throw TransportError(
+                    kind: .invalidResponse, status: status, message: "the server's answer is not Outpost's protocol")
+            }
+        }
+        // A server that predates streams answers one page, as an ordinary pull.
+        guard response.headers["Content-Type"].contains(where: { $0.hasPrefix("application/x-ndjson") }) else {
+            let bytes: ByteBuffer
+            do {
+                bytes = try await response.body.collect(upTo: 256 * 1024 * 1024)
+            } catch {
+                throw TransportError(kind: .network, message: "the connection dropped during a pull")
+            }
+            deliver(try page(Array(buffer: bytes)))
+            return
+        }
+        var lines = LineSplitter()
+        do {
+            for try await piece in response.body {
+                for line in lines.lines(in: piece.readableBytesView) { deliver(try page(line)) }
+            }
+        } catch let error as TransportError {
+            throw error
+        } catch {
+            throw TransportError(kind: .network, message: "the connection dropped during a pull")
+        }
+        // A last line without its newline is a page cut short: the stream broke.
+        guard !lines.holdsPartialLine else {
+            throw TransportError(kind: .network, message: "the connection dropped during a pull")
+        }
+    }
+
+    private func makeRequest(_ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?) throws
+        -> HTTPClientRequest
+    {
         guard var components = URLComponents(url: baseURL, resolvingAgainstBaseURL: false) else {
             throw TransportError(kind: .invalidResponse, message: "cannot build a URL from \(baseURL)")
         }
@@ -124,27 +222,37 @@ public struct HTTPSyncTransport: SyncTransport {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(bytes: body))
         }
-        let response: HTTPClientResponse
-        let bytes: ByteBuffer
-        do {
-            response = try await client.execute(request, timeout: timeout)
-            bytes = try await response.body.collect(upTo: 256 * 1024 * 1024)
-        } catch {
-            throw TransportError(kind: .network, message: "the server could not be reached")
-        }
-        let data = Data(buffer: bytes)
-        guard (200..<300).contains(response.status.code) else {
-            let wire = try? JSONDecoder().decode(WireError.self, from: data)
-            throw TransportError(
-                kind: .server, status: Int(response.status.code), wire: wire,
-                message: wire?.message ?? "the server answered \(response.status.code)")
-        }
-        do {
-            return try decode(data)
-        } catch {
-            throw TransportError(
-                kind: .invalidResponse, status: Int(response.status.code),
-                message: "the server's answer is not Outpost's protocol")
-        }
+        return request
     }
+
+    /// Throws the server's error for an answer other than 2xx.
+    private static func check(_ status: HTTPResponseStatus, body: Data) throws {
+        guard !(200..<300).contains(status.code) else { return }
+        let wire = try? JSONDecoder().decode(WireError.self, from: body)
+        throw TransportError(
+            kind: .server, status: Int(status.code), wire: wire,
+            message: wire?.message ?? "the server answered \(status.code)")
+    }
+}
+
+/// Splits bytes that arrive in pieces into lines at each newline, whatever the pieces' boundaries.
+struct LineSplitter {
+    private var partial: [UInt8] = []
+
+    /// The lines `piece` completes, without their newlines; empty lines are skipped.
+    mutating func lines(in piece: some Collection<UInt8>) -> [[UInt8]] {
+        var complete: [[UInt8]] = []
+        var rest = piece[...]
+        while let end = rest.firstIndex(of: UInt8(ascii: "\n")) {
+            partial.append(contentsOf: rest[..<end])
+            if !partial.isEmpty { complete.append(partial) }
+            partial = []
+            rest = rest[rest.index(after: end)...]
+        }
+        partial.append(contentsOf: rest)
+        return complete
+    }
+
+    /// Whether bytes of a line without its newline are held.
+    var holdsPartialLine: Bool { !partial.isEmpty }
 }

@@ -10,6 +10,12 @@ public protocol SyncTransport: Sendable {
     /// The same changes with each record's fields as the JSON text sent, which a refresh of reference data
     /// seals as it is. By default, ``pull(collection:scope:cursor:limit:)``'s page written out again.
     func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage
+    /// Up to `pages` pulls one after another in one exchange, each page as soon as it arrives: the stream ends
+    /// after a page without `hasMore`, or after `pages` pages (the last then says `hasMore`, and a new stream
+    /// continues from its cursor). A failure ends the stream with its error, after the pages that arrived whole.
+    /// By default, ``pullPage(collection:scope:cursor:limit:)`` one page at a time.
+    func pullPages(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullPage, any Error>
     /// One page of a reference collection.
     func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
         -> SnapshotResponse
@@ -29,6 +35,36 @@ extension SyncTransport {
     /// ``pull(collection:scope:cursor:limit:)``'s answer with each change's fields written out again as JSON.
     public func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
         try PullPage(try await pull(collection: collection, scope: scope, cursor: cursor, limit: limit))
+    }
+
+    public func pullPages(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullPage, any Error>
+    {
+        pullPagesOneByOne(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
+    }
+
+    /// ``pullPages(collection:scope:cursor:limit:pages:)`` as separate pulls, one after another: the default, for
+    /// transports that cannot stream (and test doubles that change how many pages a stream carries).
+    public func pullPagesOneByOne(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullPage, any Error>
+    {
+        AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    var from = cursor
+                    for _ in 0..<max(pages, 1) {
+                        let page = try await pullPage(collection: collection, scope: scope, cursor: from, limit: limit)
+                        continuation.yield(page)
+                        guard page.hasMore else { break }
+                        from = page.cursor
+                    }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
     }
 
     public func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws

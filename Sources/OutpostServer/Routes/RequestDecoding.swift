@@ -156,6 +156,15 @@ enum RequestDecoding {
         return value
     }
 
+    /// How many pages a pull may stream (`pages`): nil for an ordinary answer of one page.
+    static func pages(in request: Request, max: Int) throws -> Int? {
+        guard let text = try optional("pages", in: request) else { return nil }
+        guard let value = Int(text), value >= 1, value <= max else {
+            throw OutpostHTTPError.badRequest("pages must be a whole number from 1 to \(max)")
+        }
+        return value
+    }
+
     /// A known collection named by the `collection` query parameter.
     static func collection(in request: Request, registry: CollectionRegistry) throws -> CollectionPolicy {
         let name = try required("collection", in: request)

@@ -9,6 +9,8 @@ struct SyncController<Storage: SyncStorage> {
     let configuration: ServerConfiguration
     let secrets: ServerSecrets
     let metrics: ServerMetrics
+    /// Admits each page of a stream after its first, as it admits requests.
+    let gate: AdmissionGate
     let now: @Sendable () -> Date
 
     func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
@@ -63,15 +65,75 @@ struct SyncController<Storage: SyncStorage> {
             }
             cursor = parsed
         }
+        let pages = try RequestDecoding.pages(in: request, max: configuration.pullMaxPages)
         let page = try await storage.pull(
             tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit)
         metrics.pulls.increment()
-        let rows = page.records
-        return .json(
-            bytes: try PullResponse.jsonBytes(count: rows.count, cursor: page.cursor.token, hasMore: page.hasMore) {
-                (output: inout [UInt8]) throws(JSONSyntaxError) in
-                try SnapshotRow.writeJSON(rows, to: &output)
+        guard let pages else { return .json(bytes: try Self.pageBytes(page)) }
+        return try Self.stream(
+            from: page, pages: pages, gate: gate, metrics: metrics, logger: context.logger
+        ) { [storage] cursor in
+            try await storage.pull(
+                tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit)
+        }
+    }
+
+    /// A pull of several pages: one JSON document a line, each written as soon as it is read, up to `pages` or a
+    /// page without `hasMore`. The first page is read before the answer starts, so that a failure then is an
+    /// ordinary error answer. Each later page is read under the admission gate, like a request of its own, so
+    /// that a long stream to a slow device holds no place while it waits on the network. A failure after the
+    /// first page ends the stream with an error line (the body of the answer it would have been); the device
+    /// has stored the pages before it, and pulls again from the last cursor.
+    static func stream(
+        from first: PulledChanges, pages: Int, gate: AdmissionGate, metrics: ServerMetrics, logger: Logger,
+        next: @escaping @Sendable (PullCursor) async throws -> PulledChanges
+    ) throws -> Response {
+        var firstLine = try Self.pageBytes(first)
+        firstLine.append(UInt8(ascii: "\n"))
+        let line = firstLine
+        return Response(
+            status: .ok, headers: [.contentType: "application/x-ndjson", .cacheControl: "no-store"],
+            body: ResponseBody { writer in
+                try await writer.write(ByteBuffer(bytes: line))
+                var last = first
+                var sent = 1
+                while last.hasMore && sent < pages {
+                    var line: [UInt8]
+                    do {
+                        last = try await gate.withAdmission { try await next(last.cursor) }
+                        metrics.pulls.increment()
+                        line = try Self.pageBytes(last)
+                    } catch {
+                        logger.error("a stream of pulls ended early", metadata: ["pages": "\(sent)", "error": "\(error)"])
+                        line = Self.streamErrorLine(error)
+                        line.append(UInt8(ascii: "\n"))
+                        try await writer.write(ByteBuffer(bytes: line))
+                        break
+                    }
+                    line.append(UInt8(ascii: "\n"))
+                    try await writer.write(ByteBuffer(bytes: line))
+                    sent += 1
+                }
+                try await writer.finish(nil)
             })
+    }
+
+    private static func pageBytes(_ page: PulledChanges) throws -> [UInt8] {
+        let rows = page.records
+        return try PullResponse.jsonBytes(count: rows.count, cursor: page.cursor.token, hasMore: page.hasMore) {
+            (output: inout [UInt8]) throws(JSONSyntaxError) in
+            try SnapshotRow.writeJSON(rows, to: &output)
+        }
+    }
+
+    /// The line that ends a stream the server could not finish: the error body its answer would have carried
+    /// (503 `service_unavailable` for a storage failure, `busy` when the gate refused the page).
+    private static func streamErrorLine(_ error: any Error) -> [UInt8] {
+        let wire = (error as? OutpostHTTPError)?.wire ?? OutpostHTTPError.unavailable.wire
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return (try? encoder.encode(wire)).map(Array.init)
+            ?? Array(#"{"error":{"code":"service_unavailable","message":"storage is unavailable; retry later"}}"#.utf8)
     }
 
     @Sendable func snapshot(_ request: Request, context: OutpostRequestContext) async throws -> Response {

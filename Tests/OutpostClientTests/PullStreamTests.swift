@@ -1,0 +1,131 @@
+import Foundation
+import OutpostProtocol
+import Testing
+
+@testable import OutpostClient
+
+/// The pieces of a streamed pull on the device: lines cut from pieces at any boundary, and a refresh's reader
+/// that follows one stream while it stands at the cursor asked for, and opens another otherwise.
+@Suite("Streamed pulls")
+struct PullStreamTests {
+    @Test("lines come out whole wherever the pieces are cut; a line without its newline is held back")
+    func linesAcrossPieces() {
+        let text = Array("{\"a\":1}\n\n{\"b\":\"x\\ny\"}\n{\"c\":".utf8)
+        for first in 0...text.count {
+            for second in first...text.count {
+                var splitter = LineSplitter()
+                var lines: [[UInt8]] = []
+                for piece in [text[..<first], text[first..<second], text[second...]] {
+                    lines += splitter.lines(in: piece)
+                }
+                #expect(lines == [Array("{\"a\":1}".utf8), Array("{\"b\":\"x\\ny\"}".utf8)])
+                #expect(splitter.holdsPartialLine)
+            }
+        }
+        var splitter = LineSplitter()
+        #expect(splitter.lines(in: Array("{}\n".utf8)) == [Array("{}".utf8)])
+        #expect(!splitter.holdsPartialLine)
+    }
+
+    /// Streams of pages numbered from the cursor they start at: page n has cursor "n+1", and the last page says
+    /// it is the last.
+    final class Streams: @unchecked Sendable {
+        private let lock = NSLock()
+        private(set) var opened: [String] = []
+        let pagesPerStream: Int
+        let lastPage: Int
+
+        init(pagesPerStream: Int, lastPage: Int) {
+            self.pagesPerStream = pagesPerStream
+            self.lastPage = lastPage
+        }
+
+        func open(_ cursor: String) -> AsyncThrowingStream<PullPage, any Error> {
+            lock.withLock { opened.append(cursor) }
+            let start = Int(cursor)!
+            let pages = (start...lastPage).prefix(pagesPerStream).map { n in
+                try! PullPage(PullResponse(changes: [], cursor: String(n + 1), hasMore: n < lastPage))
+            }
+            return AsyncThrowingStream { continuation in
+                for page in pages { continuation.yield(page) }
+                continuation.finish()
+            }
+        }
+    }
+
+    @Test("pages follow one stream while it stands at the cursor asked for; another opens where it ended or was left")
+    func readerFollowsAndReopens() async throws {
+        let streams = Streams(pagesPerStream: 2, lastPage: 4)
+        let reader = ReferenceData.PullStream { streams.open($0) }
+        var cursor = "0"
+        var received: [String] = []
+        while true {
+            let page = try await reader.page(after: cursor)
+            received.append(page.cursor)
+            guard page.hasMore else { break }
+            cursor = page.cursor
+        }
+        #expect(received == ["1", "2", "3", "4", "5"])
+        #expect(streams.opened == ["0", "2", "4"])
+        // Asked from another cursor than where the open stream stands (a page not stored, fetched again).
+        _ = try await reader.page(after: "3")
+        #expect(streams.opened == ["0", "2", "4", "3"])
+    }
+
+    /// Streams that yield one page and stay open, held by their producers as a transport's are, and say when
+    /// they end.
+    final class OpenStreams: @unchecked Sendable {
+        private let lock = NSLock()
+        private var producers: [AsyncThrowingStream<PullPage, any Error>.Continuation] = []
+        private var ended: [String: CheckedContinuation<Void, Never>] = [:]
+        private var endedEarly: Set<String> = []
+
+        func open(_ cursor: String) -> AsyncThrowingStream<PullPage, any Error> {
+            AsyncThrowingStream { continuation in
+                continuation.yield(try! PullPage(PullResponse(changes: [], cursor: cursor + "+", hasMore: true)))
+                self.lock.withLock { self.producers.append(continuation) }
+                continuation.onTermination = { _ in
+                    let waiter = self.lock.withLock {
+                        self.endedEarly.insert(cursor)
+                        return self.ended.removeValue(forKey: cursor)
+                    }
+                    waiter?.resume()
+                }
+            }
+        }
+
+        /// Returns once the stream opened from `cursor` has ended.
+        func waitForEnd(of cursor: String) async {
+            await withCheckedContinuation { continuation in
+                let now = lock.withLock {
+                    if endedEarly.contains(cursor) { return true }
+                    ended[cursor] = continuation
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        }
+    }
+
+    @Test("a stream left for another cursor, or open when the refresh ends, is ended, and with it its request",
+          .timeLimit(.minutes(1)))
+    func streamsLeftAreEnded() async throws {
+        let streams = OpenStreams()
+        let reader = ReferenceData.PullStream { streams.open($0) }
+        #expect(try await reader.page(after: "a").cursor == "a+")
+        #expect(try await reader.page(after: "b").cursor == "b+")
+        await streams.waitForEnd(of: "a")
+        reader.close()
+        await streams.waitForEnd(of: "b")
+    }
+
+    @Test("a stream that ends before its first page is the server's fault, not the end of the changes")
+    func emptyStream() async throws {
+        let reader = ReferenceData.PullStream { _ in AsyncThrowingStream { $0.finish() } }
+        await #expect {
+            _ = try await reader.page(after: "0")
+        } throws: { error in
+            (error as? TransportError)?.kind == .invalidResponse
+        }
+    }
+}
