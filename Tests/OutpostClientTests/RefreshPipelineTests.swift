@@ -28,8 +28,11 @@ struct RefreshPipelineTests {
     static let changes = 701
     static var pulls: Int { (changes + ReferenceData.refreshPageSize - 1) / ReferenceData.refreshPageSize }
 
-    @Test("more changes than a pull holds: every page stored once, in order, each pulled once", .timeLimit(.minutes(1)))
-    func severalPages() async throws {
+    /// Streams carry as many pages as the refresh asks for (nil), or fewer, as from a server with a lower limit:
+    /// the refresh then opens the next stream from the cursor the last one ended at.
+    @Test("more changes than a pull holds: every page stored once, in order, each pulled once, in as many streams as the server allows",
+          .timeLimit(.minutes(1)), arguments: [nil, 1, 2] as [Int?])
+    func severalPages(pagesPerStream: Int?) async throws {
         #expect(Self.pulls >= 3, "the test needs a refresh of at least three pulls")
         try await withStore { store, _ in
             let server = ReferenceDataTests.roster(1000)
@@ -37,8 +40,11 @@ struct RefreshPipelineTests {
             try await data.download(collection: "guests", scope: "ev-1")
             Self.change(server)
             server.failPulls(fromCall: nil)
+            server.limitStreams(toPages: pagesPerStream)
             #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 601, removed: 100))
             #expect(server.pullRequests == Self.pulls)
+            let perStream = pagesPerStream ?? ReferenceData.refreshPagesPerStream
+            #expect(server.streamRequests == (Self.pulls + perStream - 1) / perStream)
             guard case .found(let changed) = try await data.lookup(collection: "guests", scope: "ev-1", recordId: "g00599"),
                 case .found = try await data.lookup(collection: "guests", scope: "ev-1", recordId: "walk-in")
             else {
@@ -50,10 +56,12 @@ struct RefreshPipelineTests {
             #expect(try await data.lookup(collection: "guests", scope: "ev-1", recordId: "other") == .notFound)
             #expect(try await data.search(collection: "guests", scope: "ev-1", query: "late arrival").map(\.recordId) == ["walk-in"])
             #expect(try await data.search(collection: "guests", scope: "ev-1", query: "family950").isEmpty)
-            // Caught up: the next refresh pulls once and finds nothing.
+            // Caught up: the next refresh opens one stream, pulls once and finds nothing.
             server.failPulls(fromCall: nil)
+            server.limitStreams(toPages: pagesPerStream)
             #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 0, removed: 0))
             #expect(server.pullRequests == 1)
+            #expect(server.streamRequests == 1)
         }
     }
 
@@ -82,38 +90,6 @@ struct RefreshPipelineTests {
                     == RefreshSummary(updated: 601 - firstTwo, removed: 100))
             #expect(server.pullRequests == Self.pulls - 2)
             #expect(try await data.lookup(collection: "guests", scope: "ev-1", recordId: "g00950") == .cancelled)
-        }
-    }
-
-    @Test("a server whose streams carry fewer pages than asked: the refresh opens the next stream from the cursor, each page stored once",
-          .timeLimit(.minutes(1)), arguments: [1, 2])
-    func shortStreams(pagesPerStream: Int) async throws {
-        try await withStore { store, _ in
-            let server = ReferenceDataTests.roster(1000)
-            let data = ReferenceData(store: store, transport: server)
-            try await data.download(collection: "guests", scope: "ev-1")
-            Self.change(server)
-            server.failPulls(fromCall: nil)
-            server.limitStreams(toPages: pagesPerStream)
-            #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 601, removed: 100))
-            #expect(server.pullRequests == Self.pulls)
-            #expect(server.streamRequests == (Self.pulls + pagesPerStream - 1) / pagesPerStream)
-            #expect(try await data.lookup(collection: "guests", scope: "ev-1", recordId: "g00950") == .cancelled)
-            #expect(try await data.search(collection: "guests", scope: "ev-1", query: "late arrival").map(\.recordId) == ["walk-in"])
-        }
-    }
-
-    @Test("a refresh that is caught up opens one stream and pulls once")
-    func caughtUpStreamsOnce() async throws {
-        try await withStore { store, _ in
-            let server = ReferenceDataTests.roster(10)
-            let data = ReferenceData(store: store, transport: server)
-            try await data.download(collection: "guests", scope: "ev-1")
-            server.failPulls(fromCall: nil)
-            server.limitStreams(toPages: nil)
-            #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 0, removed: 0))
-            #expect(server.streamRequests == 1)
-            #expect(server.pullRequests == 1)
         }
     }
 
