@@ -13,8 +13,8 @@ public struct ServerConfiguration: Sendable {
     public var snapshotMaxPageSize: Int
     public var pullDefaultLimit: Int
     public var pullMaxLimit: Int
-    /// The most pages one pull may stream (its `pages` parameter): a stream longer than that ends with
-    /// `hasMore`, and the client pulls again from its cursor.
+    /// The most pages one pull streams, whatever its `pages` parameter asks: the last then says `hasMore`, and
+    /// the client pulls again from its cursor.
     public var pullMaxPages: Int
     /// How far ahead of the server's clock a device's timestamp may be before it is refused.
     public var maxClockSkew: Duration

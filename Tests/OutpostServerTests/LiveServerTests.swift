@@ -117,6 +117,39 @@ struct LiveServerTests {
         }
     }
 
+    @Test("a stream that ends with an error line, or is cut in the middle of a line, gives the pages before it, then the error")
+    func streamEndingBadly() async throws {
+        let page = String(decoding: try PullResponse(changes: [], cursor: "c1.0.1", hasMore: true).jsonBytes(), as: UTF8.self)
+        let router = Router()
+        router.get("v1/pull") { request, _ -> Response in
+            let ending = request.uri.queryParameters["cursor"] == "error"
+                ? #"{"error":{"code":"service_unavailable","message":"storage is unavailable; retry later"}}"# + "\n"
+                : #"{"changes":[{"colle"#
+            return Response(
+                status: .ok, headers: [.contentType: "application/x-ndjson"],
+                body: .init(byteBuffer: ByteBuffer(string: page + "\n" + ending)))
+        }
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await app.test(.live) { client in
+            let port = try #require(client.port)
+            let transport = HTTPSyncTransport(
+                baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: "t")
+            for (cursor, kind) in [("error", TransportError.Kind.server), ("cut", .network)] {
+                var pages: [PullPage] = []
+                await #expect {
+                    for try await page in transport.pullPages(collection: "notes", scope: nil, cursor: cursor, limit: 2, pages: 5) {
+                        pages.append(page)
+                    }
+                } throws: { error in
+                    guard let error = error as? TransportError else { return false }
+                    return error.kind == kind && error.isRetryable
+                        && (kind != .server || error.wire?.code == .serviceUnavailable)
+                }
+                #expect(pages.map(\.cursor) == ["c1.0.1"], "\(cursor)")
+            }
+        }
+    }
+
     @Test("server errors come back as the wire error, with their status")
     func errorsDecode() async throws {
         try await withServer(.sqlite, setup: .live) { client, _ in

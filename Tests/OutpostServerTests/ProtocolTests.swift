@@ -132,6 +132,23 @@ struct ProtocolTests {
         }
     }
 
+    @Test("a pull asking for more pages than the server streams gets the server's limit, the last page saying more follow")
+    func pagesTrimmedToLimit() async throws {
+        try await withServer(.sqlite, configure: { $0.pullMaxPages = 2 }) { client, storage in
+            let staff = try await Fixtures.token(role: .staff)
+            _ = try await client.push((1...3).map { Fixtures.upsert("r\($0)", ["n": .number(Double($0))], at: Double($0)) }, token: staff)
+            try await storage.settle()
+            let response = try await client.send(.get, "/v1/pull?collection=notes&limit=1&pages=50", token: staff)
+            #expect(response.status == .ok)
+            #expect(response.headers[.contentType] == "application/x-ndjson")
+            let lines = String(buffer: response.body).split(separator: "\n")
+            #expect(lines.count == 2)
+            let last = try PullResponse(jsonBytes: Array(lines.last.map(String.init)?.utf8 ?? "".utf8))
+            #expect(last.changes.map(\.recordId) == ["r2"])
+            #expect(last.hasMore)
+        }
+    }
+
     @Test("a protected conflict over HTTP carries the server's value and is listed for review")
     func conflictOverHTTP() async throws {
         try await withServer(.sqlite) { client, _ in

@@ -102,6 +102,8 @@ extension ReferenceData {
             }
             // A stream left standing elsewhere ends as its iterator is let go.
             lock.withLock { current = nil }
+            // A cancelled refresh (or one stopped because another overtook it) asks for nothing more.
+            try Task.checkCancellation()
             iterator = open(cursor).makeAsyncIterator()
             guard let page = try await iterator.next() else {
                 try Task.checkCancellation()

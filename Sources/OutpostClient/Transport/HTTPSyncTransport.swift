@@ -160,8 +160,9 @@ public struct HTTPSyncTransport: SyncTransport {
         func page(_ bytes: [UInt8]) throws -> PullPage {
             if bytes.starts(with: Array(#"{"error""#.utf8)) {
                 let wire = try? JSONDecoder().decode(WireError.self, from: Data(bytes))
+                // The status the error would have come with, had it come before the stream began.
                 throw TransportError(
-                    kind: .server, status: 503, wire: wire,
+                    kind: .server, status: wire?.code == .internalError ? 500 : 503, wire: wire,
                     message: wire?.message ?? "the server could not finish the stream")
             }
             do {

@@ -11,19 +11,28 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
     {
         do {
             return try await next(request, context)
-        } catch let error as OutpostHTTPError {
-            throw error
-        } catch let error as HTTPError {
-            throw Self.translate(error)
-        } catch let error as StorageError {
-            context.logger.error("storage failure", metadata: ["code": "\(error.code)"])
-            throw error.code == .unavailable ? OutpostHTTPError.unavailable : Self.internalError
-        } catch is CancellationError {
-            throw OutpostHTTPError.unavailable
         } catch {
+            throw Self.answer(for: error, logger: context.logger)
+        }
+    }
+
+    /// The wire error `error` is answered with; a storage failure or an unexpected error is logged, by its code
+    /// or its type only. Also ends a stream of pulls that fails part way.
+    static func answer(for error: any Error, logger: Logger) -> OutpostHTTPError {
+        switch error {
+        case let error as OutpostHTTPError:
+            return error
+        case let error as HTTPError:
+            return translate(error)
+        case let error as StorageError:
+            logger.error("storage failure", metadata: ["code": "\(error.code)"])
+            return error.code == .unavailable ? OutpostHTTPError.unavailable : internalError
+        case is CancellationError:
+            return OutpostHTTPError.unavailable
+        default:
             // Only the type: a description could hold SQL or a value from the request.
-            context.logger.error("unexpected error", metadata: ["type": "\(String(reflecting: type(of: error)))"])
-            throw Self.internalError
+            logger.error("unexpected error", metadata: ["type": "\(String(reflecting: type(of: error)))"])
+            return internalError
         }
     }
 

@@ -156,13 +156,14 @@ enum RequestDecoding {
         return value
     }
 
-    /// How many pages a pull may stream (`pages`): nil for an ordinary answer of one page.
+    /// How many pages a pull streams (`pages`): nil for an ordinary answer of one page. More than `max` streams
+    /// `max`: the last page then says `hasMore`, and the client pulls again from its cursor.
     static func pages(in request: Request, max: Int) throws -> Int? {
         guard let text = try optional("pages", in: request) else { return nil }
-        guard let value = Int(text), value >= 1, value <= max else {
-            throw OutpostHTTPError.badRequest("pages must be a whole number from 1 to \(max)")
+        guard let value = Int(text), value >= 1 else {
+            throw OutpostHTTPError.badRequest("pages must be a whole number from 1")
         }
-        return value
+        return min(value, max)
     }
 
     /// A known collection named by the `collection` query parameter.

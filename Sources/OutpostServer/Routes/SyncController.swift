@@ -104,8 +104,8 @@ struct SyncController<Storage: SyncStorage> {
                         metrics.pulls.increment()
                         line = try Self.pageBytes(last)
                     } catch {
-                        logger.error("a stream of pulls ended early", metadata: ["pages": "\(sent)", "error": "\(error)"])
-                        line = Self.streamErrorLine(error)
+                        logger.notice("a stream of pulls ended early", metadata: ["pages": "\(sent)"])
+                        line = Self.streamErrorLine(ErrorMiddleware<OutpostRequestContext>.answer(for: error, logger: logger))
                         line.append(UInt8(ascii: "\n"))
                         try await writer.write(ByteBuffer(bytes: line))
                         break
@@ -126,14 +126,12 @@ struct SyncController<Storage: SyncStorage> {
         }
     }
 
-    /// The line that ends a stream the server could not finish: the error body its answer would have carried
-    /// (503 `service_unavailable` for a storage failure, `busy` when the gate refused the page).
-    private static func streamErrorLine(_ error: any Error) -> [UInt8] {
-        let wire = (error as? OutpostHTTPError)?.wire ?? OutpostHTTPError.unavailable.wire
+    /// The line that ends a stream the server could not finish: the error body its answer would have carried.
+    private static func streamErrorLine(_ error: OutpostHTTPError) -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        return (try? encoder.encode(wire)).map(Array.init)
-            ?? Array(#"{"error":{"code":"service_unavailable","message":"storage is unavailable; retry later"}}"#.utf8)
+        return (try? encoder.encode(error.wire)).map(Array.init)
+            ?? Array(#"{"error":{"code":"internal_error","message":"internal server error"}}"#.utf8)
     }
 
     @Sendable func snapshot(_ request: Request, context: OutpostRequestContext) async throws -> Response {
