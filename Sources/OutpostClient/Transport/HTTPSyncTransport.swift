@@ -127,20 +127,14 @@ public struct HTTPSyncTransport: SyncTransport {
     public func pullPages(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullPage, any Error>
     {
-        AsyncThrowingStream { continuation in
-            let task = Task {
-                do {
-                    try await streamPages(
-                        query: Self.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))]
-                    ) { continuation.yield($0) }
-                    continuation.finish()
-                } catch {
-                    continuation.finish(throwing: error)
-                }
-            }
-            continuation.onTermination = { _ in task.cancel() }
+        AsyncThrowingStream.produced { deliver in
+            try await streamPages(
+                query: Self.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))], deliver)
         }
     }
+
+    /// How a line that ends a stream with the server's error begins.
+    private static let errorLinePrefix = Array(#"{"error""#.utf8)
 
     private func streamPages(query: [(String, String?)], _ deliver: (PullPage) -> Void) async throws {
         var request = try makeRequest(.GET, path: "/v1/pull", query: query, body: nil)
@@ -158,7 +152,7 @@ public struct HTTPSyncTransport: SyncTransport {
         }
         let status = Int(response.status.code)
         func page(_ bytes: [UInt8]) throws -> PullPage {
-            if bytes.starts(with: Array(#"{"error""#.utf8)) {
+            if bytes.starts(with: Self.errorLinePrefix) {
                 let wire = try? JSONDecoder().decode(WireError.self, from: Data(bytes))
                 // The status the error would have come with, had it come before the stream began.
                 throw TransportError(

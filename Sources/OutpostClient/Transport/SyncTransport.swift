@@ -48,22 +48,14 @@ extension SyncTransport {
     public func pullPagesOneByOne(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullPage, any Error>
     {
-        AsyncThrowingStream { continuation in
-            let task = Task {
-                do {
-                    var from = cursor
-                    for _ in 0..<max(pages, 1) {
-                        let page = try await pullPage(collection: collection, scope: scope, cursor: from, limit: limit)
-                        continuation.yield(page)
-                        guard page.hasMore else { break }
-                        from = page.cursor
-                    }
-                    continuation.finish()
-                } catch {
-                    continuation.finish(throwing: error)
-                }
+        AsyncThrowingStream.produced { deliver in
+            var from = cursor
+            for _ in 0..<max(pages, 1) {
+                let page = try await pullPage(collection: collection, scope: scope, cursor: from, limit: limit)
+                deliver(page)
+                guard page.hasMore else { break }
+                from = page.cursor
             }
-            continuation.onTermination = { _ in task.cancel() }
         }
     }
 
@@ -118,4 +110,23 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { message }
+}
+
+extension AsyncThrowingStream where Failure == any Error {
+    /// A stream whose elements `produce` delivers from a task of its own: the stream ends when `produce` returns
+    /// or throws, and the task is cancelled when the stream's consumer lets it go or is cancelled.
+    static func produced(by produce: @escaping @Sendable (_ deliver: (Element) -> Void) async throws -> Void) -> Self
+    where Element: Sendable {
+        AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    try await produce { continuation.yield($0) }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
 }

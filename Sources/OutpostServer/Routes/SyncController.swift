@@ -97,7 +97,8 @@ struct SyncController<Storage: SyncStorage> {
                 try await writer.write(ByteBuffer(bytes: line))
                 var last = first
                 var sent = 1
-                while last.hasMore && sent < pages {
+                var failed = false
+                while last.hasMore && sent < pages && !failed {
                     var line: [UInt8]
                     do {
                         last = try await gate.withAdmission { try await next(last.cursor) }
@@ -106,9 +107,7 @@ struct SyncController<Storage: SyncStorage> {
                     } catch {
                         logger.notice("a stream of pulls ended early", metadata: ["pages": "\(sent)"])
                         line = Self.streamErrorLine(ErrorMiddleware<OutpostRequestContext>.answer(for: error, logger: logger))
-                        line.append(UInt8(ascii: "\n"))
-                        try await writer.write(ByteBuffer(bytes: line))
-                        break
+                        failed = true
                     }
                     line.append(UInt8(ascii: "\n"))
                     try await writer.write(ByteBuffer(bytes: line))
