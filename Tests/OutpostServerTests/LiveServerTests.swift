@@ -1,8 +1,10 @@
+import Clocks
 import Foundation
 import Hummingbird
 import HummingbirdTesting
 import OutpostClient
 import OutpostProtocol
+import OutpostTesting
 import Testing
 
 @testable import OutpostServer
@@ -148,6 +150,114 @@ struct LiveServerTests {
                 #expect(pages.map(\.cursor) == ["c1.0.1"], "\(cursor)")
             }
         }
+    }
+
+    @Test(
+        "an answer that falls silent halfway ends, at the silence limit, in a retryable network error; one that keeps coming does not",
+        .timeLimit(.minutes(1)))
+    func silentAnswer() async throws {
+        // The server sends a first page, then one more each time the test steps: four in all, and the end at
+        // the next step. The silent answer waits instead for the test to be over.
+        let (steps, step) = AsyncStream<Void>.makeStream()
+        let (over, end) = AsyncStream<Void>.makeStream()
+        let router = Router()
+        router.get("v1/pull") { request, _ -> Response in
+            let silent = request.uri.queryParameters["cursor"] == "silent"
+            return Response(
+                status: .ok, headers: [.contentType: "application/x-ndjson"],
+                body: ResponseBody { writer in
+                    try await writer.write(ByteBuffer(string: try Self.pageLine(1)))
+                    if silent {
+                        for await _ in over {}
+                    } else {
+                        var more = steps.makeAsyncIterator()
+                        for n in 2...5 {
+                            guard await more.next() != nil, n < 5 else { break }
+                            try await writer.write(ByteBuffer(string: try Self.pageLine(n)))
+                        }
+                    }
+                    try await writer.finish(nil)
+                })
+        }
+        // An ordinary answer that stops halfway.
+        router.get("health") { _, _ -> Response in
+            Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: ResponseBody { writer in
+                    try await writer.write(ByteBuffer(string: #"{"status":"#))
+                    for await _ in over {}
+                    try await writer.finish(nil)
+                })
+        }
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await app.test(.live) { client in
+            let port = try #require(client.port)
+            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+            // A sleep's deadline is set before it is reported: an advance just past it wakes it, however late
+            // it reaches the test clock.
+            let pastLimit = Duration.seconds(15) + .nanoseconds(1)
+            for silent in [false, true] {
+                let clock = ObservedClock(TestClock<Duration>())
+                var sleeps = clock.sleeps.makeAsyncIterator()
+                let transport = HTTPSyncTransport(baseURL: base, token: "t", timeout: .seconds(15), clock: clock)
+                let (received, receiving) = AsyncStream<String>.makeStream()
+                var pages = received.makeAsyncIterator()
+                let reading = Task {
+                    defer { receiving.finish() }
+                    for try await page in transport.pullPages(
+                        collection: "notes", scope: nil, cursor: silent ? "silent" : "slow", limit: 2, pages: 5)
+                    {
+                        receiving.yield(page.cursor)
+                    }
+                }
+                #expect(await pages.next() == "c1.0.1")
+                _ = await sleeps.next()
+                if silent {
+                    // The watch's first look sees the first page; its second, fifteen seconds of nothing.
+                    await clock.base.advance(by: pastLimit)
+                    _ = await sleeps.next()
+                    await clock.base.advance(by: pastLimit)
+                    await #expect {
+                        try await reading.value
+                    } throws: { error in
+                        guard let error = error as? TransportError else { return false }
+                        return error.kind == .network && error.isRetryable && error.message.contains("silent")
+                    }
+                } else {
+                    // A page in every fifteen seconds: the watch looks three times, and the answer ends.
+                    for n in 2...4 {
+                        step.yield()
+                        #expect(await pages.next() == "c1.0.\(n)")
+                        await clock.base.advance(by: pastLimit)
+                        _ = await sleeps.next()
+                    }
+                    step.yield()
+                    try await reading.value
+                }
+                #expect(await pages.next() == nil)
+            }
+            // The same watch bounds an answer read whole: fifteen seconds at a time pass, each once the watch
+            // sleeps, until it gives up.
+            let clock = ObservedClock(TestClock<Duration>())
+            let transport = HTTPSyncTransport(baseURL: base, token: "t", timeout: .seconds(15), clock: clock)
+            let time = Task {
+                for await _ in clock.sleeps { await clock.base.advance(by: pastLimit) }
+            }
+            await #expect {
+                _ = try await transport.health()
+            } throws: { error in
+                guard let error = error as? TransportError else { return false }
+                return error.kind == .network && error.message.contains("silent")
+            }
+            time.cancel()
+            step.finish()
+            end.finish()
+        }
+    }
+
+    /// A line of a stream of pulls: an empty page whose cursor ends in `n`.
+    static func pageLine(_ n: Int) throws -> String {
+        String(decoding: try PullResponse(changes: [], cursor: "c1.0.\(n)", hasMore: true).jsonBytes(), as: UTF8.self) + "\n"
     }
 
     @Test("server errors come back as the wire error, with their status")

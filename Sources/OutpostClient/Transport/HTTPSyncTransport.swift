@@ -11,15 +11,26 @@ public struct HTTPSyncTransport: SyncTransport {
     private let token: String
     private let client: HTTPClient
     private let timeout: TimeAmount
+    /// The longest silence within an answer (see ``SilenceWatch``).
+    private let silenceLimit: Duration
+    private let clock: any Clock<Duration>
 
     /// - Parameters:
     ///   - baseURL: the server, such as `http://127.0.0.1:8080`.
     ///   - token: the bearer token; it is sent in a header and never logged.
-    public init(baseURL: URL, token: String, client: HTTPClient = .shared, timeout: Duration = .seconds(30)) {
+    ///   - timeout: how long the server may take to begin its answer, and the longest it may then fall silent
+    ///     before the answer is complete. Either ends the call with a retryable network error.
+    ///   - clock: the clock that times those silences (tests use a test clock).
+    public init(
+        baseURL: URL, token: String, client: HTTPClient = .shared, timeout: Duration = .seconds(30),
+        clock: any Clock<Duration> = ContinuousClock()
+    ) {
         self.baseURL = baseURL
         self.token = token
         self.client = client
         self.timeout = .nanoseconds(timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
+        self.silenceLimit = timeout
+        self.clock = clock
     }
 
     /// A client configured for field devices: a refused connection fails at once instead of being retried
@@ -104,13 +115,17 @@ public struct HTTPSyncTransport: SyncTransport {
         decode: (Data) throws -> T
     ) async throws -> T {
         let request = try makeRequest(method, path: path, query: query, body: body)
-        let response: HTTPClientResponse
-        let bytes: ByteBuffer
-        do {
-            response = try await client.execute(request, timeout: timeout)
-            bytes = try await response.body.collect(upTo: 256 * 1024 * 1024)
-        } catch {
-            throw TransportError(kind: .network, message: "the server could not be reached")
+        let (client, timeout) = (client, timeout)
+        let (response, bytes) = try await SilenceWatch.run(limit: silenceLimit, clock: clock) { heard in
+            do {
+                let response = try await client.execute(request, timeout: timeout)
+                heard()
+                return (response, try await Self.collect(response.body, heard: heard))
+            } catch let error as TransportError {
+                throw error
+            } catch {
+                throw TransportError(kind: .network, message: "the server could not be reached")
+            }
         }
         let data = Data(buffer: bytes)
         try Self.check(response.status, body: data)
@@ -135,19 +150,47 @@ public struct HTTPSyncTransport: SyncTransport {
 
     /// How a line that ends a stream with the server's error begins.
     private static let errorLinePrefix = Array(#"{"error""#.utf8)
+    /// The largest answer read whole (a stream of pages is read a line at a time).
+    private static let maxAnswerBytes = 256 * 1024 * 1024
 
-    private func streamPages(query: [(String, String?)], _ deliver: (PullPage) -> Void) async throws {
-        var request = try makeRequest(.GET, path: "/v1/pull", query: query, body: nil)
-        request.headers.replaceOrAdd(name: "Accept", value: "application/x-ndjson")
-        let response: HTTPClientResponse
-        do {
-            response = try await client.execute(request, timeout: timeout)
-        } catch {
-            throw TransportError(kind: .network, message: "the server could not be reached")
+    /// An answer's whole body, each piece heard as it comes.
+    private static func collect(_ body: HTTPClientResponse.Body, heard: () -> Void) async throws -> ByteBuffer {
+        var bytes = ByteBuffer()
+        for try await piece in body {
+            heard()
+            bytes.writeImmutableBuffer(piece)
+            guard bytes.readableBytes <= maxAnswerBytes else {
+                throw TransportError(kind: .invalidResponse, message: "the server's answer is larger than 256 MiB")
+            }
         }
+        return bytes
+    }
+
+    private func streamPages(query: [(String, String?)], _ deliver: @escaping @Sendable (PullPage) -> Void)
+        async throws
+    {
+        var ndjson = try makeRequest(.GET, path: "/v1/pull", query: query, body: nil)
+        ndjson.headers.replaceOrAdd(name: "Accept", value: "application/x-ndjson")
+        let (client, timeout, request) = (client, timeout, ndjson)
+        try await SilenceWatch.run(limit: silenceLimit, clock: clock) { heard in
+            let response: HTTPClientResponse
+            do {
+                response = try await client.execute(request, timeout: timeout)
+            } catch {
+                throw TransportError(kind: .network, message: "the server could not be reached")
+            }
+            heard()
+            try await Self.readPages(of: response, heard: heard, deliver)
+        }
+    }
+
+    /// The pages of a pull's answer: lines of a stream, or one page from a server that predates streams.
+    private static func readPages(
+        of response: HTTPClientResponse, heard: @Sendable () -> Void, _ deliver: (PullPage) -> Void
+    ) async throws {
         guard (200..<300).contains(response.status.code) else {
             let body = try? await response.body.collect(upTo: 1024 * 1024)
-            try Self.check(response.status, body: body.map { Data(buffer: $0) } ?? Data())
+            try check(response.status, body: body.map { Data(buffer: $0) } ?? Data())
             return
         }
         let status = Int(response.status.code)
@@ -170,7 +213,9 @@ public struct HTTPSyncTransport: SyncTransport {
         guard response.headers["Content-Type"].contains(where: { $0.hasPrefix("application/x-ndjson") }) else {
             let bytes: ByteBuffer
             do {
-                bytes = try await response.body.collect(upTo: 256 * 1024 * 1024)
+                bytes = try await collect(response.body, heard: heard)
+            } catch let error as TransportError {
+                throw error
             } catch {
                 throw TransportError(kind: .network, message: "the connection dropped during a pull")
             }
@@ -180,6 +225,7 @@ public struct HTTPSyncTransport: SyncTransport {
         var lines = LineSplitter()
         do {
             for try await piece in response.body {
+                heard()
                 for line in lines.lines(in: piece.readableBytesView) { deliver(try page(line)) }
             }
         } catch let error as TransportError {
@@ -250,4 +296,49 @@ struct LineSplitter {
 
     /// Whether bytes of a line without its newline are held.
     var holdsPartialLine: Bool { !partial.isEmpty }
+}
+
+/// Ends an answer that falls silent.
+///
+/// AsyncHTTPClient's deadline bounds only the wait for an answer's head; nothing bounds its body after that, so a
+/// server or network that stalls halfway through would hold a sync, or a roster download, for ever. The
+/// operation reports each piece it hears; a watch wakes every `limit` and, when nothing came since its last
+/// look, gives up: a network error, which the engine retries. It fires between one and two `limit`s after the
+/// last piece, at one wake-up per `limit` for the whole answer instead of a timer per piece.
+enum SilenceWatch {
+    static func run<T: Sendable>(
+        limit: Duration, clock: any Clock<Duration>,
+        _ operation: @escaping @Sendable (_ heard: @escaping @Sendable () -> Void) async throws -> T
+    ) async throws -> T {
+        let pieces = Counter()
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await operation { pieces.increment() } }
+            group.addTask {
+                var seen = pieces.value
+                while true {
+                    try await clock.sleep(for: limit)
+                    let now = pieces.value
+                    guard now != seen else {
+                        throw TransportError(
+                            kind: .network,
+                            message: "the server fell silent for \(limit.components.seconds) s in the middle of its answer")
+                    }
+                    seen = now
+                }
+            }
+            defer { group.cancelAll() }
+            // The watch never returns a value, only an error: the first value is the operation's.
+            while let outcome = try await group.next() {
+                if let value = outcome { return value }
+            }
+            throw CancellationError()
+        }
+    }
+
+    private final class Counter: @unchecked Sendable {
+        private let lock = NSLock()
+        private var count = 0
+        func increment() { lock.withLock { count += 1 } }
+        var value: Int { lock.withLock { count } }
+    }
 }

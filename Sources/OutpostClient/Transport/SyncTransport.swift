@@ -115,7 +115,9 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
 extension AsyncThrowingStream where Failure == any Error {
     /// A stream whose elements `produce` delivers from a task of its own: the stream ends when `produce` returns
     /// or throws, and the task is cancelled when the stream's consumer lets it go or is cancelled.
-    static func produced(by produce: @escaping @Sendable (_ deliver: (Element) -> Void) async throws -> Void) -> Self
+    static func produced(
+        by produce: @escaping @Sendable (_ deliver: @escaping @Sendable (Element) -> Void) async throws -> Void
+    ) -> Self
     where Element: Sendable {
         AsyncThrowingStream { continuation in
             let task = Task {
