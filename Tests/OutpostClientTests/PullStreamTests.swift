@@ -40,7 +40,9 @@ struct PullStreamTests {
             self.lastPage = lastPage
         }
 
-        func open(_ cursor: String) -> AsyncThrowingStream<PullPage, any Error> {
+        /// From the start (no cursor yet) is from page 0.
+        func open(_ cursor: String?) -> AsyncThrowingStream<PullPage, any Error> {
+            let cursor = cursor ?? "0"
             lock.withLock { opened.append(cursor) }
             let start = Int(cursor)!
             let pages = (start...lastPage).prefix(pagesPerStream).map { n in
@@ -53,11 +55,12 @@ struct PullStreamTests {
         }
     }
 
-    @Test("pages follow one stream while it stands at the cursor asked for; another opens where it ended or was left")
+    @Test("pages follow one stream while it stands at the cursor asked for (none, at first); another opens where it ended or was left")
     func readerFollowsAndReopens() async throws {
         let streams = Streams(pagesPerStream: 2, lastPage: 4)
-        let reader = ReferenceData.PullStream { streams.open($0) }
-        var cursor = "0"
+        let reader = PullStream<PullPage>(cursor: { $0.cursor }) { streams.open($0) }
+        // The first pull has no cursor yet.
+        var cursor: String? = nil
         var received: [String] = []
         while true {
             let page = try await reader.page(after: cursor)
@@ -80,8 +83,9 @@ struct PullStreamTests {
         private var ended: [String: CheckedContinuation<Void, Never>] = [:]
         private var endedEarly: Set<String> = []
 
-        func open(_ cursor: String) -> AsyncThrowingStream<PullPage, any Error> {
-            AsyncThrowingStream { continuation in
+        func open(_ cursor: String?) -> AsyncThrowingStream<PullPage, any Error> {
+            let cursor = cursor ?? ""
+            return AsyncThrowingStream { continuation in
                 continuation.yield(try! PullPage(PullResponse(changes: [], cursor: cursor + "+", hasMore: true)))
                 self.lock.withLock { self.producers.append(continuation) }
                 continuation.onTermination = { _ in
@@ -111,7 +115,7 @@ struct PullStreamTests {
           .timeLimit(.minutes(1)))
     func streamsLeftAreEnded() async throws {
         let streams = OpenStreams()
-        let reader = ReferenceData.PullStream { streams.open($0) }
+        let reader = PullStream<PullPage>(cursor: { $0.cursor }) { streams.open($0) }
         #expect(try await reader.page(after: "a").cursor == "a+")
         #expect(try await reader.page(after: "b").cursor == "b+")
         await streams.waitForEnd(of: "a")
@@ -121,7 +125,7 @@ struct PullStreamTests {
 
     @Test("a stream that ends before its first page is the server's fault, not the end of the changes")
     func emptyStream() async throws {
-        let reader = ReferenceData.PullStream { _ in AsyncThrowingStream { $0.finish() } }
+        let reader = PullStream<PullPage>(cursor: { $0.cursor }) { _ in AsyncThrowingStream { $0.finish() } }
         await #expect {
             _ = try await reader.page(after: "0")
         } throws: { error in

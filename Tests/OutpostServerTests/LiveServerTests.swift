@@ -78,6 +78,20 @@ struct LiveServerTests {
             #expect(rest.map(\.ids) == [["r6"]])
             #expect(rest.map(\.cursor) == [expected[3].cursor])
             #expect(rest.map(\.hasMore) == [false])
+            // Decoded whole, the same stream gives what `pull` gives one page at a time.
+            var decoded: [PullResponse] = []
+            for try await page in staff.pulls(collection: "notes", scope: nil, cursor: nil, limit: 2, pages: 10) {
+                decoded.append(page)
+            }
+            var oneByOne: [PullResponse] = []
+            cursor = nil
+            repeat {
+                let page = try await staff.pull(collection: "notes", scope: nil, cursor: cursor, limit: 2)
+                oneByOne.append(page)
+                cursor = page.hasMore ? page.cursor : nil
+            } while cursor != nil
+            #expect(decoded == oneByOne)
+            #expect(decoded.count == 4)
             // One page asked for: one page.
             let one = try await staff.pullPages(collection: "notes", scope: nil, cursor: nil, limit: 1, pages: 1)
                 .first { _ in true }
@@ -94,6 +108,47 @@ struct LiveServerTests {
             } throws: { error in
                 (error as? TransportError)?.status == 401
             }
+        }
+    }
+
+    /// Counts the streams of pulls the engine opens, and passes them to the HTTP transport.
+    struct CountingStreams: ForwardingTransport {
+        let inner: any SyncTransport
+        let opened = LockedValue(0)
+
+        func pulls(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+            -> AsyncThrowingStream<PullResponse, any Error>
+        {
+            opened.withLock { $0 += 1 }
+            return inner.pulls(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
+        }
+    }
+
+    @Test("the engine's pull reads its pages from streams of pulls, and opens another where one ends with more to come")
+    func enginePullStreams() async throws {
+        try await withServer(.sqlite, setup: .live) { client, storage in
+            let port = try #require(client.port)
+            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+            let staff = HTTPSyncTransport(baseURL: base, token: try await Fixtures.token(role: .staff))
+            // Two streams' worth of one-change pages, and five more.
+            let ids = (0..<(SyncEngine.pullPagesPerStream * 2 + 5)).map { String(format: "r%02d", $0) }
+            _ = try await staff.push(
+                PushRequest(
+                    deviceId: "dev-a",
+                    mutations: ids.enumerated().map { Fixtures.upsert($1, ["n": .number(Double($0))], at: Double($0 + 1)) }))
+            try await storage.settle()
+            let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pull-\(UUID())")
+            defer { try? FileManager.default.removeItem(at: root) }
+            let url = root.appendingPathComponent("device.sqlite")
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let transport = CountingStreams(inner: staff)
+            let engine = SyncEngine(store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-b"))
+            #expect(try await engine.pull(collection: "notes", pageSize: 1) == ids.count)
+            #expect(transport.opened.withLock { $0 } == 3)
+            #expect(try await store.records(collection: "notes").map(\.recordId).sorted() == ids)
+            // Nothing new: one stream, with one empty page.
+            #expect(try await engine.pull(collection: "notes", pageSize: 1) == 0)
+            #expect(transport.opened.withLock { $0 } == 4)
         }
     }
 

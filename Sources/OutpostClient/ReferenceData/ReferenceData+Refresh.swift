@@ -32,7 +32,7 @@ extension ReferenceData {
         let index = self.index
         let now = self.now
         let summary = LockedBox(RefreshSummary(updated: 0, removed: 0))
-        let pulls = PullStream { cursor in
+        let pulls = PullStream<PullPage>(cursor: { $0.cursor }) { cursor in
             transport.pullPages(
                 collection: collection, scope: scope, cursor: cursor, limit: Self.refreshPageSize,
                 pages: Self.refreshPagesPerStream)
@@ -77,48 +77,6 @@ extension ReferenceData {
 
     /// Pages one stream of pulls may carry; a longer refresh opens another from its cursor.
     static let refreshPagesPerStream = 40
-
-    /// A refresh's pulls, read from a stream of pages (``SyncTransport/pullPages(collection:scope:cursor:limit:pages:)``):
-    /// each page asked for is the stream's next when the stream stands at its cursor, and a new stream starts from
-    /// the cursor otherwise (the first page, or after a stream ended with more to come). Asked for by one task at
-    /// a time: a transfer fetches its pages in order.
-    final class PullStream: @unchecked Sendable {
-        private let open: @Sendable (String) -> AsyncThrowingStream<PullPage, any Error>
-        private let lock = NSLock()
-        private var current: (iterator: AsyncThrowingStream<PullPage, any Error>.AsyncIterator, at: String)?
-
-        init(open: @escaping @Sendable (String) -> AsyncThrowingStream<PullPage, any Error>) {
-            self.open = open
-        }
-
-        func page(after cursor: String) async throws -> PullPage {
-            var iterator: AsyncThrowingStream<PullPage, any Error>.AsyncIterator
-            if let current = lock.withLock({ self.current }), current.at == cursor {
-                iterator = current.iterator
-                if let page = try await iterator.next() {
-                    lock.withLock { self.current = (iterator, page.cursor) }
-                    return page
-                }
-            }
-            // A stream left standing elsewhere ends as its iterator is let go.
-            lock.withLock { current = nil }
-            // A cancelled refresh (or one stopped because another overtook it) asks for nothing more.
-            try Task.checkCancellation()
-            iterator = open(cursor).makeAsyncIterator()
-            guard let page = try await iterator.next() else {
-                try Task.checkCancellation()
-                throw TransportError(kind: .invalidResponse, message: "the server's stream of changes was empty")
-            }
-            lock.withLock { self.current = (iterator, page.cursor) }
-            return page
-        }
-
-        /// Ends the open stream, and with it its exchange: a stream whose iterator is let go is cancelled, and its
-        /// producer with it.
-        func close() {
-            lock.withLock { current = nil }
-        }
-    }
 
     /// The cursor a refresh of a set continues from; nil until the set's download completed.
     private static func refreshCursor(_ db: Database, collection: String, scope: String) throws -> String? {

@@ -285,7 +285,8 @@ public actor SyncEngine {
     // MARK: Pull
 
     /// Brings what changed on the server in `collection` (within `scope`) since the last pull into the store,
-    /// page by page, each page with its cursor in one transaction; queued local changes stay on top.
+    /// page by page, each page with its cursor in one transaction; queued local changes stay on top. The pages
+    /// are read from streams of pulls (``SyncTransport/pulls(collection:scope:cursor:limit:pages:)``).
     ///
     /// - Returns: how many records changed.
     /// - Throws: ``TransportError`` when the server cannot be reached; what was already merged stays.
@@ -294,10 +295,17 @@ public actor SyncEngine {
         let setting = "pull_cursor:\(collection):\(scope ?? "")"
         var cursor = try await store.setting(setting)
         var merged = 0
+        // The pages come in streams of pulls, a round trip and a request for many pages instead of one each.
+        let transport = transport
+        let pulls = PullStream<PullResponse>(cursor: { $0.cursor }) { cursor in
+            transport.pulls(
+                collection: collection, scope: scope, cursor: cursor, limit: pageSize, pages: Self.pullPagesPerStream)
+        }
+        defer { pulls.close() }
         while true {
             let page: PullResponse
             do {
-                page = try await transport.pull(collection: collection, scope: scope, cursor: cursor, limit: pageSize)
+                page = try await pulls.page(after: cursor)
             } catch let error as TransportError {
                 if error.kind == .network, status.isOnline {
                     status.isOnline = false
@@ -312,6 +320,9 @@ public actor SyncEngine {
         try await refreshStatus()
         return merged
     }
+
+    /// Pages one stream of pulls may carry; a longer pull opens another from its cursor.
+    package static let pullPagesPerStream = 20
 
     /// Sends one record's queued mutations again, rejected ones included.
     public func retry(collection: String? = nil, recordId: String) async throws -> SyncSummary {

@@ -144,7 +144,19 @@ public struct HTTPSyncTransport: SyncTransport {
     {
         AsyncThrowingStream.produced { deliver in
             try await streamPages(
-                query: Self.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))], deliver)
+                query: Self.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))],
+                decode: { try PullPage(jsonBytes: $0) }, deliver)
+        }
+    }
+
+    /// The same stream, each page decoded whole (see ``SyncTransport/pulls(collection:scope:cursor:limit:pages:)``).
+    public func pulls(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullResponse, any Error>
+    {
+        AsyncThrowingStream.produced { deliver in
+            try await streamPages(
+                query: Self.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))],
+                decode: { try PullResponse(jsonBytes: $0) }, deliver)
         }
     }
 
@@ -166,9 +178,10 @@ public struct HTTPSyncTransport: SyncTransport {
         return bytes
     }
 
-    private func streamPages(query: [(String, String?)], _ deliver: @escaping @Sendable (PullPage) -> Void)
-        async throws
-    {
+    private func streamPages<Page: Sendable>(
+        query: [(String, String?)], decode: @escaping @Sendable ([UInt8]) throws -> Page,
+        _ deliver: @escaping @Sendable (Page) -> Void
+    ) async throws {
         var ndjson = try makeRequest(.GET, path: "/v1/pull", query: query, body: nil)
         ndjson.headers.replaceOrAdd(name: "Accept", value: "application/x-ndjson")
         let (client, timeout, request) = (client, timeout, ndjson)
@@ -180,13 +193,14 @@ public struct HTTPSyncTransport: SyncTransport {
                 throw TransportError(kind: .network, message: "the server could not be reached")
             }
             heard()
-            try await Self.readPages(of: response, heard: heard, deliver)
+            try await Self.readPages(of: response, decode: decode, heard: heard, deliver)
         }
     }
 
     /// The pages of a pull's answer: lines of a stream, or one page from a server that predates streams.
-    private static func readPages(
-        of response: HTTPClientResponse, heard: @Sendable () -> Void, _ deliver: (PullPage) -> Void
+    private static func readPages<Page>(
+        of response: HTTPClientResponse, decode: ([UInt8]) throws -> Page, heard: @Sendable () -> Void,
+        _ deliver: (Page) -> Void
     ) async throws {
         guard (200..<300).contains(response.status.code) else {
             let body = try? await response.body.collect(upTo: 1024 * 1024)
@@ -194,7 +208,7 @@ public struct HTTPSyncTransport: SyncTransport {
             return
         }
         let status = Int(response.status.code)
-        func page(_ bytes: [UInt8]) throws -> PullPage {
+        func page(_ bytes: [UInt8]) throws -> Page {
             if bytes.starts(with: Self.errorLinePrefix) {
                 let wire = try? JSONDecoder().decode(WireError.self, from: Data(bytes))
                 // The status the error would have come with, had it come before the stream began.
@@ -203,7 +217,7 @@ public struct HTTPSyncTransport: SyncTransport {
                     message: wire?.message ?? "the server could not finish the stream")
             }
             do {
-                return try PullPage(jsonBytes: bytes)
+                return try decode(bytes)
             } catch {
                 throw TransportError(
                     kind: .invalidResponse, status: status, message: "the server's answer is not Outpost's protocol")

@@ -16,6 +16,11 @@ public protocol SyncTransport: Sendable {
     /// By default, ``pullPage(collection:scope:cursor:limit:)`` one page at a time.
     func pullPages(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullPage, any Error>
+    /// The same stream of pulls with each page decoded as ``pull(collection:scope:cursor:limit:)`` decodes it,
+    /// for the engine's pull, which merges the changes with the device's own. By default,
+    /// ``pull(collection:scope:cursor:limit:)`` one page at a time.
+    func pulls(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullResponse, any Error>
     /// One page of a reference collection.
     func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
         -> SnapshotResponse
@@ -48,13 +53,39 @@ extension SyncTransport {
     public func pullPagesOneByOne(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullPage, any Error>
     {
+        Self.oneByOne(from: cursor, pages: pages, more: { $0.hasMore ? $0.cursor : nil }) { from in
+            try await pullPage(collection: collection, scope: scope, cursor: from, limit: limit)
+        }
+    }
+
+    public func pulls(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullResponse, any Error>
+    {
+        pullsOneByOne(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
+    }
+
+    /// ``pulls(collection:scope:cursor:limit:pages:)`` as separate pulls, one after another.
+    public func pullsOneByOne(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullResponse, any Error>
+    {
+        Self.oneByOne(from: cursor, pages: pages, more: { $0.hasMore ? $0.cursor : nil }) { from in
+            try await pull(collection: collection, scope: scope, cursor: from, limit: limit)
+        }
+    }
+
+    /// Up to `pages` pages fetched one after another, each from the cursor `more` says the one before it ends at,
+    /// until one says there is no more.
+    private static func oneByOne<Page: Sendable>(
+        from cursor: String?, pages: Int, more: @escaping @Sendable (Page) -> String?,
+        fetch: @escaping @Sendable (String?) async throws -> Page
+    ) -> AsyncThrowingStream<Page, any Error> {
         AsyncThrowingStream.produced { deliver in
             var from = cursor
             for _ in 0..<max(pages, 1) {
-                let page = try await pullPage(collection: collection, scope: scope, cursor: from, limit: limit)
+                let page = try await fetch(from)
                 deliver(page)
-                guard page.hasMore else { break }
-                from = page.cursor
+                guard let next = more(page) else { break }
+                from = next
             }
         }
     }

@@ -1,0 +1,52 @@
+import Foundation
+import OutpostProtocol
+
+/// Pulls read from streams of pages (``SyncTransport/pullPages(collection:scope:cursor:limit:pages:)``, or
+/// ``SyncTransport/pulls(collection:scope:cursor:limit:pages:)``): each page asked for is the stream's next when
+/// the stream stands at its cursor, and a new stream starts from the cursor otherwise (the first page, or after a
+/// stream ended with more to come). Asked for by one task at a time: a refresh or a pull takes its pages in order.
+final class PullStream<Page: Sendable>: @unchecked Sendable {
+    private let open: @Sendable (String?) -> AsyncThrowingStream<Page, any Error>
+    private let cursorOf: @Sendable (Page) -> String
+    private let lock = NSLock()
+    private var current: (iterator: AsyncThrowingStream<Page, any Error>.AsyncIterator, at: String?)?
+
+    /// - Parameters:
+    ///   - cursor: where the pull after a page continues.
+    ///   - open: a stream of pages from a cursor (nil: from the start).
+    init(
+        cursor: @escaping @Sendable (Page) -> String,
+        open: @escaping @Sendable (String?) -> AsyncThrowingStream<Page, any Error>
+    ) {
+        self.cursorOf = cursor
+        self.open = open
+    }
+
+    func page(after cursor: String?) async throws -> Page {
+        var iterator: AsyncThrowingStream<Page, any Error>.AsyncIterator
+        if let current = lock.withLock({ self.current }), current.at == cursor {
+            iterator = current.iterator
+            if let page = try await iterator.next() {
+                lock.withLock { self.current = (iterator, cursorOf(page)) }
+                return page
+            }
+        }
+        // A stream left standing elsewhere ends as its iterator is let go.
+        lock.withLock { current = nil }
+        // A cancelled pull (or a refresh stopped because another overtook it) asks for nothing more.
+        try Task.checkCancellation()
+        iterator = open(cursor).makeAsyncIterator()
+        guard let page = try await iterator.next() else {
+            try Task.checkCancellation()
+            throw TransportError(kind: .invalidResponse, message: "the server's stream of changes was empty")
+        }
+        lock.withLock { self.current = (iterator, cursorOf(page)) }
+        return page
+    }
+
+    /// Ends the open stream, and with it its exchange: a stream whose iterator is let go is cancelled, and its
+    /// producer with it.
+    func close() {
+        lock.withLock { current = nil }
+    }
+}
