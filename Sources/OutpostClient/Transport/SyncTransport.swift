@@ -58,14 +58,8 @@ extension SyncTransport {
         }
     }
 
+    /// By default, separate pulls one after another.
     public func pulls(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
-        -> AsyncThrowingStream<PullResponse, any Error>
-    {
-        pullsOneByOne(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
-    }
-
-    /// ``pulls(collection:scope:cursor:limit:pages:)`` as separate pulls, one after another.
-    public func pullsOneByOne(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullResponse, any Error>
     {
         Self.oneByOne(from: cursor, pages: pages, more: { $0.hasMore ? $0.cursor : nil }) { from in
