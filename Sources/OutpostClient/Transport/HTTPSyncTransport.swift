@@ -11,9 +11,8 @@ public struct HTTPSyncTransport: SyncTransport {
     private let token: String
     private let client: HTTPClient
     private let timeout: TimeAmount
-    /// The longest silence within an answer (see ``SilenceWatch``).
-    private let silenceLimit: Duration
-    private let clock: any Clock<Duration>
+    /// Ends answers that fall silent for as long as `timeout`.
+    private let silence: SilenceWatch
 
     /// - Parameters:
     ///   - baseURL: the server, such as `http://127.0.0.1:8080`.
@@ -29,8 +28,7 @@ public struct HTTPSyncTransport: SyncTransport {
         self.token = token
         self.client = client
         self.timeout = .nanoseconds(timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
-        self.silenceLimit = timeout
-        self.clock = clock
+        self.silence = SilenceWatch(limit: timeout, clock: clock)
     }
 
     /// A client configured for field devices: a refused connection fails at once instead of being retried
@@ -116,7 +114,7 @@ public struct HTTPSyncTransport: SyncTransport {
     ) async throws -> T {
         let request = try makeRequest(method, path: path, query: query, body: body)
         let (client, timeout) = (client, timeout)
-        let (response, bytes) = try await SilenceWatch.run(limit: silenceLimit, clock: clock) { heard in
+        let (response, bytes) = try await silence.run { heard in
             do {
                 let response = try await client.execute(request, timeout: timeout)
                 heard()
@@ -185,7 +183,7 @@ public struct HTTPSyncTransport: SyncTransport {
         var ndjson = try makeRequest(.GET, path: "/v1/pull", query: query, body: nil)
         ndjson.headers.replaceOrAdd(name: "Accept", value: "application/x-ndjson")
         let (client, timeout, request) = (client, timeout, ndjson)
-        try await SilenceWatch.run(limit: silenceLimit, clock: clock) { heard in
+        try await silence.run { heard in
             let response: HTTPClientResponse
             do {
                 response = try await client.execute(request, timeout: timeout)
@@ -310,49 +308,4 @@ struct LineSplitter {
 
     /// Whether bytes of a line without its newline are held.
     var holdsPartialLine: Bool { !partial.isEmpty }
-}
-
-/// Ends an answer that falls silent.
-///
-/// AsyncHTTPClient's deadline bounds only the wait for an answer's head; nothing bounds its body after that, so a
-/// server or network that stalls halfway through would hold a sync, or a roster download, for ever. The
-/// operation reports each piece it hears; a watch wakes every `limit` and, when nothing came since its last
-/// look, gives up: a network error, which the engine retries. It fires between one and two `limit`s after the
-/// last piece, at one wake-up per `limit` for the whole answer instead of a timer per piece.
-enum SilenceWatch {
-    static func run<T: Sendable>(
-        limit: Duration, clock: any Clock<Duration>,
-        _ operation: @escaping @Sendable (_ heard: @escaping @Sendable () -> Void) async throws -> T
-    ) async throws -> T {
-        let pieces = Counter()
-        return try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask { try await operation { pieces.increment() } }
-            group.addTask {
-                var seen = pieces.value
-                while true {
-                    try await clock.sleep(for: limit)
-                    let now = pieces.value
-                    guard now != seen else {
-                        throw TransportError(
-                            kind: .network,
-                            message: "the server fell silent for \(limit.components.seconds) s in the middle of its answer")
-                    }
-                    seen = now
-                }
-            }
-            defer { group.cancelAll() }
-            // The watch never returns a value, only an error: the first value is the operation's.
-            while let outcome = try await group.next() {
-                if let value = outcome { return value }
-            }
-            throw CancellationError()
-        }
-    }
-
-    private final class Counter: @unchecked Sendable {
-        private let lock = NSLock()
-        private var count = 0
-        func increment() { lock.withLock { count += 1 } }
-        var value: Int { lock.withLock { count } }
-    }
 }
