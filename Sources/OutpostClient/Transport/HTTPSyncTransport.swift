@@ -140,22 +140,14 @@ public struct HTTPSyncTransport: SyncTransport {
     public func pullPages(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullPage, any Error>
     {
-        AsyncThrowingStream.produced { deliver in
-            try await streamPages(
-                query: Self.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))],
-                decode: { try PullPage(jsonBytes: $0) }, deliver)
-        }
+        streamOfPulls(collection, scope, cursor, limit, pages) { try PullPage(jsonBytes: $0) }
     }
 
     /// The same stream, each page decoded whole (see ``SyncTransport/pulls(collection:scope:cursor:limit:pages:)``).
     public func pulls(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullResponse, any Error>
     {
-        AsyncThrowingStream.produced { deliver in
-            try await streamPages(
-                query: Self.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))],
-                decode: { try PullResponse(jsonBytes: $0) }, deliver)
-        }
+        streamOfPulls(collection, scope, cursor, limit, pages) { try PullResponse(jsonBytes: $0) }
     }
 
     /// How a line that ends a stream with the server's error begins.
@@ -176,22 +168,26 @@ public struct HTTPSyncTransport: SyncTransport {
         return bytes
     }
 
-    private func streamPages<Page: Sendable>(
-        query: [(String, String?)], decode: @escaping @Sendable ([UInt8]) throws -> Page,
-        _ deliver: @escaping @Sendable (Page) -> Void
-    ) async throws {
-        var ndjson = try makeRequest(.GET, path: "/v1/pull", query: query, body: nil)
-        ndjson.headers.replaceOrAdd(name: "Accept", value: "application/x-ndjson")
-        let (client, timeout, request) = (client, timeout, ndjson)
-        try await silence.run { heard in
-            let response: HTTPClientResponse
-            do {
-                response = try await client.execute(request, timeout: timeout)
-            } catch {
-                throw TransportError(kind: .network, message: "the server could not be reached")
+    /// A stream of pulls (`GET /v1/pull` with `pages`), each line read with `decode`.
+    private func streamOfPulls<Page: Sendable>(
+        _ collection: String, _ scope: String?, _ cursor: String?, _ limit: Int, _ pages: Int,
+        decode: @escaping @Sendable ([UInt8]) throws -> Page
+    ) -> AsyncThrowingStream<Page, any Error> {
+        let query = Self.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))]
+        return AsyncThrowingStream.produced { deliver in
+            var ndjson = try makeRequest(.GET, path: "/v1/pull", query: query, body: nil)
+            ndjson.headers.replaceOrAdd(name: "Accept", value: "application/x-ndjson")
+            let (client, timeout, request) = (client, timeout, ndjson)
+            try await silence.run { heard in
+                let response: HTTPClientResponse
+                do {
+                    response = try await client.execute(request, timeout: timeout)
+                } catch {
+                    throw TransportError(kind: .network, message: "the server could not be reached")
+                }
+                heard()
+                try await Self.readPages(of: response, decode: decode, heard: heard, deliver)
             }
-            heard()
-            try await Self.readPages(of: response, decode: decode, heard: heard, deliver)
         }
     }
 

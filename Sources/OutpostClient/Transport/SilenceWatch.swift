@@ -33,7 +33,7 @@ final class SilenceWatch: @unchecked Sendable {
     func run<T: Sendable>(
         _ operation: @escaping @Sendable (_ heard: @escaping @Sendable () -> Void) async throws -> T
     ) async throws -> T {
-        let silent = Flag()
+        let silent = LockedBox(false)
         let id = lock.withLock {
             nextId += 1
             return nextId
@@ -44,7 +44,7 @@ final class SilenceWatch: @unchecked Sendable {
         let task = Task { try await operation(heard) }
         // In one step with the check, so that a watch ending as it finds no call is never counted on.
         let start = lock.withLock {
-            calls[id] = Call(end: { silent.set(); task.cancel() })
+            calls[id] = Call(end: { silent.withLock { $0 = true }; task.cancel() })
             defer { watching = true }
             return !watching
         }
@@ -53,7 +53,7 @@ final class SilenceWatch: @unchecked Sendable {
         defer { lock.withLock { _ = calls.removeValue(forKey: id) } }
         let result = await withTaskCancellationHandler { await task.result } onCancel: { task.cancel() }
         // Checked first: a call cut short by the watch fails however its operation ended.
-        if silent.isSet {
+        if silent.withLock({ $0 }) {
             throw TransportError(
                 kind: .network, message: "the server fell silent for \(limit.components.seconds) s in the middle of its answer")
         }
@@ -80,12 +80,5 @@ final class SilenceWatch: @unchecked Sendable {
             for end in silent { end() }
             if done { return }
         }
-    }
-
-    private final class Flag: @unchecked Sendable {
-        private let lock = NSLock()
-        private var value = false
-        func set() { lock.withLock { value = true } }
-        var isSet: Bool { lock.withLock { value } }
     }
 }
