@@ -101,7 +101,7 @@ struct ConcurrentDownloadTests {
         #expect(try await data.search(collection: "guests", scope: "ev-1", query: "guest\(count - 1)@example.org").count == 1)
     }
 
-    @Test("in one process, a second download of a set waits for the first, then returns it ready without asking for a page", .timeLimit(.minutes(1)))
+    @Test("in one process, a second download of a set waits for the first, then returns it ready without asking for a page", .timeLimit(.minutes(5)))
     func secondWaits() async throws {
         try await Self.withTwoDownloads { store, server, first, second in
             server.open()
@@ -113,7 +113,7 @@ struct ConcurrentDownloadTests {
         }
     }
 
-    @Test("in one process, a second download waiting for the first stops at once when cancelled; the first goes on", .timeLimit(.minutes(1)))
+    @Test("in one process, a second download waiting for the first stops at once when cancelled; the first goes on", .timeLimit(.minutes(5)))
     func waitingCancelled() async throws {
         try await Self.withTwoDownloads { store, server, first, second in
             second.cancel()
@@ -127,7 +127,7 @@ struct ConcurrentDownloadTests {
         }
     }
 
-    @Test("in one process, when the first download fails, the one waiting for it resumes from its pages and completes", .timeLimit(.minutes(1)))
+    @Test("in one process, when the first download fails, the one waiting for it resumes from its pages and completes", .timeLimit(.minutes(5)))
     func waitingResumesAfterFailure() async throws {
         try await Self.withTwoDownloads { store, server, first, second in
             server.failHeld()
@@ -153,7 +153,7 @@ struct ConcurrentDownloadTests {
         }
     }
 
-    @Test("across processes, a download another one completed meanwhile stores nothing more and returns the set ready", .timeLimit(.minutes(1)))
+    @Test("across processes, a download another one completed meanwhile stores nothing more and returns the set ready", .timeLimit(.minutes(5)))
     func overtakenAndCompleted() async throws {
         try await withStore { store, url in
             let roster = ReferenceDataTests.roster(1000)
@@ -169,7 +169,7 @@ struct ConcurrentDownloadTests {
         }
     }
 
-    @Test("across processes, a download another one moved past and left incomplete stops with busy; the next one finishes the set", .timeLimit(.minutes(1)))
+    @Test("across processes, a download another one moved past and left incomplete stops with busy; the next one finishes the set", .timeLimit(.minutes(5)))
     func overtakenAndIncomplete() async throws {
         try await withStore { store, url in
             let roster = ReferenceDataTests.roster(1000)
@@ -199,7 +199,7 @@ struct ConcurrentDownloadTests {
         }
     }
 
-    @Test("across processes, two fresh downloads at once: the later first page is refused, not stored over the other's", .timeLimit(.minutes(1)))
+    @Test("across processes, two fresh downloads at once: the later first page is refused, not stored over the other's", .timeLimit(.minutes(5)))
     func freshDownloadsAtOnce() async throws {
         try await withStore { store, url in
             let roster = ReferenceDataTests.roster(1000)

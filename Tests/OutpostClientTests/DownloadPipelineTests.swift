@@ -77,7 +77,7 @@ struct DownloadPipelineTests {
         }
     }
 
-    @Test("cancelled while a page is asked for, it stops: no page asked for after, the stored ones kept, a resume finishes", .timeLimit(.minutes(1)))
+    @Test("cancelled while a page is asked for, it stops: no page asked for after, the stored ones kept, a resume finishes", .timeLimit(.minutes(5)))
     func cancelled() async throws {
         try await withStore { store, _ in
             let roster = ReferenceDataTests.roster(1000)
@@ -129,7 +129,7 @@ struct DownloadPipelineTests {
         }
     }
 
-    @Test("a page the store refuses ends the download there: nothing after it stored, no page asked for after the call", .timeLimit(.minutes(1)))
+    @Test("a page the store refuses ends the download there: nothing after it stored, no page asked for after the call", .timeLimit(.minutes(5)))
     func refusedPage() async throws {
         try await withStore { store, _ in
             let server = RepeatingServer(roster: ReferenceDataTests.roster(2000))

@@ -42,7 +42,7 @@ struct PagedTransferTests {
         deinit { census.died() }
     }
 
-    @Test("a long transfer holds a few pages at a time: each is let go once stored", .timeLimit(.minutes(1)))
+    @Test("a long transfer holds a few pages at a time: each is let go once stored", .timeLimit(.minutes(5)))
     func pagesLetGo() async throws {
         let census = Census()
         let pages = 200
@@ -94,14 +94,14 @@ struct PagedTransferTests {
         return census
     }
 
-    @Test("a store that finds the set moved on stops the transfer at once: nothing stored after, nothing asked for, no error even if the network fails then", .timeLimit(.minutes(1)))
+    @Test("a store that finds the set moved on stops the transfer at once: nothing stored after, nothing asked for, no error even if the network fails then", .timeLimit(.minutes(5)))
     func stopsAtOnce() async throws {
         let census = try await Self.stopping(pages: 50, at: 2, failingFrom: 3)
         #expect(census.stores == [0, 1, 2])
         #expect(census.lateFetches == 0)
     }
 
-    @Test("stopped while later pages are still coming, no page after the stop is stored or asked for", .timeLimit(.minutes(1)))
+    @Test("stopped while later pages are still coming, no page after the stop is stored or asked for", .timeLimit(.minutes(5)))
     func stopsWithPagesInFlight() async throws {
         let census = try await Self.stopping(pages: 100, at: 5)
         #expect(census.stores == [0, 1, 2, 3, 4, 5])

@@ -112,7 +112,7 @@ struct PullStreamTests {
     }
 
     @Test("a stream left for another cursor, or open when the refresh ends, is ended, and with it its request",
-          .timeLimit(.minutes(1)))
+          .timeLimit(.minutes(5)))
     func streamsLeftAreEnded() async throws {
         let streams = OpenStreams()
         let reader = PullStream<PullPage>(cursor: { $0.cursor }) { streams.open($0) }

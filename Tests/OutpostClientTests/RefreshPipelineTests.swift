@@ -31,7 +31,7 @@ struct RefreshPipelineTests {
     /// Streams carry as many pages as the refresh asks for (nil), or fewer, as from a server with a lower limit:
     /// the refresh then opens the next stream from the cursor the last one ended at.
     @Test("more changes than a pull holds: every page stored once, in order, each pulled once, in as many streams as the server allows",
-          .timeLimit(.minutes(1)), arguments: [nil, 1, 2] as [Int?])
+          .timeLimit(.minutes(5)), arguments: [nil, 1, 2] as [Int?])
     func severalPages(pagesPerStream: Int?) async throws {
         #expect(Self.pulls >= 3, "the test needs a refresh of at least three pulls")
         try await withStore { store, _ in
@@ -65,7 +65,7 @@ struct RefreshPipelineTests {
         }
     }
 
-    @Test("the network failing on the third pull keeps the two pages before it; the next refresh pulls the rest only", .timeLimit(.minutes(1)))
+    @Test("the network failing on the third pull keeps the two pages before it; the next refresh pulls the rest only", .timeLimit(.minutes(5)))
     func failureKeepsPagesBefore() async throws {
         try await withStore { store, _ in
             let server = ReferenceDataTests.roster(1000)
@@ -123,7 +123,7 @@ struct RefreshPipelineTests {
         }
     }
 
-    @Test("a refresh overtaken by another while its page was on the way stores nothing: no older value, no cursor moved back", .timeLimit(.minutes(1)))
+    @Test("a refresh overtaken by another while its page was on the way stores nothing: no older value, no cursor moved back", .timeLimit(.minutes(5)))
     func overtaken() async throws {
         try await withStore { store, _ in
             let roster = ReferenceDataTests.roster(20)
