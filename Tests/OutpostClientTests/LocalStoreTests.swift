@@ -35,6 +35,28 @@ struct LocalStoreTests {
         }
     }
 
+    @Test("two processes writing one store: each write's time follows every one queued before it, and no key repeats")
+    func twoWriters() async throws {
+        try await withStore { running, url in
+            // `device run` has the store open; `device put` opens it beside it, and its clock reads later.
+            let instant = Date(timeIntervalSince1970: 1_795_251_600)
+            let put = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            try await running.write(note("r0", ["n": 0]), deviceId: "d", at: instant, offline: false)
+            try await put.write(note("r1", ["n": 1]), deviceId: "d", at: instant + 10, offline: false)
+            try await put.write(note("r2", ["n": 2]), deviceId: "d", at: instant + 10, offline: false)
+            // The running process's clock is behind the other's, or stepped back: its writes still come after.
+            try await running.write(note("r2", ["n": 3]), deviceId: "d", at: instant + 5, offline: false)
+            try await running.write(note("r3", ["n": 4]), deviceId: "d", at: instant + 5, offline: false)
+            try await put.write(note("r3", ["n": 5]), deviceId: "d", at: instant + 10, offline: false)
+            let chunk = try await running.nextChunk(limit: 50)
+            #expect(chunk.map(\.mutation.fields["n"]) == [0, 1, 2, 3, 4, 5])
+            let times = chunk.map(\.mutation.clientTimestamp)
+            #expect(times == times.sorted() && Set(times).count == 6)
+            #expect(Set(chunk.map(\.mutation.idempotencyKey)).count == 6)
+            #expect(try await running.record(collection: "notes", recordId: "r3")?.fields["n"] == 5)
+        }
+    }
+
     @Test("a record created offline is flagged, and the flag travels as a field")
     func offlineEntry() async throws {
         try await withStore { store, _ in

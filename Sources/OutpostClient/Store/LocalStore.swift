@@ -17,8 +17,9 @@ public final class LocalStore: Sendable {
     public let url: URL
     /// Whether commits flush (`synchronous = FULL`); false only in simulations.
     let durableCommits: Bool
-    /// The latest client time written, in milliseconds: device time only moves forward.
-    private let lastTime: LockedBox<Int64>
+    /// The latest client time written, in milliseconds (device time only moves forward), and the store's
+    /// `data_version` when it was last known to be the latest.
+    private let clientTime: LockedBox<ClientTime>
     /// How many times set-aside entries were put back in the queue through this store, so that a sync that
     /// read its next chunk ahead can tell whether an older entry may now belong in it.
     let requeues = LockedBox(0)
@@ -66,12 +67,14 @@ public final class LocalStore: Sendable {
                 try db.execute(sql: "PRAGMA journal_mode = WAL")
             }
             try Self.migrator.migrate(queue)
-            let last = try queue.read { db in
-                max(
-                    try Int64.fetchOne(db, sql: "SELECT max(updated_at) FROM records") ?? 0,
-                    try Int64.fetchOne(db, sql: "SELECT max(client_ts) FROM outbox") ?? 0)
+            let time = try queue.read { db in
+                ClientTime(
+                    last: max(
+                        try Int64.fetchOne(db, sql: "SELECT max(updated_at) FROM records") ?? 0,
+                        try Int64.fetchOne(db, sql: "SELECT max(client_ts) FROM outbox") ?? 0),
+                    dataVersion: try Self.dataVersion(db))
             }
-            self.lastTime = LockedBox(last)
+            self.clientTime = LockedBox(time)
         } catch let error as ClientError {
             throw error
         } catch {
@@ -123,16 +126,14 @@ public final class LocalStore: Sendable {
     public func write(_ write: Write, deviceId: String, at date: Date, offline: Bool) async throws -> LocalRecord {
         try Self.validate(write)
         let sealer = self.sealer
-        let lastTime = self.lastTime
+        let clientTime = self.clientTime
         return try await perform {
             // Synchronous on purpose: a local write is one short transaction, and GRDB's async variant adds
             // two thread hops, which on a busy device cost more than the commit itself.
             try self.writeImmediate { db in
-                // Writes are serial on this queue, so the read-and-advance below cannot interleave.
-                let time = lastTime.withLock { last in
-                    last = max(Timestamp(date).millisecondsSince1970, last + 1)
-                    return last
-                }
+                // Writes are serial on this queue, and the transaction holds the store's write lock, so neither
+                // this process nor another can write between the read and the advance below.
+                let time = try Self.nextClientTime(after: clientTime, now: date, db: db)
                 let timestamp = Timestamp(millisecondsSince1970: time)
 
                 var record = try Self.record(db, collection: write.collection, recordId: write.recordId, sealer: sealer)
@@ -194,6 +195,34 @@ public final class LocalStore: Sendable {
                 return record
             }
         }
+    }
+
+    /// A write's client time: its own clock's, or just after the latest time written, whichever is later.
+    ///
+    /// The outbox goes out in `seq` order, which is client-time order only while each write's time follows the
+    /// one before. Another process on the same store (`outpost device put` beside `outpost device run`) writes
+    /// times this one has not seen: when the store changed under it, the newest queued entry's time is read
+    /// again, so that an entry never goes out before an older one, and a record written in the same
+    /// millisecond by both gets two keys, not one the server would take as a duplicate.
+    private static func nextClientTime(after clientTime: LockedBox<ClientTime>, now: Date, db: Database) throws -> Int64 {
+        let version = try dataVersion(db)
+        let seen = clientTime.withLock { $0.dataVersion == version }
+        let latest = seen ? nil : try Int64.fetchOne(db.cachedStatement(sql: "SELECT client_ts FROM outbox ORDER BY seq DESC LIMIT 1"))
+        return clientTime.withLock { time in
+            time.last = max(Timestamp(now).millisecondsSince1970, time.last + 1, (latest ?? 0) + 1)
+            time.dataVersion = version
+            return time.last
+        }
+    }
+
+    /// Changes whenever another connection commits to the store (SQLite's `PRAGMA data_version`).
+    private static func dataVersion(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version")) ?? 0
+    }
+
+    struct ClientTime {
+        var last: Int64
+        var dataVersion: Int64
     }
 
     static func validate(_ write: Write) throws {
