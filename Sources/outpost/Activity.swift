@@ -74,7 +74,7 @@ struct ActivityRegister: AsyncParsableCommand {
             type: type, date: date, durationMinutes: minutes, participants: activity.participants,
             notes: activity.notes, travelExpense: fields[Activity.Field.travelExpense]?.stringValue)
         try await options.withDevice { device in
-            await device.engine.probe()
+            await device.engine.probe(syncingPending: false)
             let saved = try await ActivityLog(engine: device.engine).register(draft)
             say("\(saved.confirmation) (\(saved.activity.recordId))")
         }
@@ -92,7 +92,7 @@ struct ActivityEdit: AsyncParsableCommand {
     func run() async throws {
         let changes = try activity.fields()
         try await options.withDevice { device in
-            await device.engine.probe()
+            await device.engine.probe(syncingPending: false)
             let log = ActivityLog(engine: device.engine)
             if await device.engine.status.isOnline { _ = try? await log.refresh() }
             let saved = try await log.edit(activityId, changes: changes)

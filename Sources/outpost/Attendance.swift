@@ -39,12 +39,13 @@ struct LocationOptions: ParsableArguments {
 }
 
 extension DeviceStoreOptions {
-    /// Opens the device, asks the server whether it is reachable, and opens the attendance log.
-    func withAttendance<T>(location: FixedLocation = FixedLocation(nil), _ body: (AttendanceLog) async throws -> T)
-        async throws -> T
-    {
+    /// Opens the device, asks the server whether it is reachable, and opens the attendance log. A command
+    /// that is `saving` pushes after its save instead of syncing what is pending before it.
+    func withAttendance<T>(
+        location: FixedLocation = FixedLocation(nil), saving: Bool = false, _ body: (AttendanceLog) async throws -> T
+    ) async throws -> T {
         try await withDevice { device in
-            await device.engine.probe()
+            await device.engine.probe(syncingPending: !saving)
             return try await body(try AttendanceLog(device: device, location: location))
         }
     }
@@ -56,7 +57,7 @@ struct AttendanceCheckIn: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        try await options.withAttendance(location: location.provider) { log in
+        try await options.withAttendance(location: location.provider, saving: true) { log in
             say(describe(try await log.checkIn(), log: log))
         }
     }
@@ -68,7 +69,7 @@ struct AttendanceCheckOut: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        try await options.withAttendance(location: location.provider) { log in
+        try await options.withAttendance(location: location.provider, saving: true) { log in
             say(describe(try await log.checkOut(), log: log))
         }
     }

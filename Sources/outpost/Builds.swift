@@ -23,7 +23,7 @@ struct BuildsSave: AsyncParsableCommand {
     func run() async throws {
         let values = try fieldValues(fields)
         try await options.withDevice { device in
-            await device.engine.probe()
+            await device.engine.probe(syncingPending: false)
             let saved = try await BuildArchive(engine: device.engine).save(name: name, fields: values)
             say("\(saved.message) (\(saved.build.buildId))")
             if saved.build.syncStatus == .failed { say("    retry: outpost builds retry \(saved.build.buildId)") }

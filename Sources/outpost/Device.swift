@@ -166,7 +166,7 @@ struct DevicePut: AsyncParsableCommand {
     func run() async throws {
         let values = try fieldValues(fields)
         try await options.withDevice { device in
-            await device.engine.probe()
+            await device.engine.probe(syncingPending: false)
             let saved = try await device.engine.saveAndPush(
                 LocalStore.Write(collection: collection, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
             switch saved.syncStatus {

@@ -104,7 +104,7 @@ struct EventScan: AsyncParsableCommand {
         try await options.withDevice { device in
             let event = try await eventOption.resolve(device.store)
             let desk = CheckInDesk(device: device, event: event)
-            await device.engine.probe()
+            await device.engine.probe(syncingPending: false)
             switch try await desk.scan(guestId) {
             case .checkedIn(let scan, let warning):
                 let name = scan.guestName.map { " \($0)" } ?? ""

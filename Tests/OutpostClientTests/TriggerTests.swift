@@ -41,6 +41,26 @@ struct TriggerTests {
         }
     }
 
+    @Test("a probe before a save syncs nothing: the save is durable first, and its push carries the queue before it, once")
+    func probeBeforeSave() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let transport = InMemoryTransport(server: server)
+            transport.isOnline = false
+            let engine = SyncEngine(store: store, transport: transport, configuration: .init(deviceId: "d"), clock: TestClock<Duration>())
+            for id in ["a", "b"] { try await engine.save(note(id)) }
+            transport.isOnline = true
+            #expect(await engine.probe(syncingPending: false) == true)
+            #expect(await engine.status.isOnline)
+            #expect(await server.applied.isEmpty)
+            #expect(await engine.status.pendingCount == 2)
+            let saved = try await engine.saveAndPush(note("c"))
+            #expect(saved.syncStatus == .synced && !saved.isOfflineEntry)
+            #expect(await server.applied.map(\.mutation.recordId) == ["a", "b", "c"])
+            #expect(await engine.status.pendingCount == 0)
+        }
+    }
+
     @Test("the scheduler retries on its timer while online")
     func timerRetries() async throws {
         try await withStore { store, _ in

@@ -120,10 +120,20 @@ public actor SyncEngine {
     }
 
     /// Asks the server whether it is reachable, and records the answer.
+    ///
+    /// - Parameter syncingPending: whether coming back online syncs what is pending, as ``setOnline(_:)`` does.
+    ///   An action about to save a record passes false: it probes only to know whether the record is created
+    ///   offline, and ``saveAndPush(_:)`` pushes after the save, so that saving never waits on a whole queue
+    ///   and its retries.
     @discardableResult
-    public func probe() async -> Bool {
+    public func probe(syncingPending: Bool = true) async -> Bool {
         let online = (try? await transport.health()) != nil
-        await setOnline(online)
+        if syncingPending {
+            await setOnline(online)
+        } else if online != status.isOnline {
+            status.isOnline = online
+            publish()
+        }
         return online
     }
 
