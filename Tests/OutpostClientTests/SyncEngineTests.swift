@@ -148,6 +148,9 @@ struct SyncEngineTests {
             let retried = try await h.engine.retry(recordId: "bad")
             #expect(retried.failed == 1)
             await #expect(throws: ClientError.self) { _ = try await h.engine.retry(recordId: "missing") }
+            // Named with its collection, the record must be in that one.
+            #expect(try await h.engine.retry(collection: "notes", recordId: "bad").failed == 1)
+            await #expect(throws: ClientError.self) { _ = try await h.engine.retry(collection: "guests", recordId: "bad") }
         }
     }
 

@@ -255,6 +255,17 @@ public final class LocalStore: Sendable {
         }
     }
 
+    /// Whether a record with this id is on the device (in `collection`, or in any); nothing is unsealed.
+    public func containsRecord(_ recordId: String, collection: String? = nil) async throws -> Bool {
+        try await perform {
+            try await self.queue.read { db in
+                try Bool.fetchOne(
+                    db, sql: "SELECT EXISTS (SELECT 1 FROM records WHERE record_id = ? AND (? IS NULL OR collection = ?))",
+                    arguments: [recordId, collection, collection]) ?? false
+            }
+        }
+    }
+
     /// Records, newest change first; `collection` narrows to one collection.
     public func records(_ filter: Filter = .all, collection: String? = nil) async throws -> [LocalRecord] {
         let sealer = self.sealer

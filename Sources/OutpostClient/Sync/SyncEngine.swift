@@ -336,13 +336,7 @@ public actor SyncEngine {
 
     /// Sends one record's queued mutations again, rejected ones included.
     public func retry(collection: String? = nil, recordId: String) async throws -> SyncSummary {
-        let exists =
-            if let collection {
-                try await store.record(collection: collection, recordId: recordId) != nil
-            } else {
-                try await store.records().contains { $0.recordId == recordId }
-            }
-        guard exists else { throw ClientError(.notFound, "no record \(recordId) on this device") }
+        guard try await store.containsRecord(recordId, collection: collection) else { throw ClientError(.notFound, "no record \(recordId) on this device") }
         try await store.requeue(collection: collection, recordId: recordId)
         return try await sync()
     }
