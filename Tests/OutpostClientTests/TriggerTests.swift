@@ -87,6 +87,31 @@ struct TriggerTests {
             await run.value
         }
     }
+
+    @Test("the retry timer also finds what another process queued in the store (`device put` beside `device run`)")
+    func timerFindsOtherWriters() async throws {
+        try await withStore { store, url in
+            let server = InMemoryServer()
+            let clock = ObservedClock(TestClock<Duration>())
+            let engine = SyncEngine(
+                store: store, transport: InMemoryTransport(server: server), configuration: .init(deviceId: "d"), clock: clock)
+            await engine.setOnline(true)
+            // The other process saved while this one was online; its own push did not get through.
+            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            try await other.write(note("a"), deviceId: "d", at: Date(), offline: false)
+            #expect(await engine.status.pendingCount == 0)
+            let scheduler = SyncScheduler(engine: engine, monitor: FixedMonitor(online: true), clock: clock, retryInterval: .seconds(60))
+            let run = Task { await scheduler.run() }
+            var sleeps = clock.sleeps.makeAsyncIterator()
+            #expect(await sleeps.next() == .seconds(60))
+            await clock.base.advance(by: .seconds(60))
+            #expect(await sleeps.next() == .seconds(60))
+            #expect(await server.applied.map(\.mutation.recordId) == ["a"])
+            #expect(await engine.status.pendingCount == 0)
+            run.cancel()
+            await run.value
+        }
+    }
 }
 
 /// Fails the first `failures` pushes with a 503, then passes through.

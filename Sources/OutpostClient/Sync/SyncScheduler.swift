@@ -50,6 +50,8 @@ public struct SyncScheduler: Sendable {
             group.addTask {
                 while !Task.isCancelled {
                     do { try await clock.sleep(for: retryInterval) } catch { return }
+                    // Counted again: another process on the same store may have queued records meanwhile.
+                    try? await engine.refreshStatus()
                     let status = await engine.status
                     if status.isOnline, status.pendingCount + status.failedCount > 0 {
                         _ = try? await engine.sync()
