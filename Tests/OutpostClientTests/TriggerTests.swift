@@ -88,6 +88,22 @@ struct TriggerTests {
         }
     }
 
+    @Test("a change of connectivity counts the store again: what another process queued shows at once")
+    func connectivityCounts() async throws {
+        try await withStore { store, url in
+            let engine = SyncEngine(
+                store: store, transport: InMemoryTransport(server: InMemoryServer()), configuration: .init(deviceId: "d"),
+                clock: TestClock<Duration>())
+            await engine.setOnline(true)
+            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            try await other.write(note("a"), deviceId: "d", at: Date(), offline: true)
+            #expect(await engine.status.pendingCount == 0)
+            await engine.setOnline(false)
+            #expect(await engine.status.pendingCount == 1)
+            #expect(await engine.status.offlineIndicatorText == "1 record waiting to sync")
+        }
+    }
+
     @Test("the retry timer also finds what another process queued in the store (`device put` beside `device run`)")
     func timerFindsOtherWriters() async throws {
         try await withStore { store, url in

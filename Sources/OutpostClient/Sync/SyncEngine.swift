@@ -113,7 +113,8 @@ public actor SyncEngine {
     public func setOnline(_ online: Bool) async {
         let cameOnline = online && !status.isOnline
         status.isOnline = online
-        publish()
+        // Counted again with the change: another process on the same store may have queued records meanwhile.
+        if (try? await refreshStatus()) == nil { publish() }
         if cameOnline, (try? await store.outboxCount()) ?? 0 > 0 {
             _ = try? await sync()
         }
@@ -154,7 +155,8 @@ public actor SyncEngine {
     {
         guard !status.isSyncing else { return SyncSummary(skipped: true) }
         status.isSyncing = true
-        publish()
+        // The counts as the sync starts, which include what another process on the store queued.
+        if (try? await refreshStatus()) == nil { publish() }
         defer {
             status.isSyncing = false
             publish()
