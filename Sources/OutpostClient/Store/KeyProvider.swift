@@ -56,15 +56,16 @@ public struct StaticKeyProvider: KeyProvider {
 /// Seals and opens payloads with AES-GCM, bound to the row they belong to.
 struct Sealer: Sendable {
     let key: SymmetricKey
+    let nonceSequence = NonceSequence()
 
     /// `context` (such as the collection and record id) is authenticated, so a sealed value moved to another
     /// row no longer opens.
     ///
-    /// - Parameter nonce: one of ``nonces(_:)``; nil draws a fresh random nonce.
+    /// - Parameter nonce: one of ``nonces(_:)``; nil takes the next one.
     func seal(_ plaintext: some DataProtocol, context: String, nonce: AES.GCM.Nonce? = nil) throws -> Data {
         do {
             guard let combined = try AES.GCM.seal(
-                plaintext, using: key, nonce: nonce ?? AES.GCM.Nonce(), authenticating: Array(context.utf8)
+                plaintext, using: key, nonce: try nonce ?? nonceSequence.next(), authenticating: Array(context.utf8)
             ).combined
             else { throw ClientError(.cannotDecrypt, "AES-GCM produced no output") }
             return combined
@@ -75,18 +76,9 @@ struct Sealer: Sendable {
         }
     }
 
-    /// `count` random 96-bit nonces, for a page of seals, drawn from the system's random source at once: a
-    /// nonce of its own costs two `getrandom` calls on Linux (swift-crypto draws 8 bytes at a time), a tenth of
-    /// a reference row's sealing.
-    /// Where the system's source cannot be read at once (a sandbox without `/dev/urandom`), each nonce is
-    /// drawn on its own.
+    /// The next `count` nonces, for a page of seals (see ``NonceSequence``).
     func nonces(_ count: Int) throws -> [AES.GCM.Nonce] {
-        let size = 12
-        var bytes = [UInt8](repeating: 0, count: count * size)
-        guard bytes.withUnsafeMutableBytes({ SystemRandom.fill($0) }) else {
-            return (0..<count).map { _ in AES.GCM.Nonce() }
-        }
-        return try (0..<count).map { try AES.GCM.Nonce(data: bytes[($0 * size)..<(($0 + 1) * size)]) }
+        try (0..<count).map { _ in try nonceSequence.next() }
     }
 
     func open(_ sealed: Data, context: String) throws -> Data {
@@ -131,30 +123,43 @@ struct Sealer: Sendable {
     }
 }
 
-/// Random bytes from the operating system's cryptographic source, many at once.
-enum SystemRandom {
-    /// Fills `buffer`; false when the source cannot be read.
-    static func fill(_ buffer: UnsafeMutableRawBufferPointer) -> Bool {
-        guard let base = buffer.baseAddress, buffer.count > 0 else { return true }
-        #if canImport(Darwin)
-        arc4random_buf(base, buffer.count)
-        return true
-        #else
-        // The kernel's source as a file: one read, where getrandom(2) is not declared to Swift on every glibc.
-        var descriptor: Int32
-        repeat {
-            descriptor = open("/dev/urandom", O_RDONLY | O_CLOEXEC)
-        } while descriptor < 0 && errno == EINTR
-        guard descriptor >= 0 else { return false }
-        defer { close(descriptor) }
-        var filled = 0
-        while filled < buffer.count {
-            let count = read(descriptor, base + filled, buffer.count - filled)
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { return false }
-            filled += count
+/// AES-GCM nonces that never repeat under one key, without a draw from the system's random source each.
+///
+/// NIST SP 800-38D's deterministic construction (8.2.1): a fixed field and an invocation counter. The field is
+/// 64 random bits drawn when the sequence starts, the counter 32 bits from a random start; after 2^32 nonces a
+/// new field is drawn. Each process (each store opened) draws its own, so two sealing with the same key can
+/// share a nonce only if 64 random bits match and their counters overlap. A random nonce of its own costs two
+/// `getrandom` calls on Linux (swift-crypto draws 8 bytes at a time): more than a microsecond of a local
+/// write, and a tenth of a reference row's sealing.
+final class NonceSequence: @unchecked Sendable {
+    private let lock = NSLock()
+    private var field: UInt64
+    private var counter: UInt32
+    /// Nonces left before the next field.
+    private var left: UInt64
+
+    convenience init() {
+        var random = SystemRandomNumberGenerator()
+        self.init(field: random.next(), counter: random.next(), left: 1 << 32)
+    }
+
+    /// A sequence from a given state: for tests.
+    init(field: UInt64, counter: UInt32, left: UInt64) {
+        self.field = field
+        self.counter = counter
+        self.left = left
+    }
+
+    func next() throws -> AES.GCM.Nonce {
+        var bytes = lock.withLock { () -> (UInt64, UInt32) in
+            if left == 0 {
+                var random = SystemRandomNumberGenerator()
+                (field, counter, left) = (random.next(), random.next(), 1 << 32)
+            }
+            left -= 1
+            defer { counter &+= 1 }
+            return (field.bigEndian, counter.bigEndian)
         }
-        return true
-        #endif
+        return try withUnsafeBytes(of: &bytes) { try AES.GCM.Nonce(data: $0) }
     }
 }

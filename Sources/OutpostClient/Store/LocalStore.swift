@@ -136,7 +136,14 @@ public final class LocalStore: Sendable {
                 let time = try Self.nextClientTime(after: clientTime, now: date, db: db)
                 let timestamp = Timestamp(millisecondsSince1970: time)
 
-                var record = try Self.record(db, collection: write.collection, recordId: write.recordId, sealer: sealer)
+                // Most local writes create their record: a probe of the key through SQLite's API alone, and
+                // the row read only when there is one.
+                let lookup = RawStatement(try db.cachedStatement(sql: "SELECT 1 FROM records WHERE collection = ? AND record_id = ?"), db: db)
+                try lookup.bind(write.collection, at: 1)
+                try lookup.bind(write.recordId, at: 2)
+                var record =
+                    try lookup.firstInteger().hasRow
+                    ? try Self.record(db, collection: write.collection, recordId: write.recordId, sealer: sealer) : nil
                 let isNew = record == nil
                 var fields = write.fields
                 if let field = write.timestampField, write.op == .upsert {
@@ -175,23 +182,28 @@ public final class LocalStore: Sendable {
                 }
                 if isNew && write.op == .upsert {
                     try Self.save(
-                        record, sealedPayload: try sealer.seal(SealedPayload.wrapping(fieldsJSON: fieldsJSON), context: record.payloadContext),
+                        record,
+                        sealedPayload: try sealer.seal(SealedPayload.wrapping(fieldsJSON: fieldsJSON), context: record.payloadContext),
                         db: db)
                 } else {
                     try Self.save(record, db: db, sealer: sealer)
                 }
 
                 let key = "\(deviceId):\(write.recordId):\(timestamp.iso8601)"
-                try db.cachedStatement(
-                    sql: """
-                        INSERT INTO outbox (idempotency_key, collection, record_id, op, client_ts, base_version, payload)
-                        VALUES (?, ?, ?, ?, ?, ?, ?)
-                        """
-                ).execute(
-                    arguments: [
-                        key, write.collection, write.recordId, write.op.rawValue, time, record.version,
-                        try sealer.seal(fieldsJSON, context: "outbox:\(key)"),
-                    ])
+                let outbox = RawStatement(
+                    try db.cachedStatement(
+                        sql: """
+                            INSERT INTO outbox (idempotency_key, collection, record_id, op, client_ts, base_version, payload)
+                            VALUES (?, ?, ?, ?, ?, ?, ?)
+                            """), db: db)
+                try outbox.bind(key, at: 1)
+                try outbox.bind(write.collection, at: 2)
+                try outbox.bind(write.recordId, at: 3)
+                try outbox.bind(write.op.rawValue, at: 4)
+                try outbox.bind(time, at: 5)
+                try outbox.bind(record.version, at: 6)
+                try outbox.bind(try sealer.seal(fieldsJSON, context: "outbox:\(key)"), at: 7)
+                try outbox.execute()
                 return record
             }
         }
@@ -207,7 +219,8 @@ public final class LocalStore: Sendable {
     private static func nextClientTime(after clientTime: LockedBox<ClientTime>, now: Date, db: Database) throws -> Int64 {
         let version = try dataVersion(db)
         let seen = clientTime.withLock { $0.dataVersion == version }
-        let latest = seen ? nil : try Int64.fetchOne(db.cachedStatement(sql: "SELECT client_ts FROM outbox ORDER BY seq DESC LIMIT 1"))
+        let latest =
+            seen ? nil : try RawStatement(try db.cachedStatement(sql: "SELECT client_ts FROM outbox ORDER BY seq DESC LIMIT 1"), db: db).firstInteger().value
         return clientTime.withLock { time in
             time.last = max(Timestamp(now).millisecondsSince1970, time.last + 1, (latest ?? 0) + 1)
             time.dataVersion = version
@@ -217,7 +230,7 @@ public final class LocalStore: Sendable {
 
     /// Changes whenever another connection commits to the store (SQLite's `PRAGMA data_version`).
     private static func dataVersion(_ db: Database) throws -> Int64 {
-        try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version")) ?? 0
+        try RawStatement(try db.cachedStatement(sql: "PRAGMA data_version"), db: db).firstInteger().value ?? 0
     }
 
     struct ClientTime {
@@ -438,19 +451,26 @@ public final class LocalStore: Sendable {
 
     /// Saves `record` with its payload already sealed (``SealedPayload``, under ``LocalRecord/payloadContext``).
     static func save(_ record: LocalRecord, sealedPayload: Data, db: Database) throws {
-        try db.cachedStatement(
-            sql: """
-                INSERT OR REPLACE INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
-                                                is_offline_entry, created_at, updated_at, version, sealed_detail)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """
-        ).execute(
-            arguments: [
-                record.collection, record.recordId, sealedPayload, record.deleted, record.syncStatus.rawValue,
-                record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, record.isOfflineEntry,
-                record.createdAt.millisecondsSince1970, record.updatedAt.millisecondsSince1970, record.version,
-                record.syncError != nil || record.conflict != nil,
-            ])
+        // Bound through SQLite's API: every local write saves a record (see `RawStatement`).
+        let statement = RawStatement(
+            try db.cachedStatement(
+                sql: """
+                    INSERT OR REPLACE INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
+                                                    is_offline_entry, created_at, updated_at, version, sealed_detail)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """), db: db)
+        try statement.bind(record.collection, at: 1)
+        try statement.bind(record.recordId, at: 2)
+        try statement.bind(sealedPayload, at: 3)
+        try statement.bind(record.deleted, at: 4)
+        try statement.bind(record.syncStatus.rawValue, at: 5)
+        try statement.bind(record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, at: 6)
+        try statement.bind(record.isOfflineEntry, at: 7)
+        try statement.bind(record.createdAt.millisecondsSince1970, at: 8)
+        try statement.bind(record.updatedAt.millisecondsSince1970, at: 9)
+        try statement.bind(record.version, at: 10)
+        try statement.bind(record.syncError != nil || record.conflict != nil, at: 11)
+        try statement.execute()
     }
 
     /// Runs GRDB work, turning its errors into ``ClientError`` without SQL or values.

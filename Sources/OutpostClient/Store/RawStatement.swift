@@ -53,6 +53,29 @@ struct RawStatement {
         try check(sqlite3_bind_int64(handle, index, value))
     }
 
+    func bind(_ value: Int64?, at index: Int32) throws {
+        guard let value else { return try check(sqlite3_bind_null(handle, index)) }
+        try bind(value, at: index)
+    }
+
+    func bind(_ value: Bool, at index: Int32) throws {
+        try bind(value ? 1 : 0, at: index)
+    }
+
+    /// Runs the statement for its first row: whether there is one, and its first column as an integer (nil
+    /// when there is no row or the value is NULL). The statement is reset and its values released.
+    func firstInteger() throws -> (hasRow: Bool, value: Int64?) {
+        let code = sqlite3_step(handle)
+        let value = code == SQLITE_ROW && sqlite3_column_type(handle, 0) != SQLITE_NULL ? sqlite3_column_int64(handle, 0) : nil
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+        guard code == SQLITE_ROW else {
+            try check(code, done: true)
+            return (false, nil)
+        }
+        return (true, value)
+    }
+
     /// Runs the statement to its end, and releases the values bound.
     func execute() throws {
         var code = sqlite3_step(handle)
