@@ -5,15 +5,17 @@ import GRDB
 extension LocalStore {
     /// Runs `updates` in one transaction that takes the write lock at once (`BEGIN IMMEDIATE`), through
     /// statements prepared once per connection: GRDB's `write` prepares its `BEGIN` and `COMMIT` again on every
-    /// call, which on a local write cost about as much as its two inserts.
+    /// call, which on a local write cost about as much as its two inserts. Both run through SQLite's API
+    /// (`RawStatement`): GRDB's checks around each statement were about 3 µs of a local write. GRDB still sees
+    /// the transaction where it looks, in SQLite's autocommit state and its commit hook.
     ///
     /// Rolls back and rethrows when `updates` or the commit fails.
     func writeImmediate<T>(_ updates: (Database) throws -> T) throws -> T {
         try queue.writeWithoutTransaction { db in
-            try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+            try RawStatement(try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION"), db: db).execute()
             do {
                 let value = try updates(db)
-                try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+                try RawStatement(try db.cachedStatement(sql: "COMMIT TRANSACTION"), db: db).execute()
                 return value
             } catch {
                 // A failed commit may have ended the transaction already. A rollback that fails is reported
