@@ -113,10 +113,12 @@ actor TestPostgres {
     /// A port free now, for a server that must keep its port across restarts.
     ///
     /// Chosen below Linux's ephemeral range (32768–60999), so that the many servers tests start on port 0
-    /// can never be handed it between this check and the bind.
+    /// can never be handed it between this check and the bind; and never handed out twice in one test
+    /// process, where tests that restart servers on their ports run side by side.
     static func freePort() throws -> Int {
         for _ in 0..<200 {
             let port = UInt16.random(in: 20000..<32000)
+            guard handedOut.withLock({ $0.insert(port).inserted }) else { continue }
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             defer { close(fd) }
             var address = sockaddr_in()
@@ -132,6 +134,8 @@ actor TestPostgres {
         }
         throw TestSetupError("cannot find a free port")
     }
+
+    private static let handedOut = LockedValue<Set<UInt16>>([])
 }
 
 /// Stops the private cluster when the test process exits.
