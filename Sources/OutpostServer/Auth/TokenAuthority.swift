@@ -38,13 +38,20 @@ public struct TokenAuthority: Sendable {
 
     /// The identity a token proves, or `nil` when it is forged, malformed, expired or carries bad claims.
     public func identity(fromToken token: String, now: Date) async -> Identity? {
+        await verified(token, now: now)?.identity
+    }
+
+    /// The identity a token proves and when the token expires, or `nil` as for ``identity(fromToken:now:)``.
+    public func verified(_ token: String, now: Date) async -> (identity: Identity, expires: Date)? {
         guard let claims = try? await keys.verify(token, as: Claims.self) else { return nil }
         guard claims.exp.value > now,
             Identifier.isValid(claims.tenant),
             Identifier.isValid(claims.sub.value),
             let role = Role(rawValue: claims.role)
         else { return nil }
-        return Identity(tenant: claims.tenant, userId: claims.sub.value, role: role, name: claims.name ?? claims.sub.value)
+        let identity = Identity(
+            tenant: claims.tenant, userId: claims.sub.value, role: role, name: claims.name ?? claims.sub.value)
+        return (identity, claims.exp.value)
     }
 
     /// A fresh random secret of 32 bytes, for a server that was given none.

@@ -71,7 +71,7 @@ struct AdminController<Storage: SyncStorage> {
     private func startSession(token: String) async throws -> Response {
         let authority = try secrets.tokens()
         let date = now()
-        guard let identity = await authority.identity(fromToken: token.trimmingCharacters(in: .whitespacesAndNewlines), now: date)
+        guard let (identity, expires) = await authority.verified(token.trimmingCharacters(in: .whitespacesAndNewlines), now: date)
         else {
             return Self.html(try templates().signIn(error: "That token is invalid or expired."), status: .unauthorized)
         }
@@ -79,14 +79,24 @@ struct AdminController<Storage: SyncStorage> {
             return Self.html(
                 try templates().signIn(error: "The sync monitor needs an organizer token."), status: .forbidden)
         }
-        let session = try await authority.token(for: identity, lifetime: Self.sessionLifetime, now: date)
+        // A session never outlives the token it started from: signing in again with a session's own token (or
+        // one about to expire) gives no more time, so a token that leaks cannot be renewed for ever.
+        let lifetime = Self.sessionLifetime(until: expires, now: date)
+        let session = try await authority.token(for: identity, lifetime: lifetime, now: date)
         var response = Response.redirect(to: "/admin/monitor", type: .normal)
         response.setCookie(
             Cookie(
-                name: Self.cookieName, value: session, maxAge: Int(Self.sessionLifetime.components.seconds),
+                name: Self.cookieName, value: session, maxAge: max(Int(lifetime.components.seconds), 1),
                 path: "/admin", secure: true, httpOnly: true, sameSite: .strict))
         Self.secure(&response.headers)
         return response
+    }
+
+    /// ``sessionLifetime``, or less when the token signed in with expires sooner.
+    static func sessionLifetime(until expires: Date, now: Date) -> Duration {
+        let left = expires.timeIntervalSince(now)
+        guard left < Double(sessionLifetime.components.seconds) else { return sessionLifetime }
+        return .milliseconds(Int64(max(left, 0) * 1000))
     }
 
     @Sendable func signOut(_ request: Request, context: OutpostRequestContext) async throws -> Response {
