@@ -159,6 +159,37 @@ public struct SyncFailure: Sendable, Hashable, Codable {
     }
 }
 
+extension SyncFailure {
+    /// The longest reason a server keeps, in Unicode scalars (so that combining marks cannot stretch one
+    /// character without end).
+    public static let maxErrorLength = 1000
+
+    /// Whether a server keeps `text` as a failure's reason: 1 to ``maxErrorLength`` Unicode scalars, and no
+    /// control character but tab, line feed and carriage return (PostgreSQL's text refuses NUL outright).
+    public static func isValidError(_ text: String) -> Bool {
+        let scalars = text.unicodeScalars
+        guard !scalars.isEmpty, scalars.count <= maxErrorLength else { return false }
+        return !scalars.contains(where: isRefused)
+    }
+
+    /// `text` as a reason a server keeps: each refused control character becomes a space, a reason too long
+    /// is cut short with an ellipsis, and an empty one reads "unknown error". A device's reasons come from
+    /// servers and from the system, and a report must never be refused for one.
+    public static func reportableError(_ text: String) -> String {
+        var scalars = String.UnicodeScalarView(text.unicodeScalars.map { isRefused($0) ? " " : $0 })
+        if scalars.count > maxErrorLength {
+            scalars = String.UnicodeScalarView(scalars.prefix(maxErrorLength - 1))
+            scalars.append("…")
+        }
+        let reason = String(scalars)
+        return reason.isEmpty ? "unknown error" : reason
+    }
+
+    private static func isRefused(_ scalar: Unicode.Scalar) -> Bool {
+        (scalar.value < 0x20 && scalar != "\t" && scalar != "\n" && scalar != "\r") || (0x7F...0x9F).contains(scalar.value)
+    }
+}
+
 /// `POST /v1/sync-failures`: a device's persistent failures. Never a record's payload.
 public struct SyncFailureReport: Sendable, Hashable, Codable {
     public var deviceId: String

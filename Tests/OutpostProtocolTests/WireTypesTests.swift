@@ -20,6 +20,21 @@ struct WireTypesTests {
         #expect(value.depth == 2)
     }
 
+    @Test("a failure's reason is made one a server keeps: control characters blanked, cut at 1,000 scalars")
+    func reportableError() {
+        #expect(SyncFailure.isValidError("GPS signal required\nretry outside\t(2)\r"))
+        for refused in ["", "a\u{0}b", "bell\u{7}", "del\u{7F}", "c1\u{85}", String(repeating: "x", count: 1001),
+                        "e" + String(repeating: "\u{301}", count: 1000)] {
+            #expect(!SyncFailure.isValidError(refused), "\(refused.unicodeScalars.count) scalars")
+            #expect(SyncFailure.isValidError(SyncFailure.reportableError(refused)))
+        }
+        #expect(SyncFailure.reportableError("a\u{0}b\nc") == "a b\nc")
+        #expect(SyncFailure.reportableError("") == "unknown error")
+        let long = SyncFailure.reportableError(String(repeating: "x", count: 5000))
+        #expect(long.unicodeScalars.count == 1000 && long.hasSuffix("x…"))
+        #expect(SyncFailure.reportableError("already fine") == "already fine")
+    }
+
     @Test("a mutation decodes with optional fields absent")
     func mutationDefaults() throws {
         let text = #"{"idempotencyKey":"k","collection":"notes","recordId":"r1","op":"delete","clientTimestamp":"2026-11-21T09:00:00.000Z"}"#

@@ -88,8 +88,10 @@ struct MonitorTests {
         }
     }
 
-    static func failure(_ recordId: String, collection: String = "notes") -> SyncFailure {
-        SyncFailure(collection: collection, recordId: recordId, firstAttempt: Fixtures.time(-26 * 3600), lastError: "The server could not be reached")
+    static func failure(
+        _ recordId: String, collection: String = "notes", error: String = "The server could not be reached"
+    ) -> SyncFailure {
+        SyncFailure(collection: collection, recordId: recordId, firstAttempt: Fixtures.time(-26 * 3600), lastError: error)
     }
 
     @Test("persistent failures: own records only, counted once, never half-recorded; listed on the monitor and counted in /metrics",
@@ -123,6 +125,12 @@ struct MonitorTests {
                 SyncFailureReport(deviceId: "phone-1", failures: [Self.failure("n4", collection: "nope")]),
                 SyncFailureReport(deviceId: "phone-1", failures: [Self.failure("../n5")]),
                 SyncFailureReport(deviceId: "bad id", failures: [Self.failure("n6")]),
+                // A NUL, which PostgreSQL's text refuses, after a good failure: neither is kept.
+                SyncFailureReport(deviceId: "phone-1", failures: [Self.failure("n7"), Self.failure("n8", error: "bad\u{0}byte")]),
+                SyncFailureReport(deviceId: "phone-1", failures: [Self.failure("n7", error: "")]),
+                SyncFailureReport(deviceId: "phone-1", failures: [Self.failure("n7", error: String(repeating: "x", count: 1001))]),
+                // One character of 1,501 scalars.
+                SyncFailureReport(deviceId: "phone-1", failures: [Self.failure("n7", error: "e" + String(repeating: "\u{301}", count: 1500))]),
             ] {
                 let refused = try await client.post("/v1/sync-failures", bad, token: ana)
                 #expect(refused.status.code / 100 == 4)

@@ -254,7 +254,7 @@ extension LocalStore {
                     return SyncFailure(
                         collection: collection, recordId: recordId,
                         firstAttempt: Timestamp(millisecondsSince1970: row["first"]),
-                        lastError: record?.syncError ?? "not yet delivered")
+                        lastError: SyncFailure.reportableError(record?.syncError ?? "not yet delivered"))
                 }
             }
         }

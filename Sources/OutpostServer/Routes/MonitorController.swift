@@ -13,7 +13,6 @@ struct MonitorController<Storage: SyncStorage> {
     let now: @Sendable () -> Date
 
     static var maxFailuresPerReport: Int { 500 }
-    static var maxErrorLength: Int { 1000 }
 
     func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
         group.post("heartbeats", use: heartbeat)
@@ -68,8 +67,10 @@ struct MonitorController<Storage: SyncStorage> {
             guard Identifier.isValid(failure.recordId) else {
                 throw OutpostHTTPError.badRequest("failures[\(index)].recordId must be an identifier", code: .invalidRecordId)
             }
-            guard !failure.lastError.isEmpty, failure.lastError.count <= Self.maxErrorLength else {
-                throw OutpostHTTPError.badRequest("lastError must be 1 to \(Self.maxErrorLength) characters")
+            guard SyncFailure.isValidError(failure.lastError) else {
+                throw OutpostHTTPError.badRequest(
+                    "failures[\(index)].lastError must be 1 to \(SyncFailure.maxErrorLength) characters, with no "
+                        + "control characters but tab and line breaks")
             }
             // Only the device's own records: one another device or user wrote, and this one never did, is refused.
             let writers = try await storage.recordWriters(
@@ -83,15 +84,18 @@ struct MonitorController<Storage: SyncStorage> {
             return try .json(SyncFailureReceipt(recorded: 0, alreadyKnown: 0, escalationEnabled: false))
         }
         let fingerprint = try secrets.fingerprint(tenant: identity.tenant, deviceId: report.deviceId)
-        var recorded = 0
-        for failure in report.failures {
-            let firstAttempt = reported(failure.firstAttempt, received: received)
-            let stored = StoredSyncFailure(
+        let failures = report.failures.map { failure in
+            StoredSyncFailure(
                 tenant: identity.tenant, fingerprint: fingerprint, userId: identity.userId,
                 collection: failure.collection, recordId: failure.recordId,
-                firstAttempt: firstAttempt, lastError: failure.lastError,
+                firstAttempt: reported(failure.firstAttempt, received: received), lastError: failure.lastError,
                 reportedAt: received.millisecondsSince1970)
-            guard try await storage.recordSyncFailure(stored) else { continue }
+        }
+        // One transaction: a report that cannot be stored whole leaves nothing behind, and is sent again.
+        let stored = try await storage.recordSyncFailures(failures)
+        var recorded = 0
+        for (failure, isNew) in zip(failures, stored) where isNew {
+            let firstAttempt = failure.firstAttempt
             recorded += 1
             metrics.persistentFailures.increment()
             let hours = (received.millisecondsSince1970 - firstAttempt) / 3_600_000
@@ -109,7 +113,6 @@ struct MonitorController<Storage: SyncStorage> {
                 recorded: recorded, alreadyKnown: report.failures.count - recorded, escalationEnabled: true))
     }
 
-    /// A short, stable reference to a record for logs: its id can embed a user id.
     /// A time a device reports about itself, in milliseconds, kept between the earliest time the server
     /// accepts and the moment of receipt: a device whose clock is wrong still shows up, with a time that
     /// cannot sort ahead of the present.
@@ -117,6 +120,7 @@ struct MonitorController<Storage: SyncStorage> {
         min(max(time, configuration.earliestTimestamp), received).millisecondsSince1970
     }
 
+    /// A short, stable reference to a record for logs: its id can embed a user id.
     static func reference(tenant: String, recordId: String) -> String {
         SHA256.hash(data: Array("\(tenant)\u{0}\(recordId)".utf8)).prefix(6).hexString
     }

@@ -50,8 +50,9 @@ package protocol MonitorStorage: Sendable {
     /// Who scanned (the `scanned_by` device id) and when, for each check-in of `event` scanned at `since` or later.
     func checkInScans(tenant: String, event: String, since: Int64) async throws -> [(scannedBy: String, at: Int64)]
 
-    /// Stores a persistent failure; false when this device had already reported that record.
-    func recordSyncFailure(_ failure: StoredSyncFailure) async throws -> Bool
+    /// Stores persistent failures in one transaction, all or none; for each, false when this device had
+    /// already reported that record.
+    func recordSyncFailures(_ failures: [StoredSyncFailure]) async throws -> [Bool]
 
     /// The persistent failures of `tenant`, oldest first.
     func syncFailures(tenant: String) async throws -> [StoredSyncFailure]

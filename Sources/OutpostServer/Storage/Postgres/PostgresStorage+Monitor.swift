@@ -72,20 +72,26 @@ extension PostgresStorage {
         }
     }
 
-    package func recordSyncFailure(_ failure: StoredSyncFailure) async throws -> Bool {
+    package func recordSyncFailures(_ failures: [StoredSyncFailure]) async throws -> [Bool] {
         try await guarded {
-            let rows = try await client.query(
-                """
-                INSERT INTO sync_failures (tenant, fingerprint, collection, record_id, user_id, first_attempt,
-                                           last_error, reported_at)
-                VALUES (\(failure.tenant), \(failure.fingerprint), \(failure.collection), \(failure.recordId),
-                        \(failure.userId), \(failure.firstAttempt), \(failure.lastError), \(failure.reportedAt))
-                ON CONFLICT (tenant, fingerprint, collection, record_id) DO NOTHING
-                RETURNING 1
-                """, logger: logger)
-            var inserted = false
-            for try await _ in rows { inserted = true }
-            return inserted
+            try await client.withTransaction(logger: logger) { connection in
+                var stored: [Bool] = []
+                for failure in failures {
+                    let rows = try await connection.query(
+                        """
+                        INSERT INTO sync_failures (tenant, fingerprint, collection, record_id, user_id, first_attempt,
+                                                   last_error, reported_at)
+                        VALUES (\(failure.tenant), \(failure.fingerprint), \(failure.collection), \(failure.recordId),
+                                \(failure.userId), \(failure.firstAttempt), \(failure.lastError), \(failure.reportedAt))
+                        ON CONFLICT (tenant, fingerprint, collection, record_id) DO NOTHING
+                        RETURNING 1
+                        """, logger: logger)
+                    var inserted = false
+                    for try await _ in rows { inserted = true }
+                    stored.append(inserted)
+                }
+                return stored
+            }
         }
     }
 

@@ -67,20 +67,22 @@ extension SQLiteStorage {
         }
     }
 
-    package func recordSyncFailure(_ failure: StoredSyncFailure) async throws -> Bool {
+    package func recordSyncFailures(_ failures: [StoredSyncFailure]) async throws -> [Bool] {
         try await pool.write { db in
-            try db.execute(
+            let statement = try db.cachedStatement(
                 sql: """
                     INSERT INTO sync_failures (tenant, fingerprint, collection, record_id, user_id, first_attempt,
                                                last_error, reported_at)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (tenant, fingerprint, collection, record_id) DO NOTHING
-                    """,
-                arguments: [
+                    """)
+            return try failures.map { failure in
+                try statement.execute(arguments: [
                     failure.tenant, failure.fingerprint, failure.collection, failure.recordId, failure.userId,
                     failure.firstAttempt, failure.lastError, failure.reportedAt,
                 ])
-            return db.changesCount > 0
+                return db.changesCount > 0
+            }
         }
     }
 
