@@ -80,6 +80,36 @@ extension JSONValue {
         }
     }
 
+    /// The bytes this value takes written as JSON, counting a number as the longest a number can be
+    /// written: what a server weighs a record by.
+    public var encodedSizeBound: Int {
+        switch self {
+        case .null: return 4
+        case .bool(let value): return value ? 4 : 5
+        case .integer, .number: return 24
+        case .string(let value): return Self.encodedSizeBound(of: value)
+        case .array(let values): return values.reduce(1 + max(values.count, 1)) { $0 + $1.encodedSizeBound }
+        case .object(let object):
+            return object.reduce(1 + max(object.count, 1)) {
+                $0 + Self.encodedSizeBound(of: $1.key) + 1 + $1.value.encodedSizeBound
+            }
+        }
+    }
+
+    /// The bytes `value` takes as a JSON string, as ``JSONWriter/string(_:to:)`` writes it: its quotes, its
+    /// UTF-8, one more for each `"`, `\` and short escape (`\n`), five more for any other control character.
+    public static func encodedSizeBound(of value: String) -> Int {
+        var size = 2
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09, 0x08, 0x0C: size += 2
+            case ..<0x20: size += 6
+            default: size += 1
+            }
+        }
+        return size
+    }
+
     /// How deeply arrays and objects nest inside this value (a scalar is 0).
     public var depth: Int {
         switch self {

@@ -13,6 +13,9 @@ public struct ServerConfiguration: Sendable {
     public var snapshotMaxPageSize: Int
     public var pullDefaultLimit: Int
     public var pullMaxLimit: Int
+    /// Where a page of a pull or snapshot ends by size: at the first record that takes the page's stored
+    /// fields to this many bytes or past, whatever its limit (a record weighs at most 256 KiB).
+    public var pageMaxBytes: Int
     /// The most pages one pull streams, whatever its `pages` parameter asks: the last then says `hasMore`, and
     /// the client pulls again from its cursor.
     public var pullMaxPages: Int
@@ -48,6 +51,7 @@ public struct ServerConfiguration: Sendable {
         pullDefaultLimit: Int = 500,
         pullMaxLimit: Int = 5000,
         pullMaxPages: Int = 100,
+        pageMaxBytes: Int = 4 * 1024 * 1024,
         maxClockSkew: Duration = .seconds(24 * 3600),
         earliestTimestamp: Timestamp = Timestamp(iso8601: "2000-01-01T00:00:00.000Z")!,
         jwtSecret: [UInt8]? = nil,
@@ -67,6 +71,7 @@ public struct ServerConfiguration: Sendable {
         self.pullDefaultLimit = pullDefaultLimit
         self.pullMaxLimit = pullMaxLimit
         self.pullMaxPages = pullMaxPages
+        self.pageMaxBytes = pageMaxBytes
         self.maxClockSkew = maxClockSkew
         self.earliestTimestamp = earliestTimestamp
         self.jwtSecret = jwtSecret

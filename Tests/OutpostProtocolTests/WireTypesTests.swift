@@ -20,6 +20,24 @@ struct WireTypesTests {
         #expect(value.depth == 2)
     }
 
+    @Test("a value's weight is the bytes it takes as JSON, a number counted at its longest")
+    func encodedSize() throws {
+        let strings: [JSONValue] = [
+            "", "plain", "Zoë \"Q\" Ångström 漢😀", "a\\b/c", "\n\r\t\u{8}\u{C}", "\u{1}\u{1F}x",
+        ]
+        for value in strings {
+            #expect(try value.encodedSizeBound == value.jsonBytes().count, "\(value)")
+        }
+        let nested: JSONValue = .object([
+            "list": .array([.null, .bool(true), .bool(false), "x\n", .array([]), .object([:])]),
+            "object": .object(["k\"ey": "v", "empty": ""]), "none": .null,
+        ])
+        #expect(try nested.encodedSizeBound == nested.jsonBytes().count)
+        let numbers: JSONValue = .array([.integer(1), .integer(Int64.min), .number(-2.2250738585072014e-308)])
+        #expect(try numbers.encodedSizeBound >= numbers.jsonBytes().count)
+        #expect(numbers.encodedSizeBound == 2 + 2 + 3 * 24)
+    }
+
     @Test("a failure's reason is made one a server keeps: control characters blanked, cut at 1,000 scalars")
     func reportableError() {
         #expect(SyncFailure.isValidError("GPS signal required\nretry outside\t(2)\r"))

@@ -97,10 +97,14 @@ struct BadInputTests {
         ("negative base version", Fixtures.upsert("r1", ["n": 1], base: -1), .invalidBaseVersion),
         ("key with spaces", Fixtures.upsert("r1", ["n": 1], key: "has space"), .invalidIdempotencyKey),
         ("empty key", Fixtures.upsert("r1", ["n": 1], key: ""), .invalidIdempotencyKey),
+        ("fields over 256 KiB", Fixtures.upsert("r1", ["big": .string(String(repeating: "x", count: 256 * 1024))]),
+         .invalidFields),
+        ("257 fields", Fixtures.upsert("r1", Dictionary(uniqueKeysWithValues: (0..<257).map { ("f\($0)", JSONValue.integer(1)) })),
+         .invalidFields),
     ]
 
     @Test("a bad mutation is rejected with its code, writes nothing, and its neighbours apply",
-          arguments: 0..<11)
+          arguments: 0..<13)
     func badMutation(index: Int) async throws {
         let (name, bad, code) = Self.badMutations[index]
         try await withServer(.sqlite) { client, storage in

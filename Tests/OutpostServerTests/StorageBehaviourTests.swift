@@ -171,6 +171,71 @@ struct StorageBehaviourTests {
         }
     }
 
+    @Test("a page of a pull or a snapshot ends by size, and following it still gives every record once",
+          arguments: StorageKind.allCases)
+    func pagesBySize(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            // Each record's stored fields take a little over 300 bytes: a page of 1,000 bytes holds four.
+            let filler = String(repeating: "x", count: 280)
+            _ = try await storage.push(
+                (0..<10).map {
+                    Fixtures.upsert(String(format: "g%02d", $0), ["event_id": "ev", "note": .string(filler)],
+                        at: Double($0), collection: "guests")
+                })
+            try await storage.settle()
+            let first = try await storage.pull(
+                tenant: "acme", collection: "guests", scope: nil, after: .start, limit: 100, maxBytes: 1000)
+            #expect(first.records.count == 4 && first.hasMore)
+            let all = try await storage.pullAll(collection: "guests", limit: 100, maxBytes: 1000)
+            #expect(all.records.map(\.recordId) == (0..<10).map { String(format: "g%02d", $0) })
+            // One record larger than a page still goes, alone.
+            let single = try await storage.pull(
+                tenant: "acme", collection: "guests", scope: nil, after: .start, limit: 100, maxBytes: 10)
+            #expect(single.records.count == 1 && single.hasMore)
+
+            var snapshot: [String] = []
+            var after: String?
+            var pages = 0
+            repeat {
+                let rows = try await storage.snapshotPage(
+                    tenant: "acme", collection: "guests", scope: "ev", after: after, limit: 100, maxBytes: 1000)
+                #expect(rows.count <= 4)
+                snapshot += rows.map(\.recordId)
+                after = rows.last?.recordId
+                pages += 1
+            } while after != nil && pages < 10
+            #expect(snapshot == all.records.map(\.recordId))
+            #expect(pages == 4)
+        }
+    }
+
+    @Test("a record that a mutation would take past 256 fields or 256 KiB keeps what it had",
+          arguments: StorageKind.allCases)
+    func recordGrowth(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let many = Dictionary(uniqueKeysWithValues: (0..<200).map { ("a\($0)", JSONValue.integer(1)) })
+            let more = Dictionary(uniqueKeysWithValues: (0..<100).map { ("b\($0)", JSONValue.integer(2)) })
+            let large = String(repeating: "x", count: 200 * 1024)
+            let results = try await storage.push([
+                Fixtures.upsert("wide", many, at: 1),
+                Fixtures.upsert("wide", more, at: 2),
+                Fixtures.upsert("heavy", ["a": .string(large)], at: 3),
+                Fixtures.upsert("heavy", ["b": .string(large)], at: 4),
+                // Replacing the large value by a small one leaves room for the second.
+                Fixtures.upsert("heavy", ["a": "small", "b": .string(large)], at: 5),
+            ])
+            #expect(results.map(\.status) == [.applied, .rejected, .applied, .rejected, .applied])
+            #expect(results[1].error?.code == .invalidFields && results[3].error?.code == .invalidFields)
+            #expect(results[1].error?.message.contains("256 fields") == true)
+            let wide = try #require(try await storage.record(tenant: "acme", collection: "notes", recordId: "wide"))
+            #expect(wide.fields.count == 200 && wide.version == 1)
+            let heavy = try #require(try await storage.record(tenant: "acme", collection: "notes", recordId: "heavy"))
+            #expect(heavy.fields["a"] == "small" && heavy.version == 2)
+            // Refused mutations leave no audit entry, as any refusal.
+            #expect(try await storage.audit(tenant: "acme", collection: "notes", recordId: "wide").count == 1)
+        }
+    }
+
     @Test("a snapshot's start cursor catches every change made during the download", arguments: StorageKind.allCases)
     func snapshotCursor(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in

@@ -66,15 +66,18 @@ struct SyncController<Storage: SyncStorage> {
             cursor = parsed
         }
         let pages = try RequestDecoding.pages(in: request, max: configuration.pullMaxPages)
+        let maxBytes = configuration.pageMaxBytes
         let page = try await storage.pull(
-            tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit)
+            tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit,
+            maxBytes: maxBytes)
         metrics.pulls.increment()
         guard let pages else { return .json(bytes: try Self.pageBytes(page)) }
         return try Self.stream(
             from: page, pages: pages, gate: gate, metrics: metrics, logger: context.logger
         ) { [storage] cursor in
             try await storage.pull(
-                tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit)
+                tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit,
+                maxBytes: maxBytes)
         }
     }
 
@@ -163,11 +166,13 @@ struct SyncController<Storage: SyncStorage> {
                 cursor: start.cursor.token, total: start.total)
         }
         // One row more than the page says whether another page follows, sparing the client an empty request.
+        // A page that ended by size may be followed by another, which may be empty.
         var records = try await storage.snapshotPage(
             tenant: identity.tenant, collection: policy.name, scope: scope,
-            after: state.after.isEmpty ? nil : state.after, limit: limit + 1)
+            after: state.after.isEmpty ? nil : state.after, limit: limit + 1, maxBytes: configuration.pageMaxBytes)
         metrics.snapshots.increment()
-        let isLast = records.count <= limit
+        let bytes = records.reduce(0) { $0 + $1.fieldsJSON.utf8.count }
+        let isLast = records.count <= limit && bytes < configuration.pageMaxBytes
         records = Array(records.prefix(limit))
         var continuation: String?
         if !isLast, let last = records.last {

@@ -72,16 +72,20 @@ package protocol SyncStorage: Service, MonitorStorage {
     func push(_ items: [PushItem], context: PushContext, collections: CollectionRegistry) async throws
         -> [MutationResult]
 
-    /// Changes after `cursor`, in commit order; `scope` narrows to one reference scope.
-    func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int)
+    /// Changes after `cursor`, in commit order; `scope` narrows to one reference scope. A page holds at most
+    /// `limit` records and ends, with `hasMore`, at the first record that takes its stored fields to
+    /// `maxBytes` or past: a page of large records stays bounded in memory, on the server and on the device.
+    func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int, maxBytes: Int)
         async throws -> PulledChanges
 
     /// The cursor and record count a new snapshot starts from.
     func snapshotStart(tenant: String, collection: String, scope: String?) async throws -> SnapshotStart
 
-    /// Live records after `recordId`, ordered by record id, their fields as stored.
-    func snapshotPage(tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int)
-        async throws -> [SnapshotRow]
+    /// Live records after `recordId`, ordered by record id, their fields as stored: at most `limit`, and none
+    /// after the first that takes their stored fields to `maxBytes` or past.
+    func snapshotPage(
+        tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int, maxBytes: Int
+    ) async throws -> [SnapshotRow]
 
     /// Every processed mutation of one record, in client-time order.
     func audit(tenant: String, collection: String, recordId: String) async throws -> [AuditEntry]

@@ -10,6 +10,24 @@ struct MutationValidator: Sendable {
     static let maxFieldCount = 256
     /// How deeply a field value may nest arrays and objects.
     static let maxValueDepth = 16
+    /// The most a mutation's fields, and a record's after the merge, may weigh as JSON
+    /// (``JSONValue/encodedSizeBound``). It bounds what one record costs every device that pulls it, and so
+    /// what a page of a pull or snapshot can hold.
+    static let maxRecordBytes = 256 * 1024
+
+    /// What `fields` weigh as a JSON object, for ``maxRecordBytes``.
+    static func weight(of fields: [String: JSONValue]) -> Int {
+        JSONValue.object(fields).encodedSizeBound
+    }
+
+    /// Why a record holding `fields` may not be stored, or `nil`.
+    static func sizeProblem(_ fields: [String: JSONValue]) -> String? {
+        if fields.count > maxFieldCount { return "a record holds at most \(maxFieldCount) fields" }
+        if weight(of: fields) > maxRecordBytes {
+            return "a record's fields may take at most \(maxRecordBytes / 1024) KiB as JSON"
+        }
+        return nil
+    }
 
     var collections: CollectionRegistry
     var earliest: Timestamp
@@ -66,6 +84,9 @@ struct MutationValidator: Sendable {
                 guard value.depth <= Self.maxValueDepth else {
                     return .rejected(key, .invalidFields, "field values nest too deeply")
                 }
+            }
+            if let problem = Self.sizeProblem(mutation.fields) {
+                return .rejected(key, .invalidFields, problem)
             }
         }
         if mutation.op == .upsert, let rule = Self.fieldRules[policy.name], let problem = rule(mutation) {

@@ -120,6 +120,14 @@ enum PushPlanner {
                 }
                 let outcome = RecordMerge.apply(
                     mutation, deviceId: context.deviceId, to: records[recordKey], policy: policy)
+                // The mutation alone was weighed before; the fields it adds to a stored record may still make
+                // that record too large, and then nothing of it is applied.
+                if outcome.changed, records[recordKey] != nil,
+                    let problem = MutationValidator.sizeProblem(outcome.record.fields)
+                {
+                    plan.results.append(.rejected(key, .invalidFields, problem))
+                    continue
+                }
                 if outcome.changed {
                     lastChange[recordKey] = position
                     records[recordKey] = outcome.record

@@ -108,16 +108,35 @@ extension SyncStorage {
             collections: .standard)
     }
 
+    /// A page of changes after `cursor`, bounded by the server's default page size in bytes.
+    func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int)
+        async throws -> PulledChanges
+    {
+        try await pull(
+            tenant: tenant, collection: collection, scope: scope, after: cursor, limit: limit,
+            maxBytes: ServerConfiguration().pageMaxBytes)
+    }
+
+    /// A page of a snapshot, bounded by the server's default page size in bytes.
+    func snapshotPage(tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int)
+        async throws -> [SnapshotRow]
+    {
+        try await snapshotPage(
+            tenant: tenant, collection: collection, scope: scope, after: recordId, limit: limit,
+            maxBytes: ServerConfiguration().pageMaxBytes)
+    }
+
     /// Pulls everything after `cursor`, following `hasMore`.
     func pullAll(
         tenant: String = "acme", collection: String = "notes", scope: String? = nil, from cursor: PullCursor = .start,
-        limit: Int = 500
+        limit: Int = 500, maxBytes: Int = ServerConfiguration().pageMaxBytes
     ) async throws -> (records: [Change], cursor: PullCursor) {
         try await settle()
         var cursor = cursor
         var records: [Change] = []
         while true {
-            let page = try await pull(tenant: tenant, collection: collection, scope: scope, after: cursor, limit: limit)
+            let page = try await pull(
+                tenant: tenant, collection: collection, scope: scope, after: cursor, limit: limit, maxBytes: maxBytes)
             records += try page.records.map { try $0.change() }
             cursor = page.cursor
             if !page.hasMore { return (records, cursor) }

@@ -300,8 +300,9 @@ package struct PostgresStorage: SyncStorage {
 
     // MARK: Reads
 
-    package func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int)
-        async throws -> PulledChanges
+    package func pull(
+        tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int, maxBytes: Int
+    ) async throws -> PulledChanges
     {
         try await guarded {
             try await client.withConnection { connection in
@@ -317,15 +318,17 @@ package struct PostgresStorage: SyncStorage {
                 var records: [SnapshotRow] = []
                 var last = cursor
                 var hasMore = false
+                var bytes = 0
                 // By position, in the order of `changeColumns`: a pull can carry thousands of rows.
                 let rows = try await connection.query(query, logger: logger)
                 for try await (rowCollection, recordId, rowScope, version, tombstone, fields, createdAt, updatedAt, xid, seq)
                     in rows.decode((String, String, String, Int64, Bool, String, Int64, Int64, Int64, Int64).self)
                 {
-                    if records.count == limit {
+                    if records.count == limit || bytes >= maxBytes {
                         hasMore = true
                         break
                     }
+                    bytes += fields.utf8.count
                     records.append(
                         SnapshotRow(
                             collection: rowCollection, recordId: recordId, scope: rowScope, version: version,
@@ -355,8 +358,9 @@ package struct PostgresStorage: SyncStorage {
         }
     }
 
-    package func snapshotPage(tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int)
-        async throws -> [SnapshotRow]
+    package func snapshotPage(
+        tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int, maxBytes: Int
+    ) async throws -> [SnapshotRow]
     {
         try await guarded {
             let query: PostgresQuery = """
@@ -367,12 +371,15 @@ package struct PostgresStorage: SyncStorage {
                 ORDER BY record_id LIMIT \(limit)
                 """
             var rows: [SnapshotRow] = []
+            var bytes = 0
             for try await (collection, recordId, scope, version, fields, createdAt, updatedAt) in try await client.query(
                 query, logger: logger
             ).decode((String, String, String, Int64, String, Int64, Int64).self) {
                 rows.append(SnapshotRow(
                     collection: collection, recordId: recordId, scope: scope, version: version, fieldsJSON: fields,
                     createdAt: createdAt, updatedAt: updatedAt))
+                bytes += fields.utf8.count
+                if bytes >= maxBytes { break }
             }
             return rows
         }

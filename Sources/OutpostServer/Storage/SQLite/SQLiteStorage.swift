@@ -155,8 +155,9 @@ package struct SQLiteStorage: SyncStorage {
 
     // MARK: Reads
 
-    package func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int)
-        async throws -> PulledChanges
+    package func pull(
+        tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int, maxBytes: Int
+    ) async throws -> PulledChanges
     {
         try await pool.read { db in
             var sql = "SELECT \(Self.changeColumns) FROM records WHERE tenant = ? AND collection = ? AND change_seq > ?"
@@ -172,15 +173,18 @@ package struct SQLiteStorage: SyncStorage {
             var records: [SnapshotRow] = []
             var last = cursor
             var hasMore = false
+            var bytes = 0
             let rows = try Row.fetchCursor(db.cachedStatement(sql: sql), arguments: arguments)
             while let row = try rows.next() {
-                if records.count == limit {
+                if records.count == limit || bytes >= maxBytes {
                     hasMore = true
                     break
                 }
+                let fields: String = row[5]
+                bytes += fields.utf8.count
                 records.append(SnapshotRow(
                     collection: row[0], recordId: row[1], scope: row[2], version: row[3], tombstone: row[4],
-                    fieldsJSON: row[5], createdAt: row[6], updatedAt: row[7]))
+                    fieldsJSON: fields, createdAt: row[6], updatedAt: row[7]))
                 last = PullCursor(xid: 0, seq: row[8])
             }
             return PulledChanges(records: records, cursor: last, hasMore: hasMore)
@@ -201,8 +205,9 @@ package struct SQLiteStorage: SyncStorage {
         }
     }
 
-    package func snapshotPage(tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int)
-        async throws -> [SnapshotRow]
+    package func snapshotPage(
+        tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int, maxBytes: Int
+    ) async throws -> [SnapshotRow]
     {
         try await pool.read { db in
             var sql = "SELECT collection, record_id, scope, version, fields, created_at, updated_at FROM records WHERE tenant = ? AND collection = ? AND tombstone = 0"
@@ -218,10 +223,13 @@ package struct SQLiteStorage: SyncStorage {
             sql += " ORDER BY record_id LIMIT ?"
             arguments += [limit]
             var rows: [SnapshotRow] = []
+            var bytes = 0
             let cursor = try Row.fetchCursor(db.cachedStatement(sql: sql), arguments: arguments)
-            while let row = try cursor.next() {
+            while bytes < maxBytes, let row = try cursor.next() {
+                let fields: String = row[4]
+                bytes += fields.utf8.count
                 rows.append(SnapshotRow(
-                    collection: row[0], recordId: row[1], scope: row[2], version: row[3], fieldsJSON: row[4],
+                    collection: row[0], recordId: row[1], scope: row[2], version: row[3], fieldsJSON: fields,
                     createdAt: row[5], updatedAt: row[6]))
             }
             return rows
