@@ -54,6 +54,24 @@ public struct Mutation: Sendable, Hashable, Codable {
     }
 }
 
+extension Mutation {
+    /// The most fields a mutation may write, and a record hold.
+    public static let maxFieldCount = 256
+    /// The most a mutation's fields, and a record's, may weigh as JSON (``JSONValue/encodedSizeBound``). It
+    /// bounds what one record costs every device that pulls it, and so what a page of a pull can hold.
+    public static let maxFieldsBytes = 256 * 1024
+
+    /// Why a record holding `fields` may not be stored, or `nil`: over ``maxFieldCount`` fields or
+    /// ``maxFieldsBytes``. A server refuses such a mutation (`invalid_fields`), as a device does at saving.
+    public static func sizeProblem(of fields: [String: JSONValue]) -> String? {
+        if fields.count > maxFieldCount { return "a record holds at most \(maxFieldCount) fields" }
+        if JSONValue.object(fields).encodedSizeBound > maxFieldsBytes {
+            return "a record's fields may take at most \(maxFieldsBytes / 1024) KiB as JSON"
+        }
+        return nil
+    }
+}
+
 /// The body of `POST /v1/push`.
 public struct PushRequest: Sendable, Hashable, Codable {
     public var deviceId: String

@@ -180,6 +180,10 @@ struct LocalStoreTests {
         LocalStore.Write(collection: "notes", recordId: "ok", fields: ["bad name": 1]),
         LocalStore.Write(collection: "no/such", recordId: "ok", fields: ["a": 1]),
         LocalStore.Write(collection: "notes", recordId: "ok", fields: ["a": "nul\u{0}"]),
+        LocalStore.Write(collection: "notes", recordId: "ok", fields: ["a": .string(String(repeating: "x", count: 256 * 1024))]),
+        LocalStore.Write(
+            collection: "notes", recordId: "ok",
+            fields: Dictionary(uniqueKeysWithValues: (0..<257).map { ("f\($0)", JSONValue.integer(1)) })),
     ])
     func badInput(write: LocalStore.Write) async throws {
         try await withStore { (store: LocalStore, _: URL) async throws -> Void in
@@ -188,6 +192,27 @@ struct LocalStoreTests {
             }
             #expect(try await store.records().isEmpty)
             #expect(try await store.nextChunk(limit: 10).isEmpty)
+        }
+    }
+}
+
+extension LocalStoreTests {
+    @Test("a write that would take a record past what the server keeps is refused, and the record keeps what it had")
+    func recordGrowth() async throws {
+        try await withStore { (store: LocalStore, _: URL) async throws -> Void in
+            let large = JSONValue.string(String(repeating: "x", count: 200 * 1024))
+            try await store.write(.init(collection: "notes", recordId: "r", fields: ["a": large]), deviceId: "d", at: Date(), offline: false)
+            let error = await #expect(throws: ClientError.self) {
+                try await store.write(
+                    .init(collection: "notes", recordId: "r", fields: ["b": large]), deviceId: "d", at: Date(), offline: false)
+            }
+            #expect(error?.code == .invalidInput && error?.message.contains("256 KiB") == true)
+            #expect(try await store.record(collection: "notes", recordId: "r")?.fields.keys.sorted() == ["a"])
+            #expect(try await store.nextChunk(limit: 10).count == 1)
+            // Replacing the large value makes room.
+            try await store.write(
+                .init(collection: "notes", recordId: "r", fields: ["a": "small", "b": large]), deviceId: "d", at: Date(), offline: false)
+            #expect(try await store.nextChunk(limit: 10).count == 2)
         }
     }
 }

@@ -172,6 +172,10 @@ public final class LocalStore: Sendable {
                         conflict: nil)
                 }
                 guard let record else { throw ClientError(.storeUnavailable, "record vanished") }
+                // What the server would refuse for size is refused here, before anything is queued.
+                if write.op == .upsert, let problem = Mutation.sizeProblem(of: record.fields) {
+                    throw ClientError(.invalidInput, problem)
+                }
                 // The mutation's fields are encoded once: a new record's payload wraps the same bytes.
                 let outboxFields: [String: JSONValue] = write.op == .delete ? [:] : fields
                 let fieldsJSON: [UInt8]

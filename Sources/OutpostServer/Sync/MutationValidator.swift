@@ -6,28 +6,8 @@ import OutpostProtocol
 ///
 /// A mutation that fails is rejected on its own; the others in the same push go on.
 struct MutationValidator: Sendable {
-    /// How many fields one mutation may write.
-    static let maxFieldCount = 256
     /// How deeply a field value may nest arrays and objects.
     static let maxValueDepth = 16
-    /// The most a mutation's fields, and a record's after the merge, may weigh as JSON
-    /// (``JSONValue/encodedSizeBound``). It bounds what one record costs every device that pulls it, and so
-    /// what a page of a pull or snapshot can hold.
-    static let maxRecordBytes = 256 * 1024
-
-    /// What `fields` weigh as a JSON object, for ``maxRecordBytes``.
-    static func weight(of fields: [String: JSONValue]) -> Int {
-        JSONValue.object(fields).encodedSizeBound
-    }
-
-    /// Why a record holding `fields` may not be stored, or `nil`.
-    static func sizeProblem(_ fields: [String: JSONValue]) -> String? {
-        if fields.count > maxFieldCount { return "a record holds at most \(maxFieldCount) fields" }
-        if weight(of: fields) > maxRecordBytes {
-            return "a record's fields may take at most \(maxRecordBytes / 1024) KiB as JSON"
-        }
-        return nil
-    }
 
     var collections: CollectionRegistry
     var earliest: Timestamp
@@ -69,8 +49,8 @@ struct MutationValidator: Sendable {
                 return .rejected(key, .invalidFields, "a delete carries no fields")
             }
         case .upsert:
-            guard mutation.fields.count <= Self.maxFieldCount else {
-                return .rejected(key, .invalidFields, "at most \(Self.maxFieldCount) fields per mutation")
+            guard mutation.fields.count <= Mutation.maxFieldCount else {
+                return .rejected(key, .invalidFields, "at most \(Mutation.maxFieldCount) fields per mutation")
             }
             for (name, value) in mutation.fields {
                 guard Identifier.isValidFieldName(name) else {
@@ -85,7 +65,7 @@ struct MutationValidator: Sendable {
                     return .rejected(key, .invalidFields, "field values nest too deeply")
                 }
             }
-            if let problem = Self.sizeProblem(mutation.fields) {
+            if let problem = Mutation.sizeProblem(of: mutation.fields) {
                 return .rejected(key, .invalidFields, problem)
             }
         }

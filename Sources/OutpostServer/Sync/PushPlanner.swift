@@ -123,7 +123,7 @@ enum PushPlanner {
                 // The mutation alone was weighed before; the fields it adds to a stored record may still make
                 // that record too large, and then nothing of it is applied.
                 if outcome.changed, records[recordKey] != nil,
-                    let problem = MutationValidator.sizeProblem(outcome.record.fields)
+                    let problem = Mutation.sizeProblem(of: outcome.record.fields)
                 {
                     plan.results.append(.rejected(key, .invalidFields, problem))
                     continue
