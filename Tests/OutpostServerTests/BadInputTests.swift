@@ -1,6 +1,8 @@
 import Foundation
+import GRDB
 import Hummingbird
 import HummingbirdTesting
+import Logging
 import NIOFoundationCompat
 import OutpostProtocol
 import Testing
@@ -183,6 +185,25 @@ struct BadInputTests {
                 #expect(response.wireError?.code == code, "\(uri)")
             }
         }
+    }
+
+    @Test("contention and an unreachable database are 503 with Retry-After, never 500")
+    func contentionIsRetryable() {
+        let logger = Logger(label: "test")
+        for error: any Error in [
+            StorageError(.concurrentClaim, "claimed"), DatabaseError(resultCode: .SQLITE_BUSY),
+            DatabaseError(resultCode: .SQLITE_LOCKED), StorageError(.unavailable, "down"),
+        ] {
+            let answer = ErrorMiddleware<OutpostRequestContext>.answer(for: error, logger: logger)
+            #expect(answer.status == .serviceUnavailable, "\(error)")
+            #expect(answer.wire.error.code == .serviceUnavailable)
+            #expect(answer.headers[.retryAfter] != nil, "\(error)")
+        }
+        let corrupt = ErrorMiddleware<OutpostRequestContext>.answer(for: StorageError(.corrupt, "x"), logger: logger)
+        #expect(corrupt.status == .internalServerError)
+        let constraint = ErrorMiddleware<OutpostRequestContext>.answer(
+            for: DatabaseError(resultCode: .SQLITE_CONSTRAINT), logger: logger)
+        #expect(constraint.status == .internalServerError)
     }
 
     @Test("a wrong method gets a JSON error, not a crash")

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import Hummingbird
 import Logging
 import OutpostProtocol
@@ -25,8 +26,23 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         case let error as HTTPError:
             return translate(error)
         case let error as StorageError:
-            logger.error("storage failure", metadata: ["code": "\(error.code)"])
-            return error.code == .unavailable ? OutpostHTTPError.unavailable : internalError
+            switch error.code {
+            case .concurrentClaim:
+                // Other pushes kept claiming the same keys: the push is safe to send again, and will be.
+                logger.warning("storage contention", metadata: ["code": "\(error.code)"])
+                return OutpostHTTPError.busy
+            case .unavailable:
+                logger.error("storage failure", metadata: ["code": "\(error.code)"])
+                return OutpostHTTPError.unavailable
+            default:
+                logger.error("storage failure", metadata: ["code": "\(error.code)"])
+                return internalError
+            }
+        case let error as DatabaseError
+        where error.resultCode == .SQLITE_BUSY || error.resultCode == .SQLITE_LOCKED:
+            // The embedded database stayed locked by other writers for its whole busy timeout.
+            logger.warning("storage contention", metadata: ["code": "\(error.resultCode)"])
+            return OutpostHTTPError.busy
         case is CancellationError:
             return OutpostHTTPError.unavailable
         default:

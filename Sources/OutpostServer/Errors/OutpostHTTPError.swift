@@ -36,9 +36,11 @@ public struct OutpostHTTPError: Error, HTTPResponseError, Sendable, CustomString
 
     static func forbidden(_ message: String) -> Self { Self(.forbidden, .forbidden, message) }
 
-    static let unavailable = Self(.serviceUnavailable, .serviceUnavailable, "storage is unavailable; retry later")
+    static let unavailable = Self(
+        .serviceUnavailable, .serviceUnavailable, "storage is unavailable; retry later", headers: [.retryAfter: "5"])
 
-    /// Too many requests already wait for their turn, or this one waited its longest (see ``AdmissionGate``).
+    /// Too many requests already wait for their turn, or this one waited its longest (see ``AdmissionGate``),
+    /// or other writers held what it needed for longer than the database waits.
     static let busy = Self(
         .serviceUnavailable, .serviceUnavailable, "the server is busy; retry later", headers: [.retryAfter: "1"])
 }
