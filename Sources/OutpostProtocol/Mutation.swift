@@ -70,6 +70,19 @@ extension Mutation {
         }
         return nil
     }
+
+    /// ``sizeProblem(of:)`` for a record that held `existing` before a change: a record already past the
+    /// limits (stored before they existed) may still change, as long as the change does not make it larger.
+    public static func sizeProblem(of fields: [String: JSONValue], growingFrom existing: [String: JSONValue]?)
+        -> String?
+    {
+        guard let problem = sizeProblem(of: fields) else { return nil }
+        guard let existing else { return problem }
+        let grew =
+            fields.count > existing.count
+            || JSONValue.object(fields).encodedSizeBound > JSONValue.object(existing).encodedSizeBound
+        return grew ? problem : nil
+    }
 }
 
 /// The body of `POST /v1/push`.

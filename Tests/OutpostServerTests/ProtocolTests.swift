@@ -11,6 +11,38 @@ import Testing
 
 @Suite("Wire protocol over the real application")
 struct ProtocolTests {
+    @Test("snapshot pages end by size over HTTP, and following their continuations gives every record once",
+          arguments: [1000, 0])
+    func snapshotPagesBySize(pageMaxBytes: Int) async throws {
+        let filler = String(repeating: "x", count: 280)
+        let guests = (0..<10).map {
+            Fixtures.upsert(String(format: "g%02d", $0), ["event_id": "ev", "note": .string(filler)],
+                at: Double($0), collection: "guests")
+        }
+        try await withServer(.sqlite, configure: { $0.pageMaxBytes = pageMaxBytes }) { client, _ in
+            _ = try await client.push(guests, token: try await Fixtures.token(role: .organizer))
+            let staff = try await Fixtures.token()
+            var ids: [String] = []
+            var continuation: String?
+            var cursor: String?
+            var pages = 0
+            repeat {
+                let query = "collection=guests&scope=ev&limit=100" + (continuation.map { "&continuation=\($0)" } ?? "")
+                let response = try await client.send(.get, "/v1/snapshot?\(query)", token: staff)
+                #expect(response.status == .ok)
+                let page = try JSONDecoder().decode(SnapshotResponse.self, from: response.body)
+                ids += page.records.map(\.recordId)
+                #expect(page.records.count <= (pageMaxBytes > 0 ? 4 : 1))
+                continuation = page.continuation
+                cursor = page.cursor
+                pages += 1
+            } while continuation != nil && pages < 20
+            #expect(ids == guests.map(\.recordId))
+            #expect(cursor != nil)
+            #expect(pages == (pageMaxBytes > 0 ? 3 : 11))
+        }
+    }
+
     @Test("snapshot pages are stable across a server restart and end with the pull cursor")
     func snapshotAcrossRestart() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-test-\(UUID())")

@@ -145,6 +145,7 @@ public final class LocalStore: Sendable {
                     try lookup.firstInteger().hasRow
                     ? try Self.record(db, collection: write.collection, recordId: write.recordId, sealer: sealer) : nil
                 let isNew = record == nil
+                let previousFields = record?.fields ?? [:]
                 var fields = write.fields
                 if let field = write.timestampField, write.op == .upsert {
                     fields[field] = .string(timestamp.iso8601)
@@ -173,7 +174,9 @@ public final class LocalStore: Sendable {
                 }
                 guard let record else { throw ClientError(.storeUnavailable, "record vanished") }
                 // What the server would refuse for size is refused here, before anything is queued.
-                if write.op == .upsert, let problem = Mutation.sizeProblem(of: record.fields) {
+                if write.op == .upsert,
+                    let problem = Mutation.sizeProblem(of: record.fields, growingFrom: isNew ? nil : previousFields)
+                {
                     throw ClientError(.invalidInput, problem)
                 }
                 // The mutation's fields are encoded once: a new record's payload wraps the same bytes.

@@ -172,7 +172,7 @@ struct SyncController<Storage: SyncStorage> {
             after: state.after.isEmpty ? nil : state.after, limit: limit + 1, maxBytes: configuration.pageMaxBytes)
         metrics.snapshots.increment()
         let bytes = records.reduce(0) { $0 + $1.fieldsJSON.utf8.count }
-        let isLast = records.count <= limit && bytes < configuration.pageMaxBytes
+        let isLast = records.count <= limit && (records.isEmpty || bytes < configuration.pageMaxBytes)
         records = Array(records.prefix(limit))
         var continuation: String?
         if !isLast, let last = records.last {

@@ -122,8 +122,8 @@ enum PushPlanner {
                     mutation, deviceId: context.deviceId, to: records[recordKey], policy: policy)
                 // The mutation alone was weighed before; the fields it adds to a stored record may still make
                 // that record too large, and then nothing of it is applied.
-                if outcome.changed, records[recordKey] != nil,
-                    let problem = Mutation.sizeProblem(of: outcome.record.fields)
+                if outcome.changed, let existing = records[recordKey],
+                    let problem = Mutation.sizeProblem(of: outcome.record.fields, growingFrom: existing.fields)
                 {
                     plan.results.append(.rejected(key, .invalidFields, problem))
                     continue

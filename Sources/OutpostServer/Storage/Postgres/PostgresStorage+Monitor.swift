@@ -75,8 +75,13 @@ extension PostgresStorage {
     package func recordSyncFailures(_ failures: [StoredSyncFailure]) async throws -> [Bool] {
         try await guarded {
             try await client.withTransaction(logger: logger) { connection in
-                var stored: [Bool] = []
-                for failure in failures {
+                // In key order, so that two reports naming the same records in another order cannot deadlock.
+                var stored = [Bool](repeating: false, count: failures.count)
+                let order = failures.indices.sorted {
+                    (failures[$0].collection, failures[$0].recordId) < (failures[$1].collection, failures[$1].recordId)
+                }
+                for index in order {
+                    let failure = failures[index]
                     let rows = try await connection.query(
                         """
                         INSERT INTO sync_failures (tenant, fingerprint, collection, record_id, user_id, first_attempt,
@@ -88,7 +93,7 @@ extension PostgresStorage {
                         """, logger: logger)
                     var inserted = false
                     for try await _ in rows { inserted = true }
-                    stored.append(inserted)
+                    stored[index] = inserted
                 }
                 return stored
             }

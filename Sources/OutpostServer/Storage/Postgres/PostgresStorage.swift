@@ -324,7 +324,7 @@ package struct PostgresStorage: SyncStorage {
                 for try await (rowCollection, recordId, rowScope, version, tombstone, fields, createdAt, updatedAt, xid, seq)
                     in rows.decode((String, String, String, Int64, Bool, String, Int64, Int64, Int64, Int64).self)
                 {
-                    if records.count == limit || bytes >= maxBytes {
+                    if records.count == limit || (!records.isEmpty && bytes >= maxBytes) {
                         hasMore = true
                         break
                     }

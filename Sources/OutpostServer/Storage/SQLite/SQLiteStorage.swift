@@ -176,7 +176,7 @@ package struct SQLiteStorage: SyncStorage {
             var bytes = 0
             let rows = try Row.fetchCursor(db.cachedStatement(sql: sql), arguments: arguments)
             while let row = try rows.next() {
-                if records.count == limit || bytes >= maxBytes {
+                if records.count == limit || (!records.isEmpty && bytes >= maxBytes) {
                     hasMore = true
                     break
                 }
@@ -225,7 +225,7 @@ package struct SQLiteStorage: SyncStorage {
             var rows: [SnapshotRow] = []
             var bytes = 0
             let cursor = try Row.fetchCursor(db.cachedStatement(sql: sql), arguments: arguments)
-            while bytes < maxBytes, let row = try cursor.next() {
+            while rows.isEmpty || bytes < maxBytes, let row = try cursor.next() {
                 let fields: String = row[4]
                 bytes += fields.utf8.count
                 rows.append(SnapshotRow(
