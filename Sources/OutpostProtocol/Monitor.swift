@@ -192,6 +192,9 @@ extension SyncFailure {
 
 /// `POST /v1/sync-failures`: a device's persistent failures. Never a record's payload.
 public struct SyncFailureReport: Sendable, Hashable, Codable {
+    /// The most failures one report carries; a device with more sends several.
+    public static let maxFailures = 500
+
     public var deviceId: String
     public var failures: [SyncFailure]
 

@@ -215,6 +215,26 @@ extension LocalStoreTests {
             #expect(try await store.nextChunk(limit: 10).count == 2)
         }
     }
+
+    @Test("a chunk ends before the write that would take it past 4 MiB, so a push of large records fits the server")
+    func chunkBytes() async throws {
+        try await withStore { (store: LocalStore, _: URL) async throws -> Void in
+            let large = JSONValue.string(String(repeating: "x", count: 200 * 1024))
+            for index in 0..<30 {
+                try await store.write(
+                    .init(collection: "notes", recordId: "r\(index)", fields: ["a": large]), deviceId: "d", at: Date(),
+                    offline: false)
+            }
+            let first = try await store.nextChunk(limit: 50)
+            #expect(first.count == 20)
+            let weight = first.reduce(0) { $0 + JSONValue.object($1.mutation.fields).encodedSizeBound }
+            #expect(weight <= LocalStore.chunkMaxBytes)
+            let rest = try await store.nextChunk(after: try #require(first.last?.seq), limit: 50)
+            #expect(rest.count == 10)
+            // One entry larger than the budget still goes, alone.
+            #expect(try await store.nextChunk(limit: 50, maxBytes: 10).count == 1)
+        }
+    }
 }
 
 extension LocalStore.Write: CustomTestStringConvertible {

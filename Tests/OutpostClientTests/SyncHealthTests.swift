@@ -36,6 +36,25 @@ struct SyncHealthTests {
         }
     }
 
+    @Test("more persistent failures than one report may carry go in several reports of at most 500")
+    func failureReportBatches() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let transport = InMemoryTransport(server: server)
+            transport.isOnline = false
+            let now = ManualNow()
+            let engine = engine(store, transport: transport, now: now)
+            for index in 0..<1001 { try await engine.save(note(String(format: "n%04d", index))) }
+            _ = try await engine.sync()
+            now.advance(seconds: 25 * 3600)
+            transport.isOnline = true
+            #expect(try await engine.checkPersistentFailures().count == 1001)
+            let reports = await server.failureReports
+            #expect(reports.map(\.failures.count) == [500, 500, 1])
+            #expect(Set(reports.flatMap { $0.failures.map(\.recordId) }).count == 1001)
+        }
+    }
+
     @Test("records failing for over 24 hours raise a notice that cannot be dismissed, are reported once online, and clear when they sync")
     func persistentFailureNotice() async throws {
         try await withStore { store, _ in

@@ -11,11 +11,17 @@ public struct OutboxEntry: Sendable, Hashable {
 
 /// The queue of mutations not yet confirmed by the server, kept in the device store.
 extension LocalStore {
+    /// What the fields of one chunk may weigh as JSON (``JSONValue/encodedSizeBound``), at most: half a
+    /// server's default body limit, so that a chunk of large records is never refused as too large.
+    public static let chunkMaxBytes = 4 * 1024 * 1024
+
     /// The next `limit` mutations to push after local sequence `seq`: by client time, then local sequence.
     /// Rejected ones are skipped until retried, so they never block the records behind them.
-    public func nextChunk(after seq: Int64 = 0, limit: Int) async throws -> [OutboxEntry] {
+    public func nextChunk(after seq: Int64 = 0, limit: Int, maxBytes: Int = LocalStore.chunkMaxBytes) async throws
+        -> [OutboxEntry]
+    {
         let sealer = self.sealer
-        return try await perform {
+        let entries = try await perform {
             try await self.queue.read { db in
                 try Row.fetchAll(
                     db,
@@ -37,6 +43,16 @@ extension LocalStore {
                 }
             }
         }
+        // A push must fit the server's body limit (8 MiB): the chunk ends before the entry that would take its
+        // fields past `maxBytes`, and holds at least one.
+        var bytes = 0
+        var count = 0
+        for entry in entries {
+            bytes += JSONValue.object(entry.mutation.fields).encodedSizeBound + 256
+            if count > 0 && bytes > maxBytes { break }
+            count += 1
+        }
+        return count == entries.count ? entries : Array(entries.prefix(count))
     }
 
     /// How many mutations wait in the outbox (rejected ones excluded).

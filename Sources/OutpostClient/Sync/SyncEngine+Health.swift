@@ -112,18 +112,25 @@ extension SyncEngine {
     public func checkPersistentFailures() async throws -> [SyncFailure] {
         let failures = try await refreshPersistentFailureNotice()
         guard !failures.isEmpty, configuration.escalation.reportsToServer else { return failures }
-        let report = SyncFailureReport(deviceId: configuration.deviceId, failures: failures)
-        var attempt = 0
-        while true {
-            do {
-                _ = try await transport.reportFailures(report)
-                return failures
-            } catch let error as TransportError {
-                guard error.isRetryable, attempt < configuration.escalation.retryDelays.count else { return failures }
-                try await clock.sleep(for: configuration.escalation.retryDelays[attempt])
-                attempt += 1
+        // In reports of at most what a server takes in one.
+        var start = 0
+        while start < failures.count {
+            let end = min(start + SyncFailureReport.maxFailures, failures.count)
+            let report = SyncFailureReport(deviceId: configuration.deviceId, failures: Array(failures[start..<end]))
+            start = end
+            var attempt = 0
+            while true {
+                do {
+                    _ = try await transport.reportFailures(report)
+                    break
+                } catch let error as TransportError {
+                    guard error.isRetryable, attempt < configuration.escalation.retryDelays.count else { return failures }
+                    try await clock.sleep(for: configuration.escalation.retryDelays[attempt])
+                    attempt += 1
+                }
             }
         }
+        return failures
     }
 
     /// Recomputes the notice from the store, keeping a running retry's state.

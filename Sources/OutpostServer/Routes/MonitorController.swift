@@ -12,7 +12,7 @@ struct MonitorController<Storage: SyncStorage> {
     let metrics: ServerMetrics
     let now: @Sendable () -> Date
 
-    static var maxFailuresPerReport: Int { 500 }
+    static var maxFailuresPerReport: Int { SyncFailureReport.maxFailures }
 
     func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
         group.post("heartbeats", use: heartbeat)
