@@ -17,6 +17,15 @@ struct SyncHealthTests {
             clock: clock, now: now.closure)
     }
 
+    /// An engine over an in-memory server, offline, with a clock the test moves.
+    func offline(_ store: LocalStore) -> (InMemoryServer, InMemoryTransport, ManualNow, SyncEngine) {
+        let server = InMemoryServer()
+        let transport = InMemoryTransport(server: server)
+        transport.isOnline = false
+        let now = ManualNow()
+        return (server, transport, now, engine(store, transport: transport, now: now))
+    }
+
     @Test("every sync ends with a heartbeat: device, event, counts, roster fetch and version, never a payload")
     func heartbeatOnSync() async throws {
         try await withStore { store, _ in
@@ -39,11 +48,7 @@ struct SyncHealthTests {
     @Test("more persistent failures than one report may carry go in several reports of at most 500")
     func failureReportBatches() async throws {
         try await withStore { store, _ in
-            let server = InMemoryServer()
-            let transport = InMemoryTransport(server: server)
-            transport.isOnline = false
-            let now = ManualNow()
-            let engine = engine(store, transport: transport, now: now)
+            let (server, transport, now, engine) = offline(store)
             for index in 0..<1001 { try await engine.save(note(String(format: "n%04d", index))) }
             _ = try await engine.sync()
             now.advance(seconds: 25 * 3600)
@@ -58,11 +63,7 @@ struct SyncHealthTests {
     @Test("records failing for over 24 hours raise a notice that cannot be dismissed, are reported once online, and clear when they sync")
     func persistentFailureNotice() async throws {
         try await withStore { store, _ in
-            let server = InMemoryServer()
-            let transport = InMemoryTransport(server: server)
-            transport.isOnline = false
-            let now = ManualNow()
-            let engine = engine(store, transport: transport, now: now)
+            let (server, transport, now, engine) = offline(store)
             try await engine.save(note("n1"))
             try await engine.save(note("n2"))
             _ = try await engine.sync()
