@@ -11,8 +11,8 @@ public struct OutboxEntry: Sendable, Hashable {
 
 /// The queue of mutations not yet confirmed by the server, kept in the device store.
 extension LocalStore {
-    /// What the fields of one chunk may weigh as JSON (``JSONValue/encodedSizeBound``), at most: half a
-    /// server's default body limit, so that a chunk of large records is never refused as too large.
+    /// What the fields of one chunk may take, at most: half a server's default body limit, so that a chunk of
+    /// large records is never refused as too large.
     public static let chunkMaxBytes = 4 * 1024 * 1024
 
     /// The next `limit` mutations to push after local sequence `seq`: by client time, then local sequence.
@@ -21,14 +21,26 @@ extension LocalStore {
         -> [OutboxEntry]
     {
         let sealer = self.sealer
-        let entries = try await perform {
+        return try await perform {
             try await self.queue.read { db in
-                try Row.fetchAll(
+                let rows = try Row.fetchAll(
                     db,
                     // seq order is (clientTimestamp, seq) order: device time only moves forward.
-                    sql: "SELECT * FROM outbox WHERE state = 'pending' AND seq > ? ORDER BY seq LIMIT ?",
-                    arguments: [seq, limit]
-                ).map { row in
+                    sql: """
+                        SELECT *, length(payload) AS payload_size FROM outbox WHERE state = 'pending' AND seq > ?
+                        ORDER BY seq LIMIT ?
+                        """,
+                    arguments: [seq, limit])
+                // A push must fit the server's body limit (8 MiB): the chunk ends before the entry whose sealed
+                // fields (their JSON, 28 bytes longer) would take it past `maxBytes`, and holds at least one.
+                var bytes = 0
+                var count = 0
+                for row in rows {
+                    bytes += (row["payload_size"] as Int) + 256
+                    if count > 0 && bytes > maxBytes { break }
+                    count += 1
+                }
+                return try rows.prefix(count).map { row in
                     let key: String = row["idempotency_key"]
                     let fields = try sealer.open(
                         json: [String: JSONValue].self, from: row["payload"], context: "outbox:\(key)")
@@ -43,16 +55,6 @@ extension LocalStore {
                 }
             }
         }
-        // A push must fit the server's body limit (8 MiB): the chunk ends before the entry that would take its
-        // fields past `maxBytes`, and holds at least one.
-        var bytes = 0
-        var count = 0
-        for entry in entries {
-            bytes += JSONValue.object(entry.mutation.fields).encodedSizeBound + 256
-            if count > 0 && bytes > maxBytes { break }
-            count += 1
-        }
-        return count == entries.count ? entries : Array(entries.prefix(count))
     }
 
     /// How many mutations wait in the outbox (rejected ones excluded).

@@ -26,18 +26,13 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         case let error as HTTPError:
             return translate(error)
         case let error as StorageError:
-            switch error.code {
-            case .concurrentClaim:
+            if error.code == .concurrentClaim {
                 // Other pushes kept claiming the same keys: the push is safe to send again, and will be.
                 logger.warning("storage contention", metadata: ["code": "\(error.code)"])
                 return OutpostHTTPError.busy
-            case .unavailable:
-                logger.error("storage failure", metadata: ["code": "\(error.code)"])
-                return OutpostHTTPError.unavailable
-            default:
-                logger.error("storage failure", metadata: ["code": "\(error.code)"])
-                return internalError
             }
+            logger.error("storage failure", metadata: ["code": "\(error.code)"])
+            return error.code == .unavailable ? OutpostHTTPError.unavailable : internalError
         case let error as DatabaseError
         where error.resultCode == .SQLITE_BUSY || error.resultCode == .SQLITE_LOCKED:
             // The embedded database stayed locked by other writers for its whole busy timeout.

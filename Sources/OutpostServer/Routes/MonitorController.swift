@@ -12,8 +12,6 @@ struct MonitorController<Storage: SyncStorage> {
     let metrics: ServerMetrics
     let now: @Sendable () -> Date
 
-    static var maxFailuresPerReport: Int { SyncFailureReport.maxFailures }
-
     func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
         group.post("heartbeats", use: heartbeat)
         group.post("sync-failures", use: syncFailures)
@@ -55,8 +53,8 @@ struct MonitorController<Storage: SyncStorage> {
         guard Identifier.isValid(report.deviceId) else {
             throw OutpostHTTPError.badRequest("deviceId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }
-        guard (1...Self.maxFailuresPerReport).contains(report.failures.count) else {
-            throw OutpostHTTPError.badRequest("a report carries 1 to \(Self.maxFailuresPerReport) failures")
+        guard (1...SyncFailureReport.maxFailures).contains(report.failures.count) else {
+            throw OutpostHTTPError.badRequest("a report carries 1 to \(SyncFailureReport.maxFailures) failures")
         }
         let received = Timestamp(now())
         // Everything is checked before anything is written: a report is recorded whole or not at all.
