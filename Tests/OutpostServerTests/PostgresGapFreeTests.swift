@@ -61,7 +61,7 @@ struct PostgresGapFreeTests {
             let firstPush = Task { try await first.push([mutation]) }
             await gate.waitForArrival()
             // when another process is sent the same key (it finds no claim yet, then waits on the
-            // record's lock) and the first commits,
+            // first's uncommitted record) and the first commits,
             let secondPush = Task { try await second.push([mutation], device: "dev-b") }
             try await Self.waitForLockWaiter(second)
             await gate.open()
@@ -119,12 +119,12 @@ extension PostgresGapFreeTests {
         }
     }
 
-    /// Returns once a transaction waits for an advisory lock: the second writer has read the claims and
-    /// queued behind the first.
+    /// Returns once a statement waits for a lock: the second writer has read the claims and records, found
+    /// nothing of the first's yet, and queued behind it (on a row or a key the first has written).
     static func waitForLockWaiter(_ storage: PostgresStorage) async throws {
         for _ in 0..<1000 {
             let rows = try await storage.client.query(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted", logger: Fixtures.quietLogger)
+                "SELECT count(*) FROM pg_locks WHERE NOT granted", logger: Fixtures.quietLogger)
             for try await waiting in rows.decode(Int64.self) where waiting > 0 { return }
             try await Task.sleep(for: .milliseconds(10))
         }

@@ -108,5 +108,18 @@ extension PostgresStorage {
                 )
                 """,
             ]),
+        Migration(
+            version: "v3-conditional-push",
+            statements: [
+                // A push's conditional write raises this when another writer got in first; SQLSTATE 40001 makes
+                // it a retried concurrent claim, like a serialization failure.
+                """
+                CREATE FUNCTION outpost_concurrent_change() RETURNS integer LANGUAGE plpgsql VOLATILE AS $$
+                BEGIN
+                  RAISE EXCEPTION 'a record or an idempotency key changed concurrently' USING ERRCODE = '40001';
+                END
+                $$
+                """,
+            ]),
     ]
 }

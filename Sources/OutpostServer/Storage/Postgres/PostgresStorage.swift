@@ -134,14 +134,24 @@ package struct PostgresStorage: SyncStorage {
     package func push(_ items: [PushItem], context: PushContext, collections: CollectionRegistry) async throws
         -> [MutationResult]
     {
+        // First without locks (see ``pushOptimistically(_:context:collections:)``); after another writer got
+        // in the way, or when the push has conflicts to keep, on the locked path.
         var attempt = 0
+        var locked = false
         while true {
             attempt += 1
             do {
-                let results = try await guarded { try await pushOnce(items, context: context, collections: collections) }
+                let optimistic = !locked
+                let results = try await guarded {
+                    if optimistic, let results = try await pushOptimistically(items, context: context, collections: collections) {
+                        return results
+                    }
+                    return try await pushOnce(items, context: context, collections: collections)
+                }
                 noteWritten(items.count)
                 return results
             } catch let error as StorageError where error.code == .concurrentClaim && attempt < Self.maxAttempts {
+                locked = true
                 continue
             }
         }
@@ -618,9 +628,15 @@ struct MutationsInsert: PostgresPreparedStatement {
     var bindings: PostgresBindings
 
     init(tenant: String, rows: [MutationRow]) throws {
-        let m = rows.map(\.mutation)
         bindings = PostgresBindings(capacity: 16)
         bindings.append(tenant)
+        try Self.appendRows(tenantless: rows, to: &bindings)
+    }
+
+    /// The fifteen arrays of `rows`, in the order of the columns after the tenant; ``ConditionalWrite``
+    /// binds them too.
+    static func appendRows(tenantless rows: [MutationRow], to bindings: inout PostgresBindings) throws {
+        let m = rows.map(\.mutation)
         bindings.append(m.map(\.idempotencyKey))
         bindings.append(rows.map(\.contentHash))
         bindings.append(rows.map(\.deviceId))

@@ -1,0 +1,226 @@
+import Logging
+import OutpostProtocol
+import PostgresNIO
+
+/// A push's first attempt: two statements on one connection and no explicit transaction.
+///
+/// The locked path (``PostgresStorage/push(_:context:collections:)``'s fallback) spends seven round trips on
+/// a push: the idempotency lookup, `BEGIN`, the record locks, the record lookup, two inserts and `COMMIT`.
+/// Most pushes touch records no other push is changing, so this path reads without locks and makes its
+/// write conditional instead: one statement that
+/// - updates each record it read only if it still has the version read;
+/// - inserts each record it found missing only if no one has created it since;
+/// - keeps a shared lock on each related record it read but does not write, only if that one still has the
+///   version read;
+/// - claims every idempotency key only if no one has claimed it since.
+///
+/// If any of that falls short, the statement raises SQLSTATE 40001 (`outpost_concurrent_change()`) and
+/// PostgreSQL undoes all of it; the push then runs again on the locked path, which never loses to another
+/// writer twice. A single statement is atomic, so nothing is half-written either way.
+extension PostgresStorage {
+    /// The outcome of the optimistic attempt: its answer, or nil when the locked path must take the push.
+    func pushOptimistically(
+        _ items: [PushItem], context: PushContext, collections: CollectionRegistry
+    ) async throws -> [MutationResult]? {
+        let tenant = context.tenant
+        let keys = Array(Set(items.compactMap(\.key)))
+        let recordKeys = PushPlanner.recordKeys(of: items).sorted()
+        return try await client.withConnection { connection in
+            let lookup = try await Self.lookUp(
+                tenant: tenant, keys: keys, records: recordKeys, connection: connection, logger: logger)
+            let plan = PushPlanner.plan(
+                items, context: context, processed: lookup.processed, records: lookup.records,
+                collections: collections)
+            if plan.records.isEmpty && plan.mutations.isEmpty && plan.conflicts.isEmpty { return plan.results }
+            // Conflicts are rare and have a table of their own: the locked path writes them.
+            guard plan.conflicts.isEmpty else { return nil }
+            // The related records a rule read and the push leaves as they are; those of duplicates were
+            // read only because the keys were not known to be duplicates yet.
+            let written = Set(plan.records.map(\.key))
+            let held = PushPlanner.recordKeys(of: items, excluding: Set(lookup.processed.keys))
+                .subtracting(written).compactMap { lookup.records[$0] }.sorted { $0.key < $1.key }
+            let write = try ConditionalWrite(tenant: tenant, plan: plan, read: lookup.records, held: held)
+            if let beforeCommit {
+                // Tests hold the write open before it commits, as they do the locked path's transaction.
+                try await connection.withTransaction(logger: logger) { connection in
+                    try await Self.run(write, on: connection, logger: logger)
+                    try await beforeCommit()
+                }
+            } else {
+                try await Self.run(write, on: connection, logger: logger)
+            }
+            return plan.results
+        }
+    }
+
+    private static func run(_ write: ConditionalWrite, on connection: PostgresConnection, logger: Logger) async throws {
+        for try await _ in try await connection.execute(write, logger: logger) {}
+    }
+
+    struct Lookup {
+        var processed: [String: ProcessedMutation] = [:]
+        var records: [RecordKey: StoredRecord] = [:]
+    }
+
+    /// The idempotency rows of `keys` and the records of `records`, in one statement.
+    static func lookUp(
+        tenant: String, keys: [String], records: [RecordKey], connection: PostgresConnection, logger: Logger
+    ) async throws -> Lookup {
+        var lookup = Lookup()
+        if keys.isEmpty && records.isEmpty { return lookup }
+        for try await row in try await connection.execute(
+            PushLookup(tenant: tenant, keys: keys, records: records), logger: logger)
+        {
+            switch row {
+            case .processed(let key, let mutation): lookup.processed[key] = mutation
+            case .record(let record): lookup.records[record.key] = record
+            }
+        }
+        return lookup
+    }
+}
+
+/// A push's idempotency rows and records, read by primary key as ``PostgresStorage/processedLookup(tenant:keys:)``
+/// and ``PostgresStorage/recordLookup(tenant:keys:)`` read them, in one round trip. Rows of both kinds share
+/// the columns; the first says which kind a row is.
+struct PushLookup: PostgresPreparedStatement {
+    static let sql = """
+        SELECT 0, m.idempotency_key, m.content_hash, m.status, m.version, m.conflict,
+               NULL::text, NULL::boolean, NULL::bigint, NULL::bigint
+        FROM unnest($2::text[]) AS u(k), LATERAL (
+          SELECT idempotency_key, content_hash, status, version, conflict FROM mutations
+          WHERE tenant = (SELECT $1::text) AND idempotency_key = u.k LIMIT 1) AS m
+        UNION ALL
+        SELECT 1, r.collection, r.record_id, r.scope, r.version, r.fields, r.meta, r.tombstone, r.created_at,
+               r.updated_at
+        FROM unnest($3::text[], $4::text[]) AS u(c, i), LATERAL (
+          SELECT collection, record_id, scope, version, fields, meta, tombstone, created_at, updated_at FROM records
+          WHERE tenant = (SELECT $1::text) AND collection = u.c AND record_id = u.i LIMIT 1) AS r
+        """
+
+    enum Row {
+        case processed(String, ProcessedMutation)
+        case record(StoredRecord)
+    }
+
+    var bindings: PostgresBindings
+
+    init(tenant: String, keys: [String], records: [RecordKey]) {
+        bindings = PostgresBindings(capacity: 4)
+        bindings.append(tenant)
+        bindings.append(keys)
+        bindings.append(records.map(\.collection))
+        bindings.append(records.map(\.recordId))
+    }
+
+    func makeBindings() throws -> PostgresBindings { bindings }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row {
+        let (kind, a, b, c, version, d, meta, tombstone, createdAt, updatedAt) = try row.decode(
+            (Int32, String, String, String, Int64, String?, String?, Bool?, Int64?, Int64?).self)
+        if kind == 0 {
+            return .processed(
+                a,
+                ProcessedMutation(
+                    contentHash: b, status: MutationResult.Status(rawValue: c) ?? .applied, version: version,
+                    conflict: try d.map { try StorageCoding.decode(ConflictDetail.self, from: $0) }))
+        }
+        guard let fields = d, let meta, let tombstone, let createdAt, let updatedAt else {
+            throw StorageError(.corrupt, "a record row is missing a column")
+        }
+        return .record(
+            StoredRecord(
+                collection: a, recordId: b, scope: c, version: version, tombstone: tombstone,
+                fields: try StorageCoding.decode([String: JSONValue].self, from: fields),
+                meta: try StorageCoding.decode(StoredRecord.Meta.self, from: meta), createdAt: createdAt,
+                updatedAt: updatedAt))
+    }
+}
+
+/// A push's whole write, in one statement that applies all of it or, if another writer got in between the
+/// lookup and now, none of it (see ``PostgresStorage/pushOptimistically(_:context:collections:)``).
+///
+/// Records are numbered in the plan's order (`ORDER BY n` before `nextval`, which PostgreSQL evaluates after
+/// the sort), so that pulls follow the order of the push as on the locked path.
+///
+/// Every record is found by a probe of the primary key, as in ``PushLookup``: joined on the tenant's value,
+/// the planner may scan all of a tenant that the statistics do not know yet for each key. A record written
+/// over is found by the row the probe points to (`ctid`), and only while it has the version read; a row
+/// another writer changed meanwhile fails that check when PostgreSQL checks it again after the wait.
+struct ConditionalWrite: PostgresPreparedStatement {
+    static let sql = """
+        WITH input AS MATERIALIZED (
+          SELECT c, i, s, v, t, f, m, ca, ua, p, pg_current_xact_id()::text::bigint AS xid,
+                 nextval('change_seq') AS seq
+          FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::text[], $8::text[],
+                      $9::bigint[], $10::bigint[], $11::bigint[])
+               WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, p, n)
+          ORDER BY n),
+        held AS (
+          SELECT 1 FROM unnest($12::text[], $13::text[], $14::bigint[]) AS h(c, i, v), LATERAL (
+            SELECT 1 FROM records
+            WHERE tenant = (SELECT $1::text) AND collection = h.c AND record_id = h.i AND version = h.v
+            LIMIT 1 FOR SHARE) AS l),
+        updated AS (
+          UPDATE records r SET scope = x.s, version = x.v, tombstone = x.t, fields = x.f, meta = x.m,
+            created_at = x.ca, updated_at = x.ua, change_xid = x.xid, change_seq = x.seq
+          FROM (
+            SELECT input.*, l.ctid AS target FROM input, LATERAL (
+              SELECT ctid FROM records
+              WHERE tenant = (SELECT $1::text) AND collection = input.c AND record_id = input.i LIMIT 1) AS l
+            WHERE input.p > 0) AS x
+          WHERE r.ctid = x.target AND r.version = x.p
+          RETURNING 1),
+        inserted AS (
+          INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
+                               created_at, updated_at, change_xid, change_seq)
+          SELECT $1, c, i, s, v, t, f, m, ca, ua, xid, seq FROM input WHERE p = 0
+          ON CONFLICT (tenant, collection, record_id) DO NOTHING
+          RETURNING 1),
+        claimed AS (
+          INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name, collection,
+                                 record_id, op, fields, client_ts, base_version, received_at, status, version,
+                                 conflict)
+          SELECT $1, k, h, d, u, un, c, i, o, f, ts, NULLIF(b, '')::bigint, ra, st, v, NULLIF(cf, '')
+          FROM unnest($15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::text[],
+                      $22::text[], $23::text[], $24::bigint[], $25::text[], $26::bigint[], $27::text[],
+                      $28::bigint[], $29::text[])
+               AS u(k, h, d, u, un, c, i, o, f, ts, b, ra, st, v, cf)
+          ON CONFLICT (tenant, idempotency_key) DO NOTHING
+          RETURNING 1)
+        SELECT CASE
+          WHEN (SELECT count(*) FROM updated) + (SELECT count(*) FROM inserted) = cardinality($2::text[])
+           AND (SELECT count(*) FROM held) = cardinality($12::text[])
+           AND (SELECT count(*) FROM claimed) = cardinality($15::text[])
+          THEN 0 ELSE outpost_concurrent_change() END
+        """
+    typealias Row = ()
+
+    var bindings: PostgresBindings
+
+    /// - Parameters:
+    ///   - read: the records as the lookup found them; a planned record missing here is new.
+    ///   - held: records the push read and leaves as they are.
+    init(tenant: String, plan: PushPlan, read: [RecordKey: StoredRecord], held: [StoredRecord]) throws {
+        let r = plan.records
+        bindings = PostgresBindings(capacity: 29)
+        bindings.append(tenant)
+        bindings.append(r.map(\.collection))
+        bindings.append(r.map(\.recordId))
+        bindings.append(r.map(\.scope))
+        bindings.append(r.map(\.version))
+        bindings.append(r.map(\.tombstone))
+        bindings.append(try r.map { try StorageCoding.encode($0.fields) })
+        bindings.append(r.map { StorageCoding.encode($0.meta) })
+        bindings.append(r.map(\.createdAt))
+        bindings.append(r.map(\.updatedAt))
+        bindings.append(r.map { read[$0.key]?.version ?? 0 })
+        bindings.append(held.map(\.collection))
+        bindings.append(held.map(\.recordId))
+        bindings.append(held.map(\.version))
+        try MutationsInsert.appendRows(tenantless: plan.mutations, to: &bindings)
+    }
+
+    func makeBindings() throws -> PostgresBindings { bindings }
+    func decodeRow(_ row: PostgresRow) throws -> Row { () }
+}
