@@ -89,7 +89,11 @@ struct SyncBench {
 
     /// 50 devices with 1,000 queued records each reconnect at once; every mutation must land exactly once.
     func devices(count: Int = 50, records: Int = 1000) async throws -> [BenchResult] {
-        try await withServer { base, token, client, pid in
+        try await withServer { base, token, _, pid in
+            // Each device on a connection of its own, as 50 phones would be; the device client pools 8 a host,
+            // which would have let only 8 of the 50 push at a time.
+            let client = Self.clientWithConnections(count)
+            defer { _ = client.shutdown() }
             progress("devices (\(engine)): queueing \(count) × \(records) records…")
             var engines: [SyncEngine] = []
             for index in 0..<count {
