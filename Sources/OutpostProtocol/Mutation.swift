@@ -60,6 +60,9 @@ extension Mutation {
     /// The most a mutation's fields, and a record's, may weigh as JSON (``JSONValue/encodedSizeBound``). It
     /// bounds what one record costs every device that pulls it, and so what a page of a pull can hold.
     public static let maxFieldsBytes = 256 * 1024
+    /// How deeply a field's value may nest arrays and objects (``JSONValue/depth``). A server refuses a deeper
+    /// one (`invalid_fields`), as a device does at saving.
+    public static let maxValueDepth = 16
 
     /// Why a record holding `fields` may not be stored, or `nil`: over ``maxFieldCount`` fields or
     /// ``maxFieldsBytes``. A server refuses such a mutation (`invalid_fields`), as a device does at saving.

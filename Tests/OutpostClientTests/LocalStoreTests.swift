@@ -184,6 +184,7 @@ struct LocalStoreTests {
         LocalStore.Write(
             collection: "notes", recordId: "ok",
             fields: Dictionary(uniqueKeysWithValues: (0..<257).map { ("f\($0)", JSONValue.integer(1)) })),
+        LocalStore.Write(collection: "notes", recordId: "ok", fields: ["a": LocalStoreTests.nested(17)]),
     ])
     func badInput(write: LocalStore.Write) async throws {
         try await withStore { (store: LocalStore, _: URL) async throws -> Void in
@@ -197,6 +198,28 @@ struct LocalStoreTests {
 }
 
 extension LocalStoreTests {
+    /// A value with arrays nested `depth` deep.
+    static func nested(_ depth: Int) -> JSONValue {
+        (0..<depth).reduce(JSONValue.string("x")) { inner, _ in .array([inner]) }
+    }
+
+    @Test("a value nested as deep as the server takes is kept; one level more is refused at saving")
+    func nestingDepth() async throws {
+        try await withStore { (store: LocalStore, _: URL) async throws -> Void in
+            #expect(Self.nested(Mutation.maxValueDepth).depth == 16)
+            try await store.write(
+                .init(collection: "notes", recordId: "deep", fields: ["a": Self.nested(Mutation.maxValueDepth)]),
+                deviceId: "d", at: Date(), offline: false)
+            let error = await #expect(throws: ClientError.self) {
+                try await store.write(
+                    .init(collection: "notes", recordId: "deeper", fields: ["a": Self.nested(Mutation.maxValueDepth + 1)]),
+                    deviceId: "d", at: Date(), offline: false)
+            }
+            #expect(error?.code == .invalidInput && error?.message.contains("16 deep") == true)
+            #expect(try await store.nextChunk(limit: 10).map(\.mutation.recordId) == ["deep"])
+        }
+    }
+
     @Test("a write that would take a record past what the server keeps is refused, and the record keeps what it had")
     func recordGrowth() async throws {
         try await withStore { (store: LocalStore, _: URL) async throws -> Void in

@@ -103,10 +103,12 @@ struct BadInputTests {
          .invalidFields),
         ("257 fields", Fixtures.upsert("r1", Dictionary(uniqueKeysWithValues: (0..<257).map { ("f\($0)", JSONValue.integer(1)) })),
          .invalidFields),
+        ("a value nested 17 deep", Fixtures.upsert(
+            "r1", ["deep": (0..<17).reduce(JSONValue.string("x")) { inner, _ in .array([inner]) }]), .invalidFields),
     ]
 
     @Test("a bad mutation is rejected with its code, writes nothing, and its neighbours apply",
-          arguments: 0..<13)
+          arguments: 0..<14)
     func badMutation(index: Int) async throws {
         let (name, bad, code) = Self.badMutations[index]
         try await withServer(.sqlite) { client, storage in

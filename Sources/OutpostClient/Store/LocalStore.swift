@@ -259,6 +259,11 @@ public final class LocalStore: Sendable {
         if write.fields.values.contains(where: \.containsNUL) {
             throw ClientError(.invalidInput, "field values must not contain NUL characters")
         }
+        // The server would refuse it, and the write would sit in the outbox as a failure instead.
+        if write.fields.values.contains(where: { $0.depth > Mutation.maxValueDepth }) {
+            throw ClientError(
+                .invalidInput, "field values may nest arrays and objects at most \(Mutation.maxValueDepth) deep")
+        }
     }
 
     // MARK: Reads

@@ -6,9 +6,6 @@ import OutpostProtocol
 ///
 /// A mutation that fails is rejected on its own; the others in the same push go on.
 struct MutationValidator: Sendable {
-    /// How deeply a field value may nest arrays and objects.
-    static let maxValueDepth = 16
-
     var collections: CollectionRegistry
     var earliest: Timestamp
     var maxClockSkew: Duration
@@ -61,7 +58,7 @@ struct MutationValidator: Sendable {
                 guard !value.containsNUL else {
                     return .rejected(key, .invalidFields, "field values must not contain NUL characters")
                 }
-                guard value.depth <= Self.maxValueDepth else {
+                guard value.depth <= Mutation.maxValueDepth else {
                     return .rejected(key, .invalidFields, "field values nest too deeply")
                 }
             }
