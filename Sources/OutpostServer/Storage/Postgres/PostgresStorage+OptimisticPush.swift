@@ -200,19 +200,10 @@ struct ConditionalWrite: PostgresPreparedStatement {
     ///   - read: the records as the lookup found them; a planned record missing here is new.
     ///   - held: records the push read and leaves as they are.
     init(tenant: String, plan: PushPlan, read: [RecordKey: StoredRecord], held: [StoredRecord]) throws {
-        let r = plan.records
         bindings = PostgresBindings(capacity: 29)
         bindings.append(tenant)
-        bindings.append(r.map(\.collection))
-        bindings.append(r.map(\.recordId))
-        bindings.append(r.map(\.scope))
-        bindings.append(r.map(\.version))
-        bindings.append(r.map(\.tombstone))
-        bindings.append(try r.map { try StorageCoding.encode($0.fields) })
-        bindings.append(r.map { StorageCoding.encode($0.meta) })
-        bindings.append(r.map(\.createdAt))
-        bindings.append(r.map(\.updatedAt))
-        bindings.append(r.map { read[$0.key]?.version ?? 0 })
+        try RecordsInsert.appendRows(tenantless: plan.records, to: &bindings)
+        bindings.append(plan.records.map { read[$0.key]?.version ?? 0 })
         bindings.append(held.map(\.collection))
         bindings.append(held.map(\.recordId))
         bindings.append(held.map(\.version))

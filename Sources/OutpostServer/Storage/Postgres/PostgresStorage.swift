@@ -590,9 +590,15 @@ struct RecordsInsert: PostgresPreparedStatement {
 
     var bindings: PostgresBindings
 
-    init(tenant: String, records r: [StoredRecord]) throws {
+    init(tenant: String, records: [StoredRecord]) throws {
         bindings = PostgresBindings(capacity: 10)
         bindings.append(tenant)
+        try Self.appendRows(tenantless: records, to: &bindings)
+    }
+
+    /// The nine arrays of `records`, in the order of the columns after the tenant; ``ConditionalWrite`` binds
+    /// them too.
+    static func appendRows(tenantless r: [StoredRecord], to bindings: inout PostgresBindings) throws {
         bindings.append(r.map(\.collection))
         bindings.append(r.map(\.recordId))
         bindings.append(r.map(\.scope))
