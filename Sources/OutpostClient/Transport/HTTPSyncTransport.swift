@@ -156,7 +156,7 @@ public struct HTTPSyncTransport: SyncTransport {
     private static let maxAnswerBytes = 256 * 1024 * 1024
 
     /// An answer's whole body, each piece heard as it comes.
-    private static func collect(_ body: HTTPClientResponse.Body, heard: () -> Void) async throws -> ByteBuffer {
+    private static func collect(_ body: HTTPClientResponse.Body, heard: SilenceWatch.Hearing) async throws -> ByteBuffer {
         var bytes = ByteBuffer()
         for try await piece in body {
             heard()
@@ -193,8 +193,8 @@ public struct HTTPSyncTransport: SyncTransport {
 
     /// The pages of a pull's answer: lines of a stream, or one page from a server that predates streams.
     private static func readPages<Page>(
-        of response: HTTPClientResponse, decode: ([UInt8]) throws -> Page, heard: @Sendable () -> Void,
-        _ deliver: (Page) -> Void
+        of response: HTTPClientResponse, decode: ([UInt8]) throws -> Page, heard: SilenceWatch.Hearing,
+        _ deliver: (Page) async throws -> Void
     ) async throws {
         guard (200..<300).contains(response.status.code) else {
             let body = try? await response.body.collect(upTo: 1024 * 1024)
@@ -227,14 +227,19 @@ public struct HTTPSyncTransport: SyncTransport {
             } catch {
                 throw TransportError(kind: .network, message: "the connection dropped during a pull")
             }
-            deliver(try page(Array(buffer: bytes)))
+            let page = try page(Array(buffer: bytes))
+            try await heard.resting { try await deliver(page) }
             return
         }
         var lines = LineSplitter()
         do {
             for try await piece in response.body {
                 heard()
-                for line in lines.lines(in: piece.readableBytesView) { deliver(try page(line)) }
+                for line in lines.lines(in: piece.readableBytesView) {
+                    let page = try page(line)
+                    // Waiting for the consumer to take a page reads nothing: the server's writes wait meanwhile.
+                    try await heard.resting { try await deliver(page) }
+                }
             }
         } catch let error as TransportError {
             throw error

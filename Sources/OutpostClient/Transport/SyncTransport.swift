@@ -77,7 +77,7 @@ extension SyncTransport {
             var from = cursor
             for _ in 0..<max(pages, 1) {
                 let page = try await fetch(from)
-                deliver(page)
+                try await deliver(page)
                 guard let next = more(page) else { break }
                 from = next
             }
@@ -135,25 +135,4 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { message }
-}
-
-extension AsyncThrowingStream where Failure == any Error {
-    /// A stream whose elements `produce` delivers from a task of its own: the stream ends when `produce` returns
-    /// or throws, and the task is cancelled when the stream's consumer lets it go or is cancelled.
-    static func produced(
-        by produce: @escaping @Sendable (_ deliver: @escaping @Sendable (Element) -> Void) async throws -> Void
-    ) -> Self
-    where Element: Sendable {
-        AsyncThrowingStream { continuation in
-            let task = Task {
-                do {
-                    try await produce { continuation.yield($0) }
-                    continuation.finish()
-                } catch {
-                    continuation.finish(throwing: error)
-                }
-            }
-            continuation.onTermination = { _ in task.cancel() }
-        }
-    }
 }
