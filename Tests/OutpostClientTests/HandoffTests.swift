@@ -63,10 +63,22 @@ struct HandoffTests {
         #expect(try await handoff.take() == nil)
     }
 
+    @Test("an error that ends the elements while the consumer waits is told it once; then the end")
+    func errorToWaitingConsumer() async throws {
+        struct Broke: Error {}
+        let handoff = Handoff<Int>(capacity: 2)
+        let taking = Task { try await handoff.take() }
+        #expect(await eventually { handoff.state.takerWaits })
+        handoff.finish(throwing: Broke())
+        await #expect(throws: Broke.self) { _ = try await taking.value }
+        #expect(try await handoff.take() == nil)
+    }
+
     @Test("a consumer that waits gets the element given next at once, with no room at all")
     func directHandover() async throws {
         let handoff = Handoff<Int>(capacity: 0)
         let taking = Task { try await handoff.take() }
+        #expect(await eventually { handoff.state.takerWaits })
         try await handoff.give(7)
         #expect(try await taking.value == 7)
         // With no room, a giver waits until the consumer takes.
@@ -106,6 +118,7 @@ struct HandoffTests {
             #expect(await eventually { given.value == 4 })
             for _ in 0..<1_000 { await Task.yield() }
             #expect(given.value == 4)
+            withExtendedLifetime(iterator) {}
         }
         // The stream is let go: its producer is refused what it was giving.
         var endings = ended.makeAsyncIterator()

@@ -123,6 +123,26 @@ struct PullStreamTests {
         await streams.waitForEnd(of: "b")
     }
 
+    @Test("a stream that failed is let go: asked again from the same cursor, another opens")
+    func failedStreamIsReopened() async throws {
+        struct Dropped: Error {}
+        let opened = LockedBox(0)
+        let reader = PullStream<PullPage>(cursor: { $0.cursor }) { _ in
+            opened.withLock { $0 += 1 }
+            // A first page, then the error, again each time it is asked (as an unfolding stream does).
+            let calls = LockedBox(0)
+            return AsyncThrowingStream(unfolding: {
+                guard calls.withLock({ $0 += 1; return $0 }) == 1 else { throw Dropped() }
+                return try PullPage(PullResponse(changes: [], cursor: "1", hasMore: true))
+            })
+        }
+        #expect(try await reader.page(after: nil).cursor == "1")
+        await #expect(throws: Dropped.self) { _ = try await reader.page(after: "1") }
+        // The first page of a new stream, not the old one's error again.
+        #expect(try await reader.page(after: "1").cursor == "1")
+        #expect(opened.withLock { $0 } == 2)
+    }
+
     @Test("a stream that ends before its first page is the server's fault, not the end of the changes")
     func emptyStream() async throws {
         let reader = PullStream<PullPage>(cursor: { $0.cursor }) { _ in AsyncThrowingStream { $0.finish() } }

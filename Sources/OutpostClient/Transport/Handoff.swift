@@ -23,9 +23,10 @@ final class Handoff<Element: Sendable>: @unchecked Sendable {
         self.capacity = max(capacity, 0)
     }
 
-    /// How many elements wait to be taken, and whether a giver waits for room (for tests).
-    var state: (waiting: Int, giverWaits: Bool) {
-        lock.withLock { (queue.count, giver != nil) }
+    /// How many elements wait to be taken, whether a giver waits for room, and whether the consumer waits for an
+    /// element (for tests).
+    var state: (waiting: Int, giverWaits: Bool, takerWaits: Bool) {
+        lock.withLock { (queue.count, giver != nil, taker != nil) }
     }
 
     /// Hands over `element`, waiting while `capacity` elements wait already. Throws `CancellationError` when the
@@ -67,8 +68,13 @@ final class Handoff<Element: Sendable>: @unchecked Sendable {
         let result: Result<Void, any Error> = error.map { .failure($0) } ?? .success(())
         let waiting = lock.withLock { () -> CheckedContinuation<Element?, any Error>? in
             guard end == nil else { return nil }
-            end = result
-            defer { taker = nil }
+            guard let taker else {
+                end = result
+                return nil
+            }
+            // Told now, to the consumer waiting; after it, the end.
+            end = .success(())
+            self.taker = nil
             return taker
         }
         if let waiting { Self.deliver(result, to: waiting) }

@@ -26,7 +26,15 @@ final class PullStream<Page: Sendable>: @unchecked Sendable {
         var iterator: AsyncThrowingStream<Page, any Error>.AsyncIterator
         if let current = lock.withLock({ self.current }), current.at == cursor {
             iterator = current.iterator
-            if let page = try await iterator.next() {
+            let next: Page?
+            do {
+                next = try await iterator.next()
+            } catch {
+                // A stream that failed is done with: a retry from this cursor opens another.
+                lock.withLock { self.current = nil }
+                throw error
+            }
+            if let page = next {
                 lock.withLock { self.current = (iterator, cursorOf(page)) }
                 return page
             }

@@ -60,18 +60,22 @@ final class SilenceWatch: @unchecked Sendable {
         _ operation: @escaping @Sendable (_ heard: Hearing) async throws -> T
     ) async throws -> T {
         let silent = LockedBox(false)
-        let id = lock.withLock {
+        let running = LockedBox<Task<T, any Error>?>(nil)
+        // The call is counted before its operation starts, so that a rest at its very start is seen; and in one
+        // step with the check, so that a watch ending as it finds no call is never counted on.
+        let (id, start) = lock.withLock {
             nextId += 1
-            return nextId
+            calls[nextId] = Call(end: {
+                silent.withLock { $0 = true }
+                running.withLock { $0 }?.cancel()
+            })
+            defer { watching = true }
+            return (nextId, !watching)
         }
         let heard = Hearing(watch: self, id: id)
         let task = Task { try await operation(heard) }
-        // In one step with the check, so that a watch ending as it finds no call is never counted on.
-        let start = lock.withLock {
-            calls[id] = Call(end: { silent.withLock { $0 = true }; task.cancel() })
-            defer { watching = true }
-            return !watching
-        }
+        running.withLock { $0 = task }
+        if silent.withLock({ $0 }) { task.cancel() }
         // Detached: the loop outlives the call that started it, and must not keep its task-locals.
         if start { Task.detached { await self.watch() } }
         defer { lock.withLock { _ = calls.removeValue(forKey: id) } }
