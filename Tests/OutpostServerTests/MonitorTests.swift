@@ -233,7 +233,9 @@ enum Tool {
         process.standardError = output
         process.standardInput = stdin
         try process.run()
-        if let input { stdin.fileHandleForWriting.write(input) }
+        // A tool that is missing or exits early closes its input: the write then fails (EPIPE), and its exit status
+        // tells what happened. (`write(_:)` would end the whole test run instead.)
+        if let input { try? stdin.fileHandleForWriting.write(contentsOf: input) }
         try stdin.fileHandleForWriting.close()
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
