@@ -1,0 +1,50 @@
+import Foundation
+import PostgresNIO
+import Testing
+
+@testable import OutpostServer
+
+/// The database URL, and the pool it configures: a fixed number of connections, without keep-alive timers.
+@Suite("PostgreSQL location")
+struct PostgresLocationTests {
+    @Test("a URL gives host, port, user, database, TLS mode and pool size; the pool is fixed and has no keep-alive")
+    func parsesAndConfigures() throws {
+        let plain = try PostgresLocation(url: "postgres://app:s3cret@db.example:6543/outpost")
+        #expect(plain.host == "db.example")
+        #expect(plain.port == 6543)
+        #expect(plain.username == "app")
+        #expect(plain.password == "s3cret")
+        #expect(plain.database == "outpost")
+        #expect(plain.tlsMode == "prefer")
+        #expect(plain.poolSize == 32)
+        let sized = try PostgresLocation(url: "postgresql://app@db.example/outpost?sslmode=disable&pool_size=8")
+        #expect(sized.poolSize == 8)
+        #expect(sized.tlsMode == "disable")
+        // Every connection opened up front and kept: the pool starts no idle timers, and no keep-alive timers.
+        let options = sized.clientConfiguration.options
+        #expect(options.minimumConnections == 8)
+        #expect(options.maximumConnections == 8)
+        #expect(options.keepAliveBehavior == nil)
+    }
+
+    @Test(
+        "a bad URL is refused with a configuration error that names what is wrong, never the password",
+        arguments: [
+            ("mysql://app:s3cret@db/outpost", "postgres://"),
+            ("postgres://app:s3cret@/outpost", "no host"),
+            ("postgres://app:s3cret@db/", "no database"),
+            ("postgres://app:s3cret@db/outpost?sslmode=verify", "sslmode"),
+            ("postgres://app:s3cret@db/outpost?pool_size=0", "pool_size"),
+            ("postgres://app:s3cret@db/outpost?pool_size=1001", "pool_size"),
+            ("postgres://app:s3cret@db/outpost?pool_size=eight", "pool_size"),
+            ("postgres://app:s3cret@db/outpost?pool_size=", "pool_size"),
+        ])
+    func refusesBadURLs(url: String, names: String) {
+        #expect {
+            _ = try PostgresLocation(url: url)
+        } throws: { error in
+            guard let error = error as? StorageError else { return false }
+            return error.code == .configuration && "\(error)".contains(names) && !"\(error)".contains("s3cret")
+        }
+    }
+}
