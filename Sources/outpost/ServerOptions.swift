@@ -17,10 +17,11 @@ struct StorageOptions: ParsableArguments {
         databaseURL ?? ProcessInfo.processInfo.environment["OUTPOST_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
     }
 
-    func openStorage(logger: Logger) throws -> any SyncStorage {
+    /// - Parameter poolSize: at most this many PostgreSQL connections (see ``StorageFactory/open``).
+    func openStorage(logger: Logger, poolSize: Int? = nil) throws -> any SyncStorage {
         do {
             return try StorageFactory.open(
-                databaseURL: resolvedDatabaseURL, dataDirectory: dataDirectory, logger: logger)
+                databaseURL: resolvedDatabaseURL, dataDirectory: dataDirectory, logger: logger, poolSize: poolSize)
         } catch let error as StorageError {
             throw CLIError(error.message)
         }

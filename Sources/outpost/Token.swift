@@ -42,7 +42,8 @@ struct Token: AsyncParsableCommand {
         } else {
             var logger = Logger.cli("outpost")
             logger.logLevel = .critical
-            let storage = try storageOptions.openStorage(logger: logger)
+            // One query: one connection, not the server's whole pool.
+            let storage = try storageOptions.openStorage(logger: logger, poolSize: 1)
             do {
                 secret = try await storage.withRunning { storage in
                     try await storage.migrate()

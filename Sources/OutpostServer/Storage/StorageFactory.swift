@@ -4,9 +4,15 @@ import Logging
 /// Opens the engine that a configuration names: PostgreSQL when a database URL is given, else embedded SQLite.
 package enum StorageFactory {
     /// - Throws: ``StorageError`` with code `configuration`, in words fit for one line on a terminal.
-    package static func open(databaseURL: String?, dataDirectory: String, logger: Logger) throws -> any SyncStorage {
+    /// - Parameter poolSize: at most this many PostgreSQL connections, for a command that runs one operation and
+    ///   ends (the pool opens all of its connections at start); nil: the URL's `pool_size`.
+    package static func open(databaseURL: String?, dataDirectory: String, logger: Logger, poolSize: Int? = nil) throws
+        -> any SyncStorage
+    {
         if let databaseURL, !databaseURL.isEmpty {
-            return PostgresStorage(location: try PostgresLocation(url: databaseURL), logger: logger)
+            var location = try PostgresLocation(url: databaseURL)
+            if let poolSize { location.poolSize = max(1, min(poolSize, location.poolSize)) }
+            return PostgresStorage(location: location, logger: logger)
         }
         return try SQLiteStorage(directory: URL(fileURLWithPath: dataDirectory, isDirectory: true))
     }
