@@ -42,7 +42,7 @@ struct Token: AsyncParsableCommand {
         } else {
             var logger = Logger.cli("outpost")
             logger.logLevel = .critical
-            // One query: one connection, not the server's whole pool.
+            // One operation at a time: one connection.
             let storage = try storageOptions.openStorage(logger: logger, poolSize: 1)
             do {
                 secret = try await storage.withRunning { storage in

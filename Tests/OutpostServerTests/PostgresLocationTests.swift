@@ -4,10 +4,10 @@ import Testing
 
 @testable import OutpostServer
 
-/// The database URL, and the pool it configures: a fixed number of connections, without keep-alive timers.
+/// The database URL, and the pool it configures: at most `pool_size` connections, without keep-alive timers.
 @Suite("PostgreSQL location")
 struct PostgresLocationTests {
-    @Test("a URL gives host, port, user, database, TLS mode and pool size; the pool is fixed and has no keep-alive")
+    @Test("a URL gives host, port, user, database, TLS mode and pool size; the pool has no keep-alive and a short idle timeout")
     func parsesAndConfigures() throws {
         let plain = try PostgresLocation(url: "postgres://app:s3cret@db.example:6543/outpost")
         #expect(plain.host == "db.example")
@@ -20,10 +20,11 @@ struct PostgresLocationTests {
         let sized = try PostgresLocation(url: "postgresql://app@db.example/outpost?sslmode=disable&pool_size=8")
         #expect(sized.poolSize == 8)
         #expect(sized.tlsMode == "disable")
-        // Every connection opened up front and kept: the pool starts no idle timers, and no keep-alive timers.
+        // No keep-alive timers, and short idle timers: each is started whenever a connection goes back to the pool.
         let options = sized.clientConfiguration.options
-        #expect(options.minimumConnections == 8)
         #expect(options.maximumConnections == 8)
+        #expect(options.minimumConnections == 0)
+        #expect(options.connectionIdleTimeout == .seconds(10))
         #expect(options.keepAliveBehavior == nil)
     }
 

@@ -5,7 +5,7 @@ import Logging
 package enum StorageFactory {
     /// - Throws: ``StorageError`` with code `configuration`, in words fit for one line on a terminal.
     /// - Parameter poolSize: at most this many PostgreSQL connections, for a command that runs one operation and
-    ///   ends (the pool opens all of its connections at start); nil: the URL's `pool_size`.
+    ///   ends; nil: the URL's `pool_size`.
     package static func open(databaseURL: String?, dataDirectory: String, logger: Logger, poolSize: Int? = nil) throws
         -> any SyncStorage
     {

@@ -3,10 +3,6 @@ import Foundation
 /// A PostgreSQL cluster of one test's own, which the test may stop and start under load. As root (in CI),
 /// `initdb` and `postgres` refuse to run, so they run as the `postgres` user in a folder it owns.
 final class PostgresCluster: Sendable {
-    /// The connections each storage in a test keeps open (`pool_size`): the pool is fixed, so the production
-    /// default of 32 per storage, times the storages a test run has open at once, would pass `max_connections`.
-    static let poolSize = 6
-
     let root: URL
     let data: String
     let port: Int
@@ -99,7 +95,7 @@ final class PostgresCluster: Sendable {
         let result = try Shell.run(
             "psql", ["-h", "127.0.0.1", "-p", String(port), "-U", "postgres", "-d", "postgres", "-q", "-c", "CREATE DATABASE \(name)"])
         guard result.status == 0 else { throw TestSetupError("psql failed: \(result.output)") }
-        return "postgres://postgres@127.0.0.1:\(port)/\(name)?sslmode=disable&pool_size=\(Self.poolSize)"
+        return "postgres://postgres@127.0.0.1:\(port)/\(name)?sslmode=disable"
     }
 
     /// Stops the server if it runs and deletes the cluster.

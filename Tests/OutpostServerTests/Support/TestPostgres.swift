@@ -30,7 +30,7 @@ actor TestPostgres {
         let name = "outpost_test_\(ProcessInfo.processInfo.processIdentifier)_\(counter)"
         try await runPSQL(server, "CREATE DATABASE \(name)")
         let credentials = server.password.map { "\(server.user):\($0)" } ?? server.user
-        return "postgres://\(credentials)@\(server.host):\(server.port)/\(name)?sslmode=disable&pool_size=\(PostgresCluster.poolSize)"
+        return "postgres://\(credentials)@\(server.host):\(server.port)/\(name)?sslmode=disable"
     }
 
     /// Drops a database made by ``makeDatabase()``; the private cluster is removed whole at exit anyway.
