@@ -17,11 +17,10 @@ struct StorageOptions: ParsableArguments {
         databaseURL ?? ProcessInfo.processInfo.environment["OUTPOST_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
     }
 
-    /// - Parameter poolSize: at most this many PostgreSQL connections (see ``StorageFactory/open``).
-    func openStorage(logger: Logger, poolSize: Int? = nil) throws -> any SyncStorage {
+    func openStorage(logger: Logger) throws -> any SyncStorage {
         do {
             return try StorageFactory.open(
-                databaseURL: resolvedDatabaseURL, dataDirectory: dataDirectory, logger: logger, poolSize: poolSize)
+                databaseURL: resolvedDatabaseURL, dataDirectory: dataDirectory, logger: logger)
         } catch let error as StorageError {
             throw CLIError(error.message)
         }

@@ -42,8 +42,7 @@ struct Token: AsyncParsableCommand {
         } else {
             var logger = Logger.cli("outpost")
             logger.logLevel = .critical
-            // One operation at a time: one connection.
-            let storage = try storageOptions.openStorage(logger: logger, poolSize: 1)
+            let storage = try storageOptions.openStorage(logger: logger)
             do {
                 secret = try await storage.withRunning { storage in
                     try await storage.migrate()

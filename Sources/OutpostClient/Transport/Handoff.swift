@@ -89,21 +89,17 @@ final class Handoff<Element: Sendable>: @unchecked Sendable {
                     if Task.isCancelled || taker != nil {
                         return { continuation.resume(throwing: CancellationError()) }
                     }
-                    if !queue.isEmpty {
-                        let element = queue.removeFirst()
-                        guard let giver else { return { continuation.resume(returning: element) } }
+                    // A waiting giver's element goes behind those waiting, and the giver on its way.
+                    let given = giver?.continuation
+                    if let giver {
                         queue.append(giver.element)
                         self.giver = nil
+                    }
+                    if !queue.isEmpty {
+                        let element = queue.removeFirst()
                         return {
                             continuation.resume(returning: element)
-                            giver.continuation.resume()
-                        }
-                    }
-                    if let giver {
-                        self.giver = nil
-                        return {
-                            continuation.resume(returning: giver.element)
-                            giver.continuation.resume()
+                            given?.resume()
                         }
                     }
                     if let end {
