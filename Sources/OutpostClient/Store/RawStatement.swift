@@ -76,6 +76,30 @@ struct RawStatement {
         return (true, value)
     }
 
+    /// The columns of the row a statement stands on, read by position: valid only inside ``firstRow(_:)``.
+    struct Columns {
+        fileprivate let handle: SQLiteStatement
+
+        /// The column at `index` (0-based) as an integer, or nil when it is NULL.
+        func integer(_ index: Int32) -> Int64? {
+            sqlite3_column_type(handle, index) == SQLITE_NULL ? nil : sqlite3_column_int64(handle, index)
+        }
+    }
+
+    /// Runs the statement for its first row and reads it with `read`; nil when there is no row. The statement is
+    /// reset and its values released.
+    func firstRow<T>(_ read: (Columns) -> T) throws -> T? {
+        let code = sqlite3_step(handle)
+        let value = code == SQLITE_ROW ? read(Columns(handle: handle)) : nil
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+        guard code == SQLITE_ROW else {
+            try check(code, done: true)
+            return nil
+        }
+        return value
+    }
+
     /// Runs the statement to its end, and releases the values bound.
     func execute() throws {
         var code = sqlite3_step(handle)
