@@ -74,6 +74,74 @@ struct PostgresConditionalPushTests {
         }
     }
 
+    @Test("a push of records nobody has stored yet is written without reading first")
+    func newRecordsWritten() async throws {
+        try await withStorage(.postgres) { storage in
+            let storage = try #require(storage as? PostgresStorage)
+            // Given two records a device created and never had from the server,
+            let mutations = [Fixtures.upsert("n1", ["a": 1], at: 1), Fixtures.upsert("n2", ["a": 2], at: 2)]
+            // when the push takes the path for new records,
+            let results = try #require(try await Self.pushNew(mutations, in: storage))
+            // then both are stored at version 1, in the push's order, each with its idempotency row.
+            #expect(results.map(\.status) == [.applied, .applied])
+            #expect(results.map(\.version) == [1, 1])
+            let records = try await storage.pullAll().records
+            #expect(records.map(\.recordId) == ["n1", "n2"])
+            #expect(records.map(\.fields) == [["a": 1], ["a": 2]])
+            #expect(try await storage.audit(tenant: "acme", collection: "notes", recordId: "n2").count == 1)
+            // A second push of the same records is answered as duplicates.
+            #expect(try await storage.push(mutations).map(\.status) == [.duplicate, .duplicate])
+        }
+    }
+
+    @Test(
+        "a push of new records that meets a stored record or key writes nothing of itself, and is answered by reading",
+        arguments: ["record", "key"])
+    func newRecordsMeetStored(_ stored: String) async throws {
+        try await withStorage(.postgres) { storage in
+            let storage = try #require(storage as? PostgresStorage)
+            // Given a stored record, and a push of a new record with either a change to the stored one (created
+            // offline, changed again in a later chunk) or the very mutation already stored (an answer lost),
+            let first = Fixtures.upsert("old", ["a": 1], at: 1)
+            _ = try await storage.push([first])
+            let again = stored == "record" ? Fixtures.upsert("old", ["b": 2], at: 2) : first
+            let mutations = [Fixtures.upsert("new", ["a": 3], at: 3), again]
+            // when the push tries the path for new records,
+            // then that path stores nothing, not even the new record,
+            #expect(try await Self.pushNew(mutations, in: storage) == nil)
+            #expect(try await storage.pullAll().records.map(\.recordId) == ["old"])
+            #expect(try await storage.audit(tenant: "acme", collection: "notes", recordId: "new").isEmpty)
+            // and the push as the server runs it stores the new record once and answers the other rightly.
+            let results = try await storage.push(mutations)
+            #expect(results.map(\.status) == [.applied, stored == "record" ? .applied : .duplicate])
+            #expect(results.map(\.version) == [1, stored == "record" ? 2 : 1])
+            let records = try await storage.pullAll().records
+            #expect(Set(records.map(\.recordId)) == ["old", "new"])
+            #expect(records.first { $0.recordId == "old" }?.fields == (stored == "record" ? ["a": 1, "b": 2] : ["a": 1]))
+        }
+    }
+
+    @Test("only creations from the device, in collections whose rules read no other record, skip the read")
+    func newRecordsOnlyWhenNothingToRead() async throws {
+        try await withStorage(.postgres) { storage in
+            let storage = try #require(storage as? PostgresStorage)
+            let checkIn = Mutation(
+                idempotencyKey: "door:g1", collection: CheckIn.collection, recordId: "g1", op: .upsert,
+                fields: [CheckIn.Field.guestId: "g1"], clientTimestamp: Fixtures.time(1))
+            let refused: [(String, Mutation)] = [
+                ("a change to a record the device had from the server", Fixtures.upsert("r", ["a": 1], at: 1, base: 1)),
+                ("a deletion", Fixtures.delete("r", at: 1)),
+                ("a check-in, whose rule reads its guest", checkIn),
+            ]
+            for (what, mutation) in refused {
+                let mutations = [Fixtures.upsert("plain", ["a": 1], at: 0), mutation]
+                #expect(try await Self.pushNew(mutations, in: storage) == nil, "\(what)")
+            }
+            #expect(try await storage.pullAll().records.isEmpty)
+            #expect(try await storage.audit(tenant: "acme", collection: "notes", recordId: "plain").isEmpty)
+        }
+    }
+
     @Test("the lookup probes both tables by primary key, prepared as the server runs it")
     func lookupProbes() async throws {
         try await PostgresPlanTests.withUnanalyzedStorage { storage in
@@ -101,12 +169,53 @@ struct PostgresConditionalPushTests {
         }
     }
 
+    @Test("the statement for new records probes both tables by primary key, prepared as the server runs it")
+    func newRecordsProbes() async throws {
+        try await PostgresPlanTests.withUnanalyzedStorage { storage in
+            try await PostgresPlanTests.run(
+                [PostgresPlanTests.fill(tenant: "established", rows: 3000), "ANALYZE records, mutations"], in: storage)
+            let plan = try await storage.client.withConnection { connection in
+                let logger = Fixtures.quietLogger
+                try await connection.query(
+                    PostgresQuery(unsafeSQL: "PREPARE write AS \(NewRecordsWrite.sql)"), logger: logger)
+                try await connection.query("SET plan_cache_mode = force_generic_plan", logger: logger)
+                // One record and its key: text arrays but for the version, tombstone and time columns.
+                let records = "'{notes}', '{n1}', '{\"\"}', '{1}', '{f}', '{\"{}\"}', '{\"{}\"}', '{0}', '{0}'"
+                let keys = (0..<15).map { [9, 11, 13].contains($0) ? "'{0}'" : "'{k1}'" }.joined(separator: ", ")
+                var lines: [String] = []
+                for try await line in try await connection.query(
+                    PostgresQuery(unsafeSQL: "EXPLAIN EXECUTE write('newcomer', \(records), \(keys))"), logger: logger
+                ).decode(String.self) {
+                    lines.append(line)
+                }
+                return lines.joined(separator: "\n")
+            }
+            #expect(plan.contains("using records_pkey on records"), "\(plan)")
+            #expect(plan.contains("using mutations_pkey on mutations"), "\(plan)")
+            #expect(!plan.contains("Seq Scan on records") && !plan.contains("records_by_"), "\(plan)")
+            #expect(!plan.contains("Seq Scan on mutations") && !plan.contains("mutations_by_"), "\(plan)")
+        }
+    }
+
     static func read(_ recordId: String, in storage: PostgresStorage) async throws -> StoredRecord? {
         try await storage.client.withConnection { connection in
             try await PostgresStorage.lookUp(
                 tenant: "acme", keys: [], records: [RecordKey(collection: "notes", recordId: recordId)],
                 connection: connection, logger: Fixtures.quietLogger
             ).records.values.first
+        }
+    }
+
+    /// The path for new records alone: its results, or nil when it left the push to the reading path.
+    static func pushNew(_ mutations: [Mutation], in storage: PostgresStorage) async throws -> [MutationResult]? {
+        let items = Fixtures.items(mutations)
+        let recordKeys = PushPlanner.recordKeys(of: items).sorted()
+        return try await storage.guarded {
+            try await storage.client.withConnection { connection in
+                try await PostgresStorage.pushNew(
+                    items, context: Fixtures.context(), recordKeys: recordKeys, collections: .standard,
+                    connection: connection, logger: Fixtures.quietLogger, beforeCommit: nil)
+            }
         }
     }
 

@@ -28,6 +28,12 @@ extension PostgresStorage {
         let keys = Array(Set(items.compactMap(\.key)))
         let recordKeys = PushPlanner.recordKeys(of: items).sorted()
         return try await client.withConnection { connection in
+            if let results = try await Self.pushNew(
+                items, context: context, recordKeys: recordKeys, collections: collections, connection: connection,
+                logger: logger, beforeCommit: beforeCommit)
+            {
+                return results
+            }
             let lookup = try await Self.lookUp(
                 tenant: tenant, keys: keys, records: recordKeys, connection: connection, logger: logger)
             let plan = PushPlanner.plan(
@@ -53,6 +59,56 @@ extension PostgresStorage {
             }
             return plan.results
         }
+    }
+
+    /// A push of records the device created and never had from the server, answered without reading first.
+    ///
+    /// The device sends no base version for a record it created itself, and most pushes are of such records
+    /// (check-ins, scans, sessions logged): nothing to read, since nothing is stored yet. The push is planned
+    /// as if nothing were stored, and written in one statement (``NewRecordsWrite``) that first makes sure of
+    /// that: if any of its records or idempotency keys is stored after all (a chunk sent again after its answer
+    /// was lost, or a record created offline and changed again in a later chunk), the statement writes nothing
+    /// and the push takes the path that reads. This saves that path's lookup, a round trip and a statement, on
+    /// the pushes that need it least.
+    ///
+    /// - Returns: the results, or nil when the push must take the reading path.
+    static func pushNew(
+        _ items: [PushItem], context: PushContext, recordKeys: [RecordKey], collections: CollectionRegistry,
+        connection: PostgresConnection, logger: Logger, beforeCommit: (@Sendable () async throws -> Void)?
+    ) async throws -> [MutationResult]? {
+        var written = Set<RecordKey>()
+        for item in items {
+            // Only mutations that can create a record, from a device that never had it from the server.
+            guard case .valid(let mutation, _) = item, mutation.baseVersion == nil, mutation.op == .upsert else {
+                return nil
+            }
+            written.insert(RecordKey(collection: mutation.collection, recordId: mutation.recordId))
+        }
+        // A collection's rule that consults other records needs them read.
+        guard recordKeys.count == written.count else { return nil }
+        let plan = PushPlanner.plan(
+            items, context: context, processed: [:], records: [:], collections: collections)
+        guard plan.conflicts.isEmpty, plan.results.allSatisfy({ $0.status == .applied }),
+            plan.records.count == written.count
+        else { return nil }
+        let write = try NewRecordsWrite(tenant: context.tenant, plan: plan)
+        func run(_ connection: PostgresConnection) async throws -> Bool {
+            var stored = true
+            for try await found in try await connection.execute(write, logger: logger) { stored = !found }
+            return stored
+        }
+        let stored: Bool
+        if let beforeCommit {
+            stored = try await connection.withTransaction(logger: logger) { connection in
+                let stored = try await run(connection)
+                // Tests hold a write open before it commits; this one wrote nothing if it did not store.
+                if stored { try await beforeCommit() }
+                return stored
+            }
+        } else {
+            stored = try await run(connection)
+        }
+        return stored ? plan.results : nil
     }
 
     private static func run(_ write: ConditionalWrite, on connection: PostgresConnection, logger: Logger) async throws {
@@ -212,4 +268,56 @@ struct ConditionalWrite: PostgresPreparedStatement {
 
     func makeBindings() throws -> PostgresBindings { bindings }
     func decodeRow(_ row: PostgresRow) throws -> Row { () }
+}
+
+/// The write of a push of new records (see ``PostgresStorage/pushNew(_:context:recordKeys:collections:connection:logger:beforeCommit:)``),
+/// in one statement: if none of its records and idempotency keys is stored, it inserts them all; otherwise it
+/// writes nothing and answers true. Both look-ups probe the primary keys, as ``PushLookup`` does. A record or
+/// key another writer stores between the probe and the insert fails on its unique index (SQLSTATE 23505),
+/// which undoes the statement; the push then starts again on the locked path.
+struct NewRecordsWrite: PostgresPreparedStatement {
+    static let sql = """
+        WITH existing AS MATERIALIZED (
+          SELECT 1 FROM unnest($11::text[]) AS u(k)
+          WHERE EXISTS (SELECT 1 FROM mutations WHERE tenant = (SELECT $1::text) AND idempotency_key = u.k)
+          UNION ALL
+          SELECT 1 FROM unnest($2::text[], $3::text[]) AS u(c, i)
+          WHERE EXISTS (SELECT 1 FROM records WHERE tenant = (SELECT $1::text) AND collection = u.c AND record_id = u.i)
+          LIMIT 1),
+        input AS MATERIALIZED (
+          SELECT c, i, s, v, t, f, m, ca, ua, pg_current_xact_id()::text::bigint AS xid, nextval('change_seq') AS seq
+          FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::text[], $8::text[],
+                      $9::bigint[], $10::bigint[])
+               WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, n)
+          WHERE NOT EXISTS (SELECT 1 FROM existing)
+          ORDER BY n),
+        inserted AS (
+          INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
+                               created_at, updated_at, change_xid, change_seq)
+          SELECT $1, c, i, s, v, t, f, m, ca, ua, xid, seq FROM input),
+        claimed AS (
+          INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name, collection,
+                                 record_id, op, fields, client_ts, base_version, received_at, status, version,
+                                 conflict)
+          SELECT $1, k, h, d, u, un, c, i, o, f, ts, NULLIF(b, '')::bigint, ra, st, v, NULLIF(cf, '')
+          FROM unnest($11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[],
+                      $18::text[], $19::text[], $20::bigint[], $21::text[], $22::bigint[], $23::text[],
+                      $24::bigint[], $25::text[])
+               AS u(k, h, d, u, un, c, i, o, f, ts, b, ra, st, v, cf)
+          WHERE NOT EXISTS (SELECT 1 FROM existing))
+        SELECT EXISTS (SELECT 1 FROM existing)
+        """
+    typealias Row = Bool
+
+    var bindings: PostgresBindings
+
+    init(tenant: String, plan: PushPlan) throws {
+        bindings = PostgresBindings(capacity: 25)
+        bindings.append(tenant)
+        try RecordsInsert.appendRows(tenantless: plan.records, to: &bindings)
+        try MutationsInsert.appendRows(tenantless: plan.mutations, to: &bindings)
+    }
+
+    func makeBindings() throws -> PostgresBindings { bindings }
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Bool.self) }
 }
