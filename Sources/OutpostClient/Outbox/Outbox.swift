@@ -114,9 +114,11 @@ extension LocalStore {
                     lastEntry[key] = max(lastEntry[key] ?? .min, entry.mutation.clientTimestamp.millisecondsSince1970)
                 }
                 if !confirmed.isEmpty {
-                    try db.execute(
-                        sql: "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))",
-                        arguments: ["[" + confirmed.map(String.init).joined(separator: ",") + "]"])
+                    let delete = RawStatement(
+                        try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))"),
+                        db: db)
+                    try delete.bind("[" + confirmed.map(String.init).joined(separator: ",") + "]", at: 1)
+                    try delete.execute()
                 }
                 // Most answers change only a record's plain columns: read those first. These two statements run
                 // once per record of the chunk, through SQLite's API: GRDB's arguments and rows around each were

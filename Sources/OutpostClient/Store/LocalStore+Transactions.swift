@@ -11,18 +11,20 @@ extension LocalStore {
     ///
     /// Rolls back and rethrows when `updates` or the commit fails.
     func writeImmediate<T>(_ updates: (Database) throws -> T) throws -> T {
-        try queue.writeWithoutTransaction { db in
-            try RawStatement(try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION"), db: db).execute()
-            do {
-                let value = try updates(db)
-                try RawStatement(try db.cachedStatement(sql: "COMMIT TRANSACTION"), db: db).execute()
-                return value
-            } catch {
-                // A failed commit may have ended the transaction already. A rollback that fails is reported
-                // instead: the connection is then unusable, and GRDB stops rather than write on in it.
-                if db.isInsideTransaction { try db.cachedStatement(sql: "ROLLBACK TRANSACTION").execute() }
-                throw error
-            }
+        try queue.writeWithoutTransaction { db in try Self.immediate(db, updates) }
+    }
+
+    private static func immediate<T>(_ db: Database, _ updates: (Database) throws -> T) throws -> T {
+        try RawStatement(try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION"), db: db).execute()
+        do {
+            let value = try updates(db)
+            try RawStatement(try db.cachedStatement(sql: "COMMIT TRANSACTION"), db: db).execute()
+            return value
+        } catch {
+            // A failed commit may have ended the transaction already. A rollback that fails is reported
+            // instead: the connection is then unusable, and GRDB stops rather than write on in it.
+            if db.isInsideTransaction { try db.cachedStatement(sql: "ROLLBACK TRANSACTION").execute() }
+            throw error
         }
     }
 
@@ -54,20 +56,14 @@ extension LocalStore {
         }
     }
 
+    /// One transaction as ``writeImmediate(_:)`` runs it, its commit not flushed. The pragmas are cached too:
+    /// through GRDB, these four statements were compiled again for every pushed chunk's answer.
     private static func unflushed<T>(_ db: Database, durable: Bool, _ updates: (Database) throws -> T) throws -> T {
-        func transaction() throws -> T {
-            var value: T?
-            try db.inTransaction {
-                value = try updates(db)
-                return .commit
-            }
-            return value!
-        }
-        guard durable else { return try transaction() }
-        try db.execute(sql: "PRAGMA synchronous = NORMAL")
-        let outcome = Result { try transaction() }
+        guard durable else { return try immediate(db, updates) }
+        try RawStatement(try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL"), db: db).execute()
+        let outcome = Result { try immediate(db, updates) }
         // Local writes must flush again whatever happened above.
-        try db.execute(sql: "PRAGMA synchronous = FULL")
+        try RawStatement(try db.cachedStatement(sql: "PRAGMA synchronous = FULL"), db: db).execute()
         return try outcome.get()
     }
 }
