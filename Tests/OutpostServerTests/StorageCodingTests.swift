@@ -27,6 +27,30 @@ struct StorageCodingTests {
         }
     }
 
+    @Test("stamps shared by several fields, or alike but for one part, are each written as JSONEncoder writes them")
+    func sharedStamps() throws {
+        let shared = FieldStamp(t: 1_700_000_000_000, d: "door-1", k: "door-1:g1:2026-01-01T00:00:00.000Z", v: 4)
+        var alike: [FieldStamp] = []
+        for part in 0..<4 {
+            var stamp = shared
+            switch part {
+            case 0: stamp.t += 1
+            case 1: stamp.v += 1
+            case 2: stamp.d += "x"
+            default: stamp.k += "x"
+            }
+            alike.append(stamp)
+        }
+        // Runs of the shared stamp, broken by each stamp alike but for one part, in the sorted order of the names.
+        let stamps = [shared, shared, alike[0], shared, alike[1], alike[1], shared, alike[2], shared, alike[3], shared]
+        var meta = StoredRecord.Meta()
+        for (position, stamp) in stamps.enumerated() { meta.stamps["f\(position + 10)"] = stamp }
+        let ours = StorageCoding.encode(meta)
+        #expect(ours == String(decoding: try StorageCoding.encoder.encode(meta), as: UTF8.self))
+        let read = try StorageCoding.decode(StoredRecord.Meta.self, from: ours)
+        for (field, stamp) in meta.stamps { #expect(read.stamps[field]?.v == stamp.v, "\(field)") }
+    }
+
     @Test("stamps that do not decode are reported as corrupt", arguments: [
         "", "[]", #"{"stamps":[]}"#, #"{"stamps":{"a":{"t":1}}}"#, #"{"deletion":1,"stamps":{}}"#,
     ])

@@ -68,6 +68,10 @@ enum RecordMerge {
         }
 
         switch mutation.op {
+        case .upsert where isNew:
+            // Nothing stored yet: no stamp, deletion or protected value to weigh, so every field is written.
+            record.fields = mutation.fields
+            record.meta.stamps = mutation.fields.mapValues { _ in stamp }
         case .upsert:
             for (name, value) in mutation.fields.sorted(by: { $0.key < $1.key }) {
                 if policy.protectedFields.contains(name) {

@@ -174,9 +174,20 @@ enum StorageCoding {
         }
         JSONWriter.key("stamps", first: first, to: &output)
         output.append(UInt8(ascii: "{"))
+        // The fields one mutation wrote share its stamp: it is written out once and its bytes copied after.
+        var previous: (stamp: FieldStamp, json: [UInt8])?
         for (position, field) in JSONWriter.sortedKeys(meta.stamps.keys).enumerated() {
             JSONWriter.key(field, first: position == 0, to: &output)
-            meta.stamps[field]!.writeJSON(to: &output)
+            let stamp = meta.stamps[field]!
+            if let previous, previous.stamp.t == stamp.t, previous.stamp.v == stamp.v, previous.stamp.d == stamp.d,
+                previous.stamp.k == stamp.k
+            {
+                output.append(contentsOf: previous.json)
+            } else {
+                let start = output.count
+                stamp.writeJSON(to: &output)
+                previous = (stamp, Array(output[start...]))
+            }
         }
         output.append(contentsOf: "}}".utf8)
         return String(decoding: output, as: UTF8.self)
