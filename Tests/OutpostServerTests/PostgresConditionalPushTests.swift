@@ -81,7 +81,10 @@ struct PostgresConditionalPushTests {
             // Given two records a device created and never had from the server,
             let mutations = [Fixtures.upsert("n1", ["a": 1], at: 1), Fixtures.upsert("n2", ["a": 2], at: 2)]
             // when the push takes the path for new records,
-            let results = try #require(try await Self.pushNew(mutations, in: storage))
+            guard case .written(let results)? = try await Self.pushNew(mutations, in: storage) else {
+                Issue.record("the push was not written")
+                return
+            }
             // then both are stored at version 1, in the push's order, each with its idempotency row.
             #expect(results.map(\.status) == [.applied, .applied])
             #expect(results.map(\.version) == [1, 1])
@@ -95,7 +98,7 @@ struct PostgresConditionalPushTests {
     }
 
     @Test(
-        "a push of new records that meets a stored record or key writes nothing of itself, and is answered by reading",
+        "a push of new records that meets a stored record or key writes nothing of itself, and goes on from what it read",
         arguments: ["record", "key"])
     func newRecordsMeetStored(_ stored: String) async throws {
         try await withStorage(.postgres) { storage in
@@ -107,8 +110,14 @@ struct PostgresConditionalPushTests {
             let again = stored == "record" ? Fixtures.upsert("old", ["b": 2], at: 2) : first
             let mutations = [Fixtures.upsert("new", ["a": 3], at: 3), again]
             // when the push tries the path for new records,
-            // then that path stores nothing, not even the new record,
-            #expect(try await Self.pushNew(mutations, in: storage) == nil)
+            // then that path stores nothing, not even the new record, and answers what it found stored,
+            guard case .found(let found)? = try await Self.pushNew(mutations, in: storage) else {
+                Issue.record("the statement did not answer what it found")
+                return
+            }
+            #expect(found.records.keys.map(\.recordId) == ["old"])
+            #expect(found.records.values.first?.fields == ["a": 1])
+            #expect(Set(found.processed.keys) == (stored == "record" ? [] : [first.idempotencyKey]))
             #expect(try await storage.pullAll().records.map(\.recordId) == ["old"])
             #expect(try await storage.audit(tenant: "acme", collection: "notes", recordId: "new").isEmpty)
             // and the push as the server runs it stores the new record once and answers the other rightly.
@@ -206,8 +215,10 @@ struct PostgresConditionalPushTests {
         }
     }
 
-    /// The path for new records alone: its results, or nil when it left the push to the reading path.
-    static func pushNew(_ mutations: [Mutation], in storage: PostgresStorage) async throws -> [MutationResult]? {
+    /// The path for new records alone: what it did, or nil when the push is not one for it.
+    static func pushNew(_ mutations: [Mutation], in storage: PostgresStorage) async throws
+        -> PostgresStorage.NewRecordsOutcome?
+    {
         let items = Fixtures.items(mutations)
         let recordKeys = PushPlanner.recordKeys(of: items).sorted()
         return try await storage.guarded {

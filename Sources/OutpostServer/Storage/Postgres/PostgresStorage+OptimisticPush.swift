@@ -28,14 +28,17 @@ extension PostgresStorage {
         let keys = Array(Set(items.compactMap(\.key)))
         let recordKeys = PushPlanner.recordKeys(of: items).sorted()
         return try await client.withConnection { connection in
-            if let results = try await Self.pushNew(
+            let lookup: Lookup
+            switch try await Self.pushNew(
                 items, context: context, recordKeys: recordKeys, collections: collections, connection: connection,
                 logger: logger, beforeCommit: beforeCommit)
             {
-                return results
+            case .written(let results): return results
+            case .found(let found): lookup = found
+            case nil:
+                lookup = try await Self.lookUp(
+                    tenant: tenant, keys: keys, records: recordKeys, connection: connection, logger: logger)
             }
-            let lookup = try await Self.lookUp(
-                tenant: tenant, keys: keys, records: recordKeys, connection: connection, logger: logger)
             let plan = PushPlanner.plan(
                 items, context: context, processed: lookup.processed, records: lookup.records,
                 collections: collections)
@@ -61,21 +64,29 @@ extension PostgresStorage {
         }
     }
 
-    /// A push of records the device created and never had from the server, answered without reading first.
+    /// What the statement for new records did.
+    enum NewRecordsOutcome {
+        /// It stored the push: these are its results.
+        case written([MutationResult])
+        /// It found some of the push's records or keys stored, wrote nothing, and read them as ``lookUp`` does.
+        case found(Lookup)
+    }
+
+    /// A push of records the device created and never had from the server, written without reading first.
     ///
     /// The device sends no base version for a record it created itself, and most pushes are of such records
     /// (check-ins, scans, sessions logged): nothing to read, since nothing is stored yet. The push is planned
-    /// as if nothing were stored, and written in one statement (``NewRecordsWrite``) that first makes sure of
-    /// that: if any of its records or idempotency keys is stored after all (a chunk sent again after its answer
-    /// was lost, or a record created offline and changed again in a later chunk), the statement writes nothing
-    /// and the push takes the path that reads. This saves that path's lookup, a round trip and a statement, on
-    /// the pushes that need it least.
+    /// as if nothing were stored, and written in one statement (``NewRecordsWrite``) that reads first what
+    /// ``lookUp`` reads and inserts only if that is nothing. If something is stored after all (a chunk sent
+    /// again after its answer was lost, or a record created offline and changed again in a later chunk), the
+    /// statement writes nothing and answers what it read, and the push goes on from there as if it had read
+    /// first. Either way one statement, where the reading path takes two.
     ///
-    /// - Returns: the results, or nil when the push must take the reading path.
+    /// - Returns: what the statement did, or nil when the push is not one of new records alone.
     static func pushNew(
         _ items: [PushItem], context: PushContext, recordKeys: [RecordKey], collections: CollectionRegistry,
         connection: PostgresConnection, logger: Logger, beforeCommit: (@Sendable () async throws -> Void)?
-    ) async throws -> [MutationResult]? {
+    ) async throws -> NewRecordsOutcome? {
         var written = Set<RecordKey>()
         for item in items {
             // Only mutations that can create a record, from a device that never had it from the server.
@@ -92,23 +103,30 @@ extension PostgresStorage {
             plan.records.count == written.count
         else { return nil }
         let write = try NewRecordsWrite(tenant: context.tenant, plan: plan)
-        func run(_ connection: PostgresConnection) async throws -> Bool {
-            var stored = true
-            for try await found in try await connection.execute(write, logger: logger) { stored = !found }
-            return stored
+        func run(_ connection: PostgresConnection) async throws -> Lookup? {
+            var found: Lookup?
+            for try await row in try await connection.execute(write, logger: logger) {
+                var lookup = found ?? Lookup()
+                switch row {
+                case .processed(let key, let mutation): lookup.processed[key] = mutation
+                case .record(let record): lookup.records[record.key] = record
+                }
+                found = lookup
+            }
+            return found
         }
-        let stored: Bool
+        let found: Lookup?
         if let beforeCommit {
-            stored = try await connection.withTransaction(logger: logger) { connection in
-                let stored = try await run(connection)
-                // Tests hold a write open before it commits; this one wrote nothing if it did not store.
-                if stored { try await beforeCommit() }
-                return stored
+            found = try await connection.withTransaction(logger: logger) { connection in
+                let found = try await run(connection)
+                // Tests hold a write open before it commits; this one wrote nothing if it found anything.
+                if found == nil { try await beforeCommit() }
+                return found
             }
         } else {
-            stored = try await run(connection)
+            found = try await run(connection)
         }
-        return stored ? plan.results : nil
+        return found.map { .found($0) } ?? .written(plan.results)
     }
 
     private static func run(_ write: ConditionalWrite, on connection: PostgresConnection, logger: Logger) async throws {
@@ -142,19 +160,24 @@ extension PostgresStorage {
 /// and ``PostgresStorage/recordLookup(tenant:keys:)`` read them, in one round trip. Rows of both kinds share
 /// the columns; the first says which kind a row is.
 struct PushLookup: PostgresPreparedStatement {
-    static let sql = """
+    static let sql = select(keys: "$2", collections: "$3", recordIds: "$4")
+
+    /// The query, with the tenant as `$1` and the other arrays at the placeholders given.
+    static func select(keys: String, collections: String, recordIds: String) -> String {
+        """
         SELECT 0, m.idempotency_key, m.content_hash, m.status, m.version, m.conflict,
                NULL::text, NULL::boolean, NULL::bigint, NULL::bigint
-        FROM unnest($2::text[]) AS u(k), LATERAL (
+        FROM unnest(\(keys)::text[]) AS u(k), LATERAL (
           SELECT idempotency_key, content_hash, status, version, conflict FROM mutations
           WHERE tenant = (SELECT $1::text) AND idempotency_key = u.k LIMIT 1) AS m
         UNION ALL
         SELECT 1, r.collection, r.record_id, r.scope, r.version, r.fields, r.meta, r.tombstone, r.created_at,
                r.updated_at
-        FROM unnest($3::text[], $4::text[]) AS u(c, i), LATERAL (
+        FROM unnest(\(collections)::text[], \(recordIds)::text[]) AS u(c, i), LATERAL (
           SELECT collection, record_id, scope, version, fields, meta, tombstone, created_at, updated_at FROM records
           WHERE tenant = (SELECT $1::text) AND collection = u.c AND record_id = u.i LIMIT 1) AS r
         """
+    }
 
     enum Row {
         case processed(String, ProcessedMutation)
@@ -173,7 +196,9 @@ struct PushLookup: PostgresPreparedStatement {
 
     func makeBindings() throws -> PostgresBindings { bindings }
 
-    func decodeRow(_ row: PostgresRow) throws -> Row {
+    func decodeRow(_ row: PostgresRow) throws -> Row { try Self.decode(row) }
+
+    static func decode(_ row: PostgresRow) throws -> Row {
         let (kind, a, b, c, version, d, meta, tombstone, createdAt, updatedAt) = try row.decode(
             (Int32, String, String, String, Int64, String?, String?, Bool?, Int64?, Int64?).self)
         if kind == 0 {
@@ -271,25 +296,21 @@ struct ConditionalWrite: PostgresPreparedStatement {
 }
 
 /// The write of a push of new records (see ``PostgresStorage/pushNew(_:context:recordKeys:collections:connection:logger:beforeCommit:)``),
-/// in one statement: if none of its records and idempotency keys is stored, it inserts them all; otherwise it
-/// writes nothing and answers true. Both look-ups probe the primary keys, as ``PushLookup`` does. A record or
-/// key another writer stores between the probe and the insert fails on its unique index (SQLSTATE 23505),
-/// which undoes the statement; the push then starts again on the locked path.
+/// in one statement: it reads the push's idempotency rows and records as ``PushLookup`` does and, if there are
+/// none, inserts them all; otherwise it writes nothing. Its rows are what it read. The push's records are its
+/// own keys to look up, and its mutations' keys the idempotency keys. A record or key another writer stores
+/// between the read and the insert fails on its unique index (SQLSTATE 23505), which undoes the statement; the
+/// push then starts again on the locked path.
 struct NewRecordsWrite: PostgresPreparedStatement {
     static let sql = """
-        WITH existing AS MATERIALIZED (
-          SELECT 1 FROM unnest($11::text[]) AS u(k)
-          WHERE EXISTS (SELECT 1 FROM mutations WHERE tenant = (SELECT $1::text) AND idempotency_key = u.k)
-          UNION ALL
-          SELECT 1 FROM unnest($2::text[], $3::text[]) AS u(c, i)
-          WHERE EXISTS (SELECT 1 FROM records WHERE tenant = (SELECT $1::text) AND collection = u.c AND record_id = u.i)
-          LIMIT 1),
+        WITH found AS MATERIALIZED (
+          \(PushLookup.select(keys: "$11", collections: "$2", recordIds: "$3"))),
         input AS MATERIALIZED (
           SELECT c, i, s, v, t, f, m, ca, ua, pg_current_xact_id()::text::bigint AS xid, nextval('change_seq') AS seq
           FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::text[], $8::text[],
                       $9::bigint[], $10::bigint[])
                WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, n)
-          WHERE NOT EXISTS (SELECT 1 FROM existing)
+          WHERE NOT EXISTS (SELECT 1 FROM found)
           ORDER BY n),
         inserted AS (
           INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
@@ -304,10 +325,10 @@ struct NewRecordsWrite: PostgresPreparedStatement {
                       $18::text[], $19::text[], $20::bigint[], $21::text[], $22::bigint[], $23::text[],
                       $24::bigint[], $25::text[])
                AS u(k, h, d, u, un, c, i, o, f, ts, b, ra, st, v, cf)
-          WHERE NOT EXISTS (SELECT 1 FROM existing))
-        SELECT EXISTS (SELECT 1 FROM existing)
+          WHERE NOT EXISTS (SELECT 1 FROM found))
+        SELECT * FROM found
         """
-    typealias Row = Bool
+    typealias Row = PushLookup.Row
 
     var bindings: PostgresBindings
 
@@ -319,5 +340,5 @@ struct NewRecordsWrite: PostgresPreparedStatement {
     }
 
     func makeBindings() throws -> PostgresBindings { bindings }
-    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Bool.self) }
+    func decodeRow(_ row: PostgresRow) throws -> Row { try PushLookup.decode(row) }
 }
