@@ -296,21 +296,31 @@ struct ConditionalWrite: PostgresPreparedStatement {
 }
 
 /// The write of a push of new records (see ``PostgresStorage/pushNew(_:context:recordKeys:collections:connection:logger:beforeCommit:)``),
-/// in one statement: it reads the push's idempotency rows and records as ``PushLookup`` does and, if there are
-/// none, inserts them all; otherwise it writes nothing. Its rows are what it read. The push's records are its
-/// own keys to look up, and its mutations' keys the idempotency keys. A record or key another writer stores
+/// in one statement: it probes the push's records and idempotency keys by primary key, stopping at the first
+/// one stored, and if there is none, inserts them all. Otherwise it writes nothing, and reads them as
+/// ``PushLookup`` does: its rows are what it read. The push's records are its own keys to look up, and its
+/// mutations' keys the idempotency keys. (Reading whole rows whether or not any is stored cost a push of new
+/// records about 4 % of the 50-device throughput.) A record or key another writer stores
 /// between the read and the insert fails on its unique index (SQLSTATE 23505), which undoes the statement; the
 /// push then starts again on the locked path.
 struct NewRecordsWrite: PostgresPreparedStatement {
     static let sql = """
-        WITH found AS MATERIALIZED (
-          \(PushLookup.select(keys: "$11", collections: "$2", recordIds: "$3"))),
+        WITH existing AS MATERIALIZED (
+          SELECT 1 FROM unnest($11::text[]) AS u(k)
+          WHERE EXISTS (SELECT 1 FROM mutations WHERE tenant = (SELECT $1::text) AND idempotency_key = u.k)
+          UNION ALL
+          SELECT 1 FROM unnest($2::text[], $3::text[]) AS u(c, i)
+          WHERE EXISTS (SELECT 1 FROM records WHERE tenant = (SELECT $1::text) AND collection = u.c AND record_id = u.i)
+          LIMIT 1),
+        found AS MATERIALIZED (
+          SELECT * FROM (\(PushLookup.select(keys: "$11", collections: "$2", recordIds: "$3"))) AS lookup
+          WHERE EXISTS (SELECT 1 FROM existing)),
         input AS MATERIALIZED (
           SELECT c, i, s, v, t, f, m, ca, ua, pg_current_xact_id()::text::bigint AS xid, nextval('change_seq') AS seq
           FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::text[], $8::text[],
                       $9::bigint[], $10::bigint[])
                WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, n)
-          WHERE NOT EXISTS (SELECT 1 FROM found)
+          WHERE NOT EXISTS (SELECT 1 FROM existing)
           ORDER BY n),
         inserted AS (
           INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
@@ -325,7 +335,7 @@ struct NewRecordsWrite: PostgresPreparedStatement {
                       $18::text[], $19::text[], $20::bigint[], $21::text[], $22::bigint[], $23::text[],
                       $24::bigint[], $25::text[])
                AS u(k, h, d, u, un, c, i, o, f, ts, b, ra, st, v, cf)
-          WHERE NOT EXISTS (SELECT 1 FROM found))
+          WHERE NOT EXISTS (SELECT 1 FROM existing))
         SELECT * FROM found
         """
     typealias Row = PushLookup.Row
