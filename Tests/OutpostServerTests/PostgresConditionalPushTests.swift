@@ -156,25 +156,9 @@ struct PostgresConditionalPushTests {
         try await PostgresPlanTests.withUnanalyzedStorage { storage in
             try await PostgresPlanTests.run(
                 [PostgresPlanTests.fill(tenant: "established", rows: 3000), "ANALYZE records, mutations"], in: storage)
-            let plan = try await storage.client.withConnection { connection in
-                let logger = Fixtures.quietLogger
-                try await connection.query(
-                    PostgresQuery(unsafeSQL: "PREPARE lookup(text, text[], text[], text[]) AS \(PushLookup.sql)"),
-                    logger: logger)
-                // The plan a prepared statement settles on after its first runs: one for any tenant.
-                try await connection.query("SET plan_cache_mode = force_generic_plan", logger: logger)
-                var lines: [String] = []
-                for try await line in try await connection.query(
-                    "EXPLAIN EXECUTE lookup('newcomer', '{k1,k2}', '{notes,notes}', '{n1,n2}')", logger: logger
-                ).decode(String.self) {
-                    lines.append(line)
-                }
-                return lines.joined(separator: "\n")
-            }
-            #expect(plan.contains("using records_pkey on records"), "\(plan)")
-            #expect(plan.contains("using mutations_pkey on mutations"), "\(plan)")
-            #expect(!plan.contains("Seq Scan on records") && !plan.contains("records_by_"), "\(plan)")
-            #expect(!plan.contains("Seq Scan on mutations") && !plan.contains("mutations_by_"), "\(plan)")
+            Self.expectPrimaryKeyProbes(
+                try await Self.genericPlan(
+                    of: PushLookup.sql, executing: "'newcomer', '{k1,k2}', '{notes,notes}', '{n1,n2}'", in: storage))
         }
     }
 
@@ -183,27 +167,39 @@ struct PostgresConditionalPushTests {
         try await PostgresPlanTests.withUnanalyzedStorage { storage in
             try await PostgresPlanTests.run(
                 [PostgresPlanTests.fill(tenant: "established", rows: 3000), "ANALYZE records, mutations"], in: storage)
-            let plan = try await storage.client.withConnection { connection in
-                let logger = Fixtures.quietLogger
-                try await connection.query(
-                    PostgresQuery(unsafeSQL: "PREPARE write AS \(NewRecordsWrite.sql)"), logger: logger)
-                try await connection.query("SET plan_cache_mode = force_generic_plan", logger: logger)
-                // One record and its key: text arrays but for the version, tombstone and time columns.
-                let records = "'{notes}', '{n1}', '{\"\"}', '{1}', '{f}', '{\"{}\"}', '{\"{}\"}', '{0}', '{0}'"
-                let keys = (0..<15).map { [9, 11, 13].contains($0) ? "'{0}'" : "'{k1}'" }.joined(separator: ", ")
-                var lines: [String] = []
-                for try await line in try await connection.query(
-                    PostgresQuery(unsafeSQL: "EXPLAIN EXECUTE write('newcomer', \(records), \(keys))"), logger: logger
-                ).decode(String.self) {
-                    lines.append(line)
-                }
-                return lines.joined(separator: "\n")
-            }
-            #expect(plan.contains("using records_pkey on records"), "\(plan)")
-            #expect(plan.contains("using mutations_pkey on mutations"), "\(plan)")
-            #expect(!plan.contains("Seq Scan on records") && !plan.contains("records_by_"), "\(plan)")
-            #expect(!plan.contains("Seq Scan on mutations") && !plan.contains("mutations_by_"), "\(plan)")
+            // One record and its key: text arrays but for the version, tombstone and time columns.
+            let records = "'{notes}', '{n1}', '{\"\"}', '{1}', '{f}', '{\"{}\"}', '{\"{}\"}', '{0}', '{0}'"
+            let keys = (0..<15).map { [9, 11, 13].contains($0) ? "'{0}'" : "'{k1}'" }.joined(separator: ", ")
+            Self.expectPrimaryKeyProbes(
+                try await Self.genericPlan(of: NewRecordsWrite.sql, executing: "'newcomer', \(records), \(keys)", in: storage))
         }
+    }
+
+    /// The plan PostgreSQL settles on for `sql` after a prepared statement's first runs, one for any tenant,
+    /// given the values `arguments`.
+    static func genericPlan(of sql: String, executing arguments: String, in storage: PostgresStorage) async throws
+        -> String
+    {
+        try await storage.client.withConnection { connection in
+            let logger = Fixtures.quietLogger
+            try await connection.query(PostgresQuery(unsafeSQL: "PREPARE statement AS \(sql)"), logger: logger)
+            try await connection.query("SET plan_cache_mode = force_generic_plan", logger: logger)
+            var lines: [String] = []
+            for try await line in try await connection.query(
+                PostgresQuery(unsafeSQL: "EXPLAIN EXECUTE statement(\(arguments))"), logger: logger
+            ).decode(String.self) {
+                lines.append(line)
+            }
+            return lines.joined(separator: "\n")
+        }
+    }
+
+    /// Both tables are read by their primary keys only: no scan, no other index.
+    static func expectPrimaryKeyProbes(_ plan: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(plan.contains("using records_pkey on records"), "\(plan)", sourceLocation: sourceLocation)
+        #expect(plan.contains("using mutations_pkey on mutations"), "\(plan)", sourceLocation: sourceLocation)
+        #expect(!plan.contains("Seq Scan on records") && !plan.contains("records_by_"), "\(plan)", sourceLocation: sourceLocation)
+        #expect(!plan.contains("Seq Scan on mutations") && !plan.contains("mutations_by_"), "\(plan)", sourceLocation: sourceLocation)
     }
 
     static func read(_ recordId: String, in storage: PostgresStorage) async throws -> StoredRecord? {

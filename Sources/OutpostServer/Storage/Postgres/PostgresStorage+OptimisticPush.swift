@@ -260,14 +260,7 @@ struct ConditionalWrite: PostgresPreparedStatement {
           SELECT $1, c, i, s, v, t, f, m, ca, ua, xid, seq FROM input WHERE p = 0
           RETURNING 1),
         claimed AS (
-          INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name, collection,
-                                 record_id, op, fields, client_ts, base_version, received_at, status, version,
-                                 conflict)
-          SELECT $1, k, h, d, u, un, c, i, o, f, ts, NULLIF(b, '')::bigint, ra, st, v, NULLIF(cf, '')
-          FROM unnest($15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::text[],
-                      $22::text[], $23::text[], $24::bigint[], $25::text[], $26::bigint[], $27::text[],
-                      $28::bigint[], $29::text[])
-               AS u(k, h, d, u, un, c, i, o, f, ts, b, ra, st, v, cf))
+          \(MutationsInsert.insert(from: 15)))
         SELECT CASE
           WHEN (SELECT count(*) FROM updated) + (SELECT count(*) FROM inserted) = cardinality($2::text[])
            AND (SELECT count(*) FROM held) = cardinality($12::text[])
@@ -327,14 +320,7 @@ struct NewRecordsWrite: PostgresPreparedStatement {
                                created_at, updated_at, change_xid, change_seq)
           SELECT $1, c, i, s, v, t, f, m, ca, ua, xid, seq FROM input),
         claimed AS (
-          INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name, collection,
-                                 record_id, op, fields, client_ts, base_version, received_at, status, version,
-                                 conflict)
-          SELECT $1, k, h, d, u, un, c, i, o, f, ts, NULLIF(b, '')::bigint, ra, st, v, NULLIF(cf, '')
-          FROM unnest($11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[],
-                      $18::text[], $19::text[], $20::bigint[], $21::text[], $22::bigint[], $23::text[],
-                      $24::bigint[], $25::text[])
-               AS u(k, h, d, u, un, c, i, o, f, ts, b, ra, st, v, cf)
+          \(MutationsInsert.insert(from: 11))
           WHERE NOT EXISTS (SELECT 1 FROM existing))
         SELECT * FROM found
         """

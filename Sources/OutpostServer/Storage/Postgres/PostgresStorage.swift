@@ -618,17 +618,26 @@ struct RecordsInsert: PostgresPreparedStatement {
 /// claimed, so that a key another push claimed first is noticed.
 struct MutationsInsert: PostgresPreparedStatement {
     static let sql = """
-        INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name, collection,
-                               record_id, op, fields, client_ts, base_version, received_at, status, version,
-                               conflict)
-        SELECT $1, k, h, d, u, un, c, i, o, f, ts, NULLIF(b, '')::bigint, ra, st, v, NULLIF(cf, '')
-        FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-                    $9::text[], $10::text[], $11::bigint[], $12::text[], $13::bigint[], $14::text[], $15::bigint[],
-                    $16::text[])
-             AS u(k, h, d, u, un, c, i, o, f, ts, b, ra, st, v, cf)
+        \(insert(from: 2))
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING idempotency_key
         """
+
+    /// The insert of the rows ``appendRows(tenantless:to:)`` binds, its fifteen arrays from `$first` on and the
+    /// tenant at `$1`: this statement's and the push statements' (``ConditionalWrite``, ``NewRecordsWrite``).
+    static func insert(from first: Int) -> String {
+        let types = ["text", "text", "text", "text", "text", "text", "text", "text", "text", "bigint", "text", "bigint",
+                     "text", "bigint", "text"]
+        let arrays = types.enumerated().map { "$\($0.offset + first)::\($0.element)[]" }.joined(separator: ", ")
+        return """
+            INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name, collection,
+                                   record_id, op, fields, client_ts, base_version, received_at, status, version,
+                                   conflict)
+            SELECT $1, k, h, d, u, un, c, i, o, f, ts, NULLIF(b, '')::bigint, ra, st, v, NULLIF(cf, '')
+            FROM unnest(\(arrays))
+                 AS u(k, h, d, u, un, c, i, o, f, ts, b, ra, st, v, cf)
+            """
+    }
     typealias Row = String
 
     var bindings: PostgresBindings
