@@ -197,9 +197,9 @@ extension LocalStore {
         for (key, time) in updatedAt {
             if time == lastEntry[key] { exact.insert(key) } else { unsure.insert(key) }
         }
-        // The record ids go in as one JSON array, so that each statement is compiled once per connection
+        // The record ids go in as one JSON array, so that the statement is compiled once per connection
         // whatever their number.
-        func count(_ keys: Set<RecordKey>, sql: String, through maxSeq: Int64) throws {
+        func count(_ keys: Set<RecordKey>, through maxSeq: Int64) throws {
             guard !keys.isEmpty else { return }
             var ids: [UInt8] = [UInt8(ascii: "[")]
             for (index, id) in Set(keys.map(\.recordId)).enumerated() {
@@ -208,14 +208,14 @@ extension LocalStore {
             }
             ids.append(UInt8(ascii: "]"))
             let statement = try db.cachedStatement(
-                sql: sql + " AND record_id IN (SELECT value FROM json_each(?2))")
+                sql: "SELECT collection, record_id FROM outbox WHERE seq <= ? AND record_id IN (SELECT value FROM json_each(?))")
             for row in try Row.fetchAll(statement, arguments: [maxSeq, String(decoding: ids, as: UTF8.self)]) {
                 let key = RecordKey(row[0], row[1])
                 if keys.contains(key) { queued[key, default: 0] += 1 }
             }
         }
-        try count(exact, sql: "SELECT collection, record_id FROM outbox WHERE seq <= ?1", through: maxSeq)
-        try count(unsure, sql: "SELECT collection, record_id FROM outbox WHERE ?1 IS NOT NULL", through: maxSeq)
+        try count(exact, through: maxSeq)
+        try count(unsure, through: .max)
         return queued
     }
 

@@ -76,10 +76,10 @@ extension PostgresStorage {
     ///
     /// The device sends no base version for a record it created itself, and most pushes are of such records
     /// (check-ins, scans, sessions logged): nothing to read, since nothing is stored yet. The push is planned
-    /// as if nothing were stored, and written in one statement (``NewRecordsWrite``) that reads first what
-    /// ``lookUp`` reads and inserts only if that is nothing. If something is stored after all (a chunk sent
-    /// again after its answer was lost, or a record created offline and changed again in a later chunk), the
-    /// statement writes nothing and answers what it read, and the push goes on from there as if it had read
+    /// as if nothing were stored, and written in one statement (``NewRecordsWrite``) that first probes for its
+    /// records and keys and inserts only if none is stored. If one is after all (a chunk sent again after its
+    /// answer was lost, or a record created offline and changed again in a later chunk), the statement writes
+    /// nothing and answers what ``lookUp`` would read, and the push goes on from there as if it had read
     /// first. Either way one statement, where the reading path takes two.
     ///
     /// - Returns: what the statement did, or nil when the push is not one of new records alone.
@@ -104,16 +104,13 @@ extension PostgresStorage {
         else { return nil }
         let write = try NewRecordsWrite(tenant: context.tenant, plan: plan)
         func run(_ connection: PostgresConnection) async throws -> Lookup? {
-            var found: Lookup?
+            var found = Lookup()
+            var any = false
             for try await row in try await connection.execute(write, logger: logger) {
-                var lookup = found ?? Lookup()
-                switch row {
-                case .processed(let key, let mutation): lookup.processed[key] = mutation
-                case .record(let record): lookup.records[record.key] = record
-                }
-                found = lookup
+                found.add(row)
+                any = true
             }
-            return found
+            return any ? found : nil
         }
         let found: Lookup?
         if let beforeCommit {
@@ -136,6 +133,13 @@ extension PostgresStorage {
     struct Lookup {
         var processed: [String: ProcessedMutation] = [:]
         var records: [RecordKey: StoredRecord] = [:]
+
+        mutating func add(_ row: PushLookup.Row) {
+            switch row {
+            case .processed(let key, let mutation): processed[key] = mutation
+            case .record(let record): records[record.key] = record
+            }
+        }
     }
 
     /// The idempotency rows of `keys` and the records of `records`, in one statement.
@@ -147,10 +151,7 @@ extension PostgresStorage {
         for try await row in try await connection.execute(
             PushLookup(tenant: tenant, keys: keys, records: records), logger: logger)
         {
-            switch row {
-            case .processed(let key, let mutation): lookup.processed[key] = mutation
-            case .record(let record): lookup.records[record.key] = record
-            }
+            lookup.add(row)
         }
         return lookup
     }
