@@ -42,6 +42,105 @@ struct PostgresPlanTests {
         }
     }
 
+    @Test("reads by scope use the indexes by scope, which hold only the records of scoped collections")
+    func scopedIndexes() async throws {
+        try await Self.withUnanalyzedStorage { storage in
+            // Given 20,000 guests in ten events, and 20,000 notes of a collection without a scope,
+            try await Self.run(
+                [
+                    """
+                    INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
+                                         created_at, updated_at, change_xid, change_seq)
+                    SELECT 'acme', c, left(c, 1) || n, CASE c WHEN 'guests' THEN 'ev' || (n % 10) ELSE '' END,
+                           1, false, '{}', '{}', 0, 0, 5, nextval('change_seq')
+                    FROM generate_series(0, 20000) AS n, unnest(ARRAY['guests', 'notes']) AS c
+                    """,
+                    // A vacuum counts an index's entries exactly when it removes some (with INDEX_CLEANUP ON,
+                    // even a few); an analysis after it would leave an estimate instead.
+                    "DELETE FROM records WHERE record_id IN ('g0', 'n0')",
+                    "ANALYZE records",
+                    "VACUUM (INDEX_CLEANUP ON) records",
+                ], in: storage)
+            // the indexes by scope hold the guests alone, where the index by change holds every record;
+            let entries = try await Self.indexEntries(in: storage)
+            #expect(entries["records_scoped_by_change"] == 20000, "\(entries)")
+            #expect(entries["records_scoped_by_id"] == 20000, "\(entries)")
+            #expect(entries["records_by_change"] == 40000, "\(entries)")
+            #expect(entries["records_by_scope_change"] == nil && entries["records_by_scope_id"] == nil, "\(entries)")
+            // a pull and a snapshot of one event read them,
+            let cursor = PullCursor(xid: 0, seq: 0)
+            let scopedPull = try await Self.plan(
+                of: PostgresStorage.pullQuery(tenant: "acme", collection: "guests", scope: "ev3", after: cursor, horizon: 100, limit: 501),
+                in: storage)
+            #expect(scopedPull.contains("using records_scoped_by_change"), "\(scopedPull)")
+            let scopedPage = try await Self.plan(
+                of: PostgresStorage.snapshotPageQuery(tenant: "acme", collection: "guests", scope: "ev3", after: nil, limit: 500),
+                in: storage)
+            #expect(scopedPage.contains("using records_scoped_by_id"), "\(scopedPage)")
+            let scopedCount = try await Self.plan(
+                of: PostgresStorage.snapshotCountQuery(tenant: "acme", collection: "guests", scope: "ev3"), in: storage)
+            #expect(scopedCount.contains("records_scoped_by_"), "\(scopedCount)")
+            // and reads of a whole collection take the index by change and the primary key.
+            let wholePull = try await Self.plan(
+                of: PostgresStorage.pullQuery(tenant: "acme", collection: "notes", scope: nil, after: cursor, horizon: 100, limit: 501),
+                in: storage)
+            #expect(wholePull.contains("using records_by_change"), "\(wholePull)")
+            let wholePage = try await Self.plan(
+                of: PostgresStorage.snapshotPageQuery(tenant: "acme", collection: "notes", scope: nil, after: nil, limit: 500),
+                in: storage)
+            #expect(wholePage.contains("using records_pkey"), "\(wholePage)")
+            // The pages of one event hold its guests only.
+            let page = try await storage.snapshotPage(
+                tenant: "acme", collection: "guests", scope: "ev3", after: nil, limit: 5000, maxBytes: 1 << 20)
+            #expect(page.count == 2000 && page.allSatisfy { $0.scope == "ev3" })
+        }
+    }
+
+    @Test("a database from before the indexes by scope were partial is migrated to them, its records kept")
+    func scopedIndexesMigrated() async throws {
+        try await Self.withUnanalyzedStorage { storage in
+            // Given a database as the third migration left it, holding a note,
+            _ = try await storage.push([
+                Fixtures.upsert("n1", ["text": .string("a note")]),
+            ])
+            try await Self.run(
+                [
+                    "DROP INDEX records_scoped_by_change",
+                    "DROP INDEX records_scoped_by_id",
+                    "CREATE INDEX records_by_scope_change ON records (tenant, collection, scope, change_xid, change_seq)",
+                    "CREATE INDEX records_by_scope_id ON records (tenant, collection, scope, record_id)",
+                    "DELETE FROM outpost_migrations WHERE version = 'v4-scoped-indexes'",
+                ], in: storage)
+            // when a server starts on it,
+            try await storage.migrate()
+            // the indexes by scope are the partial ones, and the record is still there.
+            let definitions = try await Self.indexDefinitions(in: storage)
+            #expect(definitions["records_by_scope_change"] == nil && definitions["records_by_scope_id"] == nil, "\(definitions)")
+            #expect(definitions["records_scoped_by_change"]?.hasSuffix("WHERE (scope <> ''::text)") == true, "\(definitions)")
+            #expect(definitions["records_scoped_by_id"]?.hasSuffix("WHERE (scope <> ''::text)") == true, "\(definitions)")
+            #expect(try await storage.pullAll().records.map(\.recordId) == ["n1"])
+        }
+    }
+
+    /// The entries each index on `records` held at the last vacuum, by index name.
+    static func indexEntries(in storage: PostgresStorage) async throws -> [String: Int] {
+        var entries: [String: Int] = [:]
+        let rows = try await storage.client.query(
+            "SELECT relname, reltuples::bigint FROM pg_class WHERE oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'records'::regclass)",
+            logger: Fixtures.quietLogger)
+        for try await (name, count) in rows.decode((String, Int64).self) { entries[name] = Int(count) }
+        return entries
+    }
+
+    /// The definition of each index on `records`, by name.
+    static func indexDefinitions(in storage: PostgresStorage) async throws -> [String: String] {
+        var definitions: [String: String] = [:]
+        let rows = try await storage.client.query(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'records'", logger: Fixtures.quietLogger)
+        for try await (name, definition) in rows.decode((String, String).self) { definitions[name] = definition }
+        return definitions
+    }
+
     /// A migrated storage on a database of its own, with autovacuum off on the push's tables: only the
     /// analyses a test runs, or the server does, give them statistics.
     static func withUnanalyzedStorage(_ body: @escaping @Sendable (PostgresStorage) async throws -> Void) async throws {

@@ -318,13 +318,8 @@ package struct PostgresStorage: SyncStorage {
             try await client.withConnection { connection in
                 // Taken before the read: every transaction older than it has finished, so the read sees them all.
                 let horizon = try await Self.horizon(connection, logger: logger)
-                let query: PostgresQuery = """
-                    SELECT \(unescaped: Self.changeColumns), change_xid, change_seq FROM records
-                    WHERE tenant = \(tenant) AND collection = \(collection)
-                      AND (\(scope)::text IS NULL OR scope = \(scope)::text)
-                      AND (change_xid, change_seq) > (\(cursor.xid), \(cursor.seq)) AND change_xid < \(horizon)
-                    ORDER BY change_xid, change_seq LIMIT \(limit + 1)
-                    """
+                let query = Self.pullQuery(
+                    tenant: tenant, collection: collection, scope: scope, after: cursor, horizon: horizon, limit: limit + 1)
                 var records: [SnapshotRow] = []
                 var last = cursor
                 var hasMore = false
@@ -354,10 +349,7 @@ package struct PostgresStorage: SyncStorage {
         try await guarded {
             try await client.withConnection { connection in
                 let horizon = try await Self.horizon(connection, logger: logger)
-                let query: PostgresQuery = """
-                    SELECT count(*) FROM records WHERE tenant = \(tenant) AND collection = \(collection)
-                      AND NOT tombstone AND (\(scope)::text IS NULL OR scope = \(scope)::text)
-                    """
+                let query = Self.snapshotCountQuery(tenant: tenant, collection: collection, scope: scope)
                 var total = 0
                 for try await count in try await connection.query(query, logger: logger).decode(Int64.self) {
                     total = Int(count)
@@ -373,13 +365,8 @@ package struct PostgresStorage: SyncStorage {
     ) async throws -> [SnapshotRow]
     {
         try await guarded {
-            let query: PostgresQuery = """
-                SELECT collection, record_id, scope, version, fields, created_at, updated_at FROM records
-                WHERE tenant = \(tenant) AND collection = \(collection) AND NOT tombstone
-                  AND (\(scope)::text IS NULL OR scope = \(scope)::text)
-                  AND record_id > \(recordId ?? "")
-                ORDER BY record_id LIMIT \(limit)
-                """
+            let query = Self.snapshotPageQuery(
+                tenant: tenant, collection: collection, scope: scope, after: recordId, limit: limit)
             var rows: [SnapshotRow] = []
             var bytes = 0
             for try await (collection, recordId, scope, version, fields, createdAt, updatedAt) in try await client.query(
@@ -483,6 +470,44 @@ package struct PostgresStorage: SyncStorage {
         SELECT r.* FROM unnest(\(keys.map(\.collection))::text[], \(keys.map(\.recordId))::text[]) AS u(c, i),
         LATERAL (SELECT \(unescaped: recordColumns) FROM records
                  WHERE tenant = (SELECT \(tenant)::text) AND collection = u.c AND record_id = u.i LIMIT 1) AS r
+        """
+    }
+
+    // The reads by scope. Each runs as an unnamed statement, which PostgreSQL plans with its values: a scope
+    // given proves `scope <> ''`, the condition of the indexes by scope (migration v4); none given leaves
+    // `scope` out, and the read takes records_by_change or the primary key.
+
+    /// Changes after `cursor` and before `horizon`, in commit order.
+    static func pullQuery(
+        tenant: String, collection: String, scope: String?, after cursor: PullCursor, horizon: Int64, limit: Int
+    ) -> PostgresQuery {
+        """
+        SELECT \(unescaped: changeColumns), change_xid, change_seq FROM records
+        WHERE tenant = \(tenant) AND collection = \(collection)
+          AND (\(scope)::text IS NULL OR scope = \(scope)::text)
+          AND (change_xid, change_seq) > (\(cursor.xid), \(cursor.seq)) AND change_xid < \(horizon)
+        ORDER BY change_xid, change_seq LIMIT \(limit)
+        """
+    }
+
+    /// How many live records a snapshot will send.
+    static func snapshotCountQuery(tenant: String, collection: String, scope: String?) -> PostgresQuery {
+        """
+        SELECT count(*) FROM records WHERE tenant = \(tenant) AND collection = \(collection)
+          AND NOT tombstone AND (\(scope)::text IS NULL OR scope = \(scope)::text)
+        """
+    }
+
+    /// A snapshot's next page: live records after `recordId`, by id.
+    static func snapshotPageQuery(
+        tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int
+    ) -> PostgresQuery {
+        """
+        SELECT collection, record_id, scope, version, fields, created_at, updated_at FROM records
+        WHERE tenant = \(tenant) AND collection = \(collection) AND NOT tombstone
+          AND (\(scope)::text IS NULL OR scope = \(scope)::text)
+          AND record_id > \(recordId ?? "")
+        ORDER BY record_id LIMIT \(limit)
         """
     }
 
