@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import Testing
 
 @testable import OutpostClient
@@ -61,6 +62,51 @@ struct WriteTransactionTests {
                     offline: false)
             }
             #expect(try await store.records().count == 3)
+        }
+    }
+}
+
+/// Reads run in deferred transactions that leave the connection's prepared statements alone.
+@Suite("Store reads")
+struct StoreReadTests {
+    struct Refused: Error {}
+
+    @Test("reads leave the statements a local write and a push prepared as they were")
+    func statementsKept() async throws {
+        try await withStore { store, _ in
+            let write = LocalStore.Write(collection: "notes", recordId: "n0", fields: ["title": "first"])
+            _ = try await store.write(write, deviceId: "d", at: Date(), offline: true)
+            _ = try await store.nextChunk(limit: 50)
+            // The statements a local write and the outbox's read begin with, as they are cached.
+            let begin = try store.queue.inDatabase { db in try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").sqliteStatement }
+            let reprepared = { sqlite3_stmt_status(begin, SQLITE_STMTSTATUS_REPREPARE, 0) }
+            let before = reprepared()
+            // Given the reads a syncing device makes between its writes,
+            _ = try await store.counts()
+            _ = try await store.nextChunk(limit: 50)
+            _ = try await store.records()
+            _ = try await store.outboxCount()
+            // when it writes again, its statements run as they were prepared: none compiled again.
+            _ = try await store.write(
+                .init(collection: "notes", recordId: "n1", fields: ["title": "second"]), deviceId: "d", at: Date(), offline: true)
+            #expect(reprepared() == before)
+            #expect(try await store.outboxCount() == 2)
+        }
+    }
+
+    @Test("a read that fails leaves no transaction open, and writes go on")
+    func failedRead() async throws {
+        try await withStore { store, _ in
+            await #expect(throws: Refused.self) {
+                try await store.read { db in
+                    _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM records")
+                    throw Refused()
+                }
+            }
+            #expect(try store.queue.inDatabase { db in db.isInsideTransaction } == false)
+            _ = try await store.write(
+                .init(collection: "notes", recordId: "n0", fields: ["title": "kept"]), deviceId: "d", at: Date(), offline: false)
+            #expect(try await store.records().count == 1)
         }
     }
 }

@@ -22,7 +22,7 @@ extension LocalStore {
     {
         let sealer = self.sealer
         return try await perform {
-            try await self.queue.read { db in
+            try await self.read { db in
                 // Cached, and read by position: compiling the statement and finding each column by name were
                 // a third of this read.
                 let statement = try db.cachedStatement(
@@ -60,7 +60,7 @@ extension LocalStore {
     /// How many mutations wait in the outbox (rejected ones excluded).
     public func outboxCount() async throws -> Int {
         try await perform {
-            try await self.queue.read { db in
+            try await self.read { db in
                 try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox WHERE state = 'pending'") ?? 0
             }
         }
@@ -275,7 +275,7 @@ extension LocalStore {
     public func persistentFailures(firstAttemptBefore cutoff: Date) async throws -> [SyncFailure] {
         let sealer = self.sealer
         return try await perform {
-            try await self.queue.read { db in
+            try await self.read { db in
                 let rows = try Row.fetchAll(
                     db,
                     sql: """
@@ -299,7 +299,7 @@ extension LocalStore {
     /// When reference data (a roster) was last downloaded or refreshed on this device, if ever.
     public func lastReferenceFetch() async throws -> Date? {
         try await perform {
-            try await self.queue.read { db in
+            try await self.read { db in
                 try Int64.fetchOne(db, sql: "SELECT max(max(coalesce(completed_at, 0), coalesce(refreshed_at, 0))) FROM reference_state")
                     .flatMap { $0 > 0 ? Timestamp(millisecondsSince1970: $0).date : nil }
             }

@@ -35,7 +35,7 @@ extension ReferenceData {
     ) async throws -> ReferenceState {
         let started = now()
         let (completed, continuation, resumedFrom) = try await store.perform {
-            try await store.queue.read { db -> (Bool, String?, Int) in
+            try await store.read { db -> (Bool, String?, Int) in
                 let row = try Row.fetchOne(
                     db, sql: "SELECT * FROM reference_state WHERE collection = ? AND scope = ?",
                     arguments: [collection, scope])

@@ -20,7 +20,7 @@ extension ReferenceData {
     @discardableResult
     public func refresh(collection: String, scope: String) async throws -> RefreshSummary {
         let cursor = try await store.perform {
-            try await store.queue.read { db -> String? in
+            try await store.read { db -> String? in
                 try Self.refreshCursor(db, collection: collection, scope: scope)
             }
         }

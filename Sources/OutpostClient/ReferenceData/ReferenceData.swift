@@ -27,7 +27,7 @@ public struct ReferenceData: Sendable {
 
     public func state(collection: String, scope: String) async throws -> ReferenceState {
         try await store.perform {
-            try await store.queue.read { db in try Self.state(db, collection: collection, scope: scope) }
+            try await store.read { db in try Self.state(db, collection: collection, scope: scope) }
         }
     }
 

@@ -67,12 +67,14 @@ public final class LocalStore: Sendable {
                 try db.execute(sql: "PRAGMA journal_mode = WAL")
             }
             try Self.migrator.migrate(queue)
-            let time = try queue.read { db in
-                ClientTime(
-                    last: max(
-                        try Int64.fetchOne(db, sql: "SELECT max(updated_at) FROM records") ?? 0,
-                        try Int64.fetchOne(db, sql: "SELECT max(client_ts) FROM outbox") ?? 0),
-                    dataVersion: try Self.dataVersion(db))
+            let time = try queue.unsafeRead { db in
+                try Self.deferred(db) { db in
+                    ClientTime(
+                        last: max(
+                            try Int64.fetchOne(db, sql: "SELECT max(updated_at) FROM records") ?? 0,
+                            try Int64.fetchOne(db, sql: "SELECT max(client_ts) FROM outbox") ?? 0),
+                        dataVersion: try Self.dataVersion(db))
+                }
             }
             self.clientTime = LockedBox(time)
         } catch let error as ClientError {
@@ -276,14 +278,14 @@ public final class LocalStore: Sendable {
     public func record(collection: String, recordId: String) async throws -> LocalRecord? {
         let sealer = self.sealer
         return try await perform {
-            try await self.queue.read { db in try Self.record(db, collection: collection, recordId: recordId, sealer: sealer) }
+            try await self.read { db in try Self.record(db, collection: collection, recordId: recordId, sealer: sealer) }
         }
     }
 
     /// Whether a record with this id is on the device (in `collection`, or in any); nothing is unsealed.
     public func containsRecord(_ recordId: String, collection: String? = nil) async throws -> Bool {
         try await perform {
-            try await self.queue.read { db in
+            try await self.read { db in
                 try Bool.fetchOne(
                     db, sql: "SELECT EXISTS (SELECT 1 FROM records WHERE record_id = ? AND (? IS NULL OR collection = ?))",
                     arguments: [recordId, collection, collection]) ?? false
@@ -295,7 +297,7 @@ public final class LocalStore: Sendable {
     public func records(_ filter: Filter = .all, collection: String? = nil) async throws -> [LocalRecord] {
         let sealer = self.sealer
         return try await perform {
-            try await self.queue.read { db in
+            try await self.read { db in
                 var sql = "SELECT * FROM records WHERE 1 = 1"
                 var arguments: StatementArguments = []
                 switch filter {
@@ -316,19 +318,19 @@ public final class LocalStore: Sendable {
     /// How many records wait to sync, and how many failed; in one collection when `collection` is given.
     public func counts(collection: String? = nil) async throws -> (pending: Int, failed: Int) {
         try await perform {
-            try await self.queue.read { db in
-                // The condition repeats the partial index's, so that SQLite counts from the index alone.
-                let rows = try Row.fetchAll(
-                    db,
+            try await self.read { db in
+                // The condition repeats the partial index's, so that SQLite counts from the index alone. Cached: a
+                // syncing device's status counts ten times a second.
+                let statement = try db.cachedStatement(
                     sql: """
-                        SELECT sync_status, COUNT(*) AS n FROM records
+                        SELECT sync_status, COUNT(*) FROM records
                         WHERE sync_status IN ('pending', 'failed') AND (?1 IS NULL OR collection = ?1)
                         GROUP BY sync_status
-                        """, arguments: [collection])
+                        """)
                 var counts = (pending: 0, failed: 0)
-                for row in rows {
-                    let status: String = row["sync_status"]
-                    if status == "pending" { counts.pending = row["n"] } else { counts.failed = row["n"] }
+                for row in try Row.fetchAll(statement, arguments: [collection]) {
+                    let status: String = row[0]
+                    if status == "pending" { counts.pending = row[1] } else { counts.failed = row[1] }
                 }
                 return counts
             }
@@ -341,7 +343,7 @@ public final class LocalStore: Sendable {
     public func setting(_ name: String) async throws -> String? {
         let sealer = self.sealer
         return try await perform {
-            try await self.queue.read { db in
+            try await self.read { db in
                 guard let sealed = try Data.fetchOne(db, sql: "SELECT value FROM settings WHERE name = ?", arguments: [name])
                 else { return nil }
                 return String(decoding: try sealer.open(sealed, context: "setting:\(name)"), as: UTF8.self)
