@@ -128,7 +128,7 @@ extension PostgresStorage {
                 // every write, though no read uses them: a pull of the whole collection reads records_by_change,
                 // and a page by id the primary key. Scoped reads name a scope, which proves `scope <> ''` once
                 // PostgreSQL plans them with their values, as it plans every read here. Two fewer index
-                // entries for each record of such a collection: 5 % more pushed records a second (BENCHMARKS.md).
+                // entries for each record of such a collection: 5–7 % more pushed records a second (BENCHMARKS.md).
                 // The new indexes are built before the old ones go, inside the migration's transaction.
                 """
                 CREATE INDEX records_scoped_by_change ON records (tenant, collection, scope, change_xid, change_seq)
