@@ -83,7 +83,7 @@ struct Sealer: Sendable {
 
     func open(_ sealed: Data, context: String) throws -> Data {
         do {
-            return try AES.GCM.open(AES.GCM.SealedBox(combined: sealed), using: key, authenticating: Data(context.utf8))
+            return try AES.GCM.open(AES.GCM.SealedBox(combined: sealed), using: key, authenticating: Array(context.utf8))
         } catch {
             throw ClientError(.cannotDecrypt, "a sealed payload does not open with this device's key")
         }
