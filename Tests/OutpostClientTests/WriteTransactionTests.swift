@@ -77,10 +77,19 @@ struct StoreReadTests {
             let write = LocalStore.Write(collection: "notes", recordId: "n0", fields: ["title": "first"])
             _ = try await store.write(write, deviceId: "d", at: Date(), offline: true)
             _ = try await store.nextChunk(limit: 50)
-            // The statements a local write and the outbox's read begin with, as they are cached.
-            let begin = try store.queue.inDatabase { db in try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").sqliteStatement }
-            let reprepared = { sqlite3_stmt_status(begin, SQLITE_STMTSTATUS_REPREPARE, 0) }
-            let before = reprepared()
+            // How often the statement a local write begins with was prepared again, as it is cached; read on the
+            // store's connection, with the handle it has then.
+            let begin = try store.queue.inDatabase { db in
+                UInt(bitPattern: try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").sqliteStatement)
+            }
+            let reprepared = {
+                try store.queue.inDatabase { db in
+                    let statement = try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").sqliteStatement
+                    #expect(UInt(bitPattern: statement) == begin, "the cached statement was replaced")
+                    return sqlite3_stmt_status(statement, SQLITE_STMTSTATUS_REPREPARE, 0)
+                }
+            }
+            let before = try reprepared()
             // Given the reads a syncing device makes between its writes,
             _ = try await store.counts()
             _ = try await store.nextChunk(limit: 50)
@@ -89,8 +98,33 @@ struct StoreReadTests {
             // when it writes again, its statements run as they were prepared: none compiled again.
             _ = try await store.write(
                 .init(collection: "notes", recordId: "n1", fields: ["title": "second"]), deviceId: "d", at: Date(), offline: true)
-            #expect(reprepared() == before)
+            #expect(try reprepared() == before)
             #expect(try await store.outboxCount() == 2)
+        }
+    }
+
+    @Test("a read cancelled while it runs ends its transaction, and reads and writes go on")
+    func cancelledRead() async throws {
+        try await withStore { store, _ in
+            let (entered, signal) = AsyncStream<Void>.makeStream()
+            // Given a read that runs statements until its task's cancellation stops one,
+            let reading = Task {
+                try await store.read { db in
+                    signal.yield()
+                    while true { _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM records") }
+                }
+            }
+            var started = entered.makeAsyncIterator()
+            await started.next()
+            // when its task is cancelled,
+            reading.cancel()
+            let outcome = await reading.result
+            #expect(throws: (any Error).self) { try outcome.get() }
+            // its transaction is over, and the store reads and writes as before.
+            #expect(try store.queue.inDatabase { db in db.isInsideTransaction } == false)
+            _ = try await store.write(
+                .init(collection: "notes", recordId: "n0", fields: ["title": "kept"]), deviceId: "d", at: Date(), offline: false)
+            #expect(try await store.records().count == 1)
         }
     }
 

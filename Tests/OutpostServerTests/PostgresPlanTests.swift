@@ -103,14 +103,7 @@ struct PostgresPlanTests {
             _ = try await storage.push([
                 Fixtures.upsert("n1", ["text": .string("a note")]),
             ])
-            try await Self.run(
-                [
-                    "DROP INDEX records_scoped_by_change",
-                    "DROP INDEX records_scoped_by_id",
-                    "CREATE INDEX records_by_scope_change ON records (tenant, collection, scope, change_xid, change_seq)",
-                    "CREATE INDEX records_by_scope_id ON records (tenant, collection, scope, record_id)",
-                    "DELETE FROM outpost_migrations WHERE version = 'v4-scoped-indexes'",
-                ], in: storage)
+            try await Self.undoScopedIndexes(in: storage)
             // when a server starts on it,
             try await storage.migrate()
             // the indexes by scope are the partial ones, and the record is still there.
@@ -120,6 +113,48 @@ struct PostgresPlanTests {
             #expect(definitions["records_scoped_by_id"]?.hasSuffix("WHERE (scope <> ''::text)") == true, "\(definitions)")
             #expect(try await storage.pullAll().records.map(\.recordId) == ["n1"])
         }
+    }
+
+    @Test("an upgrade while another server's push has read records and is about to write them: both go through")
+    func scopedIndexesMigratedUnderTraffic() async throws {
+        try await Self.withUnanalyzedStorage { storage in
+            _ = try await storage.push([Fixtures.upsert("n1", ["text": .string("a note")])])
+            try await Self.undoScopedIndexes(in: storage)
+            try await storage.client.withConnection { connection in
+                // Given another server's transaction that has read records, as a push on the locked path does,
+                try await connection.query("BEGIN", logger: Fixtures.quietLogger)
+                try await connection.query("SELECT count(*) FROM records", logger: Fixtures.quietLogger)
+                // when a server upgrades meanwhile, and its migration waits for that transaction,
+                async let migrated: Void = storage.migrate()
+                try await PostgresGapFreeTests.waitForLockWaiter(storage)
+                // the transaction still writes and commits (a migration holding the index build's lock while it
+                // waited for the drop's would deadlock with it here),
+                try await connection.query(
+                    """
+                    INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
+                                         created_at, updated_at, change_xid, change_seq)
+                    VALUES ('acme', 'notes', 'n2', '', 1, false, '{}', '{}', 0, 0, 1, nextval('change_seq'))
+                    """, logger: Fixtures.quietLogger)
+                try await connection.query("COMMIT", logger: Fixtures.quietLogger)
+                try await migrated
+            }
+            // and the upgrade is done after it, with both records kept.
+            let definitions = try await Self.indexDefinitions(in: storage)
+            #expect(definitions["records_scoped_by_change"] != nil && definitions["records_by_scope_change"] == nil, "\(definitions)")
+            #expect(try await storage.pullAll().records.map(\.recordId).sorted() == ["n1", "n2"])
+        }
+    }
+
+    /// Puts the indexes by scope back as the third migration left them, and forgets the fourth.
+    static func undoScopedIndexes(in storage: PostgresStorage) async throws {
+        try await run(
+            [
+                "DROP INDEX records_scoped_by_change",
+                "DROP INDEX records_scoped_by_id",
+                "CREATE INDEX records_by_scope_change ON records (tenant, collection, scope, change_xid, change_seq)",
+                "CREATE INDEX records_by_scope_id ON records (tenant, collection, scope, record_id)",
+                "DELETE FROM outpost_migrations WHERE version = 'v4-scoped-indexes'",
+            ], in: storage)
     }
 
     /// The entries each index on `records` held at the last vacuum, by index name.

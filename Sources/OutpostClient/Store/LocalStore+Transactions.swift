@@ -44,9 +44,12 @@ extension LocalStore {
             try RawStatement(try db.cachedStatement(sql: "COMMIT TRANSACTION"), db: db).execute()
             return value
         } catch {
-            // A failed commit may have ended the transaction already. A rollback that fails is reported
-            // instead: the connection is then unusable, and GRDB stops rather than write on in it.
-            if db.isInsideTransaction { try db.cachedStatement(sql: "ROLLBACK TRANSACTION").execute() }
+            // A failed commit may have ended the transaction already; GRDB's rollback does nothing then. It
+            // also runs when the task was cancelled, and again after an interruption (SQLite's interrupt, or
+            // FTS5 left interrupted), so that a cancelled read never leaves its transaction open. A rollback
+            // that still fails is reported instead: the connection is then unusable, and GRDB stops rather
+            // than write on in it.
+            try db.rollback()
             throw error
         }
     }

@@ -129,7 +129,11 @@ extension PostgresStorage {
                 // and a page by id the primary key. Scoped reads name a scope, which proves `scope <> ''` once
                 // PostgreSQL plans them with their values, as it plans every read here. Two fewer index
                 // entries for each record of such a collection: 5–7 % more pushed records a second (BENCHMARKS.md).
-                // The new indexes are built before the old ones go, inside the migration's transaction.
+                // The table is locked first, whole: building an index takes a lock that a push's write waits
+                // for, and dropping one a lock that waits for a push's read, so a migration that took them in
+                // turn could deadlock with another server's push that had read and was about to write. Reads
+                // and writes of `records` wait until the migration commits.
+                "LOCK TABLE records IN ACCESS EXCLUSIVE MODE",
                 """
                 CREATE INDEX records_scoped_by_change ON records (tenant, collection, scope, change_xid, change_seq)
                 WHERE scope <> ''

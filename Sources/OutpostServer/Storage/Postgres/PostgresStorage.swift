@@ -58,8 +58,12 @@ package struct PostgresStorage: SyncStorage {
         await client.run()
     }
 
+    /// Brings the schema up to date. Only reaching the database is bounded by ``startupTimeout``: the
+    /// migrations may then wait for another process's, or build an index over a large table, for as long as
+    /// that takes.
     package func migrate() async throws {
-        try await withStartupTimeout { try await migrateNow() }
+        try await withStartupTimeout { try await checkHealth() }
+        try await migrateNow()
     }
 
     /// Fails with a clear error when the database does not answer within ``startupTimeout``, rather than
