@@ -69,7 +69,7 @@ struct WriteTransactionTests {
 /// Reads run in deferred transactions that leave the connection's prepared statements alone.
 @Suite("Store reads")
 struct StoreReadTests {
-    struct Refused: Error {}
+    typealias Refused = WriteTransactionTests.Refused
 
     @Test("reads leave the statements a local write and a push prepared as they were")
     func statementsKept() async throws {
