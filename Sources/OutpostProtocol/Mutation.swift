@@ -12,6 +12,11 @@ public struct Mutation: Sendable, Hashable, Codable {
     public var idempotencyKey: String
     public var collection: String
     public var recordId: String
+    /// The scope the record belongs to, for a collection with one (the event of a guest or a check-in).
+    ///
+    /// Part of the record's identity: the same record id in two scopes is two records. An upsert may leave it
+    /// out when its fields carry the collection's scope field; a delete in a scoped collection must name it.
+    public var scope: String?
     public var op: MutationOperation
     /// The fields to write (for `upsert`); empty for `delete`.
     public var fields: [String: JSONValue]
@@ -24,6 +29,7 @@ public struct Mutation: Sendable, Hashable, Codable {
         idempotencyKey: String,
         collection: String,
         recordId: String,
+        scope: String? = nil,
         op: MutationOperation,
         fields: [String: JSONValue] = [:],
         clientTimestamp: Timestamp,
@@ -32,6 +38,7 @@ public struct Mutation: Sendable, Hashable, Codable {
         self.idempotencyKey = idempotencyKey
         self.collection = collection
         self.recordId = recordId
+        self.scope = scope
         self.op = op
         self.fields = fields
         self.clientTimestamp = clientTimestamp
@@ -39,7 +46,7 @@ public struct Mutation: Sendable, Hashable, Codable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case idempotencyKey, collection, recordId, op, fields, clientTimestamp, baseVersion
+        case idempotencyKey, collection, recordId, scope, op, fields, clientTimestamp, baseVersion
     }
 
     public init(from decoder: any Decoder) throws {
@@ -47,6 +54,7 @@ public struct Mutation: Sendable, Hashable, Codable {
         self.idempotencyKey = try container.decode(String.self, forKey: .idempotencyKey)
         self.collection = try container.decode(String.self, forKey: .collection)
         self.recordId = try container.decode(String.self, forKey: .recordId)
+        self.scope = try container.decodeIfPresent(String.self, forKey: .scope)
         self.op = try container.decode(MutationOperation.self, forKey: .op)
         self.fields = try container.decodeIfPresent([String: JSONValue].self, forKey: .fields) ?? [:]
         self.clientTimestamp = try container.decode(Timestamp.self, forKey: .clientTimestamp)

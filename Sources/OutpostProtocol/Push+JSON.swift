@@ -21,6 +21,7 @@ extension Mutation {
             idempotencyKey: try JSONShape.string(object, "idempotencyKey", in: path),
             collection: try JSONShape.string(object, "collection", in: path),
             recordId: try JSONShape.string(object, "recordId", in: path),
+            scope: try JSONShape.optionalString(object, "scope", in: path),
             op: operation,
             fields: fields ?? [:],
             clientTimestamp: try JSONShape.timestamp(object, "clientTimestamp", in: path),
@@ -50,6 +51,10 @@ extension Mutation {
         JSONWriter.string(op.rawValue, to: &output)
         JSONWriter.key("recordId", to: &output)
         JSONWriter.string(recordId, to: &output)
+        if let scope {
+            JSONWriter.key("scope", to: &output)
+            JSONWriter.string(scope, to: &output)
+        }
         output.append(UInt8(ascii: "}"))
     }
 
