@@ -27,6 +27,7 @@ let package = Package(
         .package(url: "https://github.com/pointfreeco/swift-clocks.git", from: "1.0.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.0"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.0"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.0"),
     ],
     targets: [
         .target(name: "OutpostProtocol"),
@@ -50,6 +51,7 @@ let package = Package(
                 "OutpostProtocol",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "HummingbirdAuth", package: "hummingbird-auth"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -59,6 +61,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "Yams", package: "Yams"),
             ],
             resources: [.copy("Resources/openapi.yaml"), .copy("Resources/Templates")]
         ),

@@ -3,6 +3,8 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     public var idempotencyKey: String
     public var collection: String
     public var recordId: String
+    /// The record's scope (its event), or empty in a collection without one.
+    public var scope: String
     public var op: MutationOperation
     public var fields: [String: JSONValue]
     public var deviceId: String
@@ -20,13 +22,14 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     public var version: Int64
 
     public init(
-        idempotencyKey: String, collection: String, recordId: String, op: MutationOperation,
+        idempotencyKey: String, collection: String, recordId: String, scope: String = "", op: MutationOperation,
         fields: [String: JSONValue], deviceId: String, userId: String, userName: String,
         clientTimestamp: Timestamp, receivedAt: Timestamp, status: MutationResult.Status, version: Int64
     ) {
         self.idempotencyKey = idempotencyKey
         self.collection = collection
         self.recordId = recordId
+        self.scope = scope
         self.op = op
         self.fields = fields
         self.deviceId = deviceId
@@ -53,6 +56,8 @@ public struct ConflictRecord: Sendable, Hashable, Codable {
     public var conflictId: String
     public var collection: String
     public var recordId: String
+    /// The record's scope (its event), or empty in a collection without one.
+    public var scope: String
     public var idempotencyKey: String
     public var deviceId: String
     public var userId: String
@@ -66,13 +71,15 @@ public struct ConflictRecord: Sendable, Hashable, Codable {
     public var receivedAt: Timestamp
 
     public init(
-        conflictId: String, collection: String, recordId: String, idempotencyKey: String, deviceId: String,
+        conflictId: String, collection: String, recordId: String, scope: String = "", idempotencyKey: String,
+        deviceId: String,
         userId: String, attemptedFields: [String: JSONValue], serverFields: [String: JSONValue],
         baseVersion: Int64?, serverVersion: Int64, clientTimestamp: Timestamp, receivedAt: Timestamp
     ) {
         self.conflictId = conflictId
         self.collection = collection
         self.recordId = recordId
+        self.scope = scope
         self.idempotencyKey = idempotencyKey
         self.deviceId = deviceId
         self.userId = userId

@@ -243,3 +243,15 @@ public struct PersistentFailure: Sendable, Hashable, Codable {
         self.reportedAt = reportedAt
     }
 }
+
+/// The answer to `DELETE /v1/devices/{deviceId}/owner`.
+public struct DeviceRelease: Sendable, Hashable, Codable {
+    public var deviceId: String
+    /// False when the device was bound to no one.
+    public var released: Bool
+
+    public init(deviceId: String, released: Bool) {
+        self.deviceId = deviceId
+        self.released = released
+    }
+}

@@ -64,12 +64,15 @@ package func buildRouter<Storage: SyncStorage>(
     let v1 = router.group("v1")
         .add(middleware: AdmissionMiddleware(gate: gate))
         .add(middleware: AuthMiddleware(secrets: secrets, now: now))
+    let devices = DeviceOwners(storage: storage, secrets: secrets, now: now)
     SyncController(
-        storage: storage, configuration: configuration, secrets: secrets, metrics: metrics, gate: gate, now: now)
-        .addRoutes(to: v1)
+        storage: storage, configuration: configuration, secrets: secrets, devices: devices, metrics: metrics,
+        gate: gate, now: now
+    ).addRoutes(to: v1)
     ReviewController(storage: storage, configuration: configuration).addRoutes(to: v1)
-    MonitorController(storage: storage, configuration: configuration, secrets: secrets, metrics: metrics, now: now)
-        .addRoutes(to: v1)
+    MonitorController(
+        storage: storage, configuration: configuration, secrets: secrets, devices: devices, metrics: metrics, now: now
+    ).addRoutes(to: v1)
     routeTable.load(router.routes.map { ("\($0.path)", $0.method) })
     return router
 }

@@ -40,6 +40,13 @@ struct Serve: AsyncParsableCommand {
         help: "Seconds a request body may take to arrive whole; a slower one is answered 408 and its connection closed.")
     var bodyTimeout: Int = 30
 
+    @Option(
+        name: .customLong("collections"),
+        help: ArgumentHelp(
+            "A YAML or JSON file declaring collections beside the standard ones, with their read and write rules.",
+            valueName: "file"))
+    var collectionsFile: String?
+
     @Flag(
         name: .customLong("no-escalation"),
         help: "Acknowledge persistent-failure reports without recording them (default $OUTPOST_ESCALATION, else on).")
@@ -64,6 +71,13 @@ struct Serve: AsyncParsableCommand {
             maxWaitingRequests: maxWaitingRequests, bodyTimeout: .seconds(bodyTimeout))
         configuration.escalationEnabled = !noEscalation && ProcessInfo.processInfo.environment["OUTPOST_ESCALATION"] != "off"
         configuration.jwtSecret = try StorageOptions.environmentSecret()
+        if let collectionsFile {
+            do {
+                configuration.collections = try CollectionRegistry.standard(adding: URL(fileURLWithPath: collectionsFile))
+            } catch let error as CollectionsFileError {
+                throw CLIError("--collections: \(error.description)")
+            }
+        }
         let storage = try storageOptions.openStorage(logger: logger)
         let summary = storage.summary
         let host = self.host

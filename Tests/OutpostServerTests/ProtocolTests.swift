@@ -85,7 +85,8 @@ struct ProtocolTests {
                 cursor = page.cursor
             }
             // The last page's cursor continues into pull: a change made now arrives there.
-            _ = try await client.push([Fixtures.upsert("g001", ["name": "Renamed"], at: 100, collection: "guests")], token: organizer)
+            _ = try await client.push(
+                [Fixtures.upsert("g001", ["name": "Renamed"], at: 100, collection: "guests", scope: "ev-1")], token: organizer)
             let pulled = try await client.pull("collection=guests&scope=ev-1&cursor=\(try #require(cursor))", token: staff)
             #expect(pulled.changes.map(\.recordId) == ["g001"])
             return records
@@ -269,7 +270,7 @@ struct StreamedPullBodyTests {
         let calls = LockedValue(0)
         let response = try SyncController<SQLiteStorage>.stream(
             from: Self.page(1, hasMore: true), pages: 5, gate: AdmissionGate(limit: 1, maxWaiting: 0),
-            metrics: ServerMetrics(), logger: Fixtures.quietLogger
+            metrics: ServerMetrics(), logger: Fixtures.quietLogger, token: \.token
         ) { cursor in
             let call = calls.withLock { $0 += 1; return $0 }
             guard call == 1 else { throw StorageError(.unavailable, "connection refused") }
@@ -291,7 +292,7 @@ struct StreamedPullBodyTests {
         for (pages, last, expected) in [(3, 10, 3), (10, 4, 4), (1, 10, 1)] {
             let response = try SyncController<SQLiteStorage>.stream(
                 from: Self.page(1, hasMore: true), pages: pages, gate: AdmissionGate(limit: 1, maxWaiting: 0),
-                metrics: ServerMetrics(), logger: Fixtures.quietLogger
+                metrics: ServerMetrics(), logger: Fixtures.quietLogger, token: \.token
             ) { cursor in Self.page(cursor.seq + 1, hasMore: cursor.seq + 1 < last) }
             let lines = try await Self.lines(response)
             #expect(lines.count == expected, "pages \(pages), last \(last)")

@@ -135,12 +135,33 @@ struct RecordMergeTests {
         #expect(second.record.version == 2)
     }
 
-    @Test("the scope follows the collection's scope field")
-    func scope() {
+    @Test("a new record takes the mutation's scope and its writer as owner; a change keeps both")
+    func scopeAndOwner() {
         let guests = CollectionPolicy(name: "guests", kind: .reference, scopeField: "event_id")
-        let outcome = RecordMerge.apply(
-            Fixtures.upsert("g1", ["event_id": "ev-1", "name": "A"], collection: "guests"), deviceId: "d",
-            to: nil, policy: guests)
-        #expect(outcome.record.scope == "ev-1")
+        // Given a mutation whose scope the server resolved from its scope field
+        let created = RecordMerge.apply(
+            Fixtures.upsert("g1", ["event_id": "ev-1", "name": "A"], collection: "guests", scope: "ev-1"),
+            deviceId: "d", owner: "olga", to: nil, policy: guests)
+        #expect(created.record.scope == "ev-1" && created.record.owner == "olga")
+        // When another user changes it, it stays in its scope and keeps its owner
+        let changed = RecordMerge.apply(
+            Fixtures.upsert("g1", ["name": "B"], at: 5, collection: "guests", scope: "ev-1"),
+            deviceId: "d2", owner: "otto", to: created.record, policy: guests)
+        #expect(changed.record.scope == "ev-1" && changed.record.owner == "olga" && changed.changed)
+    }
+
+    @Test("a mutation's scope is its scope member or its scope field; a mismatch, or none, is refused")
+    func scopeResolution() throws {
+        let guests = CollectionPolicy(name: "guests", kind: .reference, scopeField: "event_id")
+        let notes = CollectionPolicy(name: "notes")
+        func scope(_ mutation: Mutation, _ policy: CollectionPolicy) -> String? { try? policy.scope(of: mutation).get() }
+        #expect(scope(Fixtures.upsert("g1", ["event_id": "A"], collection: "guests"), guests) == "A")
+        #expect(scope(Fixtures.upsert("g1", ["name": "x"], collection: "guests", scope: "A"), guests) == "A")
+        #expect(scope(Fixtures.delete("g1", collection: "guests", scope: "B"), guests) == "B")
+        #expect(scope(Fixtures.upsert("g1", ["event_id": "A"], collection: "guests", scope: "B"), guests) == nil)
+        #expect(scope(Fixtures.delete("g1", collection: "guests"), guests) == nil)
+        #expect(scope(Fixtures.upsert("g1", ["event_id": "a b"], collection: "guests"), guests) == nil)
+        #expect(scope(Fixtures.upsert("n1", ["t": "x"]), notes) == "")
+        #expect(scope(Fixtures.upsert("n1", ["t": "x"], scope: "A"), notes) == nil)
     }
 }

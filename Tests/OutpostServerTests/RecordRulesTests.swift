@@ -100,7 +100,7 @@ struct RecordRulesTests {
                     collection: Guest.collection, device: "admin")
             }
             _ = try await client.push(
-                roster + [Fixtures.delete("g3", at: 1, collection: Guest.collection, device: "admin")],
+                roster + [Fixtures.delete("g3", at: 1, collection: Guest.collection, device: "admin", scope: "gala")],
                 token: organizer, device: "admin")
 
             var results = try await client.push(

@@ -137,7 +137,7 @@ struct StorageBehaviourTests {
     func pulledColumns(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in
             _ = try await storage.push([Fixtures.upsert("g1", ["event_id": "ev-1", "name": "Ana"], at: 10, collection: "guests")])
-            _ = try await storage.push([Fixtures.upsert("g1", ["note": "late"], at: 20, collection: "guests")])
+            _ = try await storage.push([Fixtures.upsert("g1", ["note": "late"], at: 20, collection: "guests", scope: "ev-1")])
             try await storage.settle()
             let page = try await storage.pull(
                 tenant: "acme", collection: "guests", scope: "ev-1", after: .start, limit: 10)
@@ -166,7 +166,8 @@ struct StorageBehaviourTests {
             let start = try await storage.snapshotStart(tenant: "acme", collection: "guests", scope: "ev-odd")
             #expect(start.total == 3)
             let page = try await storage.snapshotPage(
-                tenant: "acme", collection: "guests", scope: "ev-odd", after: "g1", limit: 10)
+                tenant: "acme", collection: "guests", scope: "ev-odd",
+                after: RecordPosition(recordId: "g1", scope: "ev-odd"), limit: 10)
             #expect(page.map(\.recordId) == ["g3", "g5"])
         }
     }
@@ -194,14 +195,14 @@ struct StorageBehaviourTests {
             #expect(single.records.count == 1 && single.hasMore)
 
             var snapshot: [String] = []
-            var after: String?
+            var after: RecordPosition?
             var pages = 0
             repeat {
                 let rows = try await storage.snapshotPage(
                     tenant: "acme", collection: "guests", scope: "ev", after: after, limit: 100, maxBytes: 1000)
                 #expect(rows.count <= 4)
                 snapshot += rows.map(\.recordId)
-                after = rows.last?.recordId
+                after = rows.last.map { RecordPosition(recordId: $0.recordId, scope: $0.scope) }
                 pages += 1
             } while after != nil && pages < 10
             #expect(snapshot == all.records.map(\.recordId))
@@ -258,12 +259,13 @@ struct StorageBehaviourTests {
                 tenant: "acme", collection: "guests", scope: "ev", after: nil, limit: 5)
             // While the download is half way: one row already sent changes, one is deleted, one is added.
             _ = try await storage.push([
-                Fixtures.upsert("g01", ["n": 100], at: 50, collection: "guests"),
-                Fixtures.delete("g07", at: 51, collection: "guests"),
+                Fixtures.upsert("g01", ["n": 100], at: 50, collection: "guests", scope: "ev"),
+                Fixtures.delete("g07", at: 51, collection: "guests", scope: "ev"),
                 Fixtures.upsert("g99", ["event_id": "ev", "n": 99], at: 52, collection: "guests"),
             ])
             let second = try await storage.snapshotPage(
-                tenant: "acme", collection: "guests", scope: "ev", after: first.last?.recordId, limit: 50)
+                tenant: "acme", collection: "guests", scope: "ev",
+                after: first.last.map { RecordPosition(recordId: $0.recordId, scope: $0.scope) }, limit: 50)
             var device: [String: [String: JSONValue]] = [:]
             for row in first + second { device[row.recordId] = try row.change().fields }
             for record in try await storage.pullAll(collection: "guests", scope: "ev", from: start.cursor).records {

@@ -8,12 +8,15 @@ public struct Identity: Sendable, Hashable {
     public var role: Role
     /// The display name, for the audit and the sync monitor.
     public var name: String
+    /// The one device id the token may speak for (its `device` claim), or nil for any the user owns.
+    public var device: String?
 
-    public init(tenant: String, userId: String, role: Role, name: String) {
+    public init(tenant: String, userId: String, role: Role, name: String, device: String? = nil) {
         self.tenant = tenant
         self.userId = userId
         self.role = role
         self.name = name
+        self.device = device
     }
 
     /// Throws 403 unless this identity holds `role` or a higher one.

@@ -10,6 +10,7 @@ package final class ServerSecrets: Sendable {
         var tokens: TokenAuthority
         var continuation: SymmetricKey
         var fingerprint: SymmetricKey
+        var cursors: CursorSealer
     }
 
     private let keys = LockedValue<Keys?>(nil)
@@ -23,12 +24,21 @@ package final class ServerSecrets: Sendable {
         // And one for device fingerprints: every server sharing the secret computes the same ones.
         let fingerprint = SymmetricKey(
             data: HMAC<SHA256>.authenticationCode(for: Array("outpost-device-fingerprint".utf8), using: SymmetricKey(data: secret)))
-        keys.withLock { $0 = Keys(tokens: tokens, continuation: continuation, fingerprint: fingerprint) }
+        // And one for pull cursors, which it seals.
+        let cursors = CursorSealer(secret: SymmetricKey(data: secret))
+        keys.withLock {
+            $0 = Keys(tokens: tokens, continuation: continuation, fingerprint: fingerprint, cursors: cursors)
+        }
     }
 
     func tokens() throws -> TokenAuthority {
         guard let keys = keys.withLock({ $0 }) else { throw OutpostHTTPError.unavailable }
         return keys.tokens
+    }
+
+    func cursorSealer() throws -> CursorSealer {
+        guard let keys = keys.withLock({ $0 }) else { throw OutpostHTTPError.unavailable }
+        return keys.cursors
     }
 
     func continuationKey() throws -> SymmetricKey {

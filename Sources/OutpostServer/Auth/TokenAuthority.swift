@@ -2,7 +2,8 @@ import Foundation
 import JWTKit
 import OutpostProtocol
 
-/// Signs and verifies Outpost's bearer tokens: HS256 JWTs with the claims `tenant`, `sub`, `role`, `name`, `exp`.
+/// Signs and verifies Outpost's bearer tokens: HS256 JWTs with the claims `tenant`, `sub`, `role`, `name`, `exp`,
+/// and optionally `device`.
 public struct TokenAuthority: Sendable {
     /// The shortest secret accepted. Shorter HMAC keys are weak, and jwt-kit traps on them in debug builds.
     public static let minimumSecretLength = 32
@@ -30,6 +31,7 @@ public struct TokenAuthority: Sendable {
             sub: SubjectClaim(value: identity.userId),
             role: identity.role.rawValue,
             name: identity.name,
+            device: identity.device,
             iat: IssuedAtClaim(value: now),
             exp: ExpirationClaim(value: now.addingTimeInterval(seconds))
         )
@@ -47,10 +49,12 @@ public struct TokenAuthority: Sendable {
         guard claims.exp.value > now,
             Identifier.isValid(claims.tenant),
             Identifier.isValid(claims.sub.value),
-            let role = Role(rawValue: claims.role)
+            let role = Role(rawValue: claims.role),
+            claims.device.map(Identifier.isValid) ?? true
         else { return nil }
         let identity = Identity(
-            tenant: claims.tenant, userId: claims.sub.value, role: role, name: claims.name ?? claims.sub.value)
+            tenant: claims.tenant, userId: claims.sub.value, role: role, name: claims.name ?? claims.sub.value,
+            device: claims.device)
         return (identity, claims.exp.value)
     }
 
@@ -65,6 +69,8 @@ public struct TokenAuthority: Sendable {
         var sub: SubjectClaim
         var role: String
         var name: String?
+        /// The device id the token is bound to, if any.
+        var device: String?
         var iat: IssuedAtClaim?
         var exp: ExpirationClaim
 

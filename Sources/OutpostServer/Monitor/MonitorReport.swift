@@ -9,7 +9,7 @@ enum MonitorReport {
     ) async throws -> MonitorResponse {
         let generatedAt = Timestamp(now)
         let bucketStart = Self.bucketStart(now: generatedAt)
-        let events = try await storage.reportedEvents(tenant: tenant)
+        let events = try await storage.events(tenant: tenant)
         let reports = try await storage.deviceReports(tenant: tenant, event: event)
         var scans: [(fingerprint: String, at: Int64)] = []
         var opsContact: String?

@@ -4,11 +4,13 @@ import Hummingbird
 import Logging
 import OutpostProtocol
 
-/// `POST /v1/heartbeats`, `POST /v1/sync-failures` (devices) and `GET /v1/monitor` (organizers).
+/// `POST /v1/heartbeats`, `POST /v1/sync-failures` (devices), `GET /v1/monitor` and
+/// `DELETE /v1/devices/{deviceId}/owner` (organizers).
 struct MonitorController<Storage: SyncStorage> {
     let storage: Storage
     let configuration: ServerConfiguration
     let secrets: ServerSecrets
+    let devices: DeviceOwners<Storage>
     let metrics: ServerMetrics
     let now: @Sendable () -> Date
 
@@ -16,6 +18,7 @@ struct MonitorController<Storage: SyncStorage> {
         group.post("heartbeats", use: heartbeat)
         group.post("sync-failures", use: syncFailures)
         group.get("monitor", use: monitor)
+        group.delete("devices/:deviceId/owner", use: releaseDevice)
     }
 
     @Sendable func heartbeat(_ request: Request, context: OutpostRequestContext) async throws -> Response {
@@ -28,6 +31,7 @@ struct MonitorController<Storage: SyncStorage> {
         if let event = beat.event, !Identifier.isValid(event) {
             throw OutpostHTTPError.badRequest("event must be an identifier")
         }
+        try await devices.authorize(beat.deviceId, for: identity)
         guard (0...10_000_000).contains(beat.pendingCount), (0...10_000_000).contains(beat.failedCount) else {
             throw OutpostHTTPError.badRequest("pendingCount and failedCount must be from 0 to 10000000")
         }
@@ -56,6 +60,7 @@ struct MonitorController<Storage: SyncStorage> {
         guard (1...SyncFailureReport.maxFailures).contains(report.failures.count) else {
             throw OutpostHTTPError.badRequest("a report carries 1 to \(SyncFailureReport.maxFailures) failures")
         }
+        try await devices.authorize(report.deviceId, for: identity)
         let received = Timestamp(now())
         // Everything is checked before anything is written: a report is recorded whole or not at all.
         for (index, failure) in report.failures.enumerated() {
@@ -121,6 +126,17 @@ struct MonitorController<Storage: SyncStorage> {
     /// A short, stable reference to a record for logs: its id can embed a user id.
     static func reference(tenant: String, recordId: String) -> String {
         SHA256.hash(data: Array("\(tenant)\u{0}\(recordId)".utf8)).prefix(6).hexString
+    }
+
+    /// Lets the next user to use a device own it (a device handed to a colleague).
+    @Sendable func releaseDevice(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        try identity.require(.organizer)
+        guard let deviceId = context.parameters.get("deviceId"), Identifier.isValid(deviceId) else {
+            throw OutpostHTTPError.badRequest("deviceId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
+        }
+        let released = try await devices.release(deviceId, tenant: identity.tenant)
+        return try .json(DeviceRelease(deviceId: deviceId, released: released))
     }
 
     @Sendable func monitor(_ request: Request, context: OutpostRequestContext) async throws -> Response {

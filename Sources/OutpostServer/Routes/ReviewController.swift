@@ -23,7 +23,10 @@ struct ReviewController<Storage: SyncStorage> {
         guard Identifier.isValid(recordId) else {
             throw OutpostHTTPError.badRequest("recordId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }
-        let entries = try await storage.audit(tenant: identity.tenant, collection: policy.name, recordId: recordId)
+        // Without a scope, every scope's record of that id.
+        let scope = try RequestDecoding.scope(in: request)
+        let entries = try await storage.audit(
+            tenant: identity.tenant, collection: policy.name, recordId: recordId, scope: scope)
         return try .json(AuditResponse(entries: entries))
     }
 

@@ -8,6 +8,7 @@ struct SyncController<Storage: SyncStorage> {
     let storage: Storage
     let configuration: ServerConfiguration
     let secrets: ServerSecrets
+    let devices: DeviceOwners<Storage>
     let metrics: ServerMetrics
     /// Admits each page of a stream after its first, as it admits requests.
     let gate: AdmissionGate
@@ -29,6 +30,7 @@ struct SyncController<Storage: SyncStorage> {
         guard Identifier.isValid(body.deviceId) else {
             throw OutpostHTTPError.badRequest("deviceId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }
+        try await devices.authorize(body.deviceId, for: identity)
         guard body.mutations.count <= configuration.maxBatchSize else {
             throw OutpostHTTPError(
                 .contentTooLarge, .batchTooLarge,
@@ -38,15 +40,10 @@ struct SyncController<Storage: SyncStorage> {
         let validator = MutationValidator(
             collections: configuration.collections, earliest: configuration.earliestTimestamp,
             maxClockSkew: configuration.maxClockSkew)
-        let items: [PushItem] = body.mutations.map { mutation in
-            if let rejection = validator.rejection(of: mutation, by: identity, now: receivedAt) {
-                return .rejected(rejection)
-            }
-            return .valid(mutation, contentHash: MutationValidator.contentHash(of: mutation))
-        }
+        let items = body.mutations.map { validator.item(for: $0, by: identity, now: receivedAt) }
         let context = PushContext(
             tenant: identity.tenant, deviceId: body.deviceId, userId: identity.userId, userName: identity.name,
-            receivedAt: Timestamp(receivedAt))
+            role: identity.role, receivedAt: Timestamp(receivedAt))
         let results = try await storage.push(items, context: context, collections: configuration.collections)
         metrics.count(results)
         return .json(bytes: try PushResponse(results: results).jsonBytes())
@@ -56,11 +53,14 @@ struct SyncController<Storage: SyncStorage> {
         let identity = try context.requireIdentity()
         let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
         let scope = try RequestDecoding.scope(in: request)
+        if let refusal = policy.readRefusal(for: identity, scope: scope) { throw OutpostHTTPError.forbidden(refusal) }
+        let owner = policy.readOwner(for: identity)
         let limit = try RequestDecoding.limit(
             in: request, default: configuration.pullDefaultLimit, max: configuration.pullMaxLimit)
+        let sealer = try secrets.cursorSealer()
         var cursor = PullCursor.start
         if let token = try RequestDecoding.optional("cursor", in: request) {
-            guard let parsed = PullCursor(token: token) else {
+            guard let parsed = sealer.cursor(token, tenant: identity.tenant) else {
                 throw OutpostHTTPError.badRequest("the cursor is not one this server issued", code: .invalidCursor)
             }
             cursor = parsed
@@ -68,16 +68,17 @@ struct SyncController<Storage: SyncStorage> {
         let pages = try RequestDecoding.pages(in: request, max: configuration.pullMaxPages)
         let maxBytes = configuration.pageMaxBytes
         let page = try await storage.pull(
-            tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit,
+            tenant: identity.tenant, collection: policy.name, scope: scope, owner: owner, after: cursor, limit: limit,
             maxBytes: maxBytes)
         metrics.pulls.increment()
-        guard let pages else { return .json(bytes: try Self.pageBytes(page)) }
+        let token = { @Sendable (cursor: PullCursor) in sealer.token(cursor, tenant: identity.tenant) }
+        guard let pages else { return .json(bytes: try Self.pageBytes(page, token: token)) }
         return try Self.stream(
-            from: page, pages: pages, gate: gate, metrics: metrics, logger: context.logger
+            from: page, pages: pages, gate: gate, metrics: metrics, logger: context.logger, token: token
         ) { [storage] cursor in
             try await storage.pull(
-                tenant: identity.tenant, collection: policy.name, scope: scope, after: cursor, limit: limit,
-                maxBytes: maxBytes)
+                tenant: identity.tenant, collection: policy.name, scope: scope, owner: owner, after: cursor,
+                limit: limit, maxBytes: maxBytes)
         }
     }
 
@@ -89,9 +90,10 @@ struct SyncController<Storage: SyncStorage> {
     /// has stored the pages before it, and pulls again from the last cursor.
     static func stream(
         from first: PulledChanges, pages: Int, gate: AdmissionGate, metrics: ServerMetrics, logger: Logger,
+        token: @escaping @Sendable (PullCursor) -> String,
         next: @escaping @Sendable (PullCursor) async throws -> PulledChanges
     ) throws -> Response {
-        var firstLine = try Self.pageBytes(first)
+        var firstLine = try Self.pageBytes(first, token: token)
         firstLine.append(UInt8(ascii: "\n"))
         let line = firstLine
         return Response(
@@ -106,7 +108,7 @@ struct SyncController<Storage: SyncStorage> {
                     do {
                         last = try await gate.withAdmission { try await next(last.cursor) }
                         metrics.pulls.increment()
-                        line = try Self.pageBytes(last)
+                        line = try Self.pageBytes(last, token: token)
                     } catch {
                         logger.notice("a stream of pulls ended early", metadata: ["pages": "\(sent)"])
                         line = Self.streamErrorLine(ErrorMiddleware<OutpostRequestContext>.answer(for: error, logger: logger))
@@ -120,9 +122,9 @@ struct SyncController<Storage: SyncStorage> {
             })
     }
 
-    private static func pageBytes(_ page: PulledChanges) throws -> [UInt8] {
+    private static func pageBytes(_ page: PulledChanges, token: (PullCursor) -> String) throws -> [UInt8] {
         let rows = page.records
-        return try PullResponse.jsonBytes(count: rows.count, cursor: page.cursor.token, hasMore: page.hasMore) {
+        return try PullResponse.jsonBytes(count: rows.count, cursor: token(page.cursor), hasMore: page.hasMore) {
             (output: inout [UInt8]) throws(JSONSyntaxError) in
             try SnapshotRow.writeJSON(rows, to: &output)
         }
@@ -144,6 +146,9 @@ struct SyncController<Storage: SyncStorage> {
                 "snapshots serve reference collections; use /v1/pull for \(policy.name)")
         }
         let scope = try RequestDecoding.scope(in: request)
+        // A reference collection is read by the whole tenant, by scope at most (`CollectionRegistry` refuses one
+        // of own records).
+        if let refusal = policy.readRefusal(for: identity, scope: scope) { throw OutpostHTTPError.forbidden(refusal) }
         let limit = try RequestDecoding.limit(
             in: request, default: configuration.snapshotDefaultPageSize, max: configuration.snapshotMaxPageSize)
         let key = try secrets.continuationKey()
@@ -163,13 +168,13 @@ struct SyncController<Storage: SyncStorage> {
             let start = try await storage.snapshotStart(tenant: identity.tenant, collection: policy.name, scope: scope)
             state = SnapshotContinuation(
                 tenant: identity.tenant, collection: policy.name, scope: scope, after: "",
-                cursor: start.cursor.token, total: start.total)
+                cursor: try secrets.cursorSealer().token(start.cursor, tenant: identity.tenant), total: start.total)
         }
         // One row more than the page says whether another page follows, sparing the client an empty request.
         // A page that ended by size may be followed by another, which may be empty.
         var records = try await storage.snapshotPage(
-            tenant: identity.tenant, collection: policy.name, scope: scope,
-            after: state.after.isEmpty ? nil : state.after, limit: limit + 1, maxBytes: configuration.pageMaxBytes)
+            tenant: identity.tenant, collection: policy.name, scope: scope, after: state.position, limit: limit + 1,
+            maxBytes: configuration.pageMaxBytes)
         metrics.snapshots.increment()
         let bytes = records.reduce(0) { $0 + $1.fieldsJSON.utf8.count }
         let isLast = records.count <= limit && (records.isEmpty || bytes < configuration.pageMaxBytes)
@@ -177,6 +182,7 @@ struct SyncController<Storage: SyncStorage> {
         var continuation: String?
         if !isLast, let last = records.last {
             state.after = last.recordId
+            state.afterScope = last.scope
             continuation = try state.token(key: key)
         }
         let page = records

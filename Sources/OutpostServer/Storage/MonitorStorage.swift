@@ -44,8 +44,16 @@ package protocol MonitorStorage: Sendable {
     /// The latest report of each device of `tenant`, in `event` when given, most recently seen first.
     func deviceReports(tenant: String, event: String?) async throws -> [DeviceReport]
 
-    /// The events devices of `tenant` have reported, most recently seen first.
-    func reportedEvents(tenant: String) async throws -> [String]
+    /// The events of `tenant` (the `events` collection's live records), most recently created first.
+    func events(tenant: String) async throws -> [String]
+
+    /// Binds the device of `fingerprint` to `userId` unless it is bound already.
+    ///
+    /// - Returns: the user the device speaks for: `userId`, or the one it was bound to before.
+    func bindDevice(tenant: String, fingerprint: String, userId: String, at time: Int64) async throws -> String
+
+    /// Unbinds the device of `fingerprint`, so that the next user to use it owns it; false when it was not bound.
+    func releaseDevice(tenant: String, fingerprint: String) async throws -> Bool
 
     /// Who scanned (the `scanned_by` device id) and when, for each check-in of `event` scanned at `since` or later.
     func checkInScans(tenant: String, event: String, since: Int64) async throws -> [(scannedBy: String, at: Int64)]
@@ -60,7 +68,7 @@ package protocol MonitorStorage: Sendable {
     /// The devices and users that have written a record (its audit), for checking who may report on it.
     func recordWriters(tenant: String, collection: String, recordId: String) async throws -> Set<RecordWriter>
 
-    /// One stored record, tombstones included, or nil.
+    /// One stored record of a collection without a scope, tombstones included, or nil.
     func record(tenant: String, collection: String, recordId: String) async throws -> StoredRecord?
 
     /// How many devices, across tenants, are in each state at `now`; devices silent for more than a day

@@ -48,6 +48,17 @@ package struct PulledChanges: Sendable {
     package var hasMore: Bool
 }
 
+/// The last record a snapshot page sent: the next page starts after it.
+package struct RecordPosition: Sendable, Hashable {
+    package var recordId: String
+    package var scope: String
+
+    package init(recordId: String, scope: String) {
+        self.recordId = recordId
+        self.scope = scope
+    }
+}
+
 /// Where a snapshot starts: the pull cursor that covers every change the pages might miss, and the size.
 package struct SnapshotStart: Sendable, Hashable {
     package var cursor: PullCursor
@@ -72,23 +83,29 @@ package protocol SyncStorage: Service, MonitorStorage {
     func push(_ items: [PushItem], context: PushContext, collections: CollectionRegistry) async throws
         -> [MutationResult]
 
-    /// Changes after `cursor`, in commit order; `scope` narrows to one reference scope. A page holds at most
-    /// `limit` records and ends, with `hasMore`, at the first record that takes its stored fields to
-    /// `maxBytes` or past: a page of large records stays bounded in memory, on the server and on the device.
-    func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int, maxBytes: Int)
-        async throws -> PulledChanges
+    /// Changes after `cursor`, in commit order; `scope` narrows to one scope and `owner` to the records one user
+    /// created. A page holds at most `limit` records and ends, with `hasMore`, at the first record that takes
+    /// its stored fields to `maxBytes` or past: a page of large records stays bounded in memory, on the server
+    /// and on the device. Records filtered out are passed over, never skipped: the cursor moves only past
+    /// records the page returns.
+    func pull(
+        tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor, limit: Int,
+        maxBytes: Int
+    ) async throws -> PulledChanges
 
     /// The cursor and record count a new snapshot starts from.
     func snapshotStart(tenant: String, collection: String, scope: String?) async throws -> SnapshotStart
 
-    /// Live records after `recordId`, ordered by record id, their fields as stored: at most `limit`, and none
-    /// after the first that takes their stored fields to `maxBytes` or past.
+    /// Live records after `position`, ordered by record id (then scope, when `scope` is nil), their fields as
+    /// stored: at most `limit`, and none after the first that takes their stored fields to `maxBytes` or past.
     func snapshotPage(
-        tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int, maxBytes: Int
+        tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int,
+        maxBytes: Int
     ) async throws -> [SnapshotRow]
 
-    /// Every processed mutation of one record, in client-time order.
-    func audit(tenant: String, collection: String, recordId: String) async throws -> [AuditEntry]
+    /// Every processed mutation of one record id, in client-time order: in one scope, or in every scope when
+    /// `scope` is nil.
+    func audit(tenant: String, collection: String, recordId: String, scope: String?) async throws -> [AuditEntry]
 
     /// Conflicts kept for review, newest first.
     func conflicts(tenant: String, collection: String?, limit: Int) async throws -> [ConflictRecord]
@@ -98,6 +115,20 @@ package protocol SyncStorage: Service, MonitorStorage {
 }
 
 extension SyncStorage {
+    /// ``pull(tenant:collection:scope:owner:after:limit:maxBytes:)`` of every owner's records.
+    package func pull(
+        tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int, maxBytes: Int
+    ) async throws -> PulledChanges {
+        try await pull(
+            tenant: tenant, collection: collection, scope: scope, owner: nil, after: cursor, limit: limit,
+            maxBytes: maxBytes)
+    }
+
+    /// ``audit(tenant:collection:recordId:scope:)`` of the record id in every scope.
+    package func audit(tenant: String, collection: String, recordId: String) async throws -> [AuditEntry] {
+        try await audit(tenant: tenant, collection: collection, recordId: recordId, scope: nil)
+    }
+
     /// Runs `body` with this storage running as a service, for commands and tests outside an application.
     package func withRunning<T: Sendable>(_ body: @Sendable (Self) async throws -> T) async throws -> T {
         try await withThrowingTaskGroup(of: T?.self) { group in

@@ -1,6 +1,7 @@
 import OutpostProtocol
 
-/// How the server treats one collection: who may write it, which fields are protected, how it is scoped.
+/// How the server treats one collection: who may read and write it, which fields are protected, how it is
+/// scoped.
 public struct CollectionPolicy: Sendable, Hashable, Codable {
     public enum Kind: String, Sendable, Hashable, Codable {
         /// Field data that devices write: check-ins, attendance, activities, builds.
@@ -18,6 +19,22 @@ public struct CollectionPolicy: Sendable, Hashable, Codable {
     public var scopeField: String?
     /// How concurrent writes to one record resolve.
     public var merge: Merge
+    /// Which of the collection's records a member of staff may read. Supervisors read every record of the
+    /// tenant, organizers and admins too.
+    public var read: Access
+    /// Which of the collection's records a member of staff (or a supervisor) may change. Organizers and admins
+    /// may change any; a reference collection is written by organizers alone.
+    public var write: Access
+
+    /// Whose records a member of staff may read or change.
+    public enum Access: String, Sendable, Hashable, Codable, CaseIterable {
+        /// Only the records they created (attendance, activities, builds).
+        case own
+        /// The records of a scope they name (an event's check-ins: a second door sees who is in).
+        case scope
+        /// Every record of the tenant (notes).
+        case tenant
+    }
 
     /// How concurrent writes to one record resolve.
     public enum Merge: String, Sendable, Hashable, Codable {
@@ -30,17 +47,77 @@ public struct CollectionPolicy: Sendable, Hashable, Codable {
 
     public init(
         name: String, kind: Kind = .data, protectedFields: Set<String> = [], scopeField: String? = nil,
-        merge: Merge = .lastWriteWins
+        merge: Merge = .lastWriteWins, read: Access? = nil, write: Access? = nil
     ) {
         self.name = name
         self.kind = kind
         self.protectedFields = protectedFields
         self.scopeField = scopeField
         self.merge = merge
+        self.read = read ?? (scopeField == nil ? .tenant : .scope)
+        self.write = write ?? self.read
     }
 
     /// The role a token needs to push to this collection.
     public var writerRole: Role { kind == .reference ? .organizer : .staff }
+}
+
+// MARK: Access
+
+extension CollectionPolicy {
+    /// Whether `role` reads every record of this collection, whoever wrote it and whatever its scope.
+    func readsAll(_ role: Role) -> Bool { role >= .supervisor || read == .tenant }
+
+    /// The owner a read by `identity` is narrowed to, or nil when it may read every owner's records.
+    func readOwner(for identity: Identity) -> String? {
+        read == .own && identity.role < .supervisor ? identity.userId : nil
+    }
+
+    /// Why `identity` may not read this collection as asked (`scope` nil: every scope), or nil when it may.
+    func readRefusal(for identity: Identity, scope: String?) -> String? {
+        if read == .scope, scope == nil, identity.role < .supervisor {
+            return "reading \(name) needs a scope: name the event with scope="
+        }
+        return nil
+    }
+
+    /// Why a user with `role` may not change `existing` (nil when the record is new), or nil when they may.
+    func writeRefusal(role: Role, userId: String, existing: StoredRecord?) -> String? {
+        guard write == .own, role < .organizer, let existing, existing.owner != userId else { return nil }
+        return "\(name) records are changed only by the member of staff who created them"
+    }
+}
+
+// MARK: Scope
+
+extension CollectionPolicy {
+    /// The scope `mutation` names: its `scope`, or its scope field's value. Empty for a collection without a
+    /// scope.
+    ///
+    /// - Returns: the scope, or why the mutation names none the server can use.
+    func scope(of mutation: Mutation) -> Result<String, ScopeProblem> {
+        guard let scopeField else {
+            guard mutation.scope == nil || mutation.scope == "" else {
+                return .failure(ScopeProblem("\(name) has no scope; leave scope out"))
+            }
+            return .success("")
+        }
+        let field = mutation.fields[scopeField].map(\.displayText)
+        if let named = mutation.scope, let field, named != field {
+            return .failure(ScopeProblem("scope \(named) and \(scopeField) \(field) differ"))
+        }
+        guard let scope = mutation.scope ?? field, Identifier.isValid(scope) else {
+            return .failure(
+                ScopeProblem("a \(name) mutation names its scope, an identifier, in scope or \(scopeField)"))
+        }
+        return .success(scope)
+    }
+
+    /// Why a mutation's scope cannot be used.
+    struct ScopeProblem: Error, Sendable {
+        var message: String
+        init(_ message: String) { self.message = message }
+    }
 }
 
 /// The collections a server knows. A mutation or a read for any other collection is refused.
@@ -60,9 +137,9 @@ public struct CollectionRegistry: Sendable, Hashable {
         CollectionPolicy(name: Guest.collection, kind: .reference, scopeField: Guest.scopeField),
         CollectionPolicy(name: EventRecord.collection, kind: .reference),
         CollectionPolicy(name: CheckIn.collection, scopeField: CheckIn.scopeField, merge: .firstWriteWins),
-        CollectionPolicy(name: Attendance.collection),
-        CollectionPolicy(name: Activity.collection, protectedFields: Activity.financialFields),
-        CollectionPolicy(name: Build.collection),
+        CollectionPolicy(name: Attendance.collection, read: .own),
+        CollectionPolicy(name: Activity.collection, protectedFields: Activity.financialFields, read: .own),
+        CollectionPolicy(name: Build.collection, read: .own),
         CollectionPolicy(name: "notes"),
     ])
 }

@@ -29,6 +29,9 @@ struct MutationValidator: Sendable {
                 key, .invalidRecordId,
                 "recordId must be 1 to 128 characters from A-Z a-z 0-9 . _ : @ - and must not contain '..'")
         }
+        if case .failure(let problem) = policy.scope(of: mutation) {
+            return .rejected(key, .invalidFields, problem.message)
+        }
         let time = mutation.clientTimestamp
         guard time >= earliest else {
             return .rejected(key, .invalidTimestamp, "clientTimestamp is before \(earliest.iso8601)")
@@ -70,6 +73,17 @@ struct MutationValidator: Sendable {
             return .rejected(key, .invalidFields, problem)
         }
         return nil
+    }
+
+    /// What a push does with `mutation`: its rejection, or the mutation with its scope resolved and the hash
+    /// of its content as sent (a replay from a device that named no scope must hash as it did).
+    func item(for mutation: Mutation, by identity: Identity, now: Date) -> PushItem {
+        if let rejection = rejection(of: mutation, by: identity, now: now) { return .rejected(rejection) }
+        var resolved = mutation
+        if let policy = collections[mutation.collection], case .success(let scope) = policy.scope(of: mutation) {
+            resolved.scope = scope
+        }
+        return .valid(resolved, contentHash: Self.contentHash(of: mutation))
     }
 
     /// Rules on the fields of particular collections, which must hold for every client. Rules that read

@@ -7,12 +7,15 @@ package struct PushContext: Sendable {
     var deviceId: String
     var userId: String
     var userName: String
+    /// The pusher's role: a member of staff changes only their own records in a collection of own records.
+    var role: Role = .staff
     var receivedAt: Timestamp
 }
 
 /// One mutation of a push after validation.
 package enum PushItem: Sendable {
     case rejected(MutationResult)
+    /// A mutation that passed validation, its scope resolved, and the hash of its content as sent.
     case valid(Mutation, contentHash: String)
 
     var key: String? {
@@ -64,7 +67,7 @@ enum PushPlanner {
     ) -> Set<RecordKey> {
         var keys = Set<RecordKey>()
         for case .valid(let mutation, _) in items where !processed.contains(mutation.idempotencyKey) {
-            keys.insert(RecordKey(collection: mutation.collection, recordId: mutation.recordId))
+            keys.insert(RecordKey(mutation))
             if let rule = rules[mutation.collection] { keys.formUnion(rule.related(mutation)) }
         }
         return keys
@@ -109,7 +112,20 @@ enum PushPlanner {
                     plan.results.append(.rejected(key, .unknownCollection, "unknown collection"))
                     continue
                 }
-                let recordKey = RecordKey(collection: mutation.collection, recordId: mutation.recordId)
+                let recordKey = RecordKey(mutation)
+                if let refusal = policy.writeRefusal(
+                    role: context.role, userId: context.userId, existing: records[recordKey])
+                {
+                    plan.results.append(.rejected(key, .forbidden, refusal))
+                    continue
+                }
+                // A base newer than anything stored claims to have seen a version that never existed: it would
+                // pass every protected field's review.
+                if let base = mutation.baseVersion, base > records[recordKey]?.version ?? 0 {
+                    plan.results.append(
+                        .rejected(key, .invalidBaseVersion, "baseVersion is newer than the stored record's version"))
+                    continue
+                }
                 if let rule = rules[mutation.collection] {
                     let input = RecordRule.Input(
                         mutation: mutation, existing: records[recordKey], context: context, record: { records[$0] })
@@ -119,7 +135,8 @@ enum PushPlanner {
                     }
                 }
                 let outcome = RecordMerge.apply(
-                    mutation, deviceId: context.deviceId, to: records[recordKey], policy: policy)
+                    mutation, deviceId: context.deviceId, owner: context.userId, to: records[recordKey],
+                    policy: policy)
                 // The mutation alone was weighed before; the fields it adds to a stored record may still make
                 // that record too large, and then nothing of it is applied.
                 if outcome.changed, let existing = records[recordKey],
@@ -142,7 +159,7 @@ enum PushPlanner {
                     plan.conflicts.append(
                         ConflictRecord(
                             conflictId: id, collection: mutation.collection, recordId: mutation.recordId,
-                            idempotencyKey: key, deviceId: context.deviceId, userId: context.userId,
+                            scope: mutation.scope ?? "", idempotencyKey: key, deviceId: context.deviceId, userId: context.userId,
                             attemptedFields: conflict.attempted, serverFields: conflict.serverFields,
                             baseVersion: mutation.baseVersion, serverVersion: conflict.serverVersion,
                             clientTimestamp: mutation.clientTimestamp, receivedAt: context.receivedAt))

@@ -27,6 +27,7 @@ enum RecordMerge {
     static func apply(
         _ mutation: Mutation,
         deviceId: String,
+        owner: String = "",
         to existing: StoredRecord?,
         policy: CollectionPolicy
     ) -> Outcome {
@@ -34,7 +35,8 @@ enum RecordMerge {
         var record =
             existing
             ?? StoredRecord(
-                collection: mutation.collection, recordId: mutation.recordId, scope: "", version: 0,
+                collection: mutation.collection, recordId: mutation.recordId, scope: mutation.scope ?? "",
+                owner: owner, version: 0,
                 tombstone: false, fields: [:], meta: .init(), createdAt: time, updatedAt: time
             )
         let isNew = existing == nil
@@ -63,7 +65,6 @@ enum RecordMerge {
             record.createdAt = time
             record.updatedAt = time
             record.version = newVersion
-            if let field = policy.scopeField, let value = record.fields[field] { record.scope = value.displayText }
             return Outcome(record: record, changed: true, conflict: nil)
         }
 
@@ -116,9 +117,6 @@ enum RecordMerge {
         if changed {
             record.version = newVersion
             if isNew || time > record.updatedAt { record.updatedAt = time }
-            if let field = policy.scopeField, let value = record.fields[field] {
-                record.scope = value.displayText
-            }
         }
         return Outcome(record: record, changed: changed, conflict: conflict.attempted.isEmpty ? nil : conflict)
     }

@@ -81,7 +81,7 @@ struct RecordRule: Sendable {
 
     /// A check-in names a guest on its event's roster who has not cancelled, and the device and time of its scan.
     static let checkIn = RecordRule(
-        related: { mutation in [RecordKey(collection: Guest.collection, recordId: mutation.recordId)] },
+        related: { mutation in [guestKey(of: mutation)] },
         check: { input in
             let mutation = input.mutation
             guard mutation.op == .upsert else {
@@ -99,15 +99,20 @@ struct RecordRule: Sendable {
             else {
                 return .init(code: .invalidFields, message: "scanned_at must equal the mutation's client timestamp")
             }
-            let event = fields[CheckIn.Field.eventId]?.stringValue ?? ""
-            let guest = input.record(RecordKey(collection: Guest.collection, recordId: mutation.recordId))
+            let event = mutation.scope ?? ""
+            let guest = input.record(guestKey(of: mutation))
             // A cancelled registration is a deleted guest (`roster cancel`) or one with the status cancelled.
             if let guest, guest.tombstone || guest.fields["status"]?.stringValue == "cancelled" {
                 return .init(code: .guestCancelled, message: "guest \(mutation.recordId)'s registration is cancelled")
             }
-            guard let guest, guest.fields[Guest.scopeField]?.stringValue == event else {
+            guard guest != nil else {
                 return .init(code: .unknownGuest, message: "guest \(mutation.recordId) is not on the roster of event \(event)")
             }
             return nil
         })
+
+    /// The roster entry a check-in names: the guest of the same id in the same event.
+    static func guestKey(of checkIn: Mutation) -> RecordKey {
+        RecordKey(collection: Guest.collection, recordId: checkIn.recordId, scope: checkIn.scope ?? "")
+    }
 }

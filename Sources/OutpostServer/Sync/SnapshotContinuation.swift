@@ -10,23 +10,32 @@ struct SnapshotContinuation: Sendable, Hashable, Codable {
     var collection: String
     var scope: String?
     var after: String
+    /// The scope of the last record sent, in a snapshot of every scope; nil in tokens issued before records
+    /// were keyed by scope.
+    var afterScope: String?
     var cursor: String
     var total: Int
 
     private enum CodingKeys: String, CodingKey {
-        case tenant = "t", collection = "c", scope = "s", after = "a", cursor = "k", total = "n"
+        case tenant = "t", collection = "c", scope = "s", after = "a", afterScope = "as", cursor = "k", total = "n"
+    }
+
+    /// The last record sent, or nil before the first page.
+    var position: RecordPosition? {
+        after.isEmpty && afterScope == nil ? nil : RecordPosition(recordId: after, scope: afterScope ?? "")
     }
 
     func token(key: SymmetricKey) throws -> String {
         let body = try StorageCoding.encoder.encode(self)
         let mac = HMAC<SHA256>.authenticationCode(for: body, using: key)
-        return Self.base64URL(body) + "." + Self.base64URL(Data(mac))
+        return body.base64URLEncoded() + "." + Data(mac).base64URLEncoded()
     }
 
     /// The continuation in `token`, or `nil` when it is malformed or was not signed with `key`.
     init?(token: String, key: SymmetricKey) {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, let body = Self.data(base64URL: parts[0]), let mac = Self.data(base64URL: parts[1]),
+        guard parts.count == 2, parts[0].count < 4096, parts[1].count < 4096,
+            let body = Data(base64URLEncoded: parts[0]), let mac = Data(base64URLEncoded: parts[1]),
             HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: body, using: key),
             let value = try? JSONDecoder().decode(Self.self, from: body)
         else { return nil }
@@ -40,17 +49,5 @@ struct SnapshotContinuation: Sendable, Hashable, Codable {
         self.after = after
         self.cursor = cursor
         self.total = total
-    }
-
-    private static func base64URL(_ data: Data) -> String {
-        data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
-
-    private static func data(base64URL text: Substring) -> Data? {
-        guard text.count < 4096 else { return nil }
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        return Data(base64Encoded: base64)
     }
 }

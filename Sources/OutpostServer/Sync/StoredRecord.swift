@@ -44,13 +44,26 @@ struct FieldStamp: Sendable, Hashable, Codable, Comparable {
     }
 }
 
-/// Identifies a record inside a tenant.
+/// Identifies a record inside a tenant: its collection, its id and its scope (empty in a collection without
+/// one). The same id in two scopes is two records.
 struct RecordKey: Sendable, Hashable, Comparable {
     var collection: String
     var recordId: String
+    var scope: String
+
+    init(collection: String, recordId: String, scope: String = "") {
+        self.collection = collection
+        self.recordId = recordId
+        self.scope = scope
+    }
+
+    /// The record a validated mutation names (its scope resolved by ``CollectionPolicy/scope(of:)``).
+    init(_ mutation: Mutation) {
+        self.init(collection: mutation.collection, recordId: mutation.recordId, scope: mutation.scope ?? "")
+    }
 
     static func < (lhs: RecordKey, rhs: RecordKey) -> Bool {
-        (lhs.collection, lhs.recordId) < (rhs.collection, rhs.recordId)
+        (lhs.collection, lhs.recordId, lhs.scope) < (rhs.collection, rhs.recordId, rhs.scope)
     }
 }
 
@@ -59,6 +72,9 @@ package struct StoredRecord: Sendable, Hashable {
     var collection: String
     var recordId: String
     var scope: String
+    /// The user who created the record: in a collection of own records, the only member of staff who may
+    /// read or change it.
+    var owner: String = ""
     var version: Int64
     var tombstone: Bool
     var fields: [String: JSONValue]
@@ -74,7 +90,7 @@ package struct StoredRecord: Sendable, Hashable {
         var deletion: FieldStamp?
     }
 
-    var key: RecordKey { RecordKey(collection: collection, recordId: recordId) }
+    var key: RecordKey { RecordKey(collection: collection, recordId: recordId, scope: scope) }
 
     var change: Change {
         Change(

@@ -71,40 +71,50 @@ enum Fixtures {
 
     static func upsert(
         _ recordId: String, _ fields: [String: JSONValue], at seconds: Double = 0, collection: String = "notes",
-        device: String = "dev-a", base: Int64? = nil, key: String? = nil
+        device: String = "dev-a", base: Int64? = nil, key: String? = nil, scope: String? = nil
     ) -> Mutation {
         let timestamp = time(seconds)
         return Mutation(
             idempotencyKey: key ?? "\(device):\(recordId):\(timestamp.iso8601)", collection: collection,
-            recordId: recordId, op: .upsert, fields: fields, clientTimestamp: timestamp, baseVersion: base)
+            recordId: recordId, scope: scope, op: .upsert, fields: fields, clientTimestamp: timestamp, baseVersion: base)
     }
 
     static func delete(
         _ recordId: String, at seconds: Double = 0, collection: String = "notes", device: String = "dev-a",
-        base: Int64? = nil
+        base: Int64? = nil, scope: String? = nil
     ) -> Mutation {
         let timestamp = time(seconds)
         return Mutation(
             idempotencyKey: "\(device):\(recordId):\(timestamp.iso8601):delete", collection: collection,
-            recordId: recordId, op: .delete, clientTimestamp: timestamp, baseVersion: base)
+            recordId: recordId, scope: scope, op: .delete, clientTimestamp: timestamp, baseVersion: base)
     }
 
-    static func context(tenant: String = "acme", device: String = "dev-a", user: String = "ana") -> PushContext {
-        PushContext(tenant: tenant, deviceId: device, userId: user, userName: "Ana", receivedAt: time(3600))
+    static func context(
+        tenant: String = "acme", device: String = "dev-a", user: String = "ana", role: Role = .staff
+    ) -> PushContext {
+        PushContext(tenant: tenant, deviceId: device, userId: user, userName: "Ana", role: role, receivedAt: time(3600))
     }
 
-    static func items(_ mutations: [Mutation]) -> [PushItem] {
-        mutations.map { .valid($0, contentHash: MutationValidator.contentHash(of: $0)) }
+    /// Valid push items, each with its scope resolved as the server's validation resolves it.
+    static func items(_ mutations: [Mutation], collections: CollectionRegistry = .standard) -> [PushItem] {
+        mutations.map { mutation in
+            var resolved = mutation
+            if case .success(let scope)? = collections[mutation.collection]?.scope(of: mutation) {
+                resolved.scope = scope
+            }
+            return .valid(resolved, contentHash: MutationValidator.contentHash(of: mutation))
+        }
     }
 }
 
 extension SyncStorage {
     /// Pushes valid mutations as one device of one tenant.
-    func push(_ mutations: [Mutation], tenant: String = "acme", device: String = "dev-a") async throws
-        -> [MutationResult]
-    {
+    func push(
+        _ mutations: [Mutation], tenant: String = "acme", device: String = "dev-a", user: String = "ana",
+        role: Role = .staff
+    ) async throws -> [MutationResult] {
         try await push(
-            Fixtures.items(mutations), context: Fixtures.context(tenant: tenant, device: device),
+            Fixtures.items(mutations), context: Fixtures.context(tenant: tenant, device: device, user: user, role: role),
             collections: .standard)
     }
 
@@ -118,11 +128,11 @@ extension SyncStorage {
     }
 
     /// A page of a snapshot, bounded by the server's default page size in bytes.
-    func snapshotPage(tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int)
+    func snapshotPage(tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int)
         async throws -> [SnapshotRow]
     {
         try await snapshotPage(
-            tenant: tenant, collection: collection, scope: scope, after: recordId, limit: limit,
+            tenant: tenant, collection: collection, scope: scope, after: position, limit: limit,
             maxBytes: ServerConfiguration().pageMaxBytes)
     }
 

@@ -142,5 +142,43 @@ extension PostgresStorage {
                 "DROP INDEX records_by_scope_change",
                 "DROP INDEX records_by_scope_id",
             ]),
+        Migration(
+            version: "v5-scoped-records",
+            statements: [
+                // A record's scope is part of its key, and a record knows who created it: the user of its first
+                // mutation. The table is locked whole first, as in v4, for the same reason.
+                "LOCK TABLE records IN ACCESS EXCLUSIVE MODE",
+                #"ALTER TABLE records ADD COLUMN owner TEXT COLLATE "C" NOT NULL DEFAULT ''"#,
+                #"""
+                UPDATE records r SET owner = m.user_id
+                FROM (SELECT DISTINCT ON (tenant, collection, record_id) tenant, collection, record_id, user_id
+                      FROM mutations ORDER BY tenant, collection, record_id, received_at, client_ts) AS m
+                WHERE r.tenant = m.tenant COLLATE "C" AND r.collection = m.collection COLLATE "C"
+                  AND r.record_id = m.record_id COLLATE "C"
+                """#,
+                "ALTER TABLE records DROP CONSTRAINT records_pkey, ADD PRIMARY KEY (tenant, collection, record_id, scope)",
+                "ALTER TABLE mutations ADD COLUMN scope TEXT NOT NULL DEFAULT ''",
+                #"""
+                UPDATE mutations m SET scope = r.scope FROM records r
+                WHERE r.scope <> '' AND r.tenant = m.tenant COLLATE "C" AND r.collection = m.collection COLLATE "C"
+                  AND r.record_id = m.record_id COLLATE "C"
+                """#,
+                "ALTER TABLE conflicts ADD COLUMN scope TEXT NOT NULL DEFAULT ''",
+                #"""
+                UPDATE conflicts c SET scope = r.scope FROM records r
+                WHERE r.scope <> '' AND r.tenant = c.tenant COLLATE "C" AND r.collection = c.collection COLLATE "C"
+                  AND r.record_id = c.record_id COLLATE "C"
+                """#,
+                // The user each device id speaks for, by the device's fingerprint: the first to use it.
+                """
+                CREATE TABLE device_owners (
+                  tenant TEXT NOT NULL,
+                  fingerprint TEXT NOT NULL,
+                  user_id TEXT NOT NULL,
+                  bound_at BIGINT NOT NULL,
+                  PRIMARY KEY (tenant, fingerprint)
+                )
+                """,
+            ]),
     ]
 }

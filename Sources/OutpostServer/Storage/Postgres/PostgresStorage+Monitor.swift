@@ -43,16 +43,46 @@ extension PostgresStorage {
         }
     }
 
-    package func reportedEvents(tenant: String) async throws -> [String] {
+    package func events(tenant: String) async throws -> [String] {
         try await guarded {
             let rows = try await client.query(
                 """
-                SELECT event FROM devices WHERE tenant = \(tenant) AND event <> ''
-                GROUP BY event ORDER BY max(last_seen) DESC, event
+                SELECT record_id FROM records
+                WHERE tenant = \(tenant) AND collection = \(EventRecord.collection) AND NOT tombstone
+                ORDER BY created_at DESC, record_id
                 """, logger: logger)
             var events: [String] = []
             for try await event in rows.decode(String.self) { events.append(event) }
             return events
+        }
+    }
+
+    package func bindDevice(tenant: String, fingerprint: String, userId: String, at time: Int64) async throws -> String {
+        try await guarded {
+            // Two statements: a binding another transaction commits while the insert waits is visible only to
+            // a statement that starts after it.
+            try await client.query(
+                """
+                INSERT INTO device_owners (tenant, fingerprint, user_id, bound_at)
+                VALUES (\(tenant), \(fingerprint), \(userId), \(time)) ON CONFLICT DO NOTHING
+                """, logger: logger)
+            let rows = try await client.query(
+                "SELECT user_id FROM device_owners WHERE tenant = \(tenant) AND fingerprint = \(fingerprint)",
+                logger: logger)
+            for try await owner in rows.decode(String.self) { return owner }
+            throw StorageError(.corrupt, "a device binding vanished")
+        }
+    }
+
+    package func releaseDevice(tenant: String, fingerprint: String) async throws -> Bool {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                DELETE FROM device_owners WHERE tenant = \(tenant) AND fingerprint = \(fingerprint) RETURNING 1
+                """, logger: logger)
+            var released = false
+            for try await _ in rows { released = true }
+            return released
         }
     }
 
@@ -140,7 +170,7 @@ extension PostgresStorage {
             let rows = try await client.query(
                 """
                 SELECT \(unescaped: Self.recordColumns) FROM records
-                WHERE tenant = \(tenant) AND collection = \(collection) AND record_id = \(recordId)
+                WHERE tenant = \(tenant) AND collection = \(collection) AND record_id = \(recordId) AND scope = ''
                 """, logger: logger)
             for try await row in rows { return try Self.record(row) }
             return nil

@@ -93,7 +93,7 @@ extension PostgresStorage {
             guard case .valid(let mutation, _) = item, mutation.baseVersion == nil, mutation.op == .upsert else {
                 return nil
             }
-            written.insert(RecordKey(collection: mutation.collection, recordId: mutation.recordId))
+            written.insert(RecordKey(mutation))
         }
         // A collection's rule that consults other records needs them read.
         guard recordKeys.count == written.count else { return nil }
@@ -161,22 +161,23 @@ extension PostgresStorage {
 /// and ``PostgresStorage/recordLookup(tenant:keys:)`` read them, in one round trip. Rows of both kinds share
 /// the columns; the first says which kind a row is.
 struct PushLookup: PostgresPreparedStatement {
-    static let sql = select(keys: "$2", collections: "$3", recordIds: "$4")
+    static let sql = select(keys: "$2", collections: "$3", recordIds: "$4", scopes: "$5")
 
     /// The query, with the tenant as `$1` and the other arrays at the placeholders given.
-    static func select(keys: String, collections: String, recordIds: String) -> String {
+    static func select(keys: String, collections: String, recordIds: String, scopes: String) -> String {
         """
         SELECT 0, m.idempotency_key, m.content_hash, m.status, m.version, m.conflict,
-               NULL::text, NULL::boolean, NULL::bigint, NULL::bigint
+               NULL::text, NULL::boolean, NULL::bigint, NULL::bigint, NULL::text
         FROM unnest(\(keys)::text[]) AS u(k), LATERAL (
           SELECT idempotency_key, content_hash, status, version, conflict FROM mutations
           WHERE tenant = (SELECT $1::text) AND idempotency_key = u.k LIMIT 1) AS m
         UNION ALL
         SELECT 1, r.collection, r.record_id, r.scope, r.version, r.fields, r.meta, r.tombstone, r.created_at,
-               r.updated_at
-        FROM unnest(\(collections)::text[], \(recordIds)::text[]) AS u(c, i), LATERAL (
-          SELECT collection, record_id, scope, version, fields, meta, tombstone, created_at, updated_at FROM records
-          WHERE tenant = (SELECT $1::text) AND collection = u.c AND record_id = u.i LIMIT 1) AS r
+               r.updated_at, r.owner
+        FROM unnest(\(collections)::text[], \(recordIds)::text[], \(scopes)::text[]) AS u(c, i, s), LATERAL (
+          SELECT collection, record_id, scope, version, fields, meta, tombstone, created_at, updated_at, owner
+          FROM records
+          WHERE tenant = (SELECT $1::text) AND collection = u.c AND record_id = u.i AND scope = u.s LIMIT 1) AS r
         """
     }
 
@@ -188,11 +189,12 @@ struct PushLookup: PostgresPreparedStatement {
     var bindings: PostgresBindings
 
     init(tenant: String, keys: [String], records: [RecordKey]) {
-        bindings = PostgresBindings(capacity: 4)
+        bindings = PostgresBindings(capacity: 5)
         bindings.append(tenant)
         bindings.append(keys)
         bindings.append(records.map(\.collection))
         bindings.append(records.map(\.recordId))
+        bindings.append(records.map(\.scope))
     }
 
     func makeBindings() throws -> PostgresBindings { bindings }
@@ -200,8 +202,8 @@ struct PushLookup: PostgresPreparedStatement {
     func decodeRow(_ row: PostgresRow) throws -> Row { try Self.decode(row) }
 
     static func decode(_ row: PostgresRow) throws -> Row {
-        let (kind, a, b, c, version, d, meta, tombstone, createdAt, updatedAt) = try row.decode(
-            (Int32, String, String, String, Int64, String?, String?, Bool?, Int64?, Int64?).self)
+        let (kind, a, b, c, version, d, meta, tombstone, createdAt, updatedAt, owner) = try row.decode(
+            (Int32, String, String, String, Int64, String?, String?, Bool?, Int64?, Int64?, String?).self)
         if kind == 0 {
             return .processed(
                 a,
@@ -209,12 +211,12 @@ struct PushLookup: PostgresPreparedStatement {
                     contentHash: b, status: MutationResult.Status(rawValue: c) ?? .applied, version: version,
                     conflict: try d.map { try StorageCoding.decode(ConflictDetail.self, from: $0) }))
         }
-        guard let fields = d, let meta, let tombstone, let createdAt, let updatedAt else {
+        guard let fields = d, let meta, let tombstone, let createdAt, let updatedAt, let owner else {
             throw StorageError(.corrupt, "a record row is missing a column")
         }
         return .record(
             StoredRecord(
-                collection: a, recordId: b, scope: c, version: version, tombstone: tombstone,
+                collection: a, recordId: b, scope: c, owner: owner, version: version, tombstone: tombstone,
                 fields: try StorageCoding.decode([String: JSONValue].self, from: fields),
                 meta: try StorageCoding.decode(StoredRecord.Meta.self, from: meta), createdAt: createdAt,
                 updatedAt: updatedAt))
@@ -234,31 +236,34 @@ struct PushLookup: PostgresPreparedStatement {
 struct ConditionalWrite: PostgresPreparedStatement {
     static let sql = """
         WITH input AS MATERIALIZED (
-          SELECT c, i, s, v, t, f, m, ca, ua, p, pg_current_xact_id()::text::bigint AS xid,
+          SELECT c, i, s, v, t, f, m, ca, ua, p, o, pg_current_xact_id()::text::bigint AS xid,
                  nextval('change_seq') AS seq
           FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::text[], $8::text[],
-                      $9::bigint[], $10::bigint[], $11::bigint[])
-               WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, p, n)
+                      $9::bigint[], $10::bigint[], $11::bigint[], $\(15 + MutationsInsert.arrayCount + 1)::text[])
+               WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, p, o, n)
           ORDER BY n),
         held AS (
-          SELECT 1 FROM unnest($12::text[], $13::text[], $14::bigint[]) AS h(c, i, v), LATERAL (
+          SELECT 1 FROM unnest($12::text[], $13::text[], $14::bigint[], $\(15 + MutationsInsert.arrayCount)::text[])
+                        AS h(c, i, v, s), LATERAL (
             SELECT 1 FROM records
-            WHERE tenant = (SELECT $1::text) AND collection = h.c AND record_id = h.i AND version = h.v
+            WHERE tenant = (SELECT $1::text) AND collection = h.c AND record_id = h.i AND scope = h.s
+              AND version = h.v
             LIMIT 1 FOR SHARE) AS l),
         updated AS (
-          UPDATE records r SET scope = x.s, version = x.v, tombstone = x.t, fields = x.f, meta = x.m,
+          UPDATE records r SET version = x.v, tombstone = x.t, fields = x.f, meta = x.m,
             created_at = x.ca, updated_at = x.ua, change_xid = x.xid, change_seq = x.seq
           FROM (
             SELECT input.*, l.ctid AS target FROM input, LATERAL (
               SELECT ctid FROM records
-              WHERE tenant = (SELECT $1::text) AND collection = input.c AND record_id = input.i LIMIT 1) AS l
+              WHERE tenant = (SELECT $1::text) AND collection = input.c AND record_id = input.i AND scope = input.s
+              LIMIT 1) AS l
             WHERE input.p > 0) AS x
           WHERE r.ctid = x.target AND r.version = x.p
           RETURNING 1),
         inserted AS (
-          INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
+          INSERT INTO records (tenant, collection, record_id, scope, owner, version, tombstone, fields, meta,
                                created_at, updated_at, change_xid, change_seq)
-          SELECT $1, c, i, s, v, t, f, m, ca, ua, xid, seq FROM input WHERE p = 0
+          SELECT $1, c, i, s, o, v, t, f, m, ca, ua, xid, seq FROM input WHERE p = 0
           RETURNING 1),
         claimed AS (
           \(MutationsInsert.insert(from: 15)))
@@ -275,7 +280,7 @@ struct ConditionalWrite: PostgresPreparedStatement {
     ///   - read: the records as the lookup found them; a planned record missing here is new.
     ///   - held: records the push read and leaves as they are.
     init(tenant: String, plan: PushPlan, read: [RecordKey: StoredRecord], held: [StoredRecord]) throws {
-        bindings = PostgresBindings(capacity: 29)
+        bindings = PostgresBindings(capacity: 16 + MutationsInsert.arrayCount)
         bindings.append(tenant)
         try RecordsInsert.appendRows(tenantless: plan.records, to: &bindings)
         bindings.append(plan.records.map { read[$0.key]?.version ?? 0 })
@@ -283,6 +288,8 @@ struct ConditionalWrite: PostgresPreparedStatement {
         bindings.append(held.map(\.recordId))
         bindings.append(held.map(\.version))
         try MutationsInsert.appendRows(tenantless: plan.mutations, to: &bindings)
+        bindings.append(held.map(\.scope))
+        bindings.append(plan.records.map(\.owner))
     }
 
     func makeBindings() throws -> PostgresBindings { bindings }
@@ -303,23 +310,24 @@ struct NewRecordsWrite: PostgresPreparedStatement {
           SELECT 1 FROM unnest($11::text[]) AS u(k)
           WHERE EXISTS (SELECT 1 FROM mutations WHERE tenant = (SELECT $1::text) AND idempotency_key = u.k)
           UNION ALL
-          SELECT 1 FROM unnest($2::text[], $3::text[]) AS u(c, i)
-          WHERE EXISTS (SELECT 1 FROM records WHERE tenant = (SELECT $1::text) AND collection = u.c AND record_id = u.i)
+          SELECT 1 FROM unnest($2::text[], $3::text[], $4::text[]) AS u(c, i, s)
+          WHERE EXISTS (SELECT 1 FROM records WHERE tenant = (SELECT $1::text) AND collection = u.c AND record_id = u.i
+                                                AND scope = u.s)
           LIMIT 1),
         found AS MATERIALIZED (
-          SELECT * FROM (\(PushLookup.select(keys: "$11", collections: "$2", recordIds: "$3"))) AS lookup
+          SELECT * FROM (\(PushLookup.select(keys: "$11", collections: "$2", recordIds: "$3", scopes: "$4"))) AS lookup
           WHERE EXISTS (SELECT 1 FROM existing)),
         input AS MATERIALIZED (
-          SELECT c, i, s, v, t, f, m, ca, ua, pg_current_xact_id()::text::bigint AS xid, nextval('change_seq') AS seq
+          SELECT c, i, s, v, t, f, m, ca, ua, o, pg_current_xact_id()::text::bigint AS xid, nextval('change_seq') AS seq
           FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::text[], $8::text[],
-                      $9::bigint[], $10::bigint[])
-               WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, n)
+                      $9::bigint[], $10::bigint[], $\(11 + MutationsInsert.arrayCount)::text[])
+               WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, o, n)
           WHERE NOT EXISTS (SELECT 1 FROM existing)
           ORDER BY n),
         inserted AS (
-          INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
+          INSERT INTO records (tenant, collection, record_id, scope, owner, version, tombstone, fields, meta,
                                created_at, updated_at, change_xid, change_seq)
-          SELECT $1, c, i, s, v, t, f, m, ca, ua, xid, seq FROM input),
+          SELECT $1, c, i, s, o, v, t, f, m, ca, ua, xid, seq FROM input),
         claimed AS (
           \(MutationsInsert.insert(from: 11))
           WHERE NOT EXISTS (SELECT 1 FROM existing))
@@ -330,10 +338,11 @@ struct NewRecordsWrite: PostgresPreparedStatement {
     var bindings: PostgresBindings
 
     init(tenant: String, plan: PushPlan) throws {
-        bindings = PostgresBindings(capacity: 25)
+        bindings = PostgresBindings(capacity: 11 + MutationsInsert.arrayCount)
         bindings.append(tenant)
         try RecordsInsert.appendRows(tenantless: plan.records, to: &bindings)
         try MutationsInsert.appendRows(tenantless: plan.mutations, to: &bindings)
+        bindings.append(plan.records.map(\.owner))
     }
 
     func makeBindings() throws -> PostgresBindings { bindings }

@@ -297,17 +297,19 @@ package struct PostgresStorage: SyncStorage {
             let c = plan.conflicts
             try await connection.query(
                 """
-                INSERT INTO conflicts (tenant, conflict_id, collection, record_id, idempotency_key, device_id, user_id,
-                                       attempted, server_fields, base_version, server_version, client_ts, received_at)
-                SELECT \(tenant), ci, c, i, k, d, u, a, sf, NULLIF(b, '')::bigint, sv, ts, ra
+                INSERT INTO conflicts (tenant, conflict_id, collection, record_id, scope, idempotency_key, device_id,
+                                       user_id, attempted, server_fields, base_version, server_version, client_ts,
+                                       received_at)
+                SELECT \(tenant), ci, c, i, s, k, d, u, a, sf, NULLIF(b, '')::bigint, sv, ts, ra
                 FROM unnest(\(c.map(\.conflictId))::text[], \(c.map(\.collection))::text[], \(c.map(\.recordId))::text[],
+                            \(c.map(\.scope))::text[],
                             \(c.map(\.idempotencyKey))::text[], \(c.map(\.deviceId))::text[], \(c.map(\.userId))::text[],
                             \(try c.map { try StorageCoding.encode($0.attemptedFields) })::text[],
                             \(try c.map { try StorageCoding.encode($0.serverFields) })::text[],
                             \(c.map { $0.baseVersion.map(String.init) ?? "" })::text[],
                             \(c.map(\.serverVersion))::bigint[], \(c.map(\.clientTimestamp.millisecondsSince1970))::bigint[],
                             \(c.map(\.receivedAt.millisecondsSince1970))::bigint[])
-                     AS u(ci, c, i, k, d, u, a, sf, b, sv, ts, ra)
+                     AS u(ci, c, i, s, k, d, u, a, sf, b, sv, ts, ra)
                 """, logger: logger)
         }
     }
@@ -315,7 +317,8 @@ package struct PostgresStorage: SyncStorage {
     // MARK: Reads
 
     package func pull(
-        tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int, maxBytes: Int
+        tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor, limit: Int,
+        maxBytes: Int
     ) async throws -> PulledChanges
     {
         try await guarded {
@@ -323,7 +326,8 @@ package struct PostgresStorage: SyncStorage {
                 // Taken before the read: every transaction older than it has finished, so the read sees them all.
                 let horizon = try await Self.horizon(connection, logger: logger)
                 let query = Self.pullQuery(
-                    tenant: tenant, collection: collection, scope: scope, after: cursor, horizon: horizon, limit: limit + 1)
+                    tenant: tenant, collection: collection, scope: scope, owner: owner, after: cursor, horizon: horizon,
+                    limit: limit + 1)
                 var records: [SnapshotRow] = []
                 var last = cursor
                 var hasMore = false
@@ -365,12 +369,13 @@ package struct PostgresStorage: SyncStorage {
     }
 
     package func snapshotPage(
-        tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int, maxBytes: Int
+        tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int,
+        maxBytes: Int
     ) async throws -> [SnapshotRow]
     {
         try await guarded {
             let query = Self.snapshotPageQuery(
-                tenant: tenant, collection: collection, scope: scope, after: recordId, limit: limit)
+                tenant: tenant, collection: collection, scope: scope, after: position, limit: limit)
             var rows: [SnapshotRow] = []
             var bytes = 0
             for try await (collection, recordId, scope, version, fields, createdAt, updatedAt) in try await client.query(
@@ -386,13 +391,16 @@ package struct PostgresStorage: SyncStorage {
         }
     }
 
-    package func audit(tenant: String, collection: String, recordId: String) async throws -> [AuditEntry] {
+    package func audit(tenant: String, collection: String, recordId: String, scope: String?) async throws
+        -> [AuditEntry]
+    {
         try await guarded {
             let rows = try await client.query(
                 """
-                SELECT idempotency_key, collection, record_id, op, fields, device_id, user_id, user_name, client_ts,
-                       received_at, status, version
+                SELECT idempotency_key, collection, record_id, scope, op, fields, device_id, user_id, user_name,
+                       client_ts, received_at, status, version
                 FROM mutations WHERE tenant = \(tenant) AND collection = \(collection) AND record_id = \(recordId)
+                  AND (\(scope)::text IS NULL OR scope = \(scope)::text)
                 ORDER BY client_ts, device_id, idempotency_key
                 """, logger: logger)
             var entries: [AuditEntry] = []
@@ -403,6 +411,7 @@ package struct PostgresStorage: SyncStorage {
                         idempotencyKey: try c["idempotency_key"].decode(String.self),
                         collection: try c["collection"].decode(String.self),
                         recordId: try c["record_id"].decode(String.self),
+                        scope: try c["scope"].decode(String.self),
                         op: MutationOperation(rawValue: try c["op"].decode(String.self)) ?? .upsert,
                         fields: try StorageCoding.decode(
                             [String: JSONValue].self, from: try c["fields"].decode(String.self)),
@@ -421,7 +430,7 @@ package struct PostgresStorage: SyncStorage {
     package func conflicts(tenant: String, collection: String?, limit: Int) async throws -> [ConflictRecord] {
         try await guarded {
             let query: PostgresQuery = """
-                SELECT conflict_id, collection, record_id, idempotency_key, device_id, user_id, attempted,
+                SELECT conflict_id, collection, record_id, scope, idempotency_key, device_id, user_id, attempted,
                        server_fields, base_version, server_version, client_ts, received_at
                 FROM conflicts WHERE tenant = \(tenant)
                   AND (\(collection)::text IS NULL OR collection = \(collection)::text)
@@ -435,6 +444,7 @@ package struct PostgresStorage: SyncStorage {
                         conflictId: try c["conflict_id"].decode(String.self),
                         collection: try c["collection"].decode(String.self),
                         recordId: try c["record_id"].decode(String.self),
+                        scope: try c["scope"].decode(String.self),
                         idempotencyKey: try c["idempotency_key"].decode(String.self),
                         deviceId: try c["device_id"].decode(String.self),
                         userId: try c["user_id"].decode(String.self),
@@ -471,9 +481,11 @@ package struct PostgresStorage: SyncStorage {
     /// The records of `keys`, planned as ``processedLookup(tenant:keys:)`` is.
     static func recordLookup(tenant: String, keys: [RecordKey]) -> PostgresQuery {
         """
-        SELECT r.* FROM unnest(\(keys.map(\.collection))::text[], \(keys.map(\.recordId))::text[]) AS u(c, i),
+        SELECT r.* FROM unnest(\(keys.map(\.collection))::text[], \(keys.map(\.recordId))::text[],
+                               \(keys.map(\.scope))::text[]) AS u(c, i, s),
         LATERAL (SELECT \(unescaped: recordColumns) FROM records
-                 WHERE tenant = (SELECT \(tenant)::text) AND collection = u.c AND record_id = u.i LIMIT 1) AS r
+                 WHERE tenant = (SELECT \(tenant)::text) AND collection = u.c AND record_id = u.i AND scope = u.s
+                 LIMIT 1) AS r
         """
     }
 
@@ -483,12 +495,14 @@ package struct PostgresStorage: SyncStorage {
 
     /// Changes after `cursor` and before `horizon`, in commit order.
     static func pullQuery(
-        tenant: String, collection: String, scope: String?, after cursor: PullCursor, horizon: Int64, limit: Int
+        tenant: String, collection: String, scope: String?, owner: String? = nil, after cursor: PullCursor,
+        horizon: Int64, limit: Int
     ) -> PostgresQuery {
         """
         SELECT \(unescaped: changeColumns), change_xid, change_seq FROM records
         WHERE tenant = \(tenant) AND collection = \(collection)
           AND (\(scope)::text IS NULL OR scope = \(scope)::text)
+          AND (\(owner)::text IS NULL OR owner = \(owner)::text)
           AND (change_xid, change_seq) > (\(cursor.xid), \(cursor.seq)) AND change_xid < \(horizon)
         ORDER BY change_xid, change_seq LIMIT \(limit)
         """
@@ -502,21 +516,29 @@ package struct PostgresStorage: SyncStorage {
         """
     }
 
-    /// A snapshot's next page: live records after `recordId`, by id.
+    /// A snapshot's next page: live records after `position`, by id (and scope, when the snapshot is of every
+    /// scope: one record id may come once per scope).
     static func snapshotPageQuery(
-        tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int
+        tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int
     ) -> PostgresQuery {
-        """
-        SELECT collection, record_id, scope, version, fields, created_at, updated_at FROM records
-        WHERE tenant = \(tenant) AND collection = \(collection) AND NOT tombstone
-          AND (\(scope)::text IS NULL OR scope = \(scope)::text)
-          AND record_id > \(recordId ?? "")
-        ORDER BY record_id LIMIT \(limit)
-        """
+        guard let scope else {
+            return """
+                SELECT collection, record_id, scope, version, fields, created_at, updated_at FROM records
+                WHERE tenant = \(tenant) AND collection = \(collection) AND NOT tombstone
+                  AND (record_id, scope) > (\(position?.recordId ?? ""), \(position?.scope ?? ""))
+                ORDER BY record_id, scope LIMIT \(limit)
+                """
+        }
+        return """
+            SELECT collection, record_id, scope, version, fields, created_at, updated_at FROM records
+            WHERE tenant = \(tenant) AND collection = \(collection) AND NOT tombstone AND scope = \(scope)
+              AND record_id > \(position?.recordId ?? "")
+            ORDER BY record_id LIMIT \(limit)
+            """
     }
 
     static let recordColumns =
-        "collection, record_id, scope, version, tombstone, fields, meta, created_at, updated_at"
+        "collection, record_id, scope, owner, version, tombstone, fields, meta, created_at, updated_at"
     /// What a pull reads, in the order its reader takes them by position: everything but the merge stamps,
     /// which only a push needs.
     static let changeColumns = "collection, record_id, scope, version, tombstone, fields, created_at, updated_at"
@@ -527,6 +549,7 @@ package struct PostgresStorage: SyncStorage {
             collection: try c["collection"].decode(String.self),
             recordId: try c["record_id"].decode(String.self),
             scope: try c["scope"].decode(String.self),
+            owner: try c.contains("owner") ? c["owner"].decode(String.self) : "",
             version: try c["version"].decode(Int64.self),
             tombstone: try c["tombstone"].decode(Bool.self),
             fields: try StorageCoding.decode([String: JSONValue].self, from: try c["fields"].decode(String.self)),
@@ -547,7 +570,7 @@ package struct PostgresStorage: SyncStorage {
     /// A stable 64-bit lock id for one record of one tenant.
     static func lockKey(tenant: String, _ key: RecordKey) -> Int64 {
         var hasher = SHA256()
-        for part in [tenant, key.collection, key.recordId] {
+        for part in [tenant, key.collection, key.recordId, key.scope] {
             hasher.update(data: Array(part.utf8))
             hasher.update(data: [0])
         }
@@ -603,15 +626,15 @@ package struct PostgresStorage: SyncStorage {
 /// parsing and planning it each time was a fifth of PostgreSQL's work on a push.
 struct RecordsInsert: PostgresPreparedStatement {
     static let sql = """
-        INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
+        INSERT INTO records (tenant, collection, record_id, scope, owner, version, tombstone, fields, meta,
                              created_at, updated_at, change_xid, change_seq)
-        SELECT $1, c, i, s, v, t, f, m, ca, ua, pg_current_xact_id()::text::bigint, nextval('change_seq')
+        SELECT $1, c, i, s, o, v, t, f, m, ca, ua, pg_current_xact_id()::text::bigint, nextval('change_seq')
         FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::text[], $8::text[],
-                    $9::bigint[], $10::bigint[])
-             WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, n)
+                    $9::bigint[], $10::bigint[], $11::text[])
+             WITH ORDINALITY AS u(c, i, s, v, t, f, m, ca, ua, o, n)
         ORDER BY n
-        ON CONFLICT (tenant, collection, record_id) DO UPDATE SET
-          scope = excluded.scope, version = excluded.version, tombstone = excluded.tombstone,
+        ON CONFLICT (tenant, collection, record_id, scope) DO UPDATE SET
+          version = excluded.version, tombstone = excluded.tombstone,
           fields = excluded.fields, meta = excluded.meta, created_at = excluded.created_at,
           updated_at = excluded.updated_at, change_xid = excluded.change_xid, change_seq = excluded.change_seq
         """
@@ -620,13 +643,14 @@ struct RecordsInsert: PostgresPreparedStatement {
     var bindings: PostgresBindings
 
     init(tenant: String, records: [StoredRecord]) throws {
-        bindings = PostgresBindings(capacity: 10)
+        bindings = PostgresBindings(capacity: 11)
         bindings.append(tenant)
         try Self.appendRows(tenantless: records, to: &bindings)
+        bindings.append(records.map(\.owner))
     }
 
-    /// The nine arrays of `records`, in the order of the columns after the tenant; ``ConditionalWrite`` binds
-    /// them too.
+    /// The nine arrays of `records`, in the order of the columns after the tenant (the owners, which only an
+    /// insert writes, are bound apart); ``ConditionalWrite`` binds them too.
     static func appendRows(tenantless r: [StoredRecord], to bindings: inout PostgresBindings) throws {
         bindings.append(r.map(\.collection))
         bindings.append(r.map(\.recordId))
@@ -652,19 +676,19 @@ struct MutationsInsert: PostgresPreparedStatement {
         RETURNING idempotency_key
         """
 
-    /// The insert of the rows ``appendRows(tenantless:to:)`` binds, its fifteen arrays from `$first` on and the
-    /// tenant at `$1`: this statement's and the push statements' (``ConditionalWrite``, ``NewRecordsWrite``).
+    /// The insert of the rows ``appendRows(tenantless:to:)`` binds, its ``arrayCount`` arrays from `$first` on and
+    /// the tenant at `$1`: this statement's and the push statements' (``ConditionalWrite``, ``NewRecordsWrite``).
     static func insert(from first: Int) -> String {
         let types = ["text", "text", "text", "text", "text", "text", "text", "text", "text", "bigint", "text", "bigint",
-                     "text", "bigint", "text"]
+                     "text", "bigint", "text", "text"]
         let arrays = types.enumerated().map { "$\($0.offset + first)::\($0.element)[]" }.joined(separator: ", ")
         return """
             INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name, collection,
                                    record_id, op, fields, client_ts, base_version, received_at, status, version,
-                                   conflict)
-            SELECT $1, k, h, d, u, un, c, i, o, f, ts, NULLIF(b, '')::bigint, ra, st, v, NULLIF(cf, '')
+                                   conflict, scope)
+            SELECT $1, k, h, d, u, un, c, i, o, f, ts, NULLIF(b, '')::bigint, ra, st, v, NULLIF(cf, ''), s
             FROM unnest(\(arrays))
-                 AS u(k, h, d, u, un, c, i, o, f, ts, b, ra, st, v, cf)
+                 AS u(k, h, d, u, un, c, i, o, f, ts, b, ra, st, v, cf, s)
             """
     }
     typealias Row = String
@@ -672,12 +696,15 @@ struct MutationsInsert: PostgresPreparedStatement {
     var bindings: PostgresBindings
 
     init(tenant: String, rows: [MutationRow]) throws {
-        bindings = PostgresBindings(capacity: 16)
+        bindings = PostgresBindings(capacity: 1 + Self.arrayCount)
         bindings.append(tenant)
         try Self.appendRows(tenantless: rows, to: &bindings)
     }
 
-    /// The fifteen arrays of `rows`, in the order of the columns after the tenant; ``ConditionalWrite``
+    /// How many arrays ``appendRows(tenantless:to:)`` binds.
+    static let arrayCount = 16
+
+    /// The ``arrayCount`` arrays of `rows`, in the order of the columns after the tenant; ``ConditionalWrite``
     /// binds them too.
     static func appendRows(tenantless rows: [MutationRow], to bindings: inout PostgresBindings) throws {
         let m = rows.map(\.mutation)
@@ -696,6 +723,7 @@ struct MutationsInsert: PostgresPreparedStatement {
         bindings.append(rows.map(\.status.rawValue))
         bindings.append(rows.map(\.version))
         bindings.append(try rows.map { try $0.conflict.map { try StorageCoding.encode($0) } ?? "" })
+        bindings.append(m.map { $0.scope ?? "" })
     }
 
     func makeBindings() throws -> PostgresBindings { bindings }

@@ -102,6 +102,60 @@ extension SQLiteStorage {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v3-scoped-records") { db in
+            // A record's scope is part of its key, and a record knows who created it. The scope column was
+            // kept already; the owner is the user of the record's first mutation.
+            try db.execute(
+                sql: """
+                    CREATE TABLE records_scoped (
+                      tenant TEXT NOT NULL,
+                      collection TEXT NOT NULL,
+                      record_id TEXT NOT NULL,
+                      scope TEXT NOT NULL DEFAULT '',
+                      owner TEXT NOT NULL DEFAULT '',
+                      version INTEGER NOT NULL,
+                      tombstone BOOLEAN NOT NULL,
+                      fields TEXT NOT NULL,
+                      meta TEXT NOT NULL,
+                      created_at INTEGER NOT NULL,
+                      updated_at INTEGER NOT NULL,
+                      change_seq INTEGER NOT NULL,
+                      PRIMARY KEY (tenant, collection, record_id, scope)
+                    ) WITHOUT ROWID;
+                    INSERT INTO records_scoped (tenant, collection, record_id, scope, owner, version, tombstone, fields,
+                                                meta, created_at, updated_at, change_seq)
+                    SELECT tenant, collection, record_id, scope,
+                           COALESCE((SELECT m.user_id FROM mutations m
+                                     WHERE m.tenant = r.tenant AND m.collection = r.collection
+                                       AND m.record_id = r.record_id
+                                     ORDER BY m.received_at, m.client_ts LIMIT 1), ''),
+                           version, tombstone, fields, meta, created_at, updated_at, change_seq
+                    FROM records r;
+                    DROP TABLE records;
+                    ALTER TABLE records_scoped RENAME TO records;
+                    CREATE INDEX records_by_change ON records (tenant, collection, change_seq);
+                    CREATE INDEX records_by_scope_change ON records (tenant, collection, scope, change_seq);
+                    CREATE INDEX records_by_scope_id ON records (tenant, collection, scope, record_id);
+
+                    ALTER TABLE mutations ADD COLUMN scope TEXT NOT NULL DEFAULT '';
+                    UPDATE mutations SET scope = COALESCE((
+                      SELECT r.scope FROM records r WHERE r.tenant = mutations.tenant
+                        AND r.collection = mutations.collection AND r.record_id = mutations.record_id), '');
+                    ALTER TABLE conflicts ADD COLUMN scope TEXT NOT NULL DEFAULT '';
+                    UPDATE conflicts SET scope = COALESCE((
+                      SELECT r.scope FROM records r WHERE r.tenant = conflicts.tenant
+                        AND r.collection = conflicts.collection AND r.record_id = conflicts.record_id), '');
+
+                    -- The user each device id speaks for, by the device's fingerprint: the first to use it.
+                    CREATE TABLE device_owners (
+                      tenant TEXT NOT NULL,
+                      fingerprint TEXT NOT NULL,
+                      user_id TEXT NOT NULL,
+                      bound_at INTEGER NOT NULL,
+                      PRIMARY KEY (tenant, fingerprint)
+                    ) WITHOUT ROWID;
+                    """)
+        }
         return migrator
     }
 }

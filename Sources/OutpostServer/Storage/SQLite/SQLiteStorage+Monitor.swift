@@ -41,14 +41,35 @@ extension SQLiteStorage {
         }
     }
 
-    package func reportedEvents(tenant: String) async throws -> [String] {
+    package func events(tenant: String) async throws -> [String] {
         try await pool.read { db in
             try String.fetchAll(
                 db,
                 sql: """
-                    SELECT event FROM devices WHERE tenant = ? AND event <> ''
-                    GROUP BY event ORDER BY max(last_seen) DESC, event
-                    """, arguments: [tenant])
+                    SELECT record_id FROM records WHERE tenant = ? AND collection = ? AND NOT tombstone
+                    ORDER BY created_at DESC, record_id
+                    """, arguments: [tenant, EventRecord.collection])
+        }
+    }
+
+    package func bindDevice(tenant: String, fingerprint: String, userId: String, at time: Int64) async throws -> String {
+        try await pool.write { db in
+            try db.execute(
+                sql: "INSERT INTO device_owners (tenant, fingerprint, user_id, bound_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                arguments: [tenant, fingerprint, userId, time])
+            guard let owner = try String.fetchOne(
+                db, sql: "SELECT user_id FROM device_owners WHERE tenant = ? AND fingerprint = ?",
+                arguments: [tenant, fingerprint])
+            else { throw StorageError(.corrupt, "a device binding vanished") }
+            return owner
+        }
+    }
+
+    package func releaseDevice(tenant: String, fingerprint: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(
+                sql: "DELETE FROM device_owners WHERE tenant = ? AND fingerprint = ?", arguments: [tenant, fingerprint])
+            return db.changesCount > 0
         }
     }
 
@@ -117,7 +138,7 @@ extension SQLiteStorage {
     package func record(tenant: String, collection: String, recordId: String) async throws -> StoredRecord? {
         try await pool.read { db in
             try Row.fetchOne(
-                db, sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ?",
+                db, sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ? AND scope = ''",
                 arguments: [tenant, collection, recordId]
             ).map(Self.record)
         }

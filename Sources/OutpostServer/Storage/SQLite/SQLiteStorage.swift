@@ -80,10 +80,10 @@ package struct SQLiteStorage: SyncStorage {
             }
             var records: [RecordKey: StoredRecord] = [:]
             let findRecord = try db.cachedStatement(
-                sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ?")
+                sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ? AND scope = ?")
             for recordKey in PushPlanner.recordKeys(of: items, excluding: Set(processed.keys)) {
                 if let row = try Row.fetchOne(
-                    findRecord, arguments: [context.tenant, recordKey.collection, recordKey.recordId])
+                    findRecord, arguments: [context.tenant, recordKey.collection, recordKey.recordId, recordKey.scope])
                 {
                     records[recordKey] = try Self.record(row)
                 }
@@ -100,11 +100,11 @@ package struct SQLiteStorage: SyncStorage {
             var seq = try Int64.fetchOne(db, sql: "SELECT seq FROM change_counter WHERE id = 1") ?? 0
             let upsert = try db.cachedStatement(
                 sql: """
-                        INSERT INTO records (tenant, collection, record_id, scope, version, tombstone, fields, meta,
-                                             created_at, updated_at, change_seq)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        ON CONFLICT (tenant, collection, record_id) DO UPDATE SET
-                          scope = excluded.scope, version = excluded.version, tombstone = excluded.tombstone,
+                        INSERT INTO records (tenant, collection, record_id, scope, owner, version, tombstone, fields,
+                                             meta, created_at, updated_at, change_seq)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        ON CONFLICT (tenant, collection, record_id, scope) DO UPDATE SET
+                          version = excluded.version, tombstone = excluded.tombstone,
                           fields = excluded.fields, meta = excluded.meta, created_at = excluded.created_at,
                           updated_at = excluded.updated_at, change_seq = excluded.change_seq
                         """)
@@ -112,7 +112,8 @@ package struct SQLiteStorage: SyncStorage {
                 seq += 1
                 try upsert.execute(
                     arguments: [
-                        tenant, record.collection, record.recordId, record.scope, record.version, record.tombstone,
+                        tenant, record.collection, record.recordId, record.scope, record.owner, record.version,
+                        record.tombstone,
                         try StorageCoding.encode(record.fields), StorageCoding.encode(record.meta),
                         record.createdAt, record.updatedAt, seq,
                     ])
@@ -122,16 +123,16 @@ package struct SQLiteStorage: SyncStorage {
         let insertMutation = try db.cachedStatement(
             sql: """
                 INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name,
-                                       collection, record_id, op, fields, client_ts, base_version, received_at,
-                                       status, version, conflict)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                       collection, record_id, scope, op, fields, client_ts, base_version,
+                                       received_at, status, version, conflict)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
         for row in plan.mutations {
             let m = row.mutation
             try insertMutation.execute(
                 arguments: [
                     tenant, m.idempotencyKey, row.contentHash, row.deviceId, row.userId, row.userName,
-                    m.collection, m.recordId, m.op.rawValue, try StorageCoding.encode(m.fields),
+                    m.collection, m.recordId, m.scope ?? "", m.op.rawValue, try StorageCoding.encode(m.fields),
                     m.clientTimestamp.millisecondsSince1970, m.baseVersion, row.receivedAt.millisecondsSince1970,
                     row.status.rawValue, row.version, try row.conflict.map { try StorageCoding.encode($0) },
                 ])
@@ -139,13 +140,14 @@ package struct SQLiteStorage: SyncStorage {
         for conflict in plan.conflicts {
             try db.execute(
                 sql: """
-                    INSERT INTO conflicts (tenant, conflict_id, collection, record_id, idempotency_key, device_id,
-                                           user_id, attempted, server_fields, base_version, server_version,
-                                           client_ts, received_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO conflicts (tenant, conflict_id, collection, record_id, scope, idempotency_key,
+                                           device_id, user_id, attempted, server_fields, base_version,
+                                           server_version, client_ts, received_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                 arguments: [
-                    tenant, conflict.conflictId, conflict.collection, conflict.recordId, conflict.idempotencyKey,
+                    tenant, conflict.conflictId, conflict.collection, conflict.recordId, conflict.scope,
+                    conflict.idempotencyKey,
                     conflict.deviceId, conflict.userId, try StorageCoding.encode(conflict.attemptedFields),
                     try StorageCoding.encode(conflict.serverFields), conflict.baseVersion, conflict.serverVersion,
                     conflict.clientTimestamp.millisecondsSince1970, conflict.receivedAt.millisecondsSince1970,
@@ -156,7 +158,8 @@ package struct SQLiteStorage: SyncStorage {
     // MARK: Reads
 
     package func pull(
-        tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int, maxBytes: Int
+        tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor, limit: Int,
+        maxBytes: Int
     ) async throws -> PulledChanges
     {
         try await pool.read { db in
@@ -165,6 +168,10 @@ package struct SQLiteStorage: SyncStorage {
             if let scope {
                 sql += " AND scope = ?"
                 arguments += [scope]
+            }
+            if let owner {
+                sql += " AND owner = ?"
+                arguments += [owner]
             }
             sql += " ORDER BY change_seq LIMIT ?"
             arguments += [limit + 1]
@@ -206,7 +213,8 @@ package struct SQLiteStorage: SyncStorage {
     }
 
     package func snapshotPage(
-        tenant: String, collection: String, scope: String?, after recordId: String?, limit: Int, maxBytes: Int
+        tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int,
+        maxBytes: Int
     ) async throws -> [SnapshotRow]
     {
         try await pool.read { db in
@@ -215,12 +223,19 @@ package struct SQLiteStorage: SyncStorage {
             if let scope {
                 sql += " AND scope = ?"
                 arguments += [scope]
+                if let position {
+                    sql += " AND record_id > ?"
+                    arguments += [position.recordId]
+                }
+                sql += " ORDER BY record_id LIMIT ?"
+            } else {
+                // Every scope: the same record id may come once per scope.
+                if let position {
+                    sql += " AND (record_id, scope) > (?, ?)"
+                    arguments += [position.recordId, position.scope]
+                }
+                sql += " ORDER BY record_id, scope LIMIT ?"
             }
-            if let recordId {
-                sql += " AND record_id > ?"
-                arguments += [recordId]
-            }
-            sql += " ORDER BY record_id LIMIT ?"
             arguments += [limit]
             var rows: [SnapshotRow] = []
             var bytes = 0
@@ -236,14 +251,17 @@ package struct SQLiteStorage: SyncStorage {
         }
     }
 
-    package func audit(tenant: String, collection: String, recordId: String) async throws -> [AuditEntry] {
+    package func audit(tenant: String, collection: String, recordId: String, scope: String?) async throws
+        -> [AuditEntry]
+    {
         try await pool.read { db in
             try Row.fetchAll(
                 db,
                 sql: """
                     SELECT * FROM mutations WHERE tenant = ? AND collection = ? AND record_id = ?
+                      AND (? IS NULL OR scope = ?)
                     ORDER BY client_ts, device_id, idempotency_key
-                    """, arguments: [tenant, collection, recordId]
+                    """, arguments: [tenant, collection, recordId, scope, scope]
             ).map(Self.auditEntry)
         }
     }
@@ -280,8 +298,8 @@ package struct SQLiteStorage: SyncStorage {
     static func record(_ row: Row) throws -> StoredRecord {
         let meta: String? = row["meta"]
         return StoredRecord(
-            collection: row["collection"], recordId: row["record_id"], scope: row["scope"], version: row["version"],
-            tombstone: row["tombstone"],
+            collection: row["collection"], recordId: row["record_id"], scope: row["scope"], owner: row["owner"],
+            version: row["version"], tombstone: row["tombstone"],
             fields: try StorageCoding.decode([String: JSONValue].self, from: row["fields"]),
             meta: try meta.map { try StorageCoding.decode(StoredRecord.Meta.self, from: $0) } ?? .init(),
             createdAt: row["created_at"], updatedAt: row["updated_at"])
@@ -290,7 +308,7 @@ package struct SQLiteStorage: SyncStorage {
     static func auditEntry(_ row: Row) throws -> AuditEntry {
         AuditEntry(
             idempotencyKey: row["idempotency_key"], collection: row["collection"], recordId: row["record_id"],
-            op: MutationOperation(rawValue: row["op"]) ?? .upsert,
+            scope: row["scope"], op: MutationOperation(rawValue: row["op"]) ?? .upsert,
             fields: try StorageCoding.decode([String: JSONValue].self, from: row["fields"]),
             deviceId: row["device_id"], userId: row["user_id"], userName: row["user_name"],
             clientTimestamp: Timestamp(millisecondsSince1970: row["client_ts"]),
@@ -301,7 +319,7 @@ package struct SQLiteStorage: SyncStorage {
     static func conflict(_ row: Row) throws -> ConflictRecord {
         ConflictRecord(
             conflictId: row["conflict_id"], collection: row["collection"], recordId: row["record_id"],
-            idempotencyKey: row["idempotency_key"], deviceId: row["device_id"], userId: row["user_id"],
+            scope: row["scope"], idempotencyKey: row["idempotency_key"], deviceId: row["device_id"], userId: row["user_id"],
             attemptedFields: try StorageCoding.decode([String: JSONValue].self, from: row["attempted"]),
             serverFields: try StorageCoding.decode([String: JSONValue].self, from: row["server_fields"]),
             baseVersion: row["base_version"], serverVersion: row["server_version"],
