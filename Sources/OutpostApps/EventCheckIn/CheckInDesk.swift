@@ -7,7 +7,8 @@ import OutpostProtocol
 /// A scan is decided on the device alone, from the downloaded roster and the check-ins the device knows
 /// (its own, and other devices' as of the last pull). It is saved first and pushed when the device is
 /// online; offline scans queue and replay in the order they happened. The server keeps the first scan of
-/// each guest, by the device's scan time.
+/// each guest at each event, by the device's scan time: a check-in is a record of the event's scope, so the
+/// same guest at two events is two check-ins.
 public struct CheckInDesk: Sendable {
     public let engine: SyncEngine
     public let roster: ReferenceData
@@ -43,7 +44,7 @@ public struct CheckInDesk: Sendable {
         // and the server's check-in time are one value.
         let record = try await engine.saveAndPush(
             LocalStore.Write(
-                collection: CheckIn.collection, recordId: guestId,
+                collection: CheckIn.collection, scope: event, recordId: guestId,
                 fields: [
                     CheckIn.Field.eventId: .string(event),
                     CheckIn.Field.guestId: .string(guestId),
@@ -75,8 +76,7 @@ public struct CheckInDesk: Sendable {
 
     /// The guest's check-in at this event as the device knows it, or nil.
     public func checkIn(of guestId: String) async throws -> ScanRecord? {
-        guard let record = try await engine.store.record(collection: CheckIn.collection, recordId: guestId),
-            record.fields[CheckIn.Field.eventId]?.stringValue == event
+        guard let record = try await engine.store.record(collection: CheckIn.collection, scope: event, recordId: guestId)
         else { return nil }
         return ScanRecord(record, guestName: nil)
     }
@@ -84,7 +84,7 @@ public struct CheckInDesk: Sendable {
     /// This event's scans that have not reached the server yet (failed ones included), oldest first.
     public func pending() async throws -> [ScanRecord] {
         try await engine.store.records(collection: CheckIn.collection)
-            .filter { $0.syncStatus != .synced && $0.fields[CheckIn.Field.eventId]?.stringValue == event }
+            .filter { $0.syncStatus != .synced && $0.scope == event }
             .compactMap { ScanRecord($0, guestName: nil) }
             .sorted { $0.scannedAt < $1.scannedAt }
     }

@@ -28,8 +28,8 @@ extension LocalStore {
                 let statement = try db.cachedStatement(
                     // seq order is (clientTimestamp, seq) order: device time only moves forward.
                     sql: """
-                        SELECT seq, idempotency_key, collection, record_id, op, client_ts, base_version, attempts,
-                               payload, length(payload)
+                        SELECT seq, idempotency_key, collection, scope, record_id, op, client_ts, base_version,
+                               attempts, payload, length(payload)
                         FROM outbox WHERE state = 'pending' AND seq > ? ORDER BY seq LIMIT ?
                         """)
                 let rows = try Row.fetchAll(statement, arguments: [seq, limit])
@@ -38,20 +38,21 @@ extension LocalStore {
                 var bytes = 0
                 var count = 0
                 for row in rows {
-                    bytes += (row[9] as Int) + 256
+                    bytes += (row[10] as Int) + 256
                     if count > 0 && bytes > maxBytes { break }
                     count += 1
                 }
                 return try rows.prefix(count).map { row in
                     let key: String = row[1]
-                    let fields = try sealer.open(json: [String: JSONValue].self, from: row[8], context: "outbox:\(key)")
+                    let scope: String = row[3]
+                    let fields = try sealer.open(json: [String: JSONValue].self, from: row[9], context: "outbox:\(key)")
                     return OutboxEntry(
                         seq: row[0],
                         mutation: Mutation(
-                            idempotencyKey: key, collection: row[2], recordId: row[3],
-                            op: MutationOperation(rawValue: row[4]) ?? .upsert, fields: fields,
-                            clientTimestamp: Timestamp(millisecondsSince1970: row[5]), baseVersion: row[6]),
-                        attempts: row[7])
+                            idempotencyKey: key, collection: row[2], recordId: row[4], scope: scope.isEmpty ? nil : scope,
+                            op: MutationOperation(rawValue: row[5]) ?? .upsert, fields: fields,
+                            clientTimestamp: Timestamp(millisecondsSince1970: row[6]), baseVersion: row[7]),
+                        attempts: row[8])
                 }
             }
         }
@@ -93,7 +94,7 @@ extension LocalStore {
                         WHERE seq = ?
                         """)
                 for (entry, result) in results {
-                    let key = RecordKey(entry.mutation.collection, entry.mutation.recordId)
+                    let key = RecordKey(entry.mutation)
                     var outcome = touched[key] ?? (nil, nil, nil)
                     let status = result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status
                     switch status {
@@ -124,13 +125,15 @@ extension LocalStore {
                 // once per record of the chunk, through SQLite's API: GRDB's arguments and rows around each were
                 // most of this transaction's time.
                 let readPlain = RawStatement(
-                    try db.cachedStatement(sql: "SELECT updated_at, sealed_detail FROM records WHERE collection = ? AND record_id = ?"),
+                    try db.cachedStatement(
+                        sql: "SELECT updated_at, sealed_detail FROM records WHERE collection = ? AND scope = ? AND record_id = ?"),
                     db: db)
                 var updatedAt: [RecordKey: Int64] = [:]
                 var sealedDetail = Set<RecordKey>()
                 for key in touched.keys {
                     try readPlain.bind(key.collection, at: 1)
-                    try readPlain.bind(key.recordId, at: 2)
+                    try readPlain.bind(key.scope, at: 2)
+                    try readPlain.bind(key.recordId, at: 3)
                     // Unknown (NULL: a row from before the column) counts as holding one.
                     guard let plain = try readPlain.firstRow({ row in (time: row.integer(0), sealed: row.integer(1)) })
                     else { continue }
@@ -144,7 +147,7 @@ extension LocalStore {
                         sql: """
                             UPDATE records SET version = CASE WHEN ?1 IS NULL THEN version ELSE max(coalesce(version, 0), ?1) END,
                                                last_sync_attempt = ?2, sync_status = coalesce(?3, sync_status)
-                            WHERE collection = ?4 AND record_id = ?5
+                            WHERE collection = ?4 AND scope = ?5 AND record_id = ?6
                             """),
                     db: db)
                 for (key, outcome) in touched where updatedAt[key] != nil {
@@ -156,11 +159,12 @@ extension LocalStore {
                         try updatePlain.bind(now, at: 2)
                         try updatePlain.bind(stillQueued == 0 ? RecordSyncStatus.synced.rawValue : String?.none, at: 3)
                         try updatePlain.bind(key.collection, at: 4)
-                        try updatePlain.bind(key.recordId, at: 5)
+                        try updatePlain.bind(key.scope, at: 5)
+                        try updatePlain.bind(key.recordId, at: 6)
                         try updatePlain.execute()
                         continue
                     }
-                    guard var record = try Self.record(db, collection: key.collection, recordId: key.recordId, sealer: sealer)
+                    guard var record = try Self.record(db, collection: key.collection, scope: key.scope, recordId: key.recordId, sealer: sealer)
                     else { continue }
                     if let version = outcome.version { record.version = max(record.version ?? 0, version) }
                     record.lastSyncAttempt = date
@@ -208,9 +212,9 @@ extension LocalStore {
             }
             ids.append(UInt8(ascii: "]"))
             let statement = try db.cachedStatement(
-                sql: "SELECT collection, record_id FROM outbox WHERE seq <= ? AND record_id IN (SELECT value FROM json_each(?))")
+                sql: "SELECT collection, scope, record_id FROM outbox WHERE seq <= ? AND record_id IN (SELECT value FROM json_each(?))")
             for row in try Row.fetchAll(statement, arguments: [maxSeq, String(decoding: ids, as: UTF8.self)]) {
-                let key = RecordKey(row[0], row[1])
+                let key = RecordKey(row[0], row[1], row[2])
                 if keys.contains(key) { queued[key, default: 0] += 1 }
             }
         }
@@ -231,9 +235,11 @@ extension LocalStore {
                         WHERE state = 'pending'
                         """, arguments: [now, now])
                 let keys = try Row.fetchAll(
-                    db, sql: "SELECT DISTINCT collection, record_id FROM outbox WHERE state = 'pending'")
+                    db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox WHERE state = 'pending'")
                 for row in keys {
-                    guard var record = try Self.record(db, collection: row["collection"], recordId: row["record_id"], sealer: sealer)
+                    guard
+                        var record = try Self.record(
+                            db, collection: row["collection"], scope: row["scope"], recordId: row["record_id"], sealer: sealer)
                     else { continue }
                     record.syncStatus = .failed
                     record.syncError = error
@@ -245,19 +251,19 @@ extension LocalStore {
     }
 
     /// Puts a record's set-aside (rejected) mutations back in the queue, or every record's when `recordId`
-    /// is nil. Returns how many entries were requeued.
+    /// is nil; a nil `collection` or `scope` matches any. Returns how many entries were requeued.
     @discardableResult
-    func requeue(collection: String? = nil, recordId: String? = nil) async throws -> Int {
+    func requeue(collection: String? = nil, scope: String? = nil, recordId: String? = nil) async throws -> Int {
         try await perform {
             try await self.queue.write { db in
                 if let recordId {
-                    var sql = "UPDATE outbox SET state = 'pending' WHERE state = 'rejected' AND record_id = ?"
-                    var arguments: StatementArguments = [recordId]
-                    if let collection {
-                        sql += " AND collection = ?"
-                        arguments += [collection]
-                    }
-                    try db.execute(sql: sql, arguments: arguments)
+                    try db.execute(
+                        sql: """
+                            UPDATE outbox SET state = 'pending'
+                            WHERE state = 'rejected' AND record_id = ?1 AND (?2 IS NULL OR collection = ?2)
+                              AND (?3 IS NULL OR scope = ?3)
+                            """,
+                        arguments: [recordId, collection, scope])
                 } else {
                     try db.execute(sql: "UPDATE outbox SET state = 'pending' WHERE state = 'rejected'")
                 }
@@ -279,14 +285,14 @@ extension LocalStore {
                 let rows = try Row.fetchAll(
                     db,
                     sql: """
-                        SELECT collection, record_id, MIN(first_attempt) AS first FROM outbox
-                        WHERE first_attempt IS NOT NULL GROUP BY collection, record_id HAVING first <= ?
-                        ORDER BY first, collection, record_id
+                        SELECT collection, scope, record_id, MIN(first_attempt) AS first FROM outbox
+                        WHERE first_attempt IS NOT NULL GROUP BY collection, scope, record_id HAVING first <= ?
+                        ORDER BY first, collection, scope, record_id
                         """, arguments: [Timestamp(cutoff).millisecondsSince1970])
                 return try rows.map { row in
                     let collection: String = row["collection"]
                     let recordId: String = row["record_id"]
-                    let record = try Self.record(db, collection: collection, recordId: recordId, sealer: sealer)
+                    let record = try Self.record(db, collection: collection, scope: row["scope"], recordId: recordId, sealer: sealer)
                     return SyncFailure(
                         collection: collection, recordId: recordId,
                         firstAttempt: Timestamp(millisecondsSince1970: row["first"]),
@@ -313,10 +319,18 @@ extension LocalStore {
 /// A record's identity on the device.
 struct RecordKey: Hashable, Sendable {
     var collection: String
+    /// Empty for a collection without scopes.
+    var scope: String
     var recordId: String
 
-    init(_ collection: String, _ recordId: String) {
+    init(_ collection: String, _ scope: String, _ recordId: String) {
         self.collection = collection
+        self.scope = scope
         self.recordId = recordId
+    }
+
+    /// The record a queued mutation changes.
+    init(_ mutation: Mutation) {
+        self.init(mutation.collection, mutation.scope ?? "", mutation.recordId)
     }
 }

@@ -14,6 +14,10 @@ public enum RecordSyncStatus: String, Sendable, Hashable, Codable, CaseIterable 
 /// A record as the device holds it: its values, plus where it stands with the server.
 public struct LocalRecord: Sendable, Hashable {
     public var collection: String
+    /// The scope the record belongs to (the event of a check-in), or empty for a collection without scopes.
+    ///
+    /// Part of the record's identity, with its collection and id: the same id in two scopes is two records.
+    public var scope: String
     public var recordId: String
     public var fields: [String: JSONValue]
     /// True once deleted on this device (or by the server); the record is kept until the delete syncs.
@@ -36,6 +40,22 @@ public struct LocalRecord: Sendable, Hashable {
 
     /// The badge a list shows beside this record.
     public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+}
+
+extension LocalRecord {
+    /// The collections whose records belong to a scope, each with the field whose value names it, as the
+    /// server's collection policies say: an event's guests and check-ins.
+    public static let scopeFields: [String: String] = [
+        Guest.collection: Guest.scopeField,
+        CheckIn.collection: CheckIn.scopeField,
+    ]
+
+    /// The scope that `fields` name for a record of `collection`, as the server reads it: the scope field's
+    /// value as text. Nil when the collection has no scope or the fields leave its scope field out.
+    public static func scope(of fields: [String: JSONValue], in collection: String) -> String? {
+        guard let field = scopeFields[collection], let value = fields[field] else { return nil }
+        return value.displayText
+    }
 }
 
 /// A record's sync badge, with the text a screen reader speaks.

@@ -14,7 +14,7 @@ extension LocalStore {
                     let time = Timestamp(Date())
                     for i in start..<min(start + batch, records) {
                         let record = LocalRecord(
-                            collection: collection, recordId: "seed-\(i)",
+                            collection: collection, scope: "", recordId: "seed-\(i)",
                             fields: ["name": .string("Guest \(i)"), "email": .string("guest\(i)@example.org"), "n": .integer(Int64(i))],
                             deleted: false, syncStatus: .synced, lastSyncAttempt: nil, syncError: nil, isOfflineEntry: false,
                             createdAt: time, updatedAt: time, version: 1, conflict: nil)

@@ -6,6 +6,7 @@ extension LocalStore {
     /// Brings records as the server holds them into the store, with the device's own queued changes kept on
     /// top, and saves the pull cursor in the same transaction.
     ///
+    /// A change is a record of its collection, scope and id: the same id in two scopes is two records.
     /// A record with nothing queued becomes the server's state, synced. A record with queued mutations takes
     /// the server's fields with the queued ones replayed over them, and stays pending: what the user did on
     /// this device shows until the server has answered it. A crash leaves either the whole page and its
@@ -19,14 +20,15 @@ extension LocalStore {
             try await self.queue.write { db in
                 var queued = Set<RecordKey>()
                 if !changes.isEmpty {
-                    for row in try Row.fetchAll(db, sql: "SELECT DISTINCT collection, record_id FROM outbox") {
-                        queued.insert(RecordKey(row["collection"], row["record_id"]))
+                    for row in try Row.fetchAll(db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox") {
+                        queued.insert(RecordKey(row["collection"], row["scope"], row["record_id"]))
                     }
                 }
                 var merged = 0
                 for change in changes {
-                    let key = RecordKey(change.collection, change.recordId)
-                    let existing = try Self.record(db, collection: change.collection, recordId: change.recordId, sealer: sealer)
+                    let key = RecordKey(change.collection, change.scope, change.recordId)
+                    let existing = try Self.record(
+                        db, collection: change.collection, scope: change.scope, recordId: change.recordId, sealer: sealer)
                     if let existing, existing.version ?? 0 >= change.version, existing.syncStatus == .synced {
                         continue
                     }
@@ -35,8 +37,11 @@ extension LocalStore {
                     if queued.contains(key) {
                         for row in try Row.fetchAll(
                             db,
-                            sql: "SELECT idempotency_key, op, payload FROM outbox WHERE collection = ? AND record_id = ? ORDER BY seq",
-                            arguments: [change.collection, change.recordId])
+                            sql: """
+                                SELECT idempotency_key, op, payload FROM outbox
+                                WHERE collection = ? AND scope = ? AND record_id = ? ORDER BY seq
+                                """,
+                            arguments: [change.collection, change.scope, change.recordId])
                         {
                             let idempotencyKey: String = row["idempotency_key"]
                             if row["op"] == MutationOperation.delete.rawValue {
@@ -53,7 +58,8 @@ extension LocalStore {
                     }
                     let isQueued = queued.contains(key)
                     let record = LocalRecord(
-                        collection: change.collection, recordId: change.recordId, fields: fields, deleted: deleted,
+                        collection: change.collection, scope: change.scope, recordId: change.recordId, fields: fields,
+                        deleted: deleted,
                         syncStatus: isQueued ? existing?.syncStatus ?? .pending : existing?.conflict != nil ? .failed : .synced,
                         lastSyncAttempt: existing?.lastSyncAttempt,
                         syncError: isQueued || existing?.conflict != nil ? existing?.syncError : nil,

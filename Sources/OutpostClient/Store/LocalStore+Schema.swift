@@ -173,6 +173,40 @@ extension LocalStore {
             // refresh works theirs out, and keeps their index entries when the tokens come out the same.
             try db.execute(sql: "ALTER TABLE reference_records ADD COLUMN fingerprint INTEGER")
         }
+        migrator.registerMigration("v9-record-scopes") { db in
+            // A record's scope (the event of a check-in) is part of its identity, as on the server: the same id
+            // in two events is two records. SQLite cannot change the key of a WITHOUT ROWID table, so the table
+            // is built again. Rows kept get the empty scope; `LocalStore.fillScopes` then moves those of scoped
+            // collections into the scope their sealed fields name, which needs the key this migration lacks.
+            try db.execute(
+                sql: """
+                    CREATE TABLE records_by_scope (
+                      collection TEXT NOT NULL,
+                      scope TEXT NOT NULL DEFAULT '',
+                      record_id TEXT NOT NULL,
+                      payload BLOB NOT NULL,
+                      deleted BOOLEAN NOT NULL DEFAULT 0,
+                      sync_status TEXT,
+                      last_sync_attempt INTEGER,
+                      is_offline_entry BOOLEAN NOT NULL DEFAULT 0,
+                      created_at INTEGER NOT NULL,
+                      updated_at INTEGER NOT NULL,
+                      version INTEGER,
+                      sealed_detail BOOLEAN,
+                      PRIMARY KEY (collection, scope, record_id)
+                    ) WITHOUT ROWID;
+                    INSERT INTO records_by_scope (collection, scope, record_id, payload, deleted, sync_status,
+                                                  last_sync_attempt, is_offline_entry, created_at, updated_at,
+                                                  version, sealed_detail)
+                      SELECT collection, '', record_id, payload, deleted, sync_status, last_sync_attempt,
+                             is_offline_entry, created_at, updated_at, version, sealed_detail
+                      FROM records ORDER BY collection, record_id;
+                    DROP TABLE records;
+                    ALTER TABLE records_by_scope RENAME TO records;
+                    CREATE INDEX records_unsynced ON records (sync_status) WHERE sync_status IN ('pending', 'failed');
+                    ALTER TABLE outbox ADD COLUMN scope TEXT NOT NULL DEFAULT '';
+                    """)
+        }
         return migrator
     }
 }

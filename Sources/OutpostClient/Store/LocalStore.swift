@@ -97,6 +97,11 @@ public final class LocalStore: Sendable {
     /// What a local action writes.
     public struct Write: Sendable {
         public var collection: String
+        /// The scope of the record (the event of a check-in), or nil for a collection without scopes.
+        ///
+        /// Part of the record's identity: the write reads and replaces the record of this collection, scope
+        /// and id, and its mutation names the scope. Empty is the same as nil.
+        public var scope: String?
         public var recordId: String
         public var op: MutationOperation
         public var fields: [String: JSONValue]
@@ -104,11 +109,13 @@ public final class LocalStore: Sendable {
         /// exact time of its action, such as a check-in's `scanned_at`.
         public var timestampField: String?
 
+        /// A write of the record `recordId` in `collection`, within `scope` when the collection has scopes.
         public init(
-            collection: String, recordId: String, op: MutationOperation = .upsert, fields: [String: JSONValue] = [:],
-            timestampField: String? = nil
+            collection: String, scope: String? = nil, recordId: String, op: MutationOperation = .upsert,
+            fields: [String: JSONValue] = [:], timestampField: String? = nil
         ) {
             self.collection = collection
+            self.scope = scope
             self.recordId = recordId
             self.op = op
             self.fields = fields
@@ -119,11 +126,12 @@ public final class LocalStore: Sendable {
     /// Writes a record and its outbox entry in one durable transaction.
     ///
     /// The idempotency key is deviceId + recordId + clientTimestamp; timestamps on a device only move
-    /// forward, so two writes never share a key.
+    /// forward, so two writes never share a key, even of one record id in two scopes.
     ///
     /// - Parameter offline: whether the device is offline now; a record created offline is flagged
     ///   `isOfflineEntry` and the flag travels to the server as a field.
-    /// - Throws: ``ClientError`` `invalidInput` for an id or field the protocol refuses.
+    /// - Throws: ``ClientError`` `invalidInput` for an id, scope or field the protocol refuses, or a scope that
+    ///   differs from the one the write's fields name.
     @discardableResult
     public func write(_ write: Write, deviceId: String, at date: Date, offline: Bool) async throws -> LocalRecord {
         try Self.validate(write)
@@ -138,14 +146,19 @@ public final class LocalStore: Sendable {
                 let time = try Self.nextClientTime(after: clientTime, now: date, db: db)
                 let timestamp = Timestamp(millisecondsSince1970: time)
 
+                let scope = write.scope ?? ""
                 // Most local writes create their record: a probe of the key through SQLite's API alone, and
                 // the row read only when there is one.
-                let lookup = RawStatement(try db.cachedStatement(sql: "SELECT 1 FROM records WHERE collection = ? AND record_id = ?"), db: db)
+                let lookup = RawStatement(
+                    try db.cachedStatement(sql: "SELECT 1 FROM records WHERE collection = ? AND scope = ? AND record_id = ?"),
+                    db: db)
                 try lookup.bind(write.collection, at: 1)
-                try lookup.bind(write.recordId, at: 2)
+                try lookup.bind(scope, at: 2)
+                try lookup.bind(write.recordId, at: 3)
                 var record =
                     try lookup.firstInteger().hasRow
-                    ? try Self.record(db, collection: write.collection, recordId: write.recordId, sealer: sealer) : nil
+                    ? try Self.record(db, collection: write.collection, scope: scope, recordId: write.recordId, sealer: sealer)
+                    : nil
                 let isNew = record == nil
                 let previousFields = record?.fields ?? [:]
                 var fields = write.fields
@@ -168,7 +181,7 @@ public final class LocalStore: Sendable {
                     record = existing
                 } else {
                     record = LocalRecord(
-                        collection: write.collection, recordId: write.recordId,
+                        collection: write.collection, scope: scope, recordId: write.recordId,
                         fields: write.op == .delete ? [:] : fields, deleted: write.op == .delete,
                         syncStatus: .pending, lastSyncAttempt: nil, syncError: nil,
                         isOfflineEntry: isNew && offline, createdAt: timestamp, updatedAt: timestamp, version: nil,
@@ -202,16 +215,17 @@ public final class LocalStore: Sendable {
                 let outbox = RawStatement(
                     try db.cachedStatement(
                         sql: """
-                            INSERT INTO outbox (idempotency_key, collection, record_id, op, client_ts, base_version, payload)
-                            VALUES (?, ?, ?, ?, ?, ?, ?)
+                            INSERT INTO outbox (idempotency_key, collection, scope, record_id, op, client_ts, base_version, payload)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                             """), db: db)
                 try outbox.bind(key, at: 1)
                 try outbox.bind(write.collection, at: 2)
-                try outbox.bind(write.recordId, at: 3)
-                try outbox.bind(write.op.rawValue, at: 4)
-                try outbox.bind(time, at: 5)
-                try outbox.bind(record.version, at: 6)
-                try outbox.bind(try sealer.seal(fieldsJSON, context: "outbox:\(key)"), at: 7)
+                try outbox.bind(scope, at: 3)
+                try outbox.bind(write.recordId, at: 4)
+                try outbox.bind(write.op.rawValue, at: 5)
+                try outbox.bind(time, at: 6)
+                try outbox.bind(record.version, at: 7)
+                try outbox.bind(try sealer.seal(fieldsJSON, context: "outbox:\(key)"), at: 8)
                 try outbox.execute()
                 return record
             }
@@ -255,6 +269,15 @@ public final class LocalStore: Sendable {
             throw ClientError(
                 .invalidInput, "record ids are 1 to 128 characters from A-Z a-z 0-9 . _ : @ -, without '..'")
         }
+        if let scope = write.scope, !scope.isEmpty {
+            guard Identifier.isValid(scope) else {
+                throw ClientError(.invalidInput, "a scope is 1 to 128 characters from A-Z a-z 0-9 . _ : @ -, without '..'")
+            }
+            // The server refuses a mutation whose scope and scope field differ.
+            if let named = LocalRecord.scope(of: write.fields, in: write.collection), named != scope {
+                throw ClientError(.invalidInput, "the scope differs from the record's \(LocalRecord.scopeFields[write.collection] ?? "scope")")
+            }
+        }
         for name in write.fields.keys + [write.timestampField].compactMap({ $0 }) where !Identifier.isValidFieldName(name) {
             throw ClientError(.invalidInput, "field names are letters, digits and '_', starting with a letter or '_'")
         }
@@ -275,20 +298,28 @@ public final class LocalStore: Sendable {
         case all, pending, failed
     }
 
-    public func record(collection: String, recordId: String) async throws -> LocalRecord? {
+    /// The record `recordId` of `collection` in `scope` (empty for a collection without scopes), or nil.
+    public func record(collection: String, scope: String = "", recordId: String) async throws -> LocalRecord? {
         let sealer = self.sealer
         return try await perform {
-            try await self.read { db in try Self.record(db, collection: collection, recordId: recordId, sealer: sealer) }
+            try await self.read { db in
+                try Self.record(db, collection: collection, scope: scope, recordId: recordId, sealer: sealer)
+            }
         }
     }
 
-    /// Whether a record with this id is on the device (in `collection`, or in any); nothing is unsealed.
-    public func containsRecord(_ recordId: String, collection: String? = nil) async throws -> Bool {
+    /// Whether a record with this id is on the device (in `collection` and `scope`, or in any); nothing is
+    /// unsealed.
+    public func containsRecord(_ recordId: String, collection: String? = nil, scope: String? = nil) async throws -> Bool {
         try await perform {
             try await self.read { db in
                 try Bool.fetchOne(
-                    db, sql: "SELECT EXISTS (SELECT 1 FROM records WHERE record_id = ? AND (? IS NULL OR collection = ?))",
-                    arguments: [recordId, collection, collection]) ?? false
+                    db,
+                    sql: """
+                        SELECT EXISTS (SELECT 1 FROM records WHERE record_id = ?1 AND (?2 IS NULL OR collection = ?2)
+                                                               AND (?3 IS NULL OR scope = ?3))
+                        """,
+                    arguments: [recordId, collection, scope]) ?? false
             }
         }
     }
@@ -309,7 +340,7 @@ public final class LocalStore: Sendable {
                     sql += " AND collection = ?"
                     arguments += [collection]
                 }
-                sql += " ORDER BY updated_at DESC, record_id"
+                sql += " ORDER BY updated_at DESC, record_id, scope"
                 return try Row.fetchAll(db, sql: sql, arguments: arguments).map { try Self.record($0, sealer: sealer) }
             }
         }
@@ -370,10 +401,10 @@ public final class LocalStore: Sendable {
 
     // MARK: Rows
 
-    static func record(_ db: Database, collection: String, recordId: String, sealer: Sealer) throws -> LocalRecord? {
+    static func record(_ db: Database, collection: String, scope: String, recordId: String, sealer: Sealer) throws -> LocalRecord? {
         try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT * FROM records WHERE collection = ? AND record_id = ?"),
-            arguments: [collection, recordId]
+            db.cachedStatement(sql: "SELECT * FROM records WHERE collection = ? AND scope = ? AND record_id = ?"),
+            arguments: [collection, scope, recordId]
         ).map { try record($0, sealer: sealer) }
     }
 
@@ -437,8 +468,9 @@ public final class LocalStore: Sendable {
 
     static func record(_ row: Row, sealer: Sealer) throws -> LocalRecord {
         let collection: String = row["collection"]
+        let scope: String = row["scope"]
         let recordId: String = row["record_id"]
-        let opened = try sealer.open(row["payload"], context: LocalRecord.payloadContext(collection, recordId))
+        let opened = try sealer.open(row["payload"], context: LocalRecord.payloadContext(collection, scope, recordId))
         let payload: SealedPayload
         do {
             payload = try SealedPayload(jsonBytes: opened)
@@ -448,7 +480,7 @@ public final class LocalStore: Sendable {
         let status: String? = row["sync_status"]
         let lastAttempt: Int64? = row["last_sync_attempt"]
         return LocalRecord(
-            collection: collection, recordId: recordId, fields: payload.fields, deleted: row["deleted"],
+            collection: collection, scope: scope, recordId: recordId, fields: payload.fields, deleted: row["deleted"],
             // Rows written by older versions carry no status: they were synced.
             syncStatus: status.flatMap(RecordSyncStatus.init(rawValue:)) ?? .synced,
             lastSyncAttempt: lastAttempt.map { Timestamp(millisecondsSince1970: $0).date },
@@ -469,21 +501,23 @@ public final class LocalStore: Sendable {
         let statement = RawStatement(
             try db.cachedStatement(
                 sql: """
-                    INSERT OR REPLACE INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
-                                                    is_offline_entry, created_at, updated_at, version, sealed_detail)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT OR REPLACE INTO records (collection, scope, record_id, payload, deleted, sync_status,
+                                                    last_sync_attempt, is_offline_entry, created_at, updated_at, version,
+                                                    sealed_detail)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """), db: db)
         try statement.bind(record.collection, at: 1)
-        try statement.bind(record.recordId, at: 2)
-        try statement.bind(sealedPayload, at: 3)
-        try statement.bind(record.deleted, at: 4)
-        try statement.bind(record.syncStatus.rawValue, at: 5)
-        try statement.bind(record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, at: 6)
-        try statement.bind(record.isOfflineEntry, at: 7)
-        try statement.bind(record.createdAt.millisecondsSince1970, at: 8)
-        try statement.bind(record.updatedAt.millisecondsSince1970, at: 9)
-        try statement.bind(record.version, at: 10)
-        try statement.bind(record.syncError != nil || record.conflict != nil, at: 11)
+        try statement.bind(record.scope, at: 2)
+        try statement.bind(record.recordId, at: 3)
+        try statement.bind(sealedPayload, at: 4)
+        try statement.bind(record.deleted, at: 5)
+        try statement.bind(record.syncStatus.rawValue, at: 6)
+        try statement.bind(record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, at: 7)
+        try statement.bind(record.isOfflineEntry, at: 8)
+        try statement.bind(record.createdAt.millisecondsSince1970, at: 9)
+        try statement.bind(record.updatedAt.millisecondsSince1970, at: 10)
+        try statement.bind(record.version, at: 11)
+        try statement.bind(record.syncError != nil || record.conflict != nil, at: 12)
         try statement.execute()
     }
 
@@ -544,7 +578,12 @@ extension LocalRecord {
     public static let offlineEntryField = "isOfflineEntry"
 
     /// What a record's sealed payload is bound to: it opens only in its own row.
-    static func payloadContext(_ collection: String, _ recordId: String) -> String { "record:\(collection)/\(recordId)" }
+    ///
+    /// A record without a scope keeps the context of stores from before scopes, so that their payloads open
+    /// as they are. Collections and record ids hold no `/`, so a scope between the two is unambiguous.
+    static func payloadContext(_ collection: String, _ scope: String, _ recordId: String) -> String {
+        scope.isEmpty ? "record:\(collection)/\(recordId)" : "record:\(collection)/\(scope)/\(recordId)"
+    }
 
-    var payloadContext: String { Self.payloadContext(collection, recordId) }
+    var payloadContext: String { Self.payloadContext(collection, scope, recordId) }
 }

@@ -104,7 +104,7 @@ public actor SyncEngine {
         let saved = try await save(write)
         guard status.isOnline else { return saved }
         _ = try? await sync(retrying: false)
-        return try await store.record(collection: write.collection, recordId: write.recordId) ?? saved
+        return try await store.record(collection: write.collection, scope: write.scope ?? "", recordId: write.recordId) ?? saved
     }
 
     // MARK: Connectivity
@@ -217,7 +217,7 @@ public actor SyncEngine {
                 let answeredAt = now()
                 storing = Task { try await store.apply(pairs, at: answeredAt) }
                 for (entry, result) in pairs {
-                    let key = RecordKey(entry.mutation.collection, entry.mutation.recordId)
+                    let key = RecordKey(entry.mutation)
                     switch result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status {
                     case .applied, .duplicate:
                         synced.insert(key)
@@ -337,9 +337,14 @@ public actor SyncEngine {
     package static let pullPagesPerStream = 20
 
     /// Sends one record's queued mutations again, rejected ones included.
-    public func retry(collection: String? = nil, recordId: String) async throws -> SyncSummary {
-        guard try await store.containsRecord(recordId, collection: collection) else { throw ClientError(.notFound, "no record \(recordId) on this device") }
-        try await store.requeue(collection: collection, recordId: recordId)
+    ///
+    /// A nil `collection` or `scope` matches any: every record with this id there is retried.
+    /// - Throws: ``ClientError`` `notFound` when the device holds no such record.
+    public func retry(collection: String? = nil, scope: String? = nil, recordId: String) async throws -> SyncSummary {
+        guard try await store.containsRecord(recordId, collection: collection, scope: scope) else {
+            throw ClientError(.notFound, "no record \(recordId) on this device")
+        }
+        try await store.requeue(collection: collection, scope: scope, recordId: recordId)
         return try await sync()
     }
 

@@ -1,0 +1,148 @@
+import Clocks
+import Foundation
+import OutpostProtocol
+import OutpostTesting
+import Testing
+
+@testable import OutpostClient
+
+/// A record is its collection, scope and id, on the device as on the server: the same guest's check-ins at
+/// two events are two records, written, queued, pulled and answered apart.
+@Suite("Record scopes")
+struct RecordScopeTests {
+    /// A check-in of `guest` at `event`, in that event's scope.
+    static func checkIn(_ guest: String, at event: String, by device: String = "dev-1") -> LocalStore.Write {
+        LocalStore.Write(
+            collection: CheckIn.collection, scope: event, recordId: guest,
+            fields: ["event_id": .string(event), "guest_id": .string(guest), "scanned_by": .string(device)])
+    }
+
+    /// An engine over a fresh store and an in-memory server, online.
+    func withEngine(
+        rejecting: @escaping @Sendable (Mutation) -> WireError.Detail? = { _ in nil },
+        _ body: (LocalStore, SyncEngine, InMemoryServer) async throws -> Void
+    ) async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer(rejecting: rejecting)
+            let engine = SyncEngine(
+                store: store, transport: InMemoryTransport(server: server), configuration: SyncConfiguration(deviceId: "dev-1"),
+                clock: TestClock<Duration>(), now: ManualNow().closure)
+            await engine.setOnline(true)
+            try await body(store, engine, server)
+        }
+    }
+
+    @Test("one record id written in two scopes is two records and two outbox entries, each naming its scope")
+    func writesInTwoScopes() async throws {
+        try await withStore { store, _ in
+            // Given a guest checked in at the gala
+            let time = Date(timeIntervalSince1970: 1_800_000_000)
+            try await store.write(Self.checkIn("g1", at: "gala"), deviceId: "dev-1", at: time, offline: true)
+
+            // When the same guest is checked in at the expo, and a note without scope is written
+            try await store.write(Self.checkIn("g1", at: "expo"), deviceId: "dev-1", at: time, offline: true)
+            try await store.write(note("n1"), deviceId: "dev-1", at: time, offline: true)
+
+            // Then each check-in is its own record, in its own scope
+            let gala = try #require(try await store.record(collection: CheckIn.collection, scope: "gala", recordId: "g1"))
+            let expo = try #require(try await store.record(collection: CheckIn.collection, scope: "expo", recordId: "g1"))
+            #expect(gala.fields["event_id"] == "gala")
+            #expect(expo.fields["event_id"] == "expo")
+            #expect(try await store.record(collection: CheckIn.collection, recordId: "g1") == nil)
+            #expect(try await store.records(collection: CheckIn.collection).map(\.scope).sorted() == ["expo", "gala"])
+            #expect(try await store.record(collection: "notes", recordId: "n1")?.scope == "")
+            // And each queued mutation names its scope; the note names none
+            let queued = try await store.nextChunk(limit: 10).map(\.mutation)
+            #expect(queued.map(\.recordId) == ["g1", "g1", "n1"])
+            #expect(queued.map(\.scope) == ["gala", "expo", nil])
+            #expect(queued.map { $0.fields["event_id"] } == ["gala", "expo", nil])
+            #expect(Set(queued.map(\.idempotencyKey)).count == 3)
+        }
+    }
+
+    @Test("a write whose scope differs from its scope field, or is no identifier, is refused and queues nothing")
+    func mismatchedScope() async throws {
+        try await withStore { store, _ async throws in
+            // Given a check-in for the gala that names the expo as its scope
+            var write = Self.checkIn("g1", at: "gala")
+            write.scope = "expo"
+
+            // When it is written, Then it is refused
+            let error = await #expect(throws: ClientError.self) {
+                try await store.write(write, deviceId: "dev-1", at: Date(), offline: true)
+            }
+            #expect(error?.code == .invalidInput)
+            write.scope = "../gala"
+            write.fields["event_id"] = "../gala"
+            await #expect(throws: ClientError.self) { try await store.write(write, deviceId: "dev-1", at: Date(), offline: true) }
+            #expect(try await store.nextChunk(limit: 10).isEmpty)
+            #expect(try await store.records().isEmpty)
+        }
+    }
+
+    @Test("a pull of one record id in two scopes keeps both, replaying queued changes only over their own scope's")
+    func mergeByScope() async throws {
+        try await withStore { store, _ in
+            // Given a scan of g1 queued at the gala
+            try await store.write(Self.checkIn("g1", at: "gala"), deviceId: "dev-1", at: Date(), offline: true)
+
+            // When a pull brings another device's check-ins of g1 at the gala and at the expo
+            let time = Timestamp(millisecondsSince1970: 1_800_000_000_000)
+            let merged = try await store.merge(
+                [
+                    Change(
+                        collection: CheckIn.collection, recordId: "g1", scope: "gala", version: 4, tombstone: false,
+                        fields: ["event_id": "gala", "guest_id": "g1", "scanned_by": "dev-2"], createdAt: time, updatedAt: time),
+                    Change(
+                        collection: CheckIn.collection, recordId: "g1", scope: "expo", version: 2, tombstone: false,
+                        fields: ["event_id": "expo", "guest_id": "g1", "scanned_by": "dev-2"], createdAt: time, updatedAt: time),
+                ], cursorSetting: "pull_cursor:checkins:", cursor: "2")
+
+            // Then both are kept: the gala's with the queued scan on top, still pending; the expo's as pulled
+            #expect(merged == 2)
+            let gala = try #require(try await store.record(collection: CheckIn.collection, scope: "gala", recordId: "g1"))
+            #expect(gala.fields["scanned_by"] == "dev-1")
+            #expect(gala.version == 4)
+            #expect(gala.syncStatus == .pending)
+            let expo = try #require(try await store.record(collection: CheckIn.collection, scope: "expo", recordId: "g1"))
+            #expect(expo.fields["scanned_by"] == "dev-2")
+            #expect(expo.fields["event_id"] == "expo")
+            #expect(expo.version == 2)
+            #expect(expo.syncStatus == .synced)
+            #expect(try await store.counts() == (pending: 1, failed: 0))
+        }
+    }
+
+    @Test("a push's answers mark the record of each mutation's scope, and a retry names the scope")
+    func answersByScope() async throws {
+        let closed = WireError.Detail(code: .stateConflict, message: "the expo is closed")
+        try await withEngine(rejecting: { $0.scope == "expo" ? closed : nil }) { store, engine, server in
+            // Given g1 checked in at the gala and at the expo, offline
+            await engine.setOnline(false)
+            try await engine.save(Self.checkIn("g1", at: "gala"))
+            try await engine.save(Self.checkIn("g1", at: "expo"))
+
+            // When they are pushed, and the server refuses the expo's
+            let summary = try await engine.sync(retrying: false)
+
+            // Then the gala's check-in is synced and the expo's failed with the reason
+            #expect(summary.synced == 1)
+            #expect(summary.failed == 1)
+            let gala = try #require(try await store.record(collection: CheckIn.collection, scope: "gala", recordId: "g1"))
+            #expect(gala.syncStatus == .synced)
+            #expect(gala.version == 1)
+            let expo = try #require(try await store.record(collection: CheckIn.collection, scope: "expo", recordId: "g1"))
+            #expect(expo.syncStatus == .failed)
+            #expect(expo.syncError == "the expo is closed")
+            #expect(await server.applied.map(\.mutation.scope) == ["gala"])
+
+            // And a retry in a scope that holds no such record finds none; in the expo's, it sends that one again
+            await #expect(throws: ClientError.self) {
+                _ = try await engine.retry(collection: CheckIn.collection, scope: "fair", recordId: "g1")
+            }
+            let retried = try await engine.retry(collection: CheckIn.collection, scope: "expo", recordId: "g1")
+            #expect(retried.failed == 1)
+            #expect(retried.synced == 0)
+        }
+    }
+}
