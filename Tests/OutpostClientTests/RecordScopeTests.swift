@@ -1,5 +1,7 @@
 import Clocks
+import Crypto
 import Foundation
+import GRDB
 import OutpostProtocol
 import OutpostTesting
 import Testing
@@ -7,7 +9,8 @@ import Testing
 @testable import OutpostClient
 
 /// A record is its collection, scope and id, on the device as on the server: the same guest's check-ins at
-/// two events are two records, written, queued, pulled and answered apart.
+/// two events are two records, written, queued, pulled and answered apart; a store from before scopes moves
+/// its check-ins into their events when it opens.
 @Suite("Record scopes")
 struct RecordScopeTests {
     /// A check-in of `guest` at `event`, in that event's scope.
@@ -144,5 +147,159 @@ struct RecordScopeTests {
             #expect(retried.failed == 1)
             #expect(retried.synced == 0)
         }
+    }
+
+    // MARK: Stores from before scopes
+
+    /// A row of the records table as the schema before scopes had it, sealed as that version sealed it.
+    struct OlderRecord {
+        var collection: String
+        var recordId: String
+        var fields: [String: JSONValue]
+        var deleted = false
+        var status: RecordSyncStatus
+        var version: Int64?
+    }
+
+    /// An outbox entry as the schema before scopes had it.
+    struct OlderEntry {
+        var collection: String
+        var recordId: String
+        var op: MutationOperation = .upsert
+        var fields: [String: JSONValue] = [:]
+        var time: Int64
+        var key: String { "dev-1:\(recordId):\(Timestamp(millisecondsSince1970: time).iso8601)" }
+    }
+
+    /// Makes at `url` a store migrated up to the schema before scopes, holding `records` and `entries`.
+    static func makeOlderStore(at url: URL, key: SymmetricKey, records: [OlderRecord], entries: [OlderEntry]) throws {
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let queue = try DatabaseQueue(path: url.path)
+        try LocalStore.migrator.migrate(queue, upTo: "v8-reference-fingerprints")
+        #expect(try queue.read { try $0.columns(in: "records").map(\.name) }.contains("scope") == false)
+        let sealer = Sealer(key: key)
+        try queue.write { db in
+            for record in records {
+                // The payload's context as it was: "record:<collection>/<record id>".
+                let payload = try sealer.seal(
+                    try JSONEncoder().encode(["fields": record.fields]), context: "record:\(record.collection)/\(record.recordId)")
+                try db.execute(
+                    sql: """
+                        INSERT INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
+                                             is_offline_entry, created_at, updated_at, version, sealed_detail)
+                        VALUES (?, ?, ?, ?, ?, NULL, 0, 1800000000000, 1800000000000, ?, 0)
+                        """,
+                    arguments: [record.collection, record.recordId, payload, record.deleted, record.status.rawValue, record.version])
+            }
+            for entry in entries {
+                try db.execute(
+                    sql: """
+                        INSERT INTO outbox (idempotency_key, collection, record_id, op, client_ts, base_version, payload)
+                        VALUES (?, ?, ?, ?, ?, NULL, ?)
+                        """,
+                    arguments: [
+                        entry.key, entry.collection, entry.recordId, entry.op.rawValue, entry.time,
+                        try sealer.seal(try JSONEncoder().encode(entry.fields), context: "outbox:\(entry.key)"),
+                    ])
+            }
+        }
+    }
+
+    @Test("a store from before scopes keeps its records, outbox and statuses, opens them, and moves check-ins into their events")
+    func upgradeFromUnscopedStore() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-scopes-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("device.sqlite")
+        let key = SymmetricKey(size: .bits256)
+        let scan: [String: JSONValue] = ["event_id": "gala", "guest_id": "g1", "scanned_by": "dev-1"]
+
+        // Given a store written before scopes: notes synced and queued; a check-in queued and one synced at the
+        // gala; one at the expo deleted after its scan, both still queued; one whose fields name no event
+        try Self.makeOlderStore(
+            at: url, key: key,
+            records: [
+                OlderRecord(collection: "notes", recordId: "n1", fields: ["text": "kept"], status: .synced, version: 3),
+                OlderRecord(collection: "notes", recordId: "n2", fields: ["text": "queued"], status: .pending),
+                OlderRecord(collection: CheckIn.collection, recordId: "g1", fields: scan, status: .pending),
+                OlderRecord(collection: CheckIn.collection, recordId: "g2", fields: ["event_id": "gala"], status: .synced, version: 1),
+                OlderRecord(collection: CheckIn.collection, recordId: "g3", fields: [:], deleted: true, status: .pending),
+                OlderRecord(collection: CheckIn.collection, recordId: "g4", fields: ["note": "no event"], status: .synced, version: 1),
+            ],
+            entries: [
+                OlderEntry(collection: "notes", recordId: "n2", fields: ["text": "queued"], time: 1_800_000_000_001),
+                OlderEntry(collection: CheckIn.collection, recordId: "g1", fields: scan, time: 1_800_000_000_002),
+                OlderEntry(collection: CheckIn.collection, recordId: "g3", fields: ["event_id": "expo"], time: 1_800_000_000_003),
+                OlderEntry(collection: CheckIn.collection, recordId: "g3", op: .delete, time: 1_800_000_000_004),
+            ])
+
+        // When this version opens it
+        let store = try LocalStore(url: url, keys: StaticKeyProvider(key))
+
+        // Then every record is kept, opens, and keeps its status and version
+        #expect(try await store.records().count == 6)
+        let n1 = try #require(try await store.record(collection: "notes", recordId: "n1"))
+        #expect(n1.fields == ["text": "kept"])
+        #expect(n1.syncStatus == .synced)
+        #expect(n1.version == 3)
+        #expect(n1.scope == "")
+        #expect(try await store.record(collection: "notes", recordId: "n2")?.syncStatus == .pending)
+        // And check-ins are in the event their fields, or their queued scans, name
+        let g1 = try #require(try await store.record(collection: CheckIn.collection, scope: "gala", recordId: "g1"))
+        #expect(g1.fields == scan)
+        #expect(g1.syncStatus == .pending)
+        #expect(try await store.record(collection: CheckIn.collection, recordId: "g1") == nil)
+        let g2 = try #require(try await store.record(collection: CheckIn.collection, scope: "gala", recordId: "g2"))
+        #expect(g2.syncStatus == .synced)
+        #expect(g2.version == 1)
+        let g3 = try #require(try await store.record(collection: CheckIn.collection, scope: "expo", recordId: "g3"))
+        #expect(g3.deleted)
+        #expect(try await store.record(collection: CheckIn.collection, recordId: "g4")?.fields == ["note": "no event"])
+        #expect(try await store.counts() == (pending: 3, failed: 0))
+        // And the outbox is kept in order, each entry opening, the check-ins' naming their events
+        let queued = try await store.nextChunk(limit: 10).map(\.mutation)
+        #expect(queued.map(\.recordId) == ["n2", "g1", "g3", "g3"])
+        #expect(queued.map(\.scope) == [nil, "gala", "expo", "expo"])
+        #expect(queued.map(\.op) == [.upsert, .upsert, .upsert, .delete])
+        #expect(queued[1].fields == scan)
+        #expect(try await store.read { try LocalStore.scopesFilled($0) })
+
+        // When the outbox is pushed
+        let server = InMemoryServer()
+        let engine = SyncEngine(
+            store: store, transport: InMemoryTransport(server: server), configuration: SyncConfiguration(deviceId: "dev-1"),
+            clock: TestClock<Duration>(), now: ManualNow().closure)
+        let summary = try await engine.sync(retrying: false)
+
+        // Then the answers reach the moved records
+        #expect(summary.failed == 0)
+        #expect(await server.applied.map(\.mutation.scope) == [nil, "gala", "expo", "expo"])
+        #expect(try await store.record(collection: CheckIn.collection, scope: "gala", recordId: "g1")?.syncStatus == .synced)
+        #expect(try await store.record(collection: CheckIn.collection, scope: "expo", recordId: "g3")?.syncStatus == .synced)
+        #expect(try await store.counts() == (pending: 0, failed: 0))
+    }
+
+    @Test("a row that does not open is left unscoped, and the next opening tries again")
+    func upgradeRetriesRowsThatDoNotOpen() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-scopes-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("device.sqlite")
+        let key = SymmetricKey(size: .bits256)
+        try Self.makeOlderStore(
+            at: url, key: key,
+            records: [OlderRecord(collection: CheckIn.collection, recordId: "g1", fields: ["event_id": "gala"], status: .synced, version: 1)],
+            entries: [])
+
+        // Given the store opened first with another key
+        do {
+            let wrongKey = try LocalStore(url: url, keys: StaticKeyProvider(SymmetricKey(size: .bits256)))
+            #expect(try await wrongKey.read { try LocalStore.scopesFilled($0) } == false)
+        }
+
+        // When it is opened with its own
+        let store = try LocalStore(url: url, keys: StaticKeyProvider(key))
+
+        // Then the check-in is moved into its event then
+        #expect(try await store.record(collection: CheckIn.collection, scope: "gala", recordId: "g1")?.version == 1)
+        #expect(try await store.read { try LocalStore.scopesFilled($0) })
     }
 }

@@ -67,6 +67,17 @@ public final class LocalStore: Sendable {
                 try db.execute(sql: "PRAGMA journal_mode = WAL")
             }
             try Self.migrator.migrate(queue)
+            // Records kept from before scopes move into the scopes their fields name, once; the check is a read,
+            // so that every later opening costs no commit.
+            let sealer = self.sealer
+            if try !queue.unsafeRead({ db in try Self.deferred(db, Self.scopesFilled) }) {
+                try queue.writeWithoutTransaction { db in
+                    try db.inTransaction(.immediate) {
+                        try Self.fillScopes(db, sealer: sealer)
+                        return .commit
+                    }
+                }
+            }
             let time = try queue.unsafeRead { db in
                 try Self.deferred(db) { db in
                     ClientTime(
