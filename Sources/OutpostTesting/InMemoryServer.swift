@@ -5,6 +5,11 @@ import OutpostProtocol
 /// A server held in memory, with the protocol's push semantics: each idempotency key is applied once,
 /// a key sent again is a duplicate, and a key reused with other content is refused.
 ///
+/// Records are keyed by collection, scope and id, as on the server: a mutation's scope is the one it names,
+/// or else its scope field's value; one that names two different scopes, or a mutation of a scoped
+/// collection that names none, is refused (`invalid_fields`), as a mutation with a scope in a collection
+/// without one is.
+///
 /// It records every application in order, so that tests can check exactly-once and per-device order.
 public actor InMemoryServer {
     public struct Application: Sendable, Hashable {
@@ -27,8 +32,10 @@ public actor InMemoryServer {
     /// The field whose value is a collection's scope, as the server's policies say.
     private let scopeFields: [String: String]
 
+    /// A server whose scoped collections are `scopeFields` (the field naming each one's scope), refusing what
+    /// `rejection` gives a code and message for.
     public init(
-        scopeFields: [String: String] = [CheckIn.collection: CheckIn.scopeField],
+        scopeFields: [String: String] = LocalRecord.scopeFields,
         rejecting rejection: @escaping @Sendable (Mutation) -> WireError.Detail? = { _ in nil }
     ) {
         self.scopeFields = scopeFields
@@ -45,13 +52,31 @@ public actor InMemoryServer {
         return PullResponse(changes: page.map(\.element), cursor: String(next), hasMore: page.count < matching.count)
     }
 
-    private func record(_ mutation: Mutation, version: Int64) {
-        let key = "\(mutation.collection)/\(mutation.recordId)"
+    /// The scope `mutation` belongs to ("" in a collection without scopes), or why the server refuses it.
+    private func scope(of mutation: Mutation) -> Result<String, WireError> {
+        guard let field = scopeFields[mutation.collection] else {
+            guard mutation.scope?.isEmpty ?? true else {
+                return .failure(WireError(code: .invalidFields, message: "\(mutation.collection) has no scope"))
+            }
+            return .success("")
+        }
+        let named = mutation.fields[field]?.displayText
+        if let scope = mutation.scope, let named, scope != named {
+            return .failure(WireError(code: .invalidFields, message: "scope \(scope) and \(field) \(named) differ"))
+        }
+        guard let scope = mutation.scope ?? named, !scope.isEmpty else {
+            return .failure(WireError(code: .invalidFields, message: "a \(mutation.collection) mutation names its scope"))
+        }
+        return .success(scope)
+    }
+
+    private func record(_ mutation: Mutation, scope: String, version: Int64) {
+        let key = "\(mutation.collection)/\(scope)/\(mutation.recordId)"
         var change =
             records[key]
             ?? Change(
-                collection: mutation.collection, recordId: mutation.recordId, version: 0, tombstone: false, fields: [:],
-                createdAt: mutation.clientTimestamp, updatedAt: mutation.clientTimestamp)
+                collection: mutation.collection, recordId: mutation.recordId, scope: scope, version: 0, tombstone: false,
+                fields: [:], createdAt: mutation.clientTimestamp, updatedAt: mutation.clientTimestamp)
         if mutation.op == .delete {
             change.fields = [:]
             change.tombstone = true
@@ -61,9 +86,6 @@ public actor InMemoryServer {
         }
         change.version = version
         change.updatedAt = max(change.updatedAt, mutation.clientTimestamp)
-        if let field = scopeFields[mutation.collection], let value = change.fields[field]?.stringValue {
-            change.scope = value
-        }
         records[key] = change
         log.append(change)
     }
@@ -81,13 +103,18 @@ public actor InMemoryServer {
             if let detail = rejection(mutation) {
                 return .rejected(mutation.idempotencyKey, detail.code, detail.message)
             }
-            let record = "\(mutation.collection)/\(mutation.recordId)"
+            let scope: String
+            switch self.scope(of: mutation) {
+            case .success(let resolved): scope = resolved
+            case .failure(let refusal): return .rejected(mutation.idempotencyKey, refusal.code, refusal.message)
+            }
+            let record = "\(mutation.collection)/\(scope)/\(mutation.recordId)"
             let version = (versions[record] ?? 0) + 1
             versions[record] = version
             let result = MutationResult(idempotencyKey: mutation.idempotencyKey, status: .applied, version: version)
             processed[mutation.idempotencyKey] = (mutation, result)
             applied.append(Application(deviceId: request.deviceId, mutation: mutation))
-            self.record(mutation, version: version)
+            self.record(mutation, scope: scope, version: version)
             return result
         })
     }

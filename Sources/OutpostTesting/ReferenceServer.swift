@@ -6,6 +6,7 @@ import OutpostProtocol
 /// fails requests from a chosen page on: enough to test downloads, resumes and refreshes.
 public final class ReferenceServer: SyncTransport, @unchecked Sendable {
     private let lock = NSLock()
+    /// The rows as they stand, by scope and record id: the same id in two scopes is two rows.
     private var rows: [String: Change] = [:]
     /// Every change in order; a pull cursor is a position in it.
     private var log: [Change] = []
@@ -18,26 +19,31 @@ public final class ReferenceServer: SyncTransport, @unchecked Sendable {
 
     public init() {}
 
-    /// Adds or changes a row (a walk-in, an edit).
+    /// Adds or changes a row (a walk-in, an edit) in `scope`.
     public func put(_ recordId: String, _ fields: [String: JSONValue], scope: String) {
         lock.withLock {
-            let version = (rows[recordId]?.version ?? 0) + 1
+            let key = "\(scope)/\(recordId)"
+            let version = (rows[key]?.version ?? 0) + 1
             let change = Change(
                 collection: "guests", recordId: recordId, scope: scope, version: version, tombstone: false,
                 fields: fields, createdAt: Timestamp(millisecondsSince1970: 0), updatedAt: Timestamp(millisecondsSince1970: 0))
-            rows[recordId] = change
+            rows[key] = change
             log.append(change)
         }
     }
 
-    /// Deletes a row (a cancelled registration): a tombstone in the log.
-    public func cancel(_ recordId: String) {
+    /// Deletes a row (a cancelled registration) in `scope`, or in every scope when nil: a tombstone in the log.
+    public func cancel(_ recordId: String, scope: String? = nil) {
         lock.withLock {
-            guard var change = rows.removeValue(forKey: recordId) else { return }
-            change.tombstone = true
-            change.fields = [:]
-            change.version += 1
-            log.append(change)
+            for key in rows.keys.sorted() {
+                guard let row = rows[key], row.recordId == recordId, scope == nil || row.scope == scope,
+                    var change = rows.removeValue(forKey: key)
+                else { continue }
+                change.tombstone = true
+                change.fields = [:]
+                change.version += 1
+                log.append(change)
+            }
         }
     }
 

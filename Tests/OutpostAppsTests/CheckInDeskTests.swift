@@ -118,6 +118,45 @@ struct CheckInDeskTests {
         }
     }
 
+    @Test("the same guest scanned at two events on one device is two check-ins, and the second scan is no repeat")
+    func sameGuestAtTwoEvents() async throws {
+        let roster = Self.roster()
+        roster.put("g0", ["name": "Guest 0", "event_id": "expo", "status": "registered"], scope: "expo")
+        try await withDesk(roster: roster) { gala, device in
+            // Given a device holding the gala's roster and the expo's, offline
+            await device.setOnline(true)
+            _ = try await gala.roster.download(collection: Guest.collection, scope: "expo")
+            await device.setOnline(false)
+            let expo = CheckInDesk(engine: device.engine, roster: gala.roster, event: "expo")
+
+            // When g0 is scanned at the gala, then a minute later at the expo
+            guard case .checkedIn = try await gala.scan("g0") else { Issue.record("no check-in at the gala"); return }
+            device.now.advance(seconds: 60)
+            let second = try await expo.scan("g0")
+
+            // Then the expo's scan is a check-in of its own, and each event holds its own
+            guard case .checkedIn(let atExpo, _) = second else { Issue.record("the expo's scan was taken as a repeat"); return }
+            #expect(atExpo.event == "expo")
+            #expect(try await gala.checkIn(of: "g0")?.event == "gala")
+            #expect(try await expo.checkIn(of: "g0")?.event == "expo")
+            #expect(try await gala.pending().map(\.event) == ["gala"])
+            #expect(try await expo.pending().map(\.event) == ["expo"])
+            let queued = try await device.outbox()
+            #expect(queued.map(\.scope) == ["gala", "expo"])
+            #expect(queued.map(\.recordId) == ["g0", "g0"])
+            // And a scan again at either event is a repeat of that event's check-in
+            guard case .alreadyCheckedIn(let again) = try await gala.scan("g0") else { Issue.record("not a repeat"); return }
+            #expect(again.event == "gala")
+            #expect(try await device.outbox().count == 2)
+
+            // When the device comes online, Then both reach the server as two check-ins, and both are synced
+            await device.setOnline(true)
+            #expect(await device.server.applied.map(\.mutation.scope) == ["gala", "expo"])
+            #expect(try await gala.checkIn(of: "g0")?.syncStatus == .synced)
+            #expect(try await expo.checkIn(of: "g0")?.syncStatus == .synced)
+        }
+    }
+
     @Test("a guest another device checked in is recognised once this device has pulled, online")
     func otherDevicesScan() async throws {
         let server = InMemoryServer()
