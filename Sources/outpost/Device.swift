@@ -142,7 +142,8 @@ struct DeviceRecords: AsyncParsableCommand {
         let records = try await store.records(filter)
         for record in records {
             let fields = record.fields.keys.sorted().map { "\($0)=\(record.fields[$0]!.displayText)" }.joined(separator: " ")
-            say("\(record.badge.symbol)  \(record.collection)/\(record.recordId)  \(record.deleted ? "(deleted)" : fields)")
+            let path = record.scope.isEmpty ? "\(record.collection)/\(record.recordId)" : "\(record.collection)/\(record.scope)/\(record.recordId)"
+            say("\(record.badge.symbol)  \(path)  \(record.deleted ? "(deleted)" : fields)")
             if record.syncStatus == .failed, let error = record.syncError {
                 say("    \(error)")
             }
@@ -159,16 +160,20 @@ struct DevicePut: AsyncParsableCommand {
     var recordId: String
     @Argument(help: "Fields as key=value; values that parse as JSON (numbers, true, null, {…}) keep their type.")
     var fields: [String] = []
+    @Option(help: "The record's scope, such as an event id, in a collection with scopes (default: the scope its fields name).")
+    var scope: String?
     @Flag(help: "Delete the record instead.")
     var delete = false
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
         let values = try fieldValues(fields)
+        let scope = self.scope ?? LocalRecord.scope(of: values, in: collection)
         try await options.withDevice { device in
             await device.engine.probe(syncingPending: false)
             let saved = try await device.engine.saveAndPush(
-                LocalStore.Write(collection: collection, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
+                LocalStore.Write(
+                    collection: collection, scope: scope, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
             switch saved.syncStatus {
             case .synced: say("saved \(collection)/\(recordId): synced")
             case .pending: say("saved \(collection)/\(recordId) locally: pending sync (\(await device.engine.status.offlineIndicatorText))")

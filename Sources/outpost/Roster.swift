@@ -41,13 +41,14 @@ func checkedEvent(_ event: String) throws -> String {
 }
 
 /// A roster change as the organizer tools send it: the key names the event, the guest and the moment, so
-/// that running the same command again later is a new change and never an idempotency clash.
+/// that running the same command again later is a new change and never an idempotency clash. The event is
+/// the guest's scope: a cancel, which carries no fields, names it too.
 func rosterMutation(
     event: String, guestId: String, op: MutationOperation = .upsert, fields: [String: JSONValue] = [:], at time: Timestamp
 ) -> Mutation {
     Mutation(
         idempotencyKey: "roster:\(event):\(guestId):\(time.iso8601)\(op == .delete ? ":cancel" : "")",
-        collection: Guest.collection, recordId: guestId, op: op, fields: fields, clientTimestamp: time)
+        collection: Guest.collection, recordId: guestId, scope: event, op: op, fields: fields, clientTimestamp: time)
 }
 
 /// Sends roster mutations in batches the server accepts; stops at the first refusal.

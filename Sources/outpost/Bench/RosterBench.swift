@@ -38,8 +38,8 @@ struct RosterBench {
         let time = Timestamp(Date())
         for start in stride(from: 0, to: rows.count, by: 500) {
             let batch = rows[start..<min(start + 500, rows.count)].map {
-                Mutation(idempotencyKey: "load:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .upsert,
-                         fields: $0.fields, clientTimestamp: time)
+                Mutation(idempotencyKey: "load:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, scope: "bench-event",
+                         op: .upsert, fields: $0.fields, clientTimestamp: time)
             }
             _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: batch))
         }
@@ -77,12 +77,13 @@ struct RosterBench {
         var refreshCPU = Samples()
         for round in 0..<Self.refreshRounds {
             let changed = rows[(round * Self.changedPerRound)..<((round + 1) * Self.changedPerRound)].map {
-                Mutation(idempotencyKey: "change:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .upsert,
-                         fields: ["check_in_note": "moved to table \(round + 4)", "event_id": "bench-event"], clientTimestamp: Timestamp(Date()))
+                Mutation(idempotencyKey: "change:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, scope: "bench-event",
+                         op: .upsert, fields: ["check_in_note": "moved to table \(round + 4)", "event_id": "bench-event"],
+                         clientTimestamp: Timestamp(Date()))
             }
             let cancelled = rows.dropLast(round * Self.cancelledPerRound).suffix(Self.cancelledPerRound).map {
-                Mutation(idempotencyKey: "cancel:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, op: .delete,
-                         clientTimestamp: Timestamp(Date()))
+                Mutation(idempotencyKey: "cancel:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, scope: "bench-event",
+                         op: .delete, clientTimestamp: Timestamp(Date()))
             }
             for start in stride(from: 0, to: changed.count, by: 500) {
                 _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: Array(changed[start..<min(start + 500, changed.count)])))
