@@ -276,14 +276,12 @@ public final class LocalStore: Sendable {
         guard Identifier.isValid(write.collection) else {
             throw ClientError(.invalidInput, "the collection name is not a valid identifier")
         }
+        let identifierRule = "1 to 128 characters from A-Z a-z 0-9 . _ : @ -, without '..'"
         guard Identifier.isValid(write.recordId) else {
-            throw ClientError(
-                .invalidInput, "record ids are 1 to 128 characters from A-Z a-z 0-9 . _ : @ -, without '..'")
+            throw ClientError(.invalidInput, "record ids are \(identifierRule)")
         }
         if let scope = write.scope, !scope.isEmpty {
-            guard Identifier.isValid(scope) else {
-                throw ClientError(.invalidInput, "a scope is 1 to 128 characters from A-Z a-z 0-9 . _ : @ -, without '..'")
-            }
+            guard Identifier.isValid(scope) else { throw ClientError(.invalidInput, "a scope is \(identifierRule)") }
             // The server refuses a mutation whose scope and scope field differ.
             if let named = LocalRecord.scope(of: write.fields, in: write.collection), named != scope {
                 throw ClientError(.invalidInput, "the scope differs from the record's \(LocalRecord.scopeFields[write.collection] ?? "scope")")
