@@ -15,7 +15,17 @@ final class TurnQueue: Sendable {
         var lastId = 0
     }
 
+    /// Where a test holds or watches a caller that found its key taken.
+    struct Seams: Sendable {
+        /// Runs between finding the key taken and joining its queue.
+        var beforeJoining: (@Sendable () async -> Void)?
+        /// Runs once a caller has joined its key's queue.
+        var joined: (@Sendable () -> Void)?
+    }
+
     private let state = LockedBox(State())
+    /// Empty but in tests; read only by a caller that found its key taken.
+    let seams = LockedBox(Seams())
 
     /// Callers waiting for a turn, all keys together.
     var waiting: Int { state.withLock { $0.queues.values.reduce(0) { $0 + $1.count } } }
@@ -36,15 +46,20 @@ final class TurnQueue: Sendable {
             return state.lastId
         }
         guard let id else { return }
+        let seams = self.seams.withLock { $0 }
+        await seams.beforeJoining?()
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                // Cancelled before the handler could find it in the queue: it never joins.
-                let cancelled = state.withLock { state -> Bool in
-                    guard !Task.isCancelled else { return true }
+                let outcome = state.withLock { state -> Result<Void, any Error>? in
+                    // Cancelled before the handler could find it in the queue: it never joins.
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    // The turn was given back since the key was found taken, to nobody: it is this caller's. (A
+                    // caller joining now would wait for a give that never comes.)
+                    if state.taken.insert(key).inserted { return .success(()) }
                     state.queues[key, default: []].append(Waiter(id: id, continuation: continuation))
-                    return false
+                    return nil
                 }
-                if cancelled { continuation.resume(throwing: CancellationError()) }
+                if let outcome { continuation.resume(with: outcome) } else { seams.joined?() }
             }
         } onCancel: {
             let leaving = state.withLock { state -> Waiter? in
