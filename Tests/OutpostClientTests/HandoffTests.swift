@@ -1,4 +1,3 @@
-import Clocks
 import Foundation
 import OutpostProtocol
 import OutpostTesting
@@ -8,16 +7,9 @@ import Testing
 
 /// A stream of pages read ahead of its consumer holds a bounded number of them: the producer waits, element in hand,
 /// until the consumer takes one, and a wait for the consumer is not the server's silence.
-@Suite("Read-ahead of streamed pages")
+@Suite("Read-ahead of streamed pages", .timeLimit(.minutes(5)))
 struct HandoffTests {
-    /// Lets other tasks run until `condition` holds; false if it never does in that many turns.
-    private func eventually(_ condition: () -> Bool) async -> Bool {
-        for _ in 0..<100_000 {
-            if condition() { return true }
-            await Task.yield()
-        }
-        return condition()
-    }
+    typealias Party = Handoff<Int>.Party
 
     /// Counts what a producer has handed over.
     final class Counter: @unchecked Sendable {
@@ -27,9 +19,15 @@ struct HandoffTests {
         func add() { lock.withLock { count += 1 } }
     }
 
+    /// A handoff that tells each wait, once the giver or the consumer waits.
+    static func observed(capacity: Int) -> (Handoff<Int>, AsyncStream<Party>.AsyncIterator) {
+        let (waits, wait) = AsyncStream<Party>.makeStream()
+        return (Handoff<Int>(capacity: capacity, onWait: { wait.yield($0) }), waits.makeAsyncIterator())
+    }
+
     @Test("a giver waits while the room is full, and goes on one element for each the consumer takes")
     func giverWaitsForRoom() async throws {
-        let handoff = Handoff<Int>(capacity: 2)
+        var (handoff, waits) = Self.observed(capacity: 2)
         let given = Counter()
         let producer = Task {
             for n in 0..<5 {
@@ -38,17 +36,19 @@ struct HandoffTests {
             }
             handoff.finish()
         }
-        #expect(await eventually { handoff.state.giverWaits })
+        // Two in the room, the third in the giver's hand.
+        #expect(await waits.next() == .giver)
         #expect(handoff.state.waiting == 2)
         #expect(given.value == 2)
         #expect(try await handoff.take() == 0)
         // The waiting element moved into the room; the next giver waits in turn.
-        #expect(await eventually { given.value == 3 && handoff.state.giverWaits })
+        #expect(await waits.next() == .giver)
+        #expect(given.value == 3)
         #expect(handoff.state.waiting == 2)
         var rest: [Int] = []
         while let n = try await handoff.take() { rest.append(n) }
         #expect(rest == [1, 2, 3, 4])
-        try await producer.value
+        try await producer.value(within: testWaitLimit, "the producer")
         #expect(try await handoff.take() == nil)
     }
 
@@ -66,33 +66,33 @@ struct HandoffTests {
     @Test("an error that ends the elements while the consumer waits is told it once; then the end")
     func errorToWaitingConsumer() async throws {
         struct Broke: Error {}
-        let handoff = Handoff<Int>(capacity: 2)
+        var (handoff, waits) = Self.observed(capacity: 2)
         let taking = Task { try await handoff.take() }
-        #expect(await eventually { handoff.state.takerWaits })
+        #expect(await waits.next() == .taker)
         handoff.finish(throwing: Broke())
-        await #expect(throws: Broke.self) { _ = try await taking.value }
+        await #expect(throws: Broke.self) { _ = try await taking.value(within: testWaitLimit, "the consumer") }
         #expect(try await handoff.take() == nil)
     }
 
     @Test("a consumer that waits gets the element given next at once, with no room at all")
     func directHandover() async throws {
-        let handoff = Handoff<Int>(capacity: 0)
+        var (handoff, waits) = Self.observed(capacity: 0)
         let taking = Task { try await handoff.take() }
-        #expect(await eventually { handoff.state.takerWaits })
+        #expect(await waits.next() == .taker)
         try await handoff.give(7)
-        #expect(try await taking.value == 7)
+        #expect(try await taking.value(within: testWaitLimit, "the consumer") == 7)
         // With no room, a giver waits until the consumer takes.
         let giving = Task { try await handoff.give(8) }
-        #expect(await eventually { handoff.state.giverWaits })
+        #expect(await waits.next() == .giver)
         #expect(try await handoff.take() == 8)
-        try await giving.value
+        try await giving.value(within: testWaitLimit, "the giver")
     }
 
     /// A producer that gives 0, 1, 2, … for ever, and says how it ended.
-    private func endless(_ ended: AsyncStream<Bool>.Continuation, given: Counter)
-        -> AsyncThrowingStream<Int, any Error>
-    {
-        AsyncThrowingStream<Int, any Error>.produced(readAhead: 2) { deliver in
+    private func endless(
+        _ ended: AsyncStream<Bool>.Continuation, given: Counter, onWait: @escaping @Sendable (Party) -> Void
+    ) -> AsyncThrowingStream<Int, any Error> {
+        AsyncThrowingStream<Int, any Error>.produced(readAhead: 2, onWait: onWait) { deliver in
             do {
                 for n in 0... {
                     try await deliver(n)
@@ -105,18 +105,22 @@ struct HandoffTests {
         }
     }
 
-    @Test("a stream reads at most its read-ahead beyond what its consumer took; letting it go cancels its producer",
-          .timeLimit(.minutes(1)))
+    @Test("a stream reads at most its read-ahead beyond what its consumer took; letting it go cancels its producer")
     func streamReadsAhead() async throws {
         let (ended, end) = AsyncStream<Bool>.makeStream()
+        // Each wait of the giver, with how many it had given as it began to wait.
+        let (giverWaits, giverWait) = AsyncStream<Int>.makeStream()
         let given = Counter()
         do {
-            var iterator = endless(end, given: given).makeAsyncIterator()
+            let stream = endless(end, given: given) { party in
+                if party == .giver { giverWait.yield(given.value) }
+            }
+            var iterator = stream.makeAsyncIterator()
             #expect(try await iterator.next() == 0)
             #expect(try await iterator.next() == 1)
-            // Two taken, two waiting, the fifth in the producer's hand.
-            #expect(await eventually { given.value == 4 })
-            for _ in 0..<1_000 { await Task.yield() }
+            // Two taken, two waiting, the fifth in the producer's hand: it waits, and gives no more.
+            var waits = giverWaits.makeAsyncIterator()
+            while let count = await waits.next(), count < 4 {}
             #expect(given.value == 4)
             withExtendedLifetime(iterator) {}
         }
@@ -125,7 +129,7 @@ struct HandoffTests {
         #expect(await endings.next() == true)
     }
 
-    @Test("a cancelled consumer ends its stream and cancels the producer", .timeLimit(.minutes(1)))
+    @Test("a cancelled consumer ends its stream and cancels the producer")
     func cancelledConsumer() async throws {
         let (ended, end) = AsyncStream<Bool>.makeStream()
         let (never, held) = AsyncStream<Int>.makeStream()
@@ -139,7 +143,7 @@ struct HandoffTests {
         consumer.cancel()
         // The consumer's stream ends, or its wait throws, as `AsyncThrowingStream`'s own do when cancelled.
         do {
-            try await consumer.value
+            try await consumer.value(within: testWaitLimit, "the cancelled consumer")
         } catch {
             #expect(error is CancellationError)
         }
@@ -148,12 +152,10 @@ struct HandoffTests {
         held.finish()
     }
 
-    @Test("a call that rests is not ended by the silence watch; the silence after its rest counts again",
-          .timeLimit(.minutes(1)))
+    @Test("a call that rests is not ended by the silence watch; the silence after its rest counts again")
     func restIsNotSilence() async throws {
-        let clock = ObservedClock(TestClock<Duration>())
+        let clock = ManualClock()
         let limit = Duration.seconds(30)
-        let pastLimit = limit + .nanoseconds(1)
         let watch = SilenceWatch(limit: limit, clock: clock)
         let (resting, rest) = AsyncStream<Void>.makeStream()
         let (gate, open) = AsyncStream<Void>.makeStream()
@@ -174,17 +176,17 @@ struct HandoffTests {
         _ = await sleeps.next()
         // Four looks while it rests: each would have ended a silent call from the second on.
         for _ in 0..<4 {
-            await clock.base.advance(by: pastLimit)
+            clock.advance(by: limit)
             _ = await sleeps.next()
         }
         open.yield()
         _ = await rests.next()
         // The end of the rest counts as heard: one look passes, the next ends the call.
-        await clock.base.advance(by: pastLimit)
+        clock.advance(by: limit)
         _ = await sleeps.next()
-        await clock.base.advance(by: pastLimit)
+        clock.advance(by: limit)
         await #expect {
-            try await call.value
+            try await call.value(within: testWaitLimit, "the call the watch ends")
         } throws: { error in
             (error as? TransportError)?.kind == .network && (error as? TransportError)?.message.contains("silent") == true
         }

@@ -7,7 +7,14 @@ import Foundation
 /// connection's own flow control holds back the rest. (`AsyncThrowingStream`'s buffer has no such bound: a stream
 /// of 40 pages of 4 MiB could all wait in memory.)
 final class Handoff<Element: Sendable>: @unchecked Sendable {
+    /// Who waits: the giver, for room; the consumer, for an element.
+    enum Party: Sendable {
+        case giver, taker
+    }
+
     private let capacity: Int
+    /// Told each time a giver or the consumer begins to wait (for tests).
+    private let onWait: (@Sendable (Party) -> Void)?
     private let lock = NSLock()
     private var queue: [Element] = []
     /// A giver waiting for room, with its element.
@@ -19,8 +26,10 @@ final class Handoff<Element: Sendable>: @unchecked Sendable {
     /// The consumer let go: givers are refused from then on.
     private var abandoned = false
 
-    init(capacity: Int) {
+    /// - Parameter onWait: told each time a giver or the consumer begins to wait, once it waits (for tests).
+    init(capacity: Int, onWait: (@Sendable (Party) -> Void)? = nil) {
         self.capacity = max(capacity, 0)
+        self.onWait = onWait
     }
 
     /// How many elements wait to be taken, whether a giver waits for room, and whether the consumer waits for an
@@ -50,7 +59,7 @@ final class Handoff<Element: Sendable>: @unchecked Sendable {
                         return { continuation.resume() }
                     }
                     giver = (element, continuation)
-                    return {}
+                    return { self.onWait?(.giver) }
                 }
                 resume()
             }
@@ -108,7 +117,7 @@ final class Handoff<Element: Sendable>: @unchecked Sendable {
                         return { Self.deliver(end, to: continuation) }
                     }
                     taker = continuation
-                    return {}
+                    return { self.onWait?(.taker) }
                 }
                 resume()
             }
@@ -147,14 +156,16 @@ extension AsyncThrowingStream where Failure == any Error {
 
     /// A stream whose elements `produce` delivers from a task of its own, at most `readAhead` ahead of the
     /// consumer: `deliver` waits while that many wait to be taken. The stream ends when `produce` returns or
-    /// throws. The task is cancelled when the consumer is cancelled or lets the stream go.
+    /// throws. The task is cancelled when the consumer is cancelled or lets the stream go. `onWait` is the
+    /// handoff's, for tests.
     static func produced(
         readAhead: Int = defaultReadAhead,
+        onWait: (@Sendable (Handoff<Element>.Party) -> Void)? = nil,
         by produce: @escaping @Sendable (_ deliver: @escaping @Sendable (Element) async throws -> Void) async throws
             -> Void
     ) -> Self
     where Element: Sendable {
-        let handoff = Handoff<Element>(capacity: readAhead)
+        let handoff = Handoff<Element>(capacity: readAhead, onWait: onWait)
         let task = Task {
             do {
                 try await produce { try await handoff.give($0) }
