@@ -1,4 +1,3 @@
-import Clocks
 import Foundation
 import OutpostClient
 import OutpostProtocol
@@ -8,9 +7,13 @@ import Testing
 /// Deterministic simulation of the sync engine: a faulty network (dropped requests, responses dropped after
 /// the server applied them, delays) and devices that crash and reopen their stores at random points.
 ///
-/// `OUTPOST_SIM_SEEDS` sets how many seeds run (default 1,000); `OUTPOST_SIM_SEED` replays one.
+/// `OUTPOST_SIM_SEEDS` sets how many seeds run (default 1,000); `OUTPOST_SIM_SEED` replays one. A seed that
+/// does not finish within ``seedLimit`` fails with its number, and no further seeds run.
 @Suite("Sync simulation")
 struct SimulationTests {
+    /// Far longer than a seed takes on a busy machine (well under a second): only a hang reaches it.
+    static let seedLimit = Duration.seconds(120)
+
     @Test("every locally confirmed write reaches the server exactly once, in each device's order")
     func simulate() async throws {
         let environment = ProcessInfo.processInfo.environment
@@ -25,13 +28,23 @@ struct SimulationTests {
         for batch in stride(from: 0, to: seeds.count, by: 8) {
             let slice = seeds[batch..<min(batch + 8, seeds.count)]
             let outcomes = try await withThrowingTaskGroup(of: (UInt64, String?).self) { group in
-                for seed in slice { group.addTask { (seed, try await Self.run(seed: seed)) } }
+                for seed in slice {
+                    group.addTask {
+                        do {
+                            return (seed, try await bounded("seed \(seed)", within: Self.seedLimit) { try await Self.run(seed: seed) })
+                        } catch let hang as StillWaiting {
+                            return (seed, "\(hang)")
+                        }
+                    }
+                }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
             for case let (seed, problem?) in outcomes {
                 failures.append((seed, problem))
                 print("simulation seed \(seed) failed: \(problem); replay with OUTPOST_SIM_SEED=\(seed)")
             }
+            // A hung seed leaves its tasks behind: the run stops there rather than pile up more.
+            if outcomes.contains(where: { $0.1?.hasPrefix("still waiting") == true }) { break }
         }
         #expect(failures.isEmpty, "failing seeds: \(failures.map(\.0))")
     }
@@ -47,14 +60,15 @@ struct SimulationTests {
             var id: String
             var url: URL
             var network: SimulatedNetwork
+            var crashes: CrashPoint
             var engine: SyncEngine
             /// Keys of writes that returned: confirmed to the user.
             var confirmed: [String] = []
         }
 
-        func open(_ id: String, _ url: URL, _ network: SimulatedNetwork) throws -> SyncEngine {
+        func open(_ id: String, _ url: URL, _ transport: CrashPoint) throws -> SyncEngine {
             let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), durableCommits: false)
-            return SyncEngine(store: store, transport: network, configuration: .init(deviceId: id, chunkSize: 5), clock: ImmediateClock())
+            return SyncEngine(store: store, transport: transport, configuration: .init(deviceId: id, chunkSize: 5), clock: YieldingClock())
         }
 
         var devices: [SimDevice] = []
@@ -66,7 +80,8 @@ struct SimulationTests {
                 dropResponse: Double.random(in: 0...0.5, using: &random),
                 delay: Double.random(in: 0...0.5, using: &random))
             let network = SimulatedNetwork(server: server, seed: random.next(), faults: faults)
-            devices.append(SimDevice(id: id, url: url, network: network, engine: try open(id, url, network)))
+            let crashes = CrashPoint(inner: network)
+            devices.append(SimDevice(id: id, url: url, network: network, crashes: crashes, engine: try open(id, url, crashes)))
         }
 
         let steps = Int.random(in: 10...40, using: &random)
@@ -80,20 +95,24 @@ struct SimulationTests {
             case 5..<8:
                 _ = try? await devices[d].engine.sync()
             default:
-                // Crash mid-replay: stop the sync at a random await point, then relaunch from the file.
+                // Crash mid-replay: stop the sync as it starts or at one of its pushes, then relaunch from the file.
                 let engine = devices[d].engine
-                let sync = Task { try await engine.sync() }
-                for _ in 0..<Int.random(in: 0..<20, using: &random) { await Task.yield() }
-                sync.cancel()
+                let push = Int.random(in: 0...3, using: &random)
+                devices[d].crashes.arm(atPush: push)
+                let sync = Task {
+                    if push == 0 { withUnsafeCurrentTask { $0?.cancel() } }
+                    return try await engine.sync()
+                }
                 _ = try? await sync.value
-                devices[d].engine = try open(devices[d].id, devices[d].url, devices[d].network)
+                devices[d].crashes.disarm()
+                devices[d].engine = try open(devices[d].id, devices[d].url, devices[d].crashes)
             }
         }
 
         // The network heals; each device relaunches and syncs until its outbox is empty.
         for d in devices.indices {
             devices[d].network.setFaults(.none)
-            devices[d].engine = try open(devices[d].id, devices[d].url, devices[d].network)
+            devices[d].engine = try open(devices[d].id, devices[d].url, devices[d].crashes)
             for _ in 0..<10 where try await devices[d].engine.store.outboxCount() > 0 {
                 _ = try await devices[d].engine.sync()
             }
@@ -111,5 +130,38 @@ struct SimulationTests {
         }
         if applied.count != devices.map(\.confirmed.count).reduce(0, +) { return "the server applied writes nobody confirmed" }
         return nil
+    }
+}
+
+/// Cancels the task that makes a given push: a crash at a point of a sync's own progress, the same in every replay
+/// of a seed.
+final class CrashPoint: ForwardingTransport, @unchecked Sendable {
+    let inner: any SyncTransport
+    private let lock = NSLock()
+    private var pushesLeft: Int?
+
+    init(inner: any SyncTransport) {
+        self.inner = inner
+    }
+
+    /// Cancels the task that makes the `push`-th push from now (none when `push` is 0).
+    func arm(atPush push: Int) {
+        lock.withLock { pushesLeft = push > 0 ? push : nil }
+    }
+
+    /// Crashes nothing more.
+    func disarm() {
+        lock.withLock { pushesLeft = nil }
+    }
+
+    func push(_ request: PushRequest) async throws -> PushResponse {
+        let crash = lock.withLock { () -> Bool in
+            guard let left = pushesLeft else { return false }
+            pushesLeft = left > 1 ? left - 1 : nil
+            return left == 1
+        }
+        // The push runs in the sync's task: the crash lands in that sync, at this point of it.
+        if crash { withUnsafeCurrentTask { $0?.cancel() } }
+        return try await inner.push(request)
     }
 }
