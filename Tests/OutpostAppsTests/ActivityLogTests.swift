@@ -1,4 +1,3 @@
-import Clocks
 import Foundation
 import OutpostApps
 import OutpostClient
@@ -62,17 +61,18 @@ struct ActivityLogTests {
             #expect(await device.engine.status.pendingCount == 3)
 
             // The device's run loop: a health probe every 5 s drives the engine.
-            let clock = ObservedClock(TestClock<Duration>())
+            let clock = ManualClock()
             let monitor = HealthProbeMonitor(transport: device.transport, clock: clock, interval: .seconds(5))
             let scheduler = SyncScheduler(engine: device.engine, monitor: monitor, clock: clock, retryInterval: .seconds(60))
             let run = Task { await scheduler.run() }
             defer { run.cancel() }
+            // The probe has found the server away and waits for its next look; the retry timer waits too.
             var sleeps = clock.sleeps.makeAsyncIterator()
-            _ = await sleeps.next()
+            while let sleep = await sleeps.next(), sleep != .seconds(5) {}
             var statuses = await device.engine.statusUpdates().makeAsyncIterator()
             device.transport.isOnline = true
             // The first probe after the network returns (5 s) finds the server, and the engine drains the outbox.
-            await clock.base.advance(by: .seconds(5))
+            clock.advance(by: .seconds(5))
             while let status = await statuses.next() {
                 if status.pendingCount == 0 { break }
             }

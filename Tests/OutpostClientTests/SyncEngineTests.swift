@@ -5,13 +5,13 @@ import OutpostProtocol
 import OutpostTesting
 import Testing
 
-@Suite("Sync engine")
+@Suite("Sync engine", .timeLimit(.minutes(5)))
 struct SyncEngineTests {
     struct Harness {
         let store: LocalStore
         let server: InMemoryServer
         let transport: InMemoryTransport
-        let clock: ObservedClock<TestClock<Duration>>
+        let clock: ManualClock
         let engine: SyncEngine
         let now: ManualNow
     }
@@ -23,7 +23,7 @@ struct SyncEngineTests {
         try await withStore { store, _ in
             let server = InMemoryServer(rejecting: rejecting)
             let transport = InMemoryTransport(server: server)
-            let clock = ObservedClock(TestClock<Duration>())
+            let clock = ManualClock()
             let now = ManualNow()
             let engine = SyncEngine(
                 store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-1"), clock: clock,
@@ -78,9 +78,9 @@ struct SyncEngineTests {
             for _ in 0..<3 {
                 let duration = try #require(await sleeps.next())
                 observed.append(duration)
-                await h.clock.base.advance(by: duration)
+                h.clock.advance(by: duration)
             }
-            let summary = try await sync.value
+            let summary = try await sync.value(within: testWaitLimit, "the sync after its retries")
             #expect(observed == [.seconds(1), .seconds(2), .seconds(4)])
             #expect(summary.failed == 1)
             #expect(summary.reasons == ["The server could not be reached"])
@@ -113,15 +113,15 @@ struct SyncEngineTests {
         for (status, expectedCalls) in [(503, 4), (408, 4), (401, 1)] {
             try await withStore { store, _ in
                 let transport = Failing(status: status)
-                let clock = ObservedClock(TestClock<Duration>())
+                let clock = ManualClock()
                 let engine = SyncEngine(store: store, transport: transport, configuration: .init(deviceId: "d"), clock: clock)
                 try await engine.save(note("r1"))
                 let sync = Task { try await engine.sync() }
                 if expectedCalls > 1 {
                     var sleeps = clock.sleeps.makeAsyncIterator()
-                    for _ in 0..<3 { await clock.base.advance(by: try #require(await sleeps.next())) }
+                    for _ in 0..<3 { clock.advance(by: try #require(await sleeps.next())) }
                 }
-                let summary = try await sync.value
+                let summary = try await sync.value(within: testWaitLimit, "the sync of status \(status)")
                 #expect(transport.calls.value == expectedCalls, "status \(status)")
                 #expect(summary.failed == 1)
                 #expect(summary.reasons.first?.contains("\(status)") == true)
@@ -334,7 +334,7 @@ struct SyncEngineTests {
         try await withStore { store, _ in
             let server = InMemoryServer()
             let network = SimulatedNetwork(server: server, seed: 1, faults: .init(dropRequest: 0, dropResponse: 1, delay: 0))
-            let engine = SyncEngine(store: store, transport: network, configuration: .init(deviceId: "d"), clock: ImmediateClock())
+            let engine = SyncEngine(store: store, transport: network, configuration: .init(deviceId: "d"), clock: YieldingClock())
             for i in 0..<60 { try await engine.save(note("r\(i)")) }
             let failed = try await engine.sync()
             #expect(failed.failed == 60)
@@ -382,8 +382,8 @@ struct SyncEngineTests {
             let second = try await h.engine.sync()
             #expect(second.skipped)
             h.transport.isOnline = true
-            await h.clock.base.advance(by: wait)
-            #expect(try await first.value.synced == 1)
+            h.clock.advance(by: wait)
+            #expect(try await first.value(within: testWaitLimit, "the first sync").synced == 1)
         }
     }
 }

@@ -5,7 +5,7 @@ import OutpostProtocol
 import OutpostTesting
 import Testing
 
-@Suite("Sync health on the device")
+@Suite("Sync health on the device", .timeLimit(.minutes(5)))
 struct SyncHealthTests {
     func engine(
         _ store: LocalStore, transport: any SyncTransport, now: ManualNow = ManualNow(),
@@ -125,7 +125,7 @@ struct SyncHealthTests {
             }
             #expect(try await engine.retryPersistentFailures() == .alreadyRunning)
             await gate.open()
-            guard case .finished = try await first.value else {
+            guard case .finished = try await first.value(within: testWaitLimit, "the first press") else {
                 Issue.record("the first press did not run")
                 return
             }
@@ -141,7 +141,7 @@ struct SyncHealthTests {
             let server = InMemoryServer()
             let inner = InMemoryTransport(server: server)
             let transport = FlakyReports(inner: inner, failures: 2)
-            let clock = ObservedClock(TestClock<Duration>())
+            let clock = ManualClock()
             let now = ManualNow()
             let engine = engine(
                 store, transport: transport, now: now, clock: clock,
@@ -154,10 +154,10 @@ struct SyncHealthTests {
             let check = Task { try await engine.checkPersistentFailures() }
             var sleeps = clock.sleeps.makeAsyncIterator()
             #expect(await sleeps.next() == .seconds(1))
-            await clock.base.advance(by: .seconds(1))
+            clock.advance(by: .seconds(1))
             #expect(await sleeps.next() == .seconds(2))
-            await clock.base.advance(by: .seconds(2))
-            _ = try await check.value
+            clock.advance(by: .seconds(2))
+            _ = try await check.value(within: testWaitLimit, "the check, its reports retried")
             #expect(await server.failureReports.count == 1)
 
             let quiet = self.engine(

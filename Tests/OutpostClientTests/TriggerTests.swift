@@ -5,23 +5,23 @@ import OutpostProtocol
 import OutpostTesting
 import Testing
 
-@Suite("Triggers")
+@Suite("Triggers", .timeLimit(.minutes(5)))
 struct TriggerTests {
     @Test("the health probe reports the current state, then only changes")
     func healthProbe() async throws {
         let transport = InMemoryTransport(server: InMemoryServer())
         transport.isOnline = false
-        let clock = ObservedClock(TestClock<Duration>())
+        let clock = ManualClock()
         let monitor = HealthProbeMonitor(transport: transport, clock: clock, interval: .seconds(5))
         var changes = monitor.changes().makeAsyncIterator()
         var sleeps = clock.sleeps.makeAsyncIterator()
         #expect(await changes.next() == false)
         // Still offline at the next probe: nothing is reported; then the server comes back.
         #expect(await sleeps.next() == .seconds(5))
-        await clock.base.advance(by: .seconds(5))
+        clock.advance(by: .seconds(5))
         #expect(await sleeps.next() == .seconds(5))
         transport.isOnline = true
-        await clock.base.advance(by: .seconds(5))
+        clock.advance(by: .seconds(5))
         #expect(await changes.next() == true)
     }
 
@@ -66,7 +66,7 @@ struct TriggerTests {
         try await withStore { store, _ in
             let server = InMemoryServer()
             let transport = FlakyTransport(inner: InMemoryTransport(server: server), failures: 1)
-            let clock = ObservedClock(TestClock<Duration>())
+            let clock = ManualClock()
             let engine = SyncEngine(
                 store: store, transport: transport, configuration: .init(deviceId: "d", retryDelays: []), clock: clock)
             await engine.setOnline(true)
@@ -79,12 +79,12 @@ struct TriggerTests {
             var sleeps = clock.sleeps.makeAsyncIterator()
             #expect(await sleeps.next() == .seconds(60))
             #expect(await server.applied.isEmpty)
-            await clock.base.advance(by: .seconds(60))
+            clock.advance(by: .seconds(60))
             #expect(await sleeps.next() == .seconds(60))
             #expect(await server.applied.count == 1)
             #expect(await engine.status.failedCount == 0)
             run.cancel()
-            await run.value
+            try await run.value(within: testWaitLimit, "the scheduler, cancelled")
         }
     }
 
@@ -108,7 +108,7 @@ struct TriggerTests {
     func timerFindsOtherWriters() async throws {
         try await withStore { store, url in
             let server = InMemoryServer()
-            let clock = ObservedClock(TestClock<Duration>())
+            let clock = ManualClock()
             let engine = SyncEngine(
                 store: store, transport: InMemoryTransport(server: server), configuration: .init(deviceId: "d"), clock: clock)
             await engine.setOnline(true)
@@ -120,12 +120,12 @@ struct TriggerTests {
             let run = Task { await scheduler.run() }
             var sleeps = clock.sleeps.makeAsyncIterator()
             #expect(await sleeps.next() == .seconds(60))
-            await clock.base.advance(by: .seconds(60))
+            clock.advance(by: .seconds(60))
             #expect(await sleeps.next() == .seconds(60))
             #expect(await server.applied.map(\.mutation.recordId) == ["a"])
             #expect(await engine.status.pendingCount == 0)
             run.cancel()
-            await run.value
+            try await run.value(within: testWaitLimit, "the scheduler, cancelled")
         }
     }
 }

@@ -7,13 +7,14 @@ import Hummingbird
 import HummingbirdTesting
 import OutpostClient
 import OutpostProtocol
+import OutpostTesting
 import Testing
 
 @testable import OutpostServer
 
 /// The gate in front of `/v1`: at most `limit` requests run, later ones wait in arrival order, a full queue is
 /// answered 503 at once, and a waiter whose client goes away leaves the queue.
-@Suite("Admission gate")
+@Suite("Admission gate", .timeLimit(.minutes(5)))
 struct AdmissionGateTests {
     /// A request body that runs until it is told to finish.
     final class Held: Sendable {
@@ -118,8 +119,9 @@ struct AdmissionGateTests {
 
     @Test("a request that has waited `maxWait` is refused with 503 and leaves the queue; the one behind it still waits")
     func waitBound() async throws {
-        let ticks = DeadlineWatchTests.Ticks()
-        let watch = DeadlineWatch(clock: ticks.clock, tick: .seconds(1))
+        let clock = ManualClock()
+        var sleeps = clock.sleeps.makeAsyncIterator()
+        let watch = DeadlineWatch(clock: clock, tick: .seconds(1))
         let gate = AdmissionGate(limit: 1, maxWaiting: 10, maxWait: .seconds(3), watch: watch)
         let log = Log()
         let first = Held()
@@ -127,20 +129,24 @@ struct AdmissionGateTests {
         try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 0))
         let early = Task { try await gate.withAdmission { log.add("early") } }
         try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 1))
-        try await ticks.until("the watch sleeps") { ticks.sleepsBegun == 1 }
-        try await ticks.tick(watch, by: .seconds(2))
+        // The watch sleeps; two seconds later it looks, finds nothing due, and sleeps again.
+        #expect(await sleeps.next() == .seconds(1))
+        clock.advance(by: .seconds(2))
+        #expect(await sleeps.next() == .seconds(1))
         // A second waiter arrives two seconds later: its own three seconds have not passed when the first's have.
         let late = Task { try await gate.withAdmission { log.add("late") } }
         try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 2))
-        try await ticks.tick(watch, by: .seconds(1))
+        clock.advance(by: .seconds(1))
         // (Checked first so that a gate that never refuses fails here instead of hanging below.)
         try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 1))
-        let error = await #expect(throws: OutpostHTTPError.self) { try await early.value }
+        let error = await #expect(throws: OutpostHTTPError.self) {
+            try await early.value(within: testWaitLimit, "the refused request")
+        }
         #expect(error?.status == .serviceUnavailable)
         #expect(error?.headers[.retryAfter] == "1")
         first.finish()
-        try await running.value
-        try await late.value
+        try await running.value(within: testWaitLimit, "the first request")
+        try await late.value(within: testWaitLimit, "the late request")
         #expect(log.all == ["first", "late"])
         #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
         #expect(watch.pendingCount == 0)
