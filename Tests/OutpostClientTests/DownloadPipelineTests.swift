@@ -21,13 +21,16 @@ extension RosterDouble {
 
 /// The download's pipeline: asked for pages ahead of the store, it still stops when told to, and nothing of it
 /// outlives the call.
-@Suite("Roster download pipeline")
+@Suite("Roster download pipeline", .timeLimit(.minutes(5)))
 struct DownloadPipelineTests {
     /// Serves a roster's snapshot pages, holding every request from number `holdFrom` (0-based) until its task
     /// is cancelled; counts the requests, and the ones still running.
     final class HeldServer: RosterDouble, @unchecked Sendable {
         let roster: ReferenceServer
         let holdFrom: Int
+        /// One element for each request held, once it is.
+        let holds: AsyncStream<Void>
+        private let holding: AsyncStream<Void>.Continuation
         private let lock = NSLock()
         private var calls = 0
         private var running = 0
@@ -36,6 +39,7 @@ struct DownloadPipelineTests {
         init(roster: ReferenceServer, holdFrom: Int) {
             self.roster = roster
             self.holdFrom = holdFrom
+            (holds, holding) = AsyncStream.makeStream()
         }
 
         var requests: Int { lock.withLock { calls } }
@@ -57,7 +61,7 @@ struct DownloadPipelineTests {
                             heldContinuations.append(continuation)
                             return Task.isCancelled
                         }
-                        if cancelled { release() }
+                        if cancelled { release() } else { holding.yield() }
                     }
                 } onCancel: {
                     release()
@@ -77,7 +81,7 @@ struct DownloadPipelineTests {
         }
     }
 
-    @Test("cancelled while a page is asked for, it stops: no page asked for after, the stored ones kept, a resume finishes", .timeLimit(.minutes(5)))
+    @Test("cancelled while a page is asked for, it stops: no page asked for after, the stored ones kept, a resume finishes")
     func cancelled() async throws {
         try await withStore { store, _ in
             let roster = ReferenceDataTests.roster(1000)
@@ -85,10 +89,13 @@ struct DownloadPipelineTests {
             let data = ReferenceData(store: store, transport: held, pageSize: 100)
             let download = Task { try await data.download(collection: "guests", scope: "ev-1") }
             // Given the fifth request held, when the download is cancelled,
-            while held.held == 0 { await Task.yield() }
+            var holds = held.holds.makeAsyncIterator()
+            await holds.next()
             download.cancel()
             // then it throws, and has ended every request it made;
-            await #expect(throws: CancellationError.self) { try await download.value }
+            await #expect(throws: CancellationError.self) {
+                try await download.value(within: testWaitLimit, "the cancelled download")
+            }
             #expect(held.inFlight == 0)
             #expect(held.requests == 5)
             // the pages received before are stored (some, or all four), and it resumes from them to the end.
@@ -115,21 +122,27 @@ struct DownloadPipelineTests {
         let roster: ReferenceServer
         let counter = Counter()
 
+        /// Counts the requests, and the ones still running.
         final class Counter: @unchecked Sendable {
             private let lock = NSLock()
             private var value = 0
-            func next() -> Int { lock.withLock { value += 1; return value - 1 } }
+            private var running = 0
+            func next() -> Int { lock.withLock { value += 1; running += 1; return value - 1 } }
+            func end() { lock.withLock { running -= 1 } }
             var count: Int { lock.withLock { value } }
+            var inFlight: Int { lock.withLock { running } }
         }
 
         func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse {
+            let call = counter.next()
+            defer { counter.end() }
             var page = try await roster.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
-            if counter.next() == 2 { page.records[0].recordId = "g00000" }
+            if call == 2 { page.records[0].recordId = "g00000" }
             return page
         }
     }
 
-    @Test("a page the store refuses ends the download there: nothing after it stored, no page asked for after the call", .timeLimit(.minutes(5)))
+    @Test("a page the store refuses ends the download there: nothing after it stored, no page asked for after the call")
     func refusedPage() async throws {
         try await withStore { store, _ in
             let server = RepeatingServer(roster: ReferenceDataTests.roster(2000))
@@ -137,11 +150,10 @@ struct DownloadPipelineTests {
             await #expect(throws: ClientError.self) { try await data.download(collection: "guests", scope: "ev-1") }
             let state = try await data.state(collection: "guests", scope: "ev-1")
             #expect(state == .incomplete(stored: 200, total: 2000))
-            // Pages are asked for at most a few ahead of the store, and not once the call has returned.
-            let asked = server.counter.count
-            #expect(asked <= 3 + ReferenceData.lookahead + 1)
-            for _ in 0..<100 { await Task.yield() }
-            #expect(server.counter.count == asked)
+            // Pages are asked for at most a few ahead of the store, and every request has ended once the call has
+            // returned (the pipeline awaits each task it started before it returns).
+            #expect(server.counter.count <= 3 + ReferenceData.lookahead + 1)
+            #expect(server.counter.inFlight == 0)
         }
     }
 }

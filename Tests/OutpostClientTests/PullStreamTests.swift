@@ -80,33 +80,21 @@ struct PullStreamTests {
     final class OpenStreams: @unchecked Sendable {
         private let lock = NSLock()
         private var producers: [AsyncThrowingStream<PullPage, any Error>.Continuation] = []
-        private var ended: [String: CheckedContinuation<Void, Never>] = [:]
-        private var endedEarly: Set<String> = []
+        /// The cursor of each stream that ended, as it ends.
+        let ends: AsyncStream<String>
+        private let ending: AsyncStream<String>.Continuation
+
+        init() {
+            (ends, ending) = AsyncStream.makeStream()
+        }
 
         func open(_ cursor: String?) -> AsyncThrowingStream<PullPage, any Error> {
             let cursor = cursor ?? ""
+            let ending = self.ending
             return AsyncThrowingStream { continuation in
                 continuation.yield(try! PullPage(PullResponse(changes: [], cursor: cursor + "+", hasMore: true)))
                 self.lock.withLock { self.producers.append(continuation) }
-                continuation.onTermination = { _ in
-                    let waiter = self.lock.withLock {
-                        self.endedEarly.insert(cursor)
-                        return self.ended.removeValue(forKey: cursor)
-                    }
-                    waiter?.resume()
-                }
-            }
-        }
-
-        /// Returns once the stream opened from `cursor` has ended.
-        func waitForEnd(of cursor: String) async {
-            await withCheckedContinuation { continuation in
-                let now = lock.withLock {
-                    if endedEarly.contains(cursor) { return true }
-                    ended[cursor] = continuation
-                    return false
-                }
-                if now { continuation.resume() }
+                continuation.onTermination = { _ in ending.yield(cursor) }
             }
         }
     }
@@ -115,12 +103,13 @@ struct PullStreamTests {
           .timeLimit(.minutes(5)))
     func streamsLeftAreEnded() async throws {
         let streams = OpenStreams()
+        var ends = streams.ends.makeAsyncIterator()
         let reader = PullStream<PullPage>(cursor: { $0.cursor }) { streams.open($0) }
         #expect(try await reader.page(after: "a").cursor == "a+")
         #expect(try await reader.page(after: "b").cursor == "b+")
-        await streams.waitForEnd(of: "a")
+        #expect(await ends.next() == "a")
         reader.close()
-        await streams.waitForEnd(of: "b")
+        #expect(await ends.next() == "b")
     }
 
     @Test("a stream that failed is let go: asked again from the same cursor, another opens")

@@ -170,13 +170,14 @@ struct SyncHealthTests {
     }
 }
 
-/// Passes pushes through until `close()`; then holds them until `open()`.
+/// Passes pushes through until `close()`; then holds them until `open()`, or until their task is cancelled.
 final class GatedTransport: ForwardingTransport, @unchecked Sendable {
     let memory: InMemoryTransport
     var inner: any SyncTransport { memory }
     private let lock = NSLock()
     private var isOpen = true
-    private var waiting: [CheckedContinuation<Void, Never>] = []
+    private var waiting: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+    private var lastId: UInt64 = 0
 
     init(inner: InMemoryTransport) {
         self.memory = inner
@@ -187,22 +188,32 @@ final class GatedTransport: ForwardingTransport, @unchecked Sendable {
     }
 
     func open() async {
-        let resumed = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
+        let resumed = lock.withLock { () -> [CheckedContinuation<Void, any Error>] in
             isOpen = true
-            defer { waiting = [] }
-            return waiting
+            defer { waiting = [:] }
+            return Array(waiting.values)
         }
         for continuation in resumed { continuation.resume() }
     }
 
     func push(_ request: PushRequest) async throws -> PushResponse {
-        await withCheckedContinuation { continuation in
-            let resumeNow = lock.withLock { () -> Bool in
-                if isOpen { return true }
-                waiting.append(continuation)
-                return false
+        let id = lock.withLock {
+            lastId += 1
+            return lastId
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                // In one step with the cancellation handler's: a push cancelled before it is held is never held.
+                let outcome = lock.withLock { () -> Result<Void, any Error>? in
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    if isOpen { return .success(()) }
+                    waiting[id] = continuation
+                    return nil
+                }
+                if let outcome { continuation.resume(with: outcome) }
             }
-            if resumeNow { continuation.resume() }
+        } onCancel: {
+            lock.withLock { waiting.removeValue(forKey: id) }?.resume(throwing: CancellationError())
         }
         return try await inner.push(request)
     }
