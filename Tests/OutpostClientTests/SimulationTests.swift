@@ -95,10 +95,12 @@ struct SimulationTests {
             case 5..<8:
                 _ = try? await devices[d].engine.sync()
             default:
-                // Crash mid-replay: stop the sync as it starts or at one of its pushes, then relaunch from the file.
+                // Crash mid-replay: stop the sync as it starts, or at one of its first pushes before the request
+                // leaves or after the server answered, then relaunch from the file.
                 let engine = devices[d].engine
                 let push = Int.random(in: 0...3, using: &random)
-                devices[d].crashes.arm(atPush: push)
+                let answered = Bool.random(using: &random)
+                devices[d].crashes.arm(atPush: push, answered: answered)
                 let sync = Task {
                     if push == 0 { withUnsafeCurrentTask { $0?.cancel() } }
                     return try await engine.sync()
@@ -133,20 +135,25 @@ struct SimulationTests {
     }
 }
 
-/// Cancels the task that makes a given push: a crash at a point of a sync's own progress, the same in every replay
-/// of a seed.
+/// Cancels the task that makes a given push, before its request leaves or once the server has answered it: a crash
+/// at a point of a sync's own progress, the same in every replay of a seed.
 final class CrashPoint: ForwardingTransport, @unchecked Sendable {
     let inner: any SyncTransport
     private let lock = NSLock()
     private var pushesLeft: Int?
+    private var answered = false
 
     init(inner: any SyncTransport) {
         self.inner = inner
     }
 
-    /// Cancels the task that makes the `push`-th push from now (none when `push` is 0).
-    func arm(atPush push: Int) {
-        lock.withLock { pushesLeft = push > 0 ? push : nil }
+    /// Cancels the task that makes the `push`-th push from now (none when `push` is 0): before the request leaves,
+    /// or once the server `answered` it.
+    func arm(atPush push: Int, answered: Bool) {
+        lock.withLock {
+            pushesLeft = push > 0 ? push : nil
+            self.answered = answered
+        }
     }
 
     /// Crashes nothing more.
@@ -155,13 +162,19 @@ final class CrashPoint: ForwardingTransport, @unchecked Sendable {
     }
 
     func push(_ request: PushRequest) async throws -> PushResponse {
-        let crash = lock.withLock { () -> Bool in
-            guard let left = pushesLeft else { return false }
+        let (crash, answered) = lock.withLock { () -> (Bool, Bool) in
+            guard let left = pushesLeft else { return (false, false) }
             pushesLeft = left > 1 ? left - 1 : nil
-            return left == 1
+            return (left == 1, self.answered)
         }
+        guard crash else { return try await inner.push(request) }
         // The push runs in the sync's task: the crash lands in that sync, at this point of it.
-        if crash { withUnsafeCurrentTask { $0?.cancel() } }
-        return try await inner.push(request)
+        guard answered else {
+            withUnsafeCurrentTask { $0?.cancel() }
+            throw CancellationError()
+        }
+        let response = try await inner.push(request)
+        withUnsafeCurrentTask { $0?.cancel() }
+        return response
     }
 }
