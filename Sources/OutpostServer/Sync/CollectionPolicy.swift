@@ -3,7 +3,7 @@ import OutpostProtocol
 /// How the server treats one collection: who may read and write it, which fields are protected, how it is
 /// scoped.
 public struct CollectionPolicy: Sendable, Hashable, Codable {
-    public enum Kind: String, Sendable, Hashable, Codable {
+    public enum Kind: String, Sendable, Hashable, Codable, CaseIterable {
         /// Field data that devices write: check-ins, attendance, activities, builds.
         case data
         /// Reference data that organizers write and devices download, such as an event's guest roster.
@@ -37,7 +37,7 @@ public struct CollectionPolicy: Sendable, Hashable, Codable {
     }
 
     /// How concurrent writes to one record resolve.
-    public enum Merge: String, Sendable, Hashable, Codable {
+    public enum Merge: String, Sendable, Hashable, Codable, CaseIterable {
         /// Field by field, the latest client time wins (protected fields aside).
         case lastWriteWins
         /// The record as first written, by client time, stands; a later write changes nothing, an earlier

@@ -136,8 +136,6 @@ public struct CollectionsFileError: Error, CustomStringConvertible, Sendable {
     init(_ description: String) { self.description = description }
 }
 
-extension CollectionPolicy.Kind: CaseIterable {}
-extension CollectionPolicy.Merge: CaseIterable {}
 
 extension String {
     fileprivate func replacingLastComma() -> String {

@@ -48,11 +48,11 @@ extension Fixtures {
 
     static func token(
         tenant: String = "acme", user: String = "ana", role: Role = .staff, name: String = "Ana Staff",
-        lifetime: Duration = .seconds(3600), secret: [UInt8] = Fixtures.secret
+        lifetime: Duration = .seconds(3600), secret: [UInt8] = Fixtures.secret, device: String? = nil
     ) async throws -> String {
         let authority = try await TokenAuthority(secret: secret)
         return try await authority.token(
-            for: Identity(tenant: tenant, userId: user, role: role, name: name), lifetime: lifetime,
+            for: Identity(tenant: tenant, userId: user, role: role, name: name, device: device), lifetime: lifetime,
             now: serverNow.date)
     }
 
