@@ -101,7 +101,7 @@ struct CLITests {
         #expect(await server.stop(SIGINT) == 0)
     }
 
-    @Test("two servers on one PostgreSQL behave as one: shared secret, one idempotency space")
+    @Test("two servers on one PostgreSQL behave as one: shared secret, one idempotency space, one set of access rules")
     func twoServersOnePostgres() async throws {
         try await withPostgresDatabase { url in
             let first = try OutpostProcess.Running(["serve", "--port", "0"], environment: ["OUTPOST_DATABASE_URL": url])
@@ -127,6 +127,42 @@ struct CLITests {
                 if pulled == 0 { try await Task.sleep(for: .milliseconds(10)) }
             }
             #expect(pulled == 1)
+
+            // Several users and two events through both servers: each reads only what it may.
+            func transport(_ user: String, _ role: String, port: String) async throws -> HTTPSyncTransport {
+                let token = try await OutpostProcess.run(
+                    ["token", "--tenant", "acme", "--user", user, "--role", role, "--database-url", url])
+                let bearer = token.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+                return HTTPSyncTransport(baseURL: URL(string: "http://127.0.0.1:\(port)")!, token: bearer)
+            }
+            let olga = try await transport("olga", "organizer", port: portA)
+            let ben = try await transport("ben", "staff", port: portB)
+            let sue = try await transport("sue", "supervisor", port: portB)
+            let roster = ["gala", "expo"].map { AccessRulesTests.guest("g1", event: $0) }
+            #expect(try await olga.push(PushRequest(deviceId: "admin", mutations: roster)).results.map(\.status) == [.applied, .applied])
+            let build = Fixtures.upsert("b1", ["name": "Block C"], at: 1, collection: Build.collection, device: "d")
+            #expect(try await a.push(PushRequest(deviceId: "d", mutations: [build])).results[0].status == .applied)
+            let scans = [RecordRulesTests.scan("g1", event: "gala", device: "door-ben", at: 2), RecordRulesTests.scan("g1", event: "expo", device: "door-ben", at: 3)]
+            #expect(try await ben.push(PushRequest(deviceId: "door-ben", mutations: scans)).results.map(\.status) == [.applied, .applied])
+            var builds: (ben: Int, sue: Int) = (1, 0)
+            var checkIns = 0
+            let settled = ContinuousClock.now.advanced(by: .seconds(30))
+            while (builds.sue == 0 || checkIns < 2) && ContinuousClock.now < settled {
+                builds = (
+                    try await ben.pull(collection: "builds", scope: nil, cursor: nil, limit: nil).changes.count,
+                    try await sue.pull(collection: "builds", scope: nil, cursor: nil, limit: nil).changes.count)
+                checkIns = 0
+                for event in ["gala", "expo"] {
+                    let changes = try await ben.pull(collection: "checkins", scope: event, cursor: nil, limit: nil).changes
+                    checkIns += changes.filter { $0.scope == event }.count
+                }
+                if builds.sue == 0 || checkIns < 2 { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            #expect(builds.ben == 0 && builds.sue == 1 && checkIns == 2)
+            // Ben cannot speak for Ana's device on either server.
+            await #expect(throws: TransportError.self) {
+                try await ben.push(PushRequest(deviceId: "d", mutations: [Fixtures.upsert("n9", ["n": 9], at: 3)]))
+            }
             #expect(await first.stop() == 0)
             #expect(await second.stop() == 0)
         }

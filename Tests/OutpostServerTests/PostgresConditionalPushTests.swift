@@ -158,7 +158,8 @@ struct PostgresConditionalPushTests {
                 [PostgresPlanTests.fill(tenant: "established", rows: 3000), "ANALYZE records, mutations"], in: storage)
             Self.expectPrimaryKeyProbes(
                 try await Self.genericPlan(
-                    of: PushLookup.sql, executing: "'newcomer', '{k1,k2}', '{notes,notes}', '{n1,n2}'", in: storage))
+                    of: PushLookup.sql, executing: "'newcomer', '{k1,k2}', '{notes,notes}', '{n1,n2}', '{\"\",\"\"}'",
+                    in: storage))
         }
     }
 
@@ -169,9 +170,11 @@ struct PostgresConditionalPushTests {
                 [PostgresPlanTests.fill(tenant: "established", rows: 3000), "ANALYZE records, mutations"], in: storage)
             // One record and its key: text arrays but for the version, tombstone and time columns.
             let records = "'{notes}', '{n1}', '{\"\"}', '{1}', '{f}', '{\"{}\"}', '{\"{}\"}', '{0}', '{0}'"
-            let keys = (0..<15).map { [9, 11, 13].contains($0) ? "'{0}'" : "'{k1}'" }.joined(separator: ", ")
+            let keys = (0..<MutationsInsert.arrayCount).map { [9, 11, 13].contains($0) ? "'{0}'" : "'{k1}'" }
+                .joined(separator: ", ")
             Self.expectPrimaryKeyProbes(
-                try await Self.genericPlan(of: NewRecordsWrite.sql, executing: "'newcomer', \(records), \(keys)", in: storage))
+                try await Self.genericPlan(
+                    of: NewRecordsWrite.sql, executing: "'newcomer', \(records), \(keys), '{ana}'", in: storage))
         }
     }
 

@@ -132,7 +132,9 @@ struct MonitorController<Storage: SyncStorage> {
     @Sendable func releaseDevice(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
         try identity.require(.organizer)
-        guard let deviceId = context.parameters.get("deviceId"), Identifier.isValid(deviceId) else {
+        // Path parameters arrive as sent: an id's `@` may come percent-encoded.
+        guard let deviceId = context.parameters.get("deviceId")?.removingPercentEncoding, Identifier.isValid(deviceId)
+        else {
             throw OutpostHTTPError.badRequest("deviceId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }
         let released = try await devices.release(deviceId, tenant: identity.tenant)
