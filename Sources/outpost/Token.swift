@@ -16,7 +16,7 @@ struct Token: AsyncParsableCommand {
     @Option(help: "User id (the token subject).")
     var user: String
 
-    @Option(help: "staff, organizer or admin.")
+    @Option(help: "staff, supervisor, organizer or admin.")
     var role: Role
 
     @Option(help: "Display name (default: the user id).")
@@ -25,6 +25,9 @@ struct Token: AsyncParsableCommand {
     @Option(help: "Lifetime, such as 90s, 30m, 12h or 7d.")
     var ttl: DurationArgument = DurationArgument(argument: "12h")!
 
+    @Option(help: "The one device id the token may speak for (default: any the user owns).")
+    var device: String?
+
     @OptionGroup var storageOptions: StorageOptions
 
     func validate() throws {
@@ -32,6 +35,9 @@ struct Token: AsyncParsableCommand {
         guard Identifier.isValid(user) else { throw ValidationError("--user must be an identifier (A-Z a-z 0-9 . _ : @ -)") }
         if let name, name.isEmpty || name.count > 200 {
             throw ValidationError("--name must be 1 to 200 characters")
+        }
+        if let device, !Identifier.isValid(device) {
+            throw ValidationError("--device must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }
     }
 
@@ -58,7 +64,7 @@ struct Token: AsyncParsableCommand {
         } catch let error as TokenAuthority.Error {
             throw CLIError(error.description)
         }
-        let identity = Identity(tenant: tenant, userId: user, role: role, name: name ?? user)
+        let identity = Identity(tenant: tenant, userId: user, role: role, name: name ?? user, device: device)
         print(try await authority.token(for: identity, lifetime: ttl.duration, now: Date()))
     }
 }
