@@ -25,6 +25,8 @@ struct CLITests {
         ["serve", "--body-timeout", "0"],
         ["serve", "--database-url", "mysql://localhost/db"],
         ["serve", "--database-url", "postgres://localhost"],
+        ["serve", "--port", "0", "--collections", "/nonexistent/collections.yaml"],
+        ["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--device", "a b"],
         ["token", "--tenant", "acme", "--user", "ana", "--role", "king"],
         ["token", "--tenant", "../etc", "--user", "ana", "--role", "staff"],
         ["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--ttl", "forever"],
