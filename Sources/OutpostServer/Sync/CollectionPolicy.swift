@@ -65,9 +65,6 @@ public struct CollectionPolicy: Sendable, Hashable, Codable {
 // MARK: Access
 
 extension CollectionPolicy {
-    /// Whether `role` reads every record of this collection, whoever wrote it and whatever its scope.
-    func readsAll(_ role: Role) -> Bool { role >= .supervisor || read == .tenant }
-
     /// The owner a read by `identity` is narrowed to, or nil when it may read every owner's records.
     func readOwner(for identity: Identity) -> String? {
         read == .own && identity.role < .supervisor ? identity.userId : nil
