@@ -20,6 +20,8 @@ public struct ClientError: Error, Sendable, CustomStringConvertible {
         public static let notFound = Code(rawValue: "not_found")
         /// The device was never initialised with a server and a token.
         public static let notConfigured = Code(rawValue: "not_configured")
+        /// The store holds a value this version cannot read: it is never replaced by a default.
+        public static let storeCorrupt = Code(rawValue: "store_corrupt")
         /// Another process did the same work on this store meanwhile (such as downloading the same set, past this
         /// call); calling again goes on from where it left things.
         public static let busy = Code(rawValue: "busy")

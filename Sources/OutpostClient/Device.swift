@@ -57,6 +57,8 @@ public struct Device: Sendable {
         configure(&configuration)
         let engine = SyncEngine(store: store, transport: transport, configuration: configuration, clock: clock, now: now)
         try await engine.refreshStatus()
+        // On every start: records made too long ago and still not synced bring the notice up, with no sync.
+        try await engine.refreshPersistentFailureNotice()
         return Device(
             store: store, engine: engine, transport: transport, serverURL: server, user: DeviceUser(token: token))
     }

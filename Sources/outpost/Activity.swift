@@ -74,9 +74,9 @@ struct ActivityRegister: AsyncParsableCommand {
             type: type, date: date, durationMinutes: minutes, participants: activity.participants,
             notes: activity.notes, travelExpense: fields[Activity.Field.travelExpense]?.stringValue)
         try await options.withDevice { device in
-            await device.engine.probe(syncingPending: false)
-            let saved = try await ActivityLog(engine: device.engine).register(draft)
-            say("\(saved.confirmation) (\(saved.activity.recordId))")
+            await Delivery.probe(device.engine)
+            let log = ActivityLog(engine: device.engine)
+            try await confirm(try await log.register(draft), log: log, device: device)
         }
     }
 }
@@ -92,12 +92,28 @@ struct ActivityEdit: AsyncParsableCommand {
     func run() async throws {
         let changes = try activity.fields()
         try await options.withDevice { device in
-            await device.engine.probe(syncingPending: false)
+            await Delivery.probe(device.engine)
             let log = ActivityLog(engine: device.engine)
-            if await device.engine.status.isOnline { _ = try? await log.refresh() }
-            let saved = try await log.edit(activityId, changes: changes)
-            say("\(saved.confirmation) (\(saved.activity.recordId))")
+            if await device.engine.status.isOnline {
+                await Bounded.run(for: Delivery.wait, clock: ContinuousClock()) { _ = try? await log.refresh() }
+            }
+            try await confirm(try await log.edit(activityId, changes: changes), log: log, device: device)
         }
+    }
+}
+
+/// The confirmation the moment the activity is saved, then, once its delivery ended or was waited on, the
+/// confirmation of where it stands, when that changed.
+private func confirm(_ saved: ActivitySave, log: ActivityLog, device: Device) async throws {
+    say("\(saved.confirmation) (\(saved.activity.recordId))")
+    await device.engine.startDelivery()
+    let ended = await device.engine.awaitDelivery(upTo: Delivery.wait)
+    let now = try await log.current(saved)
+    if now.confirmation != saved.confirmation {
+        say(now.confirmation)
+    } else if now.activity.syncStatus == .pending && saved.isOnline {
+        say(ended ? "not synced yet: it stays queued and goes with the next sync"
+            : "not synced yet: the server has not answered within \(Delivery.wait.components.seconds) s; it stays queued and goes with the next sync")
     }
 }
 
@@ -109,20 +125,24 @@ struct ActivityList: AsyncParsableCommand {
     func run() async throws {
         try await options.withDevice { device in
             let log = ActivityLog(engine: device.engine)
-            if await device.engine.probe() { _ = try? await log.refresh() }
+            await Delivery.probe(device.engine)
+            if await device.engine.status.isOnline {
+                await Bounded.run(for: Delivery.wait, clock: ContinuousClock()) { _ = try? await log.refresh() }
+            }
             let activities = try await log.list()
             if activities.isEmpty { say("no activities") }
             for entry in activities {
                 var line = "\(entry.recordId)  \(entry.date)  \(entry.type)  \(entry.durationMinutes.map { "\($0) min" } ?? "")"
                 if let participants = FieldRules.integer(entry.fields[Activity.Field.participants]) {
-                    line += "  \(participants) participants"
+                    line += participants == 1 ? "  1 participant" : "  \(participants) participants"
                 }
                 if let expense = entry.travelExpense { line += "  travel \(expense)" }
                 line += "  \(entry.badge.symbol)"
                 if entry.isOfflineEntry && entry.syncStatus != .synced { line += "  (saved offline)" }
                 say(line)
-                if entry.syncStatus == .failed, let error = entry.syncError { say("    \(error)") }
+                if entry.syncStatus == .failed || entry.syncStatus == .rejected, let error = entry.syncError { say("    \(error)") }
             }
+            await Delivery.showNotice(device.engine)
         }
     }
 }

@@ -39,14 +39,14 @@ struct LocationOptions: ParsableArguments {
 }
 
 extension DeviceStoreOptions {
-    /// Opens the device, asks the server whether it is reachable, and opens the attendance log. A command
-    /// that is `saving` pushes after its save instead of syncing what is pending before it.
+    /// Opens the device and the attendance log, after asking the server whether it is reachable for at most
+    /// a second (the offline indicator, and whether a save is made offline).
     func withAttendance<T>(
-        location: FixedLocation = FixedLocation(nil), saving: Bool = false, _ body: (AttendanceLog) async throws -> T
+        location: FixedLocation = FixedLocation(nil), _ body: (AttendanceLog, Device) async throws -> T
     ) async throws -> T {
         try await withDevice { device in
-            await device.engine.probe(syncingPending: !saving)
-            return try await body(try AttendanceLog(device: device, location: location))
+            await Delivery.probe(device.engine)
+            return try await body(try AttendanceLog(device: device, location: location), device)
         }
     }
 }
@@ -57,8 +57,10 @@ struct AttendanceCheckIn: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        try await options.withAttendance(location: location.provider, saving: true) { log in
-            say(describe(try await log.checkIn(), log: log))
+        try await options.withAttendance(location: location.provider) { log, device in
+            let entry = try await log.checkIn()
+            say(describe(entry, log: log))
+            try await Delivery.report(device, collection: Attendance.collection, recordId: entry.recordId)
         }
     }
 }
@@ -69,24 +71,17 @@ struct AttendanceCheckOut: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        try await options.withAttendance(location: location.provider, saving: true) { log in
-            say(describe(try await log.checkOut(), log: log))
+        try await options.withAttendance(location: location.provider) { log, device in
+            let entry = try await log.checkOut()
+            say(describe(entry, log: log))
+            try await Delivery.report(device, collection: Attendance.collection, recordId: entry.recordId)
         }
     }
 }
 
-/// "Checked In at 08:02 — saved offline, pending sync".
+/// "Checked In at 08:02 — saved offline, pending sync", the moment the save is durable.
 private func describe(_ entry: AttendanceEntry, log: AttendanceLog) -> String {
-    "\(entry.action.stateText) at \(log.clock(entry.time)) — \(syncNote(entry.syncStatus, error: entry.syncError, offline: entry.isOfflineEntry))"
-}
-
-/// How a just-saved record stands, in words.
-func syncNote(_ status: RecordSyncStatus, error: String?, offline: Bool) -> String {
-    switch status {
-    case .synced: return "synced"
-    case .pending: return offline ? "saved offline, pending sync" : "saved, pending sync"
-    case .failed: return "saved on this device; sync failed: \(error ?? "unknown error")"
-    }
+    "\(entry.action.stateText) at \(log.clock(entry.time)) — \(entry.isOfflineEntry ? "saved offline, pending sync" : "saved, syncing")"
 }
 
 struct AttendanceStatus: AsyncParsableCommand {
@@ -94,14 +89,17 @@ struct AttendanceStatus: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        try await options.withAttendance { log in
+        try await options.withAttendance { log, device in
             let state = try await log.state()
-            guard let latest = state.latest else {
+            if let latest = state.latest {
+                let since = latest.action == .checkIn ? "since" : "at"
+                say("\(state.text) \(since) \(log.clock(latest.time)) · \(latest.badge.symbol)")
+                if latest.syncStatus == .rejected || latest.syncStatus == .failed, let error = latest.syncError { say("    \(error)") }
+            } else {
                 say("Not checked in today")
-                return
             }
-            let since = latest.action == .checkIn ? "since" : "at"
-            say("\(state.text) \(since) \(log.clock(latest.time)) · \(latest.badge.symbol)")
+            say(Delivery.indicator(await device.engine.status))
+            await Delivery.showNotice(device.engine)
         }
     }
 }
@@ -111,15 +109,16 @@ struct AttendanceHistory: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        try await options.withAttendance { log in
+        try await options.withAttendance { log, device in
             let entries = try await log.history()
             if entries.isEmpty { say("no attendance records") }
             for entry in entries {
                 let place = String(format: "%.5f,%.5f", entry.latitude, entry.longitude)
                 let offline = entry.isOfflineEntry ? "  (offline entry)" : ""
                 say("\(entry.day) \(log.clock(entry.time))  \(entry.action == .checkIn ? "check-in " : "check-out")  \(place)  \(entry.badge.symbol)\(offline)")
-                if entry.syncStatus == .failed, let error = entry.syncError { say("    \(error)") }
+                if entry.syncStatus == .failed || entry.syncStatus == .rejected, let error = entry.syncError { say("    \(error)") }
             }
+            await Delivery.showNotice(device.engine)
         }
     }
 }

@@ -23,10 +23,20 @@ struct BuildsSave: AsyncParsableCommand {
     func run() async throws {
         let values = try fieldValues(fields)
         try await options.withDevice { device in
-            await device.engine.probe(syncingPending: false)
-            let saved = try await BuildArchive(engine: device.engine).save(name: name, fields: values)
+            await Delivery.probe(device.engine)
+            let archive = BuildArchive(engine: device.engine)
+            let saved = try await archive.save(name: name, fields: values)
             say("\(saved.message) (\(saved.build.buildId))")
-            if saved.build.syncStatus == .failed { say("    retry: outpost builds retry \(saved.build.buildId)") }
+            await device.engine.startDelivery()
+            let ended = await device.engine.awaitDelivery(upTo: Delivery.wait)
+            let now = try await archive.current(saved)
+            if now.message != saved.message {
+                say(now.message)
+            } else if now.build.syncStatus == .pending && saved.isOnline {
+                say(ended ? "not uploaded yet: it uploads with the next sync"
+                    : "not uploaded yet: the server has not answered within \(Delivery.wait.components.seconds) s; it uploads with the next sync")
+            }
+            if now.build.syncStatus == .failed { say("    retry: outpost builds retry \(saved.build.buildId)") }
         }
     }
 }
@@ -41,8 +51,9 @@ struct BuildsList: AsyncParsableCommand {
             if builds.isEmpty { say("no builds") }
             for build in builds {
                 say("\(build.buildId)  \(build.name)  \(build.syncStatus.rawValue)")
-                if build.syncStatus == .failed { say("    \(build.syncError ?? "unknown error")") }
+                if build.syncStatus == .failed || build.syncStatus == .rejected { say("    \(build.syncError ?? "unknown error")") }
             }
+            await Delivery.showNotice(device.engine)
         }
     }
 }
@@ -54,11 +65,16 @@ struct BuildsRetry: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        let summary = try await options.withDevice { device in
+        let retry = try await options.withDevice { device in
             try await BuildArchive(engine: device.engine).retry(buildId)
         }
-        say(summary.description)
-        if summary.failed > 0 { throw ExitCode(1) }
+        switch retry {
+        case .alreadySynced:
+            say("\(buildId) is already uploaded: nothing to send")
+        case .finished(let summary):
+            say("\(buildId) alone: \(summary)")
+            if !summary.isComplete { throw ExitCode(1) }
+        }
     }
 }
 
@@ -68,9 +84,11 @@ struct BuildsSyncAll: AsyncParsableCommand {
 
     func run() async throws {
         let summary = try await options.withDevice { device in
-            try await BuildArchive(engine: device.engine).syncAll()
+            try await BuildArchive(engine: device.engine).syncAll { progress in
+                say("uploading: \(progress.sent)/\(progress.total)")
+            }
         }
         say(summary.description)
-        if summary.failed > 0 { throw ExitCode(1) }
+        if !summary.isComplete { throw ExitCode(1) }
     }
 }

@@ -11,7 +11,7 @@ struct DeviceCommand: AsyncParsableCommand {
         abstract: "Act as a field device: a durable encrypted store, an outbox and a sync engine.",
         subcommands: [
             DeviceInit.self, DeviceStatus.self, DeviceSync.self, DeviceRetry.self, DeviceRun.self,
-            DeviceRecords.self, DevicePut.self, DeviceNotice.self,
+            DeviceRecords.self, DevicePut.self, DeviceNotice.self, DeviceDiscard.self, DeviceResolve.self,
         ])
 }
 
@@ -37,7 +37,15 @@ struct DeviceStoreOptions: ParsableArguments {
                 configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
                 if let escalateAfter { configuration.escalation.threshold = escalateAfter }
             })
-            return try await body(device)
+            // A delivery a save started stops before the client does: what it had not delivered stays queued.
+            do {
+                let result = try await body(device)
+                await device.engine.stopDelivery()
+                return result
+            } catch {
+                await device.engine.stopDelivery()
+                throw error
+            }
         }
     }
 }
@@ -80,11 +88,10 @@ struct DeviceStatus: AsyncParsableCommand {
             say("server:   \(device.serverURL.absoluteString) (\(status.connectionText))")
             say("pending:  \(status.pendingCount)")
             say("failed:   \(status.failedCount)")
+            say("refused:  \(status.rejectedCount)")
             say("status:   \(status.offlineIndicatorText)")
             _ = try? await device.engine.checkPersistentFailures()
-            if let notice = await device.engine.status.persistentFailureNotice {
-                say("notice:   \(notice.message) [\(PersistentFailureNotice.actionTitle): outpost device notice --retry]")
-            }
+            await Delivery.showNotice(device.engine)
         }
     }
 }
@@ -95,7 +102,7 @@ struct DeviceSync: AsyncParsableCommand {
 
     func run() async throws {
         let summary = try await options.withDevice { try await Self.sync($0) }
-        if summary.failed > 0 { throw ExitCode(1) }
+        if !summary.isComplete { throw ExitCode(1) }
     }
 
     static func sync(_ device: Device) async throws -> SyncSummary {
@@ -108,7 +115,9 @@ struct DeviceSync: AsyncParsableCommand {
 }
 
 struct DeviceRetry: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "retry", abstract: "Retry one record, or every failed one with --all.")
+    static let configuration = CommandConfiguration(
+        commandName: "retry",
+        abstract: "Send one record again, alone (a refused one as it is), or everything waiting with --all.")
     @Argument(help: "The record to retry.")
     var recordId: String?
     @Flag(help: "Retry everything (sync all).")
@@ -124,7 +133,7 @@ struct DeviceRetry: AsyncParsableCommand {
             try await all ? device.engine.retryAll() : device.engine.retry(recordId: recordId ?? "")
         }
         say("sync: \(summary)")
-        if summary.failed > 0 { throw ExitCode(1) }
+        if !summary.isComplete { throw ExitCode(1) }
     }
 }
 
@@ -132,23 +141,130 @@ struct DeviceRecords: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "records", abstract: "List the records on this device with their sync badges.")
     @Flag(help: "Only records waiting to sync.")
     var pending = false
-    @Flag(help: "Only records that failed to sync.")
+    @Flag(help: "Only records that failed to sync and will be retried.")
     var failed = false
+    @Flag(help: "Only records the server refused, or that conflict: they wait for you.")
+    var rejected = false
     @OptionGroup var options: DeviceStoreOptions
+
+    func validate() throws {
+        guard [pending, failed, rejected].filter({ $0 }).count <= 1 else {
+            throw ValidationError("give at most one of --pending, --failed and --rejected")
+        }
+    }
 
     func run() async throws {
         let store = try options.openStore()
-        let filter: LocalStore.Filter = pending ? .pending : failed ? .failed : .all
+        let filter: LocalStore.Filter = pending ? .pending : failed ? .failed : rejected ? .rejected : .all
         let records = try await store.records(filter)
         for record in records {
             let fields = record.fields.keys.sorted().map { "\($0)=\(record.fields[$0]!.displayText)" }.joined(separator: " ")
-            let path = record.scope.isEmpty ? "\(record.collection)/\(record.recordId)" : "\(record.collection)/\(record.scope)/\(record.recordId)"
-            say("\(record.badge.symbol)  \(path)  \(record.deleted ? "(deleted)" : fields)")
-            if record.syncStatus == .failed, let error = record.syncError {
-                say("    \(error)")
+            say("\(record.badge.symbol)  \(record.path)  \(record.deleted ? "(deleted)" : fields)")
+            for line in Self.details(record) { say("    \(line)") }
+        }
+        if records.isEmpty { say(rejected ? "no refused records" : "no records") }
+    }
+
+    /// The lines under a record that failed, was refused or conflicts: why, and what the person can do.
+    static func details(_ record: LocalRecord) -> [String] {
+        switch record.syncStatus {
+        case .failed:
+            return [record.syncError ?? "unknown error"]
+        case .rejected:
+            if let conflict = record.conflict {
+                let yours = conflict.fields.map { "\($0)=\(record.fields[$0]?.displayText ?? "(none)")" }.joined(separator: " ")
+                let theirs = conflict.fields.map { "\($0)=\(conflict.serverFields[$0]?.displayText ?? "(none)")" }.joined(separator: " ")
+                return [
+                    record.syncError ?? "Conflict on a protected field",
+                    "yours: \(yours)   server's: \(theirs)",
+                    "keep the server's: outpost device resolve \(record.recordId) --keep-server; send yours on top: outpost device resolve \(record.recordId) --resend",
+                ]
+            }
+            return [
+                record.syncError ?? "refused by the server",
+                "edit it and it is sent again, or discard it (a copy stays on this device): outpost device discard \(record.recordId)",
+            ]
+        case .pending, .synced:
+            return []
+        }
+    }
+}
+
+extension LocalRecord {
+    /// "collection/id", or "collection/scope/id" for a record of a scope.
+    var path: String { scope.isEmpty ? "\(collection)/\(recordId)" : "\(collection)/\(scope)/\(recordId)" }
+}
+
+/// Which record a command names: its id, narrowed by collection and scope when the id is not unique.
+struct RecordOptions: ParsableArguments {
+    @Argument(help: "The record id.")
+    var recordId: String
+    @Option(help: "The record's collection, when the id is in more than one.")
+    var collection: String?
+    @Option(help: "The record's scope (such as an event id), when the id is in more than one.")
+    var scope: String?
+
+    func find(in store: LocalStore, _ filter: LocalStore.Filter = .all) async throws -> LocalRecord {
+        let found = try await store.records(filter, collection: collection).filter {
+            $0.recordId == recordId && (scope == nil || $0.scope == scope)
+        }
+        guard let record = found.first else {
+            throw CLIError(filter == .rejected ? "no refused record \(recordId) on this device" : "no record \(recordId) on this device")
+        }
+        guard found.count == 1 else {
+            throw CLIError("\(recordId) names \(found.count) records (\(found.map(\.path).joined(separator: ", "))): add --collection or --scope")
+        }
+        return record
+    }
+}
+
+struct DeviceDiscard: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "discard",
+        abstract: "Give up a record the server refused; a sealed copy stays on this device for audit.")
+    @OptionGroup var record: RecordOptions
+    @OptionGroup var options: DeviceStoreOptions
+
+    func run() async throws {
+        try await options.withDevice { device in
+            let found = try await record.find(in: device.store, .rejected)
+            try await device.engine.discard(collection: found.collection, scope: found.scope, recordId: found.recordId)
+            say("discarded \(found.path); a copy stays on this device (\(try await device.store.discardedCount()) discarded in all)")
+            await Delivery.showNotice(device.engine)
+        }
+    }
+}
+
+struct DeviceResolve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "resolve", abstract: "Settle a conflict: keep the server's value, or send yours on top of it.")
+    @OptionGroup var record: RecordOptions
+    @Flag(name: .customLong("keep-server"), help: "Take the server's values of the conflicting fields.")
+    var keepServer = false
+    @Flag(help: "Send your values again, on top of the server's version.")
+    var resend = false
+    @OptionGroup var options: DeviceStoreOptions
+
+    func validate() throws {
+        guard keepServer != resend else { throw ValidationError("give --keep-server or --resend") }
+    }
+
+    func run() async throws {
+        try await options.withDevice { device in
+            let found = try await record.find(in: device.store, .rejected)
+            guard found.conflict != nil else {
+                throw CLIError("\(found.path) has no conflict: it was refused (\(found.syncError ?? "no reason")); edit or discard it")
+            }
+            if keepServer {
+                try await device.engine.keepServerValue(collection: found.collection, scope: found.scope, recordId: found.recordId)
+                say("\(found.path): kept the server's value")
+            } else {
+                await Delivery.probe(device.engine)
+                try await device.engine.resendOverServerValue(collection: found.collection, scope: found.scope, recordId: found.recordId)
+                say("\(found.path): your value is saved again on top of the server's")
+                try await Delivery.report(device, collection: found.collection, scope: found.scope, recordId: found.recordId)
             }
         }
-        if records.isEmpty { say("no records") }
     }
 }
 
@@ -170,15 +286,12 @@ struct DevicePut: AsyncParsableCommand {
         let values = try fieldValues(fields)
         let scope = self.scope ?? LocalRecord.scope(of: values, in: collection)
         try await options.withDevice { device in
-            await device.engine.probe(syncingPending: false)
-            let saved = try await device.engine.saveAndPush(
+            await Delivery.probe(device.engine)
+            let saved = try await device.engine.save(
                 LocalStore.Write(
                     collection: collection, scope: scope, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
-            switch saved.syncStatus {
-            case .synced: say("saved \(collection)/\(recordId): synced")
-            case .pending: say("saved \(collection)/\(recordId) locally: pending sync (\(await device.engine.status.offlineIndicatorText))")
-            case .failed: say("saved \(collection)/\(recordId) locally: sync failed: \(saved.syncError ?? "unknown"); retry with `outpost device retry \(recordId)`")
-            }
+            say("saved \(saved.path) locally: pending sync (\(await device.engine.status.offlineIndicatorText))")
+            try await Delivery.report(device, collection: collection, scope: saved.scope, recordId: recordId)
         }
     }
 }
@@ -200,7 +313,8 @@ struct DeviceNotice: AsyncParsableCommand {
             await engine.probe()
             _ = try await engine.checkPersistentFailures()
             guard await engine.status.persistentFailureNotice != nil else {
-                say("no notice: nothing has failed to sync for longer than \(escalation.escalateAfter)")
+                say("no notice: nothing has waited to sync for longer than \(escalation.escalateAfter)")
+                if let refused = await engine.status.refusedText { say("attention: \(refused) (outpost device records --rejected)") }
                 return
             }
             if dismiss { try await engine.dismissPersistentFailureNotice() }
@@ -208,12 +322,12 @@ struct DeviceNotice: AsyncParsableCommand {
                 say("retrying…")
                 if case .finished(let summary) = try await engine.retryPersistentFailures() { say("sync: \(summary)") }
             }
-            if let notice = await engine.status.persistentFailureNotice {
-                say("notice: \(notice.message) [\(PersistentFailureNotice.actionTitle): outpost device notice --retry]")
-                if let error = notice.retryError { say("    \(error)") }
+            if await engine.status.persistentFailureNotice != nil {
+                await Delivery.showNotice(engine)
                 if retry { throw ExitCode(1) }
             } else {
-                say("notice cleared: every record has synced")
+                say("notice cleared: every record that can sync has synced")
+                if let refused = await engine.status.refusedText { say("attention: \(refused) (outpost device records --rejected)") }
             }
         }
     }

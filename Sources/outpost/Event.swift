@@ -104,18 +104,45 @@ struct EventScan: AsyncParsableCommand {
         try await options.withDevice { device in
             let event = try await eventOption.resolve(device.store)
             let desk = CheckInDesk(device: device, event: event)
-            await device.engine.probe(syncingPending: false)
-            switch try await desk.scan(guestId) {
+            await Delivery.probe(device.engine)
+            let outcome: ScanOutcome
+            do {
+                outcome = try await desk.scan(guestId)
+            } catch let error as ClientError where error.code == .unknownGuest {
+                throw CLIError(walkInMessage)
+            }
+            switch outcome {
             case .checkedIn(let scan, let warning):
                 let name = scan.guestName.map { " \($0)" } ?? ""
-                let state = scan.syncStatus == .synced ? "synced" : "pending sync"
+                let state: String
+                switch scan.syncStatus {
+                case .synced: state = "synced"
+                case .failed: state = "saved on this device; sync failed, will retry: \(scan.syncError ?? "unknown error")"
+                default: state = await device.engine.status.isOnline ? "saved; the server has not confirmed it yet" : "pending sync"
+                }
                 say("Checked in: \(scan.guestId)\(name) at \(clockText(scan.scannedAt)) (\(state))")
+                guestLines(scan.guest)
                 if let warning { say(warning) }
             case .alreadyCheckedIn(let first):
                 say("Already checked in at \(clockText(first.scannedAt)) by \(first.scannedBy)")
+            case .refused(let scan, let reason):
+                guestLines(scan.guest)
+                await Delivery.showNotice(device.engine)
+                throw CLIError(reason)
             }
+            await Delivery.showNotice(device.engine)
         }
     }
+}
+
+/// What the door reads when a guest is not on the device's roster: a walk-in added since the last refresh, or
+/// a wrong code.
+let walkInMessage = "\(ReferenceMessages.notFound) (`outpost event refresh` fetches walk-ins)"
+
+/// The organizer's note and the arrival alert of a guest, under a scan or a lookup.
+func guestLines(_ guest: GuestDetails?) {
+    if let alert = guest?.alert { say("  alert: \(alert)") }
+    if let note = guest?.note { say("  note:  \(note)") }
 }
 
 struct EventPending: AsyncParsableCommand {
@@ -136,6 +163,15 @@ struct EventPending: AsyncParsableCommand {
                 if scan.syncStatus == .failed, let error = scan.syncError { say("    \(error)") }
             }
             if let warning = try await desk.largeQueueWarning() { say(warning) }
+            let refused = try await desk.refused()
+            if !refused.isEmpty {
+                say(refused.count == 1 ? "1 check-in refused by the server:" : "\(refused.count) check-ins refused by the server:")
+                for (scan, reason) in refused {
+                    say("\(scan.guestId)  \(clockText(scan.scannedAt))  \(scan.badge.symbol)  \(reason)")
+                }
+                say("    discard one (a copy stays on this device): outpost device discard GUEST_ID --collection checkins")
+            }
+            await Delivery.showNotice(device.engine)
         }
     }
 }
@@ -163,7 +199,7 @@ struct EventFind: AsyncParsableCommand {
             throw CLIError(ReferenceMessages.incomplete)
         }
         let found = try await data.search(collection: Guest.collection, scope: event, query: query)
-        if found.isEmpty { say(ReferenceMessages.notFound) }
+        if found.isEmpty { say(walkInMessage) }
         for guest in found {
             say("\(guest.recordId)  \(guest.fields["name"]?.displayText ?? "")  \(guest.fields["email"]?.displayText ?? "")")
         }
@@ -187,8 +223,11 @@ struct EventLookup: AsyncParsableCommand {
             let status = guest.fields["status"]?.stringValue
             if status == "cancelled" { throw CLIError(ReferenceMessages.cancelled) }
             say("\(guest.recordId)  \(guest.fields["name"]?.displayText ?? "")  \(guest.fields["email"]?.displayText ?? "")")
+            guestLines(GuestDetails(guest))
+        case .notFound:
+            throw CLIError(walkInMessage)
         default:
-            throw CLIError(result.message ?? ReferenceMessages.notFound)
+            throw CLIError(result.message ?? walkInMessage)
         }
     }
 }

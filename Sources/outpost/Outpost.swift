@@ -19,6 +19,9 @@ struct Outpost: AsyncParsableCommand {
 @main
 enum Main {
     static func main() async {
+        // A reader that stops early (`| head -1`) closes the pipe: writes then fail and `say` ends the process
+        // quietly, instead of the signal killing it.
+        signal(SIGPIPE, SIG_IGN)
         do {
             var command = try Outpost.parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {
@@ -52,7 +55,12 @@ enum Main {
 /// Writes a line to stdout at once: stdout is block-buffered in a pipe, and scripts and tests read these
 /// lines while the process runs (or after it was killed).
 func say(_ text: String) {
-    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    do {
+        try FileHandle.standardOutput.write(contentsOf: Data((text + "\n").utf8))
+    } catch {
+        // The reader went away: nobody is left to tell anything.
+        exit(0)
+    }
 }
 
 /// Splits a `key=value` argument; the value may be empty or hold more `=`.

@@ -28,15 +28,21 @@ struct ActivityLogTests {
         }
     }
 
-    @Test("online: registered, no offline badge, and in the history at once")
+    @Test("online: the save answers at once, then \"Activity registered\" once delivered; an edit says \"Activity updated\"")
     func online() async throws {
         try await withTestDevice(online: true) { device in
-            let saved = try await log(device).register(Self.visit)
+            let saving = try await log(device).register(Self.visit)
+            #expect(saving.confirmation == "Saved — syncing now")
+            #expect(!saving.activity.isOfflineEntry)
+            await device.delivered()
+            let saved = try await log(device).current(saving)
             #expect(saved.confirmation == "Activity registered")
             #expect(!saved.showsOfflineBadge)
-            #expect(!saved.activity.isOfflineEntry)
             #expect(try await log(device).list().map(\.syncStatus) == [.synced])
             #expect(await device.server.applied.count == 1)
+            let editing = try await log(device).edit(saved.activity.recordId, changes: ["notes": "kitchen"])
+            await device.delivered()
+            #expect(try await log(device).current(editing).confirmation == "Activity updated")
         }
     }
 
@@ -85,6 +91,7 @@ struct ActivityLogTests {
     func editCarriesBase() async throws {
         try await withTestDevice(online: true) { device in
             let saved = try await log(device).register(Self.visit)
+            await device.delivered()
             await device.setOnline(false)
             _ = try await log(device).edit(saved.activity.recordId, changes: ["travel_expense": "20.00", "notes": "bus"])
             let edit = try #require(try await device.outbox().first)
@@ -102,6 +109,7 @@ struct ActivityLogTests {
         let server = InMemoryServer()
         try await withTestDevice(id: "dev-a", online: true, server: server) { a in
             let saved = try await log(a).register(Self.visit)
+            await a.delivered()
             let id = saved.activity.recordId
             try await withTestDevice(id: "dev-b", online: true, server: server) { b in
                 #expect(try await log(b).refresh() == 1)
@@ -110,6 +118,7 @@ struct ActivityLogTests {
                 await b.setOnline(false)
                 _ = try await log(b).edit(id, changes: ["notes": "kitchen"])
                 _ = try await log(a).edit(id, changes: ["participants": 5])
+                await a.delivered()
                 b.transport.isOnline = true
                 #expect(try await log(b).refresh() == 1)
                 let merged = try #require(try await log(b).list().first)

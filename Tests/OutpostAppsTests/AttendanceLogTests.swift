@@ -78,12 +78,15 @@ struct AttendanceLogTests {
         }
     }
 
-    @Test("online: a check-in syncs at once and is not an offline entry")
+    @Test("online: a check-in returns once saved, syncs right after without waiting on the caller, and is not an offline entry")
     func onlineCheckIn() async throws {
         try await withTestDevice(online: true) { device in
-            let entry = try await makeLog(device).checkIn()
-            #expect(entry.syncStatus == .synced)
+            let log = makeLog(device)
+            let entry = try await log.checkIn()
+            #expect(entry.syncStatus == .pending)
             #expect(!entry.isOfflineEntry)
+            await device.delivered()
+            #expect(try await log.state().latest?.syncStatus == .synced)
             #expect(await device.server.applied.first?.mutation.fields[LocalRecord.offlineEntryField] == nil)
         }
     }

@@ -27,11 +27,17 @@ struct BuildArchiveTests {
         })
         try await withTestDevice(online: true, server: refusing) { device in
             let archive = BuildArchive(engine: device.engine)
-            let bad = try await archive.save(name: "Bad")
-            #expect(bad.build.syncStatus == .failed)
-            #expect(bad.message == "Build \"Bad\" saved. The upload failed (no permit attached); retry it from the archive.")
-            let good = try await archive.save(name: "Roof")
-            #expect(good.build.syncStatus == .synced)
+            let saving = try await archive.save(name: "Bad")
+            // The save answers at once; the upload runs after it.
+            #expect(saving.build.syncStatus == .pending)
+            #expect(saving.message == "Build \"Bad\" saved; uploading shortly.")
+            await device.delivered()
+            let bad = try await archive.current(saving)
+            #expect(bad.build.syncStatus == .rejected)
+            #expect(bad.message == "Build \"Bad\" saved on this device; the server refused it: no permit attached")
+            let good = try await archive.current(try await archive.save(name: "Roof"))
+            await device.delivered()
+            #expect(try await archive.current(good).build.syncStatus == .synced)
 
             // Offline, three more queue; sync-all reports each outcome.
             await device.setOnline(false)
@@ -41,9 +47,11 @@ struct BuildArchiveTests {
             // The network returns; the user presses "sync all" before the device noticed.
             device.transport.isOnline = true
             let summary = try await archive.syncAll()
-            #expect(summary.description == "3 synced, 1 failed: no permit attached")
-            let retried = try await archive.retry(bad.build.buildId)
-            #expect(retried.failed == 1)
+            // The refused build waits for the user: sync-all does not send it again.
+            #expect(summary.description == "3 synced, 0 failed")
+            // Retry sends that build alone, as it is: refused again.
+            #expect(try await archive.retry(bad.build.buildId) == .finished(SyncSummary(synced: 0, failed: 0, rejected: 1, reasons: ["no permit attached"], chunks: 1)))
+            #expect(try await archive.retry(good.build.buildId) == .alreadySynced)
             await #expect(throws: ClientError.self) { try await archive.retry("build-404") }
         }
     }

@@ -20,6 +20,11 @@ struct TestDevice {
         await engine.probe()
     }
 
+    /// Waits for the delivery the last save started to end (the test clock never passes the bound).
+    func delivered() async {
+        await engine.awaitDelivery(upTo: .seconds(3600))
+    }
+
     /// The mutations waiting in the outbox, oldest first.
     func outbox() async throws -> [Mutation] {
         try await store.nextChunk(limit: 10_000).map(\.mutation)

@@ -38,7 +38,7 @@ struct SyncAnswerTests {
     func withEngine(_ body: (LocalStore, SyncEngine) async throws -> Void) async throws {
         try await withStore { store, _ in
             let engine = SyncEngine(
-                store: store, transport: Answering(), configuration: .init(deviceId: "d"), clock: TestClock<Duration>())
+                store: store, transport: Answering(), configuration: .init(deviceId: "d", deliversAfterSave: false), clock: TestClock<Duration>())
             try await body(store, engine)
         }
     }
@@ -71,17 +71,17 @@ struct SyncAnswerTests {
         }
     }
 
-    @Test("a record failed by a conflict, written again and delivered, ends synced with its error and conflict gone")
+    @Test("a record in conflict, written again and delivered, ends synced with its error and conflict gone")
     func conflictCleared() async throws {
         try await withEngine { store, engine in
             try await engine.save(expense(70))
-            #expect(try await engine.sync().failed == 1)
+            #expect(try await engine.sync().rejected == 1)
             #expect(try await row(store).sealedDetail == true)
-            // Written again: pending, still showing why the last attempt failed.
+            // Written again: resent, pending, the conflict settled by the new value.
             try await engine.save(expense(60))
             let pending = try #require(try await store.record(collection: "activities", recordId: "a1"))
             #expect(pending.syncStatus == .pending)
-            #expect(pending.conflict != nil)
+            #expect(pending.conflict == nil)
             #expect(try await engine.sync().synced == 1)
             let synced = try #require(try await store.record(collection: "activities", recordId: "a1"))
             #expect(synced.syncStatus == .synced)
@@ -97,7 +97,7 @@ struct SyncAnswerTests {
     func rowFromBeforeTheColumn() async throws {
         try await withEngine { store, engine in
             try await engine.save(expense(70))
-            #expect(try await engine.sync().failed == 1)
+            #expect(try await engine.sync().rejected == 1)
             try await engine.save(expense(60))
             try await store.queue.write { db in try db.execute(sql: "UPDATE records SET sealed_detail = NULL") }
             #expect(try await engine.sync().synced == 1)

@@ -26,7 +26,7 @@ struct SyncEngineTests {
             let clock = ManualClock()
             let now = ManualNow()
             let engine = SyncEngine(
-                store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-1"), clock: clock,
+                store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-1", deliversAfterSave: false), clock: clock,
                 now: now.closure)
             await engine.setOnline(true)
             try await body(Harness(store: store, server: server, transport: transport, clock: clock, engine: engine, now: now))
@@ -86,7 +86,7 @@ struct SyncEngineTests {
             #expect(summary.reasons == ["The server could not be reached"])
             let record = try #require(try await h.store.record(collection: "notes", recordId: "r1"))
             #expect(record.syncStatus == .failed)
-            #expect(record.badge.accessibilityLabel == "Synchronization failed: The server could not be reached")
+            #expect(record.badge.accessibilityLabel == "Synchronization failed, will retry: The server could not be reached")
             #expect(record.lastSyncAttempt != nil)
             // The mutation is still queued, and coming back online delivers it without a user.
             #expect(try await h.store.outboxCount() == 1)
@@ -114,7 +114,7 @@ struct SyncEngineTests {
             try await withStore { store, _ in
                 let transport = Failing(status: status)
                 let clock = ManualClock()
-                let engine = SyncEngine(store: store, transport: transport, configuration: .init(deviceId: "d"), clock: clock)
+                let engine = SyncEngine(store: store, transport: transport, configuration: .init(deviceId: "d", deliversAfterSave: false), clock: clock)
                 try await engine.save(note("r1"))
                 let sync = Task { try await engine.sync() }
                 if expectedCalls > 1 {
@@ -129,7 +129,7 @@ struct SyncEngineTests {
         }
     }
 
-    @Test("a rejected record is failed with the reason and does not block the records behind it")
+    @Test("a refused record is set aside as rejected with the reason, is not counted as waiting, and does not block the records behind it")
     func rejectionDoesNotBlock() async throws {
         try await withEngine(rejecting: { $0.recordId == "bad" ? .init(code: .invalidFields, message: "GPS signal required") : nil }) { h in
             try await h.engine.save(note("a"))
@@ -137,19 +137,24 @@ struct SyncEngineTests {
             try await h.engine.save(note("c"))
             let summary = try await h.engine.sync()
             #expect(summary.synced == 2)
-            #expect(summary.failed == 1)
-            #expect(summary.description == "2 synced, 1 failed: GPS signal required")
+            #expect(summary.failed == 0 && summary.rejected == 1)
+            #expect(summary.description == "2 synced, 0 failed, 1 refused: GPS signal required")
             let bad = try #require(try await h.store.record(collection: "notes", recordId: "bad"))
-            #expect(bad.syncStatus == .failed)
+            #expect(bad.syncStatus == .rejected)
             #expect(bad.syncError == "GPS signal required")
+            #expect(bad.syncErrorCode == "invalid_fields")
+            #expect(try await h.store.counts() == RecordCounts(pending: 0, failed: 0, rejected: 1))
+            #expect(await h.engine.status.offlineIndicatorText == "Nothing waiting to sync; 1 record refused by the server — review them")
             #expect(try await h.store.record(collection: "notes", recordId: "c")?.syncStatus == .synced)
             // Set aside: a later sync does not resend it, a retry of that record does.
             #expect(try await h.engine.sync().synced == 0)
+            // Sync all leaves it to the user; a retry of that record sends it alone, as it is.
+            #expect(try await h.engine.retryAll().rejected == 0)
             let retried = try await h.engine.retry(recordId: "bad")
-            #expect(retried.failed == 1)
+            #expect(retried.rejected == 1 && retried.synced == 0)
             await #expect(throws: ClientError.self) { _ = try await h.engine.retry(recordId: "missing") }
             // Named with its collection, the record must be in that one.
-            #expect(try await h.engine.retry(collection: "notes", recordId: "bad").failed == 1)
+            #expect(try await h.engine.retry(collection: "notes", recordId: "bad").rejected == 1)
             await #expect(throws: ClientError.self) { _ = try await h.engine.retry(collection: "guests", recordId: "bad") }
         }
     }
@@ -186,7 +191,7 @@ struct SyncEngineTests {
             })
             let observer = Observer(inner: InMemoryTransport(server: server))
             let engine = SyncEngine(
-                store: store, transport: observer, configuration: SyncConfiguration(deviceId: "dev-1"),
+                store: store, transport: observer, configuration: SyncConfiguration(deviceId: "dev-1", deliversAfterSave: false),
                 clock: TestClock<Duration>(), now: ManualNow().closure)
             try await body(store, engine, observer)
         }
@@ -211,7 +216,7 @@ struct SyncEngineTests {
             }
             // Given x's first entry refused and set aside (the first push),
             _ = try await engine.save(note("x", ["n": -1]))
-            #expect(try await engine.sync().failed == 1)
+            #expect(try await engine.sync().rejected == 1)
             // and a queue whose first chunk holds a and 49 others, and whose second holds a again and x fixed,
             _ = try await engine.save(note("a"))
             for i in 0..<49 { _ = try await engine.save(note("b\(i)")) }
@@ -221,9 +226,11 @@ struct SyncEngineTests {
             // then after the first chunk, a still waits for its second entry while b0 is synced;
             #expect(seen["a"] == .pending)
             #expect(seen["b0"] == .synced)
-            // and at the end a is synced, while x, whose refused entry is still set aside, is not.
+            // and at the end a is synced, and so is x: the edit resent it whole, its refused entry archived.
             #expect(try await store.record(collection: "notes", recordId: "a")?.syncStatus == .synced)
-            #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus != .synced)
+            #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus == .synced)
+            #expect(try await store.record(collection: "notes", recordId: "x")?.fields["n"] == 3)
+            #expect(try await store.discardedCount() == 1)
         }
     }
 
@@ -268,14 +275,14 @@ struct SyncEngineTests {
         try await withObservedEngine { store, engine, observer in
             var seenX: RecordSyncStatus?
             observer.beforePush = { push in
-                // While the second sync's chunk (x fixed) is out, the user asks to retry everything,
-                if push == 2 { _ = try await engine.retryAll() }
+                // While the second sync's chunk is out, the user retries x as it is,
+                if push == 2 { try await store.requeue(recordId: "x") }
                 // and when the entry put back goes out, x must not have been marked synced meanwhile.
                 if push == 3 { seenX = try await store.record(collection: "notes", recordId: "x")?.syncStatus }
             }
             _ = try await engine.save(note("x", ["n": -1]))
-            #expect(try await engine.sync().failed == 1)
-            _ = try await engine.save(note("x", ["n": 3]))
+            #expect(try await engine.sync().rejected == 1)
+            _ = try await engine.save(note("y", ["n": 3]))
             _ = try await engine.sync()
             #expect(observer.pushes == 3)
             #expect(seenX != nil && seenX != .synced)
@@ -287,11 +294,11 @@ struct SyncEngineTests {
         try await withObservedEngine { store, engine, observer in
             // x's first entry is refused and set aside;
             _ = try await engine.save(note("x", ["n": -1]))
-            #expect(try await engine.sync().failed == 1)
+            #expect(try await engine.sync().rejected == 1)
             // then two chunks queue, and while the first is out, the user retries x.
             for i in 0..<50 { _ = try await engine.save(note("a\(i)")) }
             for i in 0..<50 { _ = try await engine.save(note("b\(i)")) }
-            observer.beforePush = { push in if push == 2 { _ = try await engine.retryAll() } }
+            observer.beforePush = { push in if push == 2 { try await store.requeue(recordId: "x") } }
             _ = try await engine.sync()
             // x's entry is older than every b: it goes out first.
             #expect(observer.sent.count == 4)
@@ -300,11 +307,11 @@ struct SyncEngineTests {
             #expect(observer.sent[3] == ["b49"])
             // x is refused again and set aside; nothing else waits.
             #expect(try await store.outboxCount() == 0)
-            #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus == .failed)
+            #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus == .rejected)
         }
     }
 
-    @Test("a conflict marks the record failed and keeps the server's value for the app")
+    @Test("a conflict marks the record rejected, as a conflict, and keeps the server's value for the app")
     func conflictKept() async throws {
         struct Conflicting: SyncTransport {
             func push(_ request: PushRequest) async throws -> PushResponse {
@@ -319,12 +326,13 @@ struct SyncEngineTests {
             func health() async throws -> HealthResponse { HealthResponse(status: "ok", storage: "ok") }
         }
         try await withStore { store, _ in
-            let engine = SyncEngine(store: store, transport: Conflicting(), configuration: .init(deviceId: "d"), clock: TestClock<Duration>())
+            let engine = SyncEngine(store: store, transport: Conflicting(), configuration: .init(deviceId: "d", deliversAfterSave: false), clock: TestClock<Duration>())
             try await engine.save(LocalStore.Write(collection: "activities", recordId: "a1", fields: ["travel_expense": 70]))
             let summary = try await engine.sync()
-            #expect(summary.failed == 1)
+            #expect(summary.rejected == 1 && summary.failed == 0)
             let record = try #require(try await store.record(collection: "activities", recordId: "a1"))
-            #expect(record.syncStatus == .failed)
+            #expect(record.syncStatus == .rejected)
+            #expect(record.badge.symbol == "⚠ conflict")
             #expect(record.conflict?.serverFields == ["travel_expense": 55])
             #expect(record.version == 7)
             #expect(try await store.outboxCount() == 0)
@@ -336,7 +344,7 @@ struct SyncEngineTests {
         try await withStore { store, _ in
             let server = InMemoryServer()
             let network = SimulatedNetwork(server: server, seed: 1, faults: .init(dropRequest: 0, dropResponse: 1, delay: 0))
-            let engine = SyncEngine(store: store, transport: network, configuration: .init(deviceId: "d"), clock: YieldingClock())
+            let engine = SyncEngine(store: store, transport: network, configuration: .init(deviceId: "d", deliversAfterSave: false), clock: YieldingClock())
             for i in 0..<60 { try await engine.save(note("r\(i)")) }
             let failed = try await engine.sync()
             #expect(failed.failed == 60)

@@ -13,7 +13,7 @@ struct SyncHealthTests {
     ) -> SyncEngine {
         SyncEngine(
             store: store, transport: transport,
-            configuration: SyncConfiguration(deviceId: "phone-1", retryDelays: [], appVersion: "test/1", escalation: escalation),
+            configuration: SyncConfiguration(deviceId: "phone-1", retryDelays: [], appVersion: "test/1", escalation: escalation, deliversAfterSave: false),
             clock: clock, now: now.closure)
     }
 
@@ -104,9 +104,7 @@ struct SyncHealthTests {
     @Test("a retry shows a busy state, ignores a second press, and on failure keeps the notice with a short error")
     func retryBusyState() async throws {
         try await withStore { store, _ in
-            let gate = GatedTransport(inner: InMemoryTransport(server: InMemoryServer(rejecting: { _ in
-                .init(code: .invalidFields, message: "refused")
-            })))
+            let gate = GatedTransport(inner: InMemoryTransport(server: InMemoryServer()))
             let now = ManualNow()
             let engine = engine(store, transport: gate, now: now)
             gate.memory.isOnline = false
@@ -114,7 +112,7 @@ struct SyncHealthTests {
             _ = try await engine.sync()
             now.advance(seconds: 25 * 3600)
             try await engine.checkPersistentFailures()
-            gate.memory.isOnline = true
+            // The network stays down: the retry fails.
             gate.close()
 
             var updates = await engine.statusUpdates().makeAsyncIterator()
@@ -131,7 +129,7 @@ struct SyncHealthTests {
             }
             let notice = try #require(await engine.status.persistentFailureNotice)
             #expect(!notice.isRetrying)
-            #expect(notice.retryError == "Retry failed: refused")
+            #expect(notice.retryError == "Retry failed: The server could not be reached")
         }
     }
 

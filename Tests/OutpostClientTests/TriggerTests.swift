@@ -31,7 +31,7 @@ struct TriggerTests {
             let server = InMemoryServer()
             let transport = InMemoryTransport(server: server)
             transport.isOnline = false
-            let engine = SyncEngine(store: store, transport: transport, configuration: .init(deviceId: "d"), clock: TestClock<Duration>())
+            let engine = SyncEngine(store: store, transport: transport, configuration: .init(deviceId: "d", deliversAfterSave: false), clock: TestClock<Duration>())
             #expect(await engine.probe() == false)
             for id in ["a", "b"] { try await engine.save(note(id)) }
             transport.isOnline = true
@@ -41,7 +41,7 @@ struct TriggerTests {
         }
     }
 
-    @Test("a probe before a save syncs nothing: the save is durable first, and its push carries the queue before it, once")
+    @Test("a probe before a save syncs nothing: the save is durable first, and its delivery carries the queue before it, once")
     func probeBeforeSave() async throws {
         try await withStore { store, _ in
             let server = InMemoryServer()
@@ -54,8 +54,11 @@ struct TriggerTests {
             #expect(await engine.status.isOnline)
             #expect(await server.applied.isEmpty)
             #expect(await engine.status.pendingCount == 2)
-            let saved = try await engine.saveAndPush(note("c"))
-            #expect(saved.syncStatus == .synced && !saved.isOfflineEntry)
+            // The save returns the moment it is durable, and starts the delivery behind it.
+            let saved = try await engine.save(note("c"))
+            #expect(saved.syncStatus == .pending && !saved.isOfflineEntry)
+            #expect(await engine.awaitDelivery(upTo: .seconds(3600)))
+            #expect(try await store.record(collection: "notes", recordId: "c")?.syncStatus == .synced)
             #expect(await server.applied.map(\.mutation.recordId) == ["a", "b", "c"])
             #expect(await engine.status.pendingCount == 0)
         }
@@ -68,7 +71,7 @@ struct TriggerTests {
             let transport = FlakyTransport(inner: InMemoryTransport(server: server), failures: 1)
             let clock = ManualClock()
             let engine = SyncEngine(
-                store: store, transport: transport, configuration: .init(deviceId: "d", retryDelays: []), clock: clock)
+                store: store, transport: transport, configuration: .init(deviceId: "d", retryDelays: [], deliversAfterSave: false), clock: clock)
             await engine.setOnline(true)
             // A 503 leaves the record failed and queued while the device stays online.
             try await engine.save(note("a"))
@@ -92,7 +95,7 @@ struct TriggerTests {
     func connectivityCounts() async throws {
         try await withStore { store, url in
             let engine = SyncEngine(
-                store: store, transport: InMemoryTransport(server: InMemoryServer()), configuration: .init(deviceId: "d"),
+                store: store, transport: InMemoryTransport(server: InMemoryServer()), configuration: .init(deviceId: "d", deliversAfterSave: false),
                 clock: TestClock<Duration>())
             await engine.setOnline(true)
             let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
@@ -110,7 +113,7 @@ struct TriggerTests {
             let server = InMemoryServer()
             let clock = ManualClock()
             let engine = SyncEngine(
-                store: store, transport: InMemoryTransport(server: server), configuration: .init(deviceId: "d"), clock: clock)
+                store: store, transport: InMemoryTransport(server: server), configuration: .init(deviceId: "d", deliversAfterSave: false), clock: clock)
             await engine.setOnline(true)
             // The other process saved while this one was online; its own push did not get through.
             let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))

@@ -57,7 +57,7 @@ struct AccessSimulationTests {
                 baseURL: base, token: try await Fixtures.token(user: user.id, role: user.role, name: user.id))
             engines.append(
                 SyncEngine(
-                    store: store, transport: transport, configuration: .init(deviceId: "phone-\(user.id)", chunkSize: 3),
+                    store: store, transport: transport, configuration: .init(deviceId: "phone-\(user.id)", chunkSize: 3, deliversAfterSave: false),
                     clock: YieldingClock(), now: { Fixtures.serverNow.date }))
         }
         var confirmed: [String: Set<String>] = [:]

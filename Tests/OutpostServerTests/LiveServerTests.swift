@@ -141,7 +141,7 @@ struct LiveServerTests {
             let url = root.appendingPathComponent("device.sqlite")
             let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
             let transport = CountingStreams(inner: staff)
-            let engine = SyncEngine(store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-b"))
+            let engine = SyncEngine(store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-b", deliversAfterSave: false))
             #expect(try await engine.pull(collection: "notes", pageSize: 1) == ids.count)
             #expect(transport.opened.withLock { $0 } == 3)
             #expect(try await store.records(collection: "notes").map(\.recordId).sorted() == ids)

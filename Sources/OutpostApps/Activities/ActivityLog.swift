@@ -24,7 +24,7 @@ public struct ActivityLog: Sendable {
         if let problem = Activity.missingOnCreate(fields) ?? Activity.problem(in: fields) {
             throw ClientError(.invalidInput, problem)
         }
-        return try await save(recordId: newId(), fields: fields)
+        return try await save(recordId: newId(), fields: fields, isEdit: false)
     }
 
     /// Changes some fields of an activity on this device. A change to a money field carries the version the
@@ -38,13 +38,24 @@ public struct ActivityLog: Sendable {
         }
         guard !changes.isEmpty else { throw ClientError(.invalidInput, "nothing to change") }
         if let problem = Activity.problem(in: changes) { throw ClientError(.invalidInput, problem) }
-        return try await save(recordId: recordId, fields: changes)
+        return try await save(recordId: recordId, fields: changes, isEdit: true)
     }
 
-    private func save(recordId: String, fields: [String: JSONValue]) async throws -> ActivitySave {
-        let record = try await engine.saveAndPush(
+    private func save(recordId: String, fields: [String: JSONValue], isEdit: Bool) async throws -> ActivitySave {
+        // Saved and returned at once; delivery runs in the background, with the engine's retries.
+        let record = try await engine.save(
             LocalStore.Write(collection: Activity.collection, recordId: recordId, fields: fields))
-        return ActivitySave(activity: ActivityEntry(record), isOnline: await engine.status.isOnline)
+        return ActivitySave(activity: ActivityEntry(record), isOnline: await engine.status.isOnline, isEdit: isEdit)
+    }
+
+    /// The activity as it stands now: after a save, once its delivery ended or was given up waiting on.
+    public func current(_ saved: ActivitySave) async throws -> ActivitySave {
+        guard let record = try await engine.store.record(collection: Activity.collection, recordId: saved.activity.recordId)
+        else { return saved }
+        var now = saved
+        now.activity = ActivityEntry(record)
+        now.isOnline = await engine.status.isOnline
+        return now
     }
 
     /// Activities on this device, newest first, each with its sync badge.
@@ -124,7 +135,7 @@ public struct ActivityEntry: Sendable, Hashable {
     public var date: String { fields[Activity.Field.date]?.stringValue ?? "" }
     public var durationMinutes: Int64? { FieldRules.integer(fields[Activity.Field.durationMinutes]) }
     public var travelExpense: String? { fields[Activity.Field.travelExpense]?.stringValue }
-    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: conflict != nil) }
 }
 
 /// What registering or editing did, and the confirmation to show.
@@ -132,14 +143,20 @@ public struct ActivitySave: Sendable, Hashable {
     public var activity: ActivityEntry
     /// Whether the device was online when it saved.
     public var isOnline: Bool
+    /// An edit of an activity already on the device, not a new one.
+    public var isEdit: Bool = false
 
-    /// "Activity registered" once the server has it; "Saved offline — will sync when connected" offline.
+    /// "Activity registered" (or "Activity updated") once the server has it; "Saved offline — will sync when
+    /// connected" offline; the reason when the server refused it.
     public var confirmation: String {
         switch activity.syncStatus {
-        case .synced: return "Activity registered"
+        case .synced: return isEdit ? "Activity updated" : "Activity registered"
         case .pending where !isOnline: return Activity.savedOfflineMessage
-        case .pending: return "Saved — will sync shortly"
-        case .failed: return "Saved on this device — sync failed: \(activity.syncError ?? "unknown error")"
+        case .pending: return "Saved — syncing now"
+        case .failed: return "Saved on this device — sync failed, will retry: \(activity.syncError ?? "unknown error")"
+        case .rejected where activity.conflict != nil:
+            return "Saved on this device — conflict with the server: \(activity.syncError ?? "a protected field changed")"
+        case .rejected: return "Saved on this device — refused by the server: \(activity.syncError ?? "no reason given")"
         }
     }
 

@@ -70,7 +70,8 @@ public struct AttendanceLog: Sendable {
             Attendance.Field.longitude: .number(fix.longitude),
         ]
         if let accuracy = fix.accuracy { fields[Attendance.Field.accuracy] = .number(accuracy) }
-        let record = try await engine.saveAndPush(
+        // Saved and returned at once; delivery runs in the background (see `SyncEngine.save`).
+        let record = try await engine.save(
             LocalStore.Write(
                 collection: Attendance.collection,
                 recordId: Attendance.recordId(userId: userId, day: day, action: action), fields: fields))
@@ -130,6 +131,7 @@ public struct AttendanceEntry: Sendable, Hashable {
     public var isOfflineEntry: Bool
     public var syncStatus: RecordSyncStatus
     public var syncError: String?
+    public var isConflict: Bool
 
     /// The entry a stored record holds, or nil when it is not an attendance record.
     public init?(_ record: LocalRecord) {
@@ -149,9 +151,10 @@ public struct AttendanceEntry: Sendable, Hashable {
         self.isOfflineEntry = record.isOfflineEntry
         self.syncStatus = record.syncStatus
         self.syncError = record.syncError
+        self.isConflict = record.conflict != nil
     }
 
-    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: isConflict) }
 }
 
 /// Today's state: not checked in, checked in, or checked out; and whether the last action has synced.
@@ -165,5 +168,8 @@ public struct AttendanceState: Sendable, Hashable {
     public var text: String { latest?.action.stateText ?? "Not checked in" }
 
     /// True while the latest action waits to reach the server: the pending-sync indicator.
-    public var isPendingSync: Bool { latest.map { $0.syncStatus != .synced } ?? false }
+    public var isPendingSync: Bool { latest.map { $0.syncStatus == .pending || $0.syncStatus == .failed } ?? false }
+
+    /// True when the server refused the latest action: it needs the staff member's attention.
+    public var isRefused: Bool { latest?.syncStatus == .rejected }
 }

@@ -23,7 +23,8 @@ public struct BuildArchive: Sendable {
         var fields = fields
         fields[Build.Field.name] = .string(name)
         if let problem = Build.problem(in: fields) { throw ClientError(.invalidInput, problem) }
-        let record = try await engine.saveAndPush(
+        // Saved and returned at once; the upload runs in the background.
+        let record = try await engine.save(
             LocalStore.Write(collection: Build.collection, recordId: newId(), fields: fields))
         return BuildSave(build: BuildEntry(record), isOnline: await engine.status.isOnline)
     }
@@ -35,17 +36,34 @@ public struct BuildArchive: Sendable {
 
     /// Uploads one build again.
     /// - Throws: ``ClientError`` `notFound` for a build this device does not hold.
-    public func retry(_ buildId: String) async throws -> SyncSummary {
-        try await engine.retry(collection: Build.collection, recordId: buildId)
+    public func retry(_ buildId: String) async throws -> BuildRetry {
+        guard let record = try await engine.store.record(collection: Build.collection, recordId: buildId), !record.deleted else {
+            throw ClientError(.notFound, "no build \(buildId) in this archive")
+        }
+        if record.syncStatus == .synced { return .alreadySynced }
+        return .finished(try await engine.retry(collection: Build.collection, scope: "", recordId: buildId))
     }
 
-    /// Uploads everything waiting or failed ("sync all"), and says how it went: "3 synced, 1 failed: …".
-    public func syncAll() async throws -> SyncSummary {
-        try await engine.retryAll()
+    public func syncAll(progress: (@Sendable (SyncProgress) -> Void)? = nil) async throws -> SyncSummary {
+        try await engine.retryAll(progress: progress)
+    }
+
+    /// The build as it stands now: after a save, once its upload ended or was given up waiting on.
+    public func current(_ saved: BuildSave) async throws -> BuildSave {
+        guard let record = try await engine.store.record(collection: Build.collection, recordId: saved.build.buildId)
+        else { return saved }
+        return BuildSave(build: BuildEntry(record), isOnline: await engine.status.isOnline)
     }
 }
 
-/// A build as the archive lists it.
+/// What "Retry" on one build did.
+public enum BuildRetry: Sendable, Hashable {
+    /// The server already had it: nothing was sent.
+    case alreadySynced
+    /// That build alone was sent.
+    case finished(SyncSummary)
+}
+
 public struct BuildEntry: Sendable, Hashable {
     public var buildId: String
     public var name: String
@@ -79,6 +97,8 @@ public struct BuildSave: Sendable, Hashable {
         case .pending: return "Build \"\(build.name)\" saved; uploading shortly."
         case .failed:
             return "Build \"\(build.name)\" saved. The upload failed (\(build.syncError ?? "unknown error")); retry it from the archive."
+        case .rejected:
+            return "Build \"\(build.name)\" saved on this device; the server refused it: \(build.syncError ?? "no reason given")"
         }
     }
 }

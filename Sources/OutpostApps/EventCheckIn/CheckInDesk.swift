@@ -13,36 +13,54 @@ public struct CheckInDesk: Sendable {
     public let engine: SyncEngine
     public let roster: ReferenceData
     public let event: String
+    /// How long a scan online waits for the server: first for other devices' check-ins, then for the
+    /// server's verdict on this one. Past it the door decides from the device alone, and a refusal that
+    /// comes later shows on the scan's record.
+    public let verdictBound: Duration
 
-    public init(engine: SyncEngine, roster: ReferenceData, event: String) {
+    public init(engine: SyncEngine, roster: ReferenceData, event: String, verdictBound: Duration = .seconds(2)) {
         self.engine = engine
         self.roster = roster
         self.event = event
+        self.verdictBound = verdictBound
     }
 
-    public init(device: Device, event: String) {
+    public init(device: Device, event: String, verdictBound: Duration = .seconds(2)) {
         self.init(
-            engine: device.engine, roster: ReferenceData(store: device.store, transport: device.transport), event: event)
+            engine: device.engine, roster: ReferenceData(store: device.store, transport: device.transport), event: event,
+            verdictBound: verdictBound)
     }
 
     /// Checks a guest in.
     ///
-    /// When the device is online it first pulls the event's check-ins, so that a guest another device
-    /// scanned is recognised; offline it decides from what it has.
-    /// - Returns: `.checkedIn` for a new check-in, `.alreadyCheckedIn` with the first scan's time and device.
+    /// When the device is online it first pulls the event's check-ins (for at most ``verdictBound``), so that
+    /// a guest another device scanned is recognised; offline it decides from what it has. The check-in is
+    /// saved at once; online, the scan then waits up to ``verdictBound`` for the server's verdict, so that a
+    /// guest the server refuses (a registration cancelled since the roster was downloaded) is shown as
+    /// refused, never as checked in.
+    /// - Returns: `.checkedIn` for a new check-in, `.alreadyCheckedIn` with the first scan's time and device,
+    ///   `.refused` when the server refused this guest's check-in.
     /// - Throws: ``ClientError`` `rosterIncomplete`, `unknownGuest` or `guestCancelled`, with the roster
     ///   messages; nothing is written then.
     public func scan(_ guestId: String) async throws -> ScanOutcome {
         let guest = try await rosterGuest(guestId)
+        let details = GuestDetails(guest)
         if await engine.status.isOnline {
-            _ = try? await engine.pull(collection: CheckIn.collection, scope: event)
+            let engine = engine
+            let event = event
+            await Bounded.run(for: verdictBound, clock: engine.clock) {
+                _ = try? await engine.pull(collection: CheckIn.collection, scope: event)
+            }
         }
-        if let first = try await checkIn(of: guestId) {
-            return .alreadyCheckedIn(first)
+        if let first = try await engine.store.record(collection: CheckIn.collection, scope: event, recordId: guestId),
+            let scan = ScanRecord(first, guest: details)
+        {
+            if first.syncStatus == .rejected { return .refused(scan, reason: Self.verdict(of: first)) }
+            return .alreadyCheckedIn(scan)
         }
         // The store stamps scanned_at with the write's own client timestamp: the scan time, the key's time
         // and the server's check-in time are one value.
-        let record = try await engine.saveAndPush(
+        let saved = try await engine.save(
             LocalStore.Write(
                 collection: CheckIn.collection, scope: event, recordId: guestId,
                 fields: [
@@ -51,10 +69,25 @@ public struct CheckInDesk: Sendable {
                     CheckIn.Field.scannedBy: .string(engine.configuration.deviceId),
                 ],
                 timestampField: CheckIn.Field.scannedAt))
-        guard let scan = ScanRecord(record, guestName: guest.fields["name"]?.stringValue) else {
+        var record = saved
+        if await engine.status.isOnline {
+            await engine.awaitDelivery(upTo: verdictBound)
+            record = try await engine.store.record(collection: CheckIn.collection, scope: event, recordId: guestId) ?? saved
+        }
+        guard let scan = ScanRecord(record, guest: details) else {
             throw ClientError(.storeUnavailable, "the check-in could not be read back")
         }
+        if record.syncStatus == .rejected { return .refused(scan, reason: Self.verdict(of: record)) }
         return .checkedIn(scan, warning: try await largeQueueWarning())
+    }
+
+    /// What the door reads when the server refused a check-in: the roster's own words where there are some.
+    static func verdict(of record: LocalRecord) -> String {
+        switch record.syncErrorCode {
+        case WireError.Code.guestCancelled.rawValue: return ReferenceMessages.cancelled
+        case WireError.Code.unknownGuest.rawValue: return ReferenceMessages.notFound
+        default: return "Check-in refused by the server: \(record.syncError ?? "no reason given")"
+        }
     }
 
     /// The guest's roster row, if the roster allows a check-in.
@@ -78,21 +111,33 @@ public struct CheckInDesk: Sendable {
     public func checkIn(of guestId: String) async throws -> ScanRecord? {
         guard let record = try await engine.store.record(collection: CheckIn.collection, scope: event, recordId: guestId)
         else { return nil }
-        return ScanRecord(record, guestName: nil)
+        return ScanRecord(record, guest: nil)
     }
 
     /// This event's scans that have not reached the server yet (failed ones included), oldest first.
     public func pending() async throws -> [ScanRecord] {
         try await engine.store.records(collection: CheckIn.collection)
-            .filter { $0.syncStatus != .synced && $0.scope == event }
-            .compactMap { ScanRecord($0, guestName: nil) }
+            .filter { $0.isWaitingToSync && $0.scope == event }
+            .compactMap { ScanRecord($0, guest: nil) }
             .sorted { $0.scannedAt < $1.scannedAt }
+    }
+
+    /// This event's scans the server refused, oldest first, each with the door's verdict.
+    public func refused() async throws -> [(scan: ScanRecord, reason: String)] {
+        try await engine.store.records(.rejected, collection: CheckIn.collection)
+            .filter { $0.scope == event }
+            .compactMap { record in ScanRecord(record, guest: nil).map { ($0, Self.verdict(of: record)) } }
+            .sorted { $0.scan.scannedAt < $1.scan.scannedAt }
     }
 
     /// How many scans, of any event, wait to sync.
     public func pendingCount() async throws -> Int {
-        let counts = try await engine.store.counts(collection: CheckIn.collection)
-        return counts.pending + counts.failed
+        try await engine.store.counts(collection: CheckIn.collection).waiting
+    }
+
+    /// A guest's roster row as door staff read it at a lookup: name, note and arrival alert.
+    public func guest(_ guestId: String) async throws -> GuestDetails {
+        GuestDetails(try await rosterGuest(guestId))
     }
 
     /// The large-queue warning when 500 or more scans wait, else nil.
@@ -107,6 +152,47 @@ public enum ScanOutcome: Sendable, Hashable {
     case checkedIn(ScanRecord, warning: String?)
     /// The guest was already checked in: the first scan.
     case alreadyCheckedIn(ScanRecord)
+    /// The server refused this guest's check-in: the guest may not go in. `reason` is what the door reads.
+    case refused(ScanRecord, reason: String)
+}
+
+/// What door staff read about a guest beside the verdict: the name, the organizer's note and an arrival alert.
+public struct GuestDetails: Sendable, Hashable {
+    public var name: String?
+    /// The roster's `check_in_note`, such as "prefers the side entrance".
+    public var note: String?
+    /// The roster's `arrival_alert_json`, in words: its level and message, such as "VIP: meet at the door".
+    public var alert: String?
+
+    public init(name: String? = nil, note: String? = nil, alert: String? = nil) {
+        self.name = name
+        self.note = note
+        self.alert = alert
+    }
+
+    public init(_ guest: ReferenceRecord) {
+        name = guest.fields["name"]?.stringValue
+        note = guest.fields["check_in_note"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 }
+        alert = Self.alertText(guest.fields["arrival_alert_json"])
+    }
+
+    /// An alert object's words: "LEVEL: message" from its `level` and `message` (or `text`), else its JSON.
+    static func alertText(_ value: JSONValue?) -> String? {
+        switch value {
+        case nil, .null?: return nil
+        case .string(let text)?: return text.isEmpty ? nil : text
+        case .object(let alert)?:
+            let message = alert["message"]?.stringValue ?? alert["text"]?.stringValue
+            let level = alert["level"]?.stringValue
+            switch (level, message) {
+            case (let level?, let message?): return "\(level.uppercased()): \(message)"
+            case (nil, let message?): return message
+            case (let level?, nil): return level.uppercased()
+            case (nil, nil): return alert.isEmpty ? nil : value?.displayText
+            }
+        default: return value?.displayText
+        }
+    }
 }
 
 /// One guest's check-in as the device holds it.
@@ -120,14 +206,17 @@ public struct ScanRecord: Sendable, Hashable {
     public var scannedBy: String
     public var syncStatus: RecordSyncStatus
     public var syncError: String?
+    /// The organizer's note and the arrival alert, when the scan read the roster.
+    public var guest: GuestDetails?
 
-    public init?(_ record: LocalRecord, guestName: String?) {
+    public init?(_ record: LocalRecord, guest: GuestDetails?) {
         guard record.collection == CheckIn.collection, !record.deleted,
             let event = record.fields[CheckIn.Field.eventId]?.stringValue,
             let scannedBy = record.fields[CheckIn.Field.scannedBy]?.stringValue
         else { return nil }
         self.guestId = record.recordId
-        self.guestName = guestName
+        self.guestName = guest?.name
+        self.guest = guest
         self.event = event
         self.scannedAt =
             record.fields[CheckIn.Field.scannedAt]?.stringValue.flatMap(Timestamp.init(iso8601:))?.date

@@ -20,19 +20,42 @@ extension LocalStore {
     public func nextChunk(after seq: Int64 = 0, limit: Int, maxBytes: Int = LocalStore.chunkMaxBytes) async throws
         -> [OutboxEntry]
     {
+        try await chunk(after: seq, limit: limit, maxBytes: maxBytes, only: nil)
+    }
+
+    /// ``nextChunk(after:limit:maxBytes:)`` of the entries of `records` alone, or of all when nil.
+    func chunk(after seq: Int64 = 0, limit: Int, maxBytes: Int = LocalStore.chunkMaxBytes, only records: Set<RecordKey>?)
+        async throws -> [OutboxEntry]
+    {
         let sealer = self.sealer
         return try await perform {
             try await self.read { db in
                 // Cached, and read by position: compiling the statement and finding each column by name were
-                // a third of this read.
-                let statement = try db.cachedStatement(
-                    // seq order is (clientTimestamp, seq) order: device time only moves forward.
-                    sql: """
-                        SELECT seq, idempotency_key, collection, scope, record_id, op, client_ts, base_version,
-                               attempts, payload, length(payload)
-                        FROM outbox WHERE state = 'pending' AND seq > ? ORDER BY seq LIMIT ?
-                        """)
-                let rows = try Row.fetchAll(statement, arguments: [seq, limit])
+                // a third of this read. The outbox goes in seq order: the order of the writes.
+                var rows: [Row]
+                if let records {
+                    var ids: [UInt8] = []
+                    try JSONWriter.array(Set(records.map(\.recordId)), to: &ids) { id, output in JSONWriter.string(id, to: &output) }
+                    rows = try Row.fetchAll(
+                        db.cachedStatement(
+                            sql: """
+                                SELECT seq, idempotency_key, collection, scope, record_id, op, client_ts, base_version,
+                                       attempts, payload, length(payload)
+                                FROM outbox WHERE state = 'pending' AND seq > ? AND record_id IN (SELECT value FROM json_each(?))
+                                ORDER BY seq LIMIT ?
+                                """),
+                        arguments: [seq, String(decoding: ids, as: UTF8.self), limit])
+                    rows = rows.filter { records.contains(RecordKey($0[2], $0[3], $0[4])) }
+                } else {
+                    rows = try Row.fetchAll(
+                        db.cachedStatement(
+                            sql: """
+                                SELECT seq, idempotency_key, collection, scope, record_id, op, client_ts, base_version,
+                                       attempts, payload, length(payload)
+                                FROM outbox WHERE state = 'pending' AND seq > ? ORDER BY seq LIMIT ?
+                                """),
+                        arguments: [seq, limit])
+                }
                 // A push must fit the server's body limit (8 MiB): the chunk ends before the entry whose sealed
                 // fields (their JSON, 28 bytes longer) would take it past `maxBytes`, and holds at least one.
                 var bytes = 0
@@ -69,8 +92,10 @@ extension LocalStore {
 
     /// Applies the server's answer to one pushed chunk, in one transaction.
     ///
-    /// `applied` and `duplicate` confirm the entry; `conflict` confirms it and marks the record failed with
-    /// the server's value kept; `rejected` keeps the entry aside and marks the record failed with the reason.
+    /// `applied` and `duplicate` confirm the entry; `conflict` confirms it and marks the record rejected with
+    /// the server's value beside its own, for the user to choose; `rejected` sets the entry aside and marks
+    /// the record rejected with the reason, except a refusal the device can outgrow (its clock ran ahead of
+    /// the server's, see ``isRetriable(_:)``), which keeps the entry queued and marks the record failed.
     /// A record becomes synced only when none of its entries remain.
     ///
     /// The server can give every one of these answers again, so the commit does not flush (see
@@ -80,7 +105,7 @@ extension LocalStore {
         try await perform {
             try self.writeUnflushed { db in
                 let now = Timestamp(date).millisecondsSince1970
-                var touched: [RecordKey: (error: String?, conflict: ConflictDetail?, version: Int64?)] = [:]
+                var touched: [RecordKey: Outcome] = [:]
                 // The time of each touched record's last entry in this chunk.
                 var lastEntry: [RecordKey: Int64] = [:]
                 // Confirmed entries go in one statement at the end; cached: compiling a statement per entry
@@ -89,13 +114,13 @@ extension LocalStore {
                 confirmed.reserveCapacity(results.count)
                 let setAside = try db.cachedStatement(
                     sql: """
-                        UPDATE outbox SET state = 'rejected', attempts = attempts + 1, last_attempt = ?,
+                        UPDATE outbox SET state = ?, attempts = attempts + 1, last_attempt = ?,
                                           first_attempt = coalesce(first_attempt, ?)
                         WHERE seq = ?
                         """)
                 for (entry, result) in results {
                     let key = RecordKey(entry.mutation)
-                    var outcome = touched[key] ?? (nil, nil, nil)
+                    var outcome = touched[key] ?? Outcome()
                     let status = result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status
                     switch status {
                     case .applied, .duplicate:
@@ -106,10 +131,15 @@ extension LocalStore {
                         outcome.version = result.version ?? outcome.version
                         outcome.conflict = result.conflict
                         let fields = result.conflict?.fields.joined(separator: ", ") ?? "a protected field"
-                        outcome.error = "Conflict: \(fields) changed on the server; kept the server's value"
+                        outcome.error = "Conflict: \(fields) changed on the server; the server kept its value"
+                        outcome.code = "conflict"
+                        outcome.status = .rejected
                     case .rejected:
-                        try setAside.execute(arguments: [now, now, entry.seq])
-                        outcome.error = result.error?.message ?? "rejected by the server"
+                        let retriable = Self.isRetriable(result.error?.code)
+                        try setAside.execute(arguments: [retriable ? "pending" : "rejected", now, now, entry.seq])
+                        outcome.error = retriable ? Self.clockAheadMessage : result.error?.message ?? "rejected by the server"
+                        outcome.code = result.error?.code.rawValue
+                        if outcome.status != .rejected { outcome.status = retriable ? .failed : .rejected }
                     }
                     touched[key] = outcome
                     lastEntry[key] = max(lastEntry[key] ?? .min, entry.mutation.clientTimestamp.millisecondsSince1970)
@@ -169,12 +199,15 @@ extension LocalStore {
                     if let version = outcome.version { record.version = max(record.version ?? 0, version) }
                     record.lastSyncAttempt = date
                     if let error = outcome.error {
-                        record.syncStatus = .failed
+                        record.syncStatus = outcome.status
                         record.syncError = error
+                        record.syncErrorCode = outcome.code
                         if let conflict = outcome.conflict { record.conflict = conflict }
                     } else {
-                        record.syncStatus = .synced
+                        // Entries still queued keep the record pending.
+                        record.syncStatus = stillQueued == 0 ? .synced : .pending
                         record.syncError = nil
+                        record.syncErrorCode = nil
                         record.conflict = nil
                     }
                     try Self.save(record, db: db, sealer: sealer)
@@ -182,6 +215,25 @@ extension LocalStore {
             }
         }
     }
+
+    /// What one chunk's answers did to one record.
+    struct Outcome {
+        var error: String?
+        var code: String?
+        var status = RecordSyncStatus.failed
+        var conflict: ConflictDetail?
+        var version: Int64?
+    }
+
+    /// Whether a refusal may pass on its own, so that its entry stays queued: a client time ahead of the
+    /// server's clock (the device clock had jumped), which ``restampFutureEntries(now:maxLead:)`` corrects
+    /// once the device clock is right again.
+    static func isRetriable(_ code: WireError.Code?) -> Bool {
+        code == .invalidTimestamp
+    }
+
+    /// A retriable refusal's reason, in the words of the person holding the device.
+    static let clockAheadMessage = "The device's clock is ahead of the server's: check the date and time settings"
 
     /// How many outbox entries each record (given by its `updated_at`) still has, after a chunk's entries up to
     /// `maxSeq` were confirmed or set aside.
@@ -250,43 +302,95 @@ extension LocalStore {
         }
     }
 
-    /// Puts a record's set-aside (rejected) mutations back in the queue, or every record's when `recordId`
-    /// is nil; a nil `collection` or `scope` matches any. Returns how many entries were requeued.
+    /// Puts a record's set-aside (refused) mutations back in the queue as they are, and makes the record
+    /// pending again; a nil `collection` or `scope` matches any. Returns how many entries were requeued.
     @discardableResult
-    func requeue(collection: String? = nil, scope: String? = nil, recordId: String? = nil) async throws -> Int {
+    package func requeue(collection: String? = nil, scope: String? = nil, recordId: String) async throws -> Int {
         try await perform {
             try await self.queue.write { db in
-                if let recordId {
-                    try db.execute(
-                        sql: """
-                            UPDATE outbox SET state = 'pending'
-                            WHERE state = 'rejected' AND record_id = ?1 AND (?2 IS NULL OR collection = ?2)
-                              AND (?3 IS NULL OR scope = ?3)
-                            """,
-                        arguments: [recordId, collection, scope])
-                } else {
-                    try db.execute(sql: "UPDATE outbox SET state = 'pending' WHERE state = 'rejected'")
-                }
+                try db.execute(
+                    sql: """
+                        UPDATE outbox SET state = 'pending'
+                        WHERE state = 'rejected' AND record_id = ?1 AND (?2 IS NULL OR collection = ?2)
+                          AND (?3 IS NULL OR scope = ?3)
+                        """,
+                    arguments: [recordId, collection, scope])
                 let requeued = db.changesCount
+                try db.execute(
+                    sql: """
+                        UPDATE records SET sync_status = 'pending'
+                        WHERE sync_status = 'rejected' AND record_id = ?1 AND (?2 IS NULL OR collection = ?2)
+                          AND (?3 IS NULL OR scope = ?3)
+                          AND EXISTS (SELECT 1 FROM outbox o WHERE o.state = 'pending' AND o.collection = records.collection
+                                        AND o.scope = records.scope AND o.record_id = records.record_id)
+                        """,
+                    arguments: [recordId, collection, scope])
                 if requeued > 0 { self.requeues.withLock { $0 += 1 } }
                 return requeued
+            }
+        }
+    }
+
+    /// Stamps again the queued entries whose client time is more than `maxLead` ahead of `now`: written while
+    /// the device clock had jumped ahead, they would be refused as from the future. They take times just
+    /// before `now`, in their order, and the field each fills with its time (a check-in's `scanned_at`)
+    /// follows. Their idempotency keys stay: the server refused them, so it holds none of them.
+    ///
+    /// - Returns: how many entries were stamped again.
+    @discardableResult
+    func restampFutureEntries(now: Date, maxLead: Duration) async throws -> Int {
+        let sealer = self.sealer
+        let limit = Timestamp(now).millisecondsSince1970 + Int64(maxLead.components.seconds) * 1000
+        // A read first: almost always there is nothing to stamp, and a read costs no commit.
+        let any = try await perform {
+            try await self.read { db in
+                try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM outbox WHERE state = 'pending' AND client_ts > ?)", arguments: [limit]) ?? false
+            }
+        }
+        guard any else { return 0 }
+        return try await perform {
+            try await self.queue.write { db in
+                let rows = try Row.fetchAll(
+                    db, sql: "SELECT seq, idempotency_key, payload, timestamp_field FROM outbox WHERE state = 'pending' AND client_ts > ? ORDER BY seq",
+                    arguments: [limit])
+                var time = Timestamp(now).millisecondsSince1970 - Int64(rows.count)
+                for row in rows {
+                    time += 1
+                    let key: String = row["idempotency_key"]
+                    var payload: Data = row["payload"]
+                    if let field: String = row["timestamp_field"] {
+                        var fields = try sealer.open(json: [String: JSONValue].self, from: payload, context: "outbox:\(key)")
+                        fields[field] = .string(Timestamp(millisecondsSince1970: time).iso8601)
+                        let bytes: [UInt8]
+                        do throws(JSONSyntaxError) {
+                            bytes = try fields.jsonBytes()
+                        } catch {
+                            throw ClientError.unstorableField(error)
+                        }
+                        payload = try sealer.seal(bytes, context: "outbox:\(key)")
+                    }
+                    try db.execute(
+                        sql: "UPDATE outbox SET client_ts = ?, payload = ? WHERE seq = ?", arguments: [time, payload, row["seq"] as Int64])
+                }
+                return rows.count
             }
         }
     }
 }
 
 extension LocalStore {
-    /// Records whose queued mutations were first tried at `cutoff` or earlier and have still not reached
-    /// the server: what the device escalates. Carries ids, times and the reason, never the payload.
-    public func persistentFailures(firstAttemptBefore cutoff: Date) async throws -> [SyncFailure] {
+    /// Records still waiting to sync (pending or failed, not refused) whose oldest unsynced write was made at
+    /// `cutoff` or earlier, whether or not a sync was ever tried: what the device escalates. Carries ids,
+    /// times and the reason, never the payload.
+    public func persistentFailures(writtenBefore cutoff: Date) async throws -> [SyncFailure] {
         let sealer = self.sealer
         return try await perform {
             try await self.read { db in
                 let rows = try Row.fetchAll(
                     db,
                     sql: """
-                        SELECT collection, scope, record_id, MIN(first_attempt) AS first FROM outbox
-                        WHERE first_attempt IS NOT NULL GROUP BY collection, scope, record_id HAVING first <= ?
+                        SELECT collection, scope, record_id, MIN(client_ts) AS first FROM outbox
+                        WHERE state = 'pending' AND client_ts <= ? GROUP BY collection, scope, record_id
                         ORDER BY first, collection, scope, record_id
                         """, arguments: [Timestamp(cutoff).millisecondsSince1970])
                 return try rows.map { row in
@@ -296,7 +400,7 @@ extension LocalStore {
                     return SyncFailure(
                         collection: collection, recordId: recordId,
                         firstAttempt: Timestamp(millisecondsSince1970: row["first"]),
-                        lastError: SyncFailure.reportableError(record?.syncError ?? "not yet delivered"))
+                        lastError: SyncFailure.reportableError(record?.syncError ?? "not yet delivered: the device has been offline"))
                 }
             }
         }

@@ -6,6 +6,9 @@ public struct SyncStatus: Sendable, Hashable {
     public var isSyncing: Bool
     public var pendingCount: Int
     public var failedCount: Int
+    /// Records the server refused (or that conflict): they wait for the user, not for the network, and are
+    /// not counted as waiting to sync.
+    public var rejectedCount: Int = 0
     public var lastSyncAt: Date?
     /// Held while records have failed to sync for over the escalation threshold; cannot be dismissed.
     public var persistentFailureNotice: PersistentFailureNotice?
@@ -18,11 +21,23 @@ public struct SyncStatus: Sendable, Hashable {
         self.lastSyncAt = lastSyncAt
     }
 
-    /// The offline indicator's text, such as "3 records waiting to sync".
+    /// The offline indicator's text, such as "3 records waiting to sync", and the refused ones after it.
     public var offlineIndicatorText: String {
         let waiting = pendingCount + failedCount
-        if waiting == 0 { return isOnline ? "All records synced" : "Offline — nothing waiting to sync" }
-        return waiting == 1 ? "1 record waiting to sync" : "\(waiting) records waiting to sync"
+        var text: String
+        if waiting == 0 {
+            text = rejectedCount > 0 ? "Nothing waiting to sync" : isOnline ? "All records synced" : "Offline — nothing waiting to sync"
+        } else {
+            text = waiting == 1 ? "1 record waiting to sync" : "\(waiting) records waiting to sync"
+        }
+        if let refused = refusedText { text += "; " + refused }
+        return text
+    }
+
+    /// "2 records refused by the server — review them", or nil when none was.
+    public var refusedText: String? {
+        guard rejectedCount > 0 else { return nil }
+        return (rejectedCount == 1 ? "1 record" : "\(rejectedCount) records") + " refused by the server — review them"
     }
 
     /// "Online" or "Offline", and "syncing" while a sync runs.
@@ -34,26 +49,36 @@ public struct SyncStatus: Sendable, Hashable {
 /// The outcome of one sync: how many records synced, how many failed, and why.
 public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
     public var synced: Int
+    /// Records that failed and will be tried again.
     public var failed: Int
-    /// Distinct reasons of the failures, most frequent first.
+    /// Records the server refused or that conflict: they wait for the user.
+    public var rejected: Int = 0
+    /// Distinct reasons of the failures and refusals, most frequent first.
     public var reasons: [String]
     /// How many chunks went to the server.
     public var chunks: Int
     /// True when another sync was already running, so this call did nothing.
     public var skipped: Bool
 
-    public init(synced: Int = 0, failed: Int = 0, reasons: [String] = [], chunks: Int = 0, skipped: Bool = false) {
+    public init(
+        synced: Int = 0, failed: Int = 0, rejected: Int = 0, reasons: [String] = [], chunks: Int = 0, skipped: Bool = false
+    ) {
         self.synced = synced
         self.failed = failed
+        self.rejected = rejected
         self.reasons = reasons
         self.chunks = chunks
         self.skipped = skipped
     }
 
+    /// True when every record this sync sent reached the server.
+    public var isComplete: Bool { failed == 0 && rejected == 0 && !skipped }
+
     /// Such as "3 synced, 1 failed: GPS signal required".
     public var description: String {
         if skipped { return "a sync is already running" }
         var text = "\(synced) synced, \(failed) failed"
+        if rejected > 0 { text += ", \(rejected) refused" }
         if !reasons.isEmpty { text += ": " + reasons.joined(separator: "; ") }
         return text
     }

@@ -7,8 +7,13 @@ public enum RecordSyncStatus: String, Sendable, Hashable, Codable, CaseIterable 
     case pending
     /// The server has it.
     case synced
-    /// The last attempt failed; `syncError` says why.
+    /// The last attempt failed and will be tried again (the network, the server, the device clock); `syncError`
+    /// says why.
     case failed
+    /// The server refused it for good, or a protected field conflicted: it waits for the user (edit and resend,
+    /// keep the server's value, or discard), not for the network. `syncError` says why; it is not counted as
+    /// waiting to sync.
+    case rejected
 }
 
 /// A record as the device holds it: its values, plus where it stands with the server.
@@ -25,8 +30,10 @@ public struct LocalRecord: Sendable, Hashable {
     public var syncStatus: RecordSyncStatus
     /// When the device last tried to send it.
     public var lastSyncAttempt: Date?
-    /// The human-readable reason of the last failure.
+    /// The human-readable reason of the last failure or refusal.
     public var syncError: String?
+    /// The server's error code of a refusal, such as `guest_cancelled`; nil otherwise.
+    public var syncErrorCode: String? = nil
     /// True when the record was created while the device was offline.
     public var isOfflineEntry: Bool
     /// Device time of the first write.
@@ -39,7 +46,10 @@ public struct LocalRecord: Sendable, Hashable {
     public var conflict: ConflictDetail?
 
     /// The badge a list shows beside this record.
-    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: conflict != nil) }
+
+    /// True while the record still waits for the network: pending, or failed and to be tried again.
+    public var isWaitingToSync: Bool { syncStatus == .pending || syncStatus == .failed }
 }
 
 extension LocalRecord {
@@ -61,13 +71,18 @@ extension LocalRecord {
 /// A record's sync badge, with the text a screen reader speaks.
 public struct SyncBadge: Sendable, Hashable {
     public var status: RecordSyncStatus
+    /// A rejected record whose protected field conflicted with the server's.
+    public var isConflict: Bool
     public var accessibilityLabel: String
 
-    public init(status: RecordSyncStatus, error: String?) {
+    public init(status: RecordSyncStatus, error: String?, isConflict: Bool = false) {
         self.status = status
+        self.isConflict = isConflict && status == .rejected
         switch status {
         case .pending: accessibilityLabel = "Record pending synchronization"
-        case .failed: accessibilityLabel = "Synchronization failed: \(error ?? "unknown error")"
+        case .failed: accessibilityLabel = "Synchronization failed, will retry: \(error ?? "unknown error")"
+        case .rejected where isConflict: accessibilityLabel = "Conflict with the server, needs your decision: \(error ?? "unknown error")"
+        case .rejected: accessibilityLabel = "Refused by the server, needs your attention: \(error ?? "unknown error")"
         case .synced: accessibilityLabel = "Record synchronized"
         }
     }
@@ -77,7 +92,27 @@ public struct SyncBadge: Sendable, Hashable {
         switch status {
         case .pending: return "⏳ pending"
         case .failed: return "✗ failed"
+        case .rejected: return isConflict ? "⚠ conflict" : "⛔ rejected"
         case .synced: return "✓ synced"
         }
     }
+}
+
+/// How many records of a device stand where, short of synced.
+public struct RecordCounts: Sendable, Hashable {
+    /// Waiting to reach the server for the first time.
+    public var pending: Int
+    /// Failed, and tried again on the next sync.
+    public var failed: Int
+    /// Refused by the server, or conflicting: they wait for the user, not for the network.
+    public var rejected: Int
+
+    public init(pending: Int = 0, failed: Int = 0, rejected: Int = 0) {
+        self.pending = pending
+        self.failed = failed
+        self.rejected = rejected
+    }
+
+    /// What still waits for the network: pending and failed.
+    public var waiting: Int { pending + failed }
 }

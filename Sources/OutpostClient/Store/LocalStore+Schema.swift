@@ -207,6 +207,33 @@ extension LocalStore {
                     ALTER TABLE outbox ADD COLUMN scope TEXT NOT NULL DEFAULT '';
                     """)
         }
+        migrator.registerMigration("v10-rejected-records") { db in
+            // A record the server refused waits for the user, not for the network: `rejected`, counted from the
+            // same partial index. Records whose only entries were set aside become rejected. An outbox entry
+            // names the field its client time fills (a check-in's `scanned_at`), so that an entry stamped by a
+            // clock that had jumped ahead can be stamped again. A discarded record leaves a sealed copy.
+            try db.execute(
+                sql: """
+                    DROP INDEX records_unsynced;
+                    CREATE INDEX records_unsynced ON records (sync_status)
+                      WHERE sync_status IN ('pending', 'failed', 'rejected');
+                    UPDATE records SET sync_status = 'rejected'
+                      WHERE sync_status = 'failed'
+                        AND EXISTS (SELECT 1 FROM outbox o WHERE o.state = 'rejected' AND o.collection = records.collection
+                                      AND o.scope = records.scope AND o.record_id = records.record_id)
+                        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.state = 'pending' AND o.collection = records.collection
+                                          AND o.scope = records.scope AND o.record_id = records.record_id);
+                    ALTER TABLE outbox ADD COLUMN timestamp_field TEXT;
+                    CREATE TABLE discarded (
+                      seq INTEGER PRIMARY KEY,
+                      collection TEXT NOT NULL,
+                      scope TEXT NOT NULL,
+                      record_id TEXT NOT NULL,
+                      discarded_at INTEGER NOT NULL,
+                      payload BLOB NOT NULL
+                    );
+                    """)
+        }
         return migrator
     }
 }

@@ -172,6 +172,12 @@ public final class LocalStore: Sendable {
                     : nil
                 let isNew = record == nil
                 let previousFields = record?.fields ?? [:]
+                // Editing a record the server refused resends it: its refused entries are archived and the new
+                // entry carries the whole record, so that nothing of theirs is lost.
+                let resends = record?.syncStatus == .rejected
+                if resends, let refused = record {
+                    try Self.archiveRefused(refused, db: db, sealer: sealer, at: time)
+                }
                 var fields = write.fields
                 if let field = write.timestampField, write.op == .upsert {
                     fields[field] = .string(timestamp.iso8601)
@@ -189,6 +195,11 @@ public final class LocalStore: Sendable {
                     }
                     existing.updatedAt = timestamp
                     existing.syncStatus = .pending
+                    if resends {
+                        existing.syncError = nil
+                        existing.syncErrorCode = nil
+                        existing.conflict = nil
+                    }
                     record = existing
                 } else {
                     record = LocalRecord(
@@ -206,7 +217,8 @@ public final class LocalStore: Sendable {
                     throw ClientError(.invalidInput, problem)
                 }
                 // The mutation's fields are encoded once: a new record's payload wraps the same bytes.
-                let outboxFields: [String: JSONValue] = write.op == .delete ? [:] : fields
+                var outboxFields: [String: JSONValue] = write.op == .delete ? [:] : fields
+                if resends && write.op == .upsert { outboxFields = record.fields }
                 let fieldsJSON: [UInt8]
                 do throws(JSONSyntaxError) {
                     fieldsJSON = try outboxFields.jsonBytes()
@@ -226,8 +238,9 @@ public final class LocalStore: Sendable {
                 let outbox = RawStatement(
                     try db.cachedStatement(
                         sql: """
-                            INSERT INTO outbox (idempotency_key, collection, scope, record_id, op, client_ts, base_version, payload)
-                            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                            INSERT INTO outbox (idempotency_key, collection, scope, record_id, op, client_ts, base_version, payload,
+                                                timestamp_field)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                             """), db: db)
                 try outbox.bind(key, at: 1)
                 try outbox.bind(write.collection, at: 2)
@@ -237,13 +250,18 @@ public final class LocalStore: Sendable {
                 try outbox.bind(time, at: 6)
                 try outbox.bind(record.version, at: 7)
                 try outbox.bind(try sealer.seal(fieldsJSON, context: "outbox:\(key)"), at: 8)
+                try outbox.bind(write.op == .upsert ? write.timestampField : nil, at: 9)
                 try outbox.execute()
                 return record
             }
         }
     }
 
-    /// A write's client time: its own clock's, or just after the latest time written, whichever is later.
+    /// A write's client time: its own clock's, or just after the latest time written, whichever is later, but
+    /// never more than ``maxClientTimeLead`` ahead of its own clock. A clock that jumped ahead and came back
+    /// leaves its writes' times behind it: later writes are not stamped in the future, where the server would
+    /// refuse them (the entries written during the jump are stamped again before they go, see
+    /// `restampFutureEntries`).
     ///
     /// The outbox goes out in `seq` order, which is client-time order only while each write's time follows the
     /// one before. Another process on the same store (`outpost device put` beside `outpost device run`) writes
@@ -255,8 +273,10 @@ public final class LocalStore: Sendable {
         let seen = clientTime.withLock { $0.dataVersion == version }
         let latest =
             seen ? nil : try RawStatement(try db.cachedStatement(sql: "SELECT client_ts FROM outbox ORDER BY seq DESC LIMIT 1"), db: db).firstInteger().value
+        let clock = Timestamp(now).millisecondsSince1970
+        let lead = Int64(maxClientTimeLead.components.seconds) * 1000
         return clientTime.withLock { time in
-            time.last = max(Timestamp(now).millisecondsSince1970, time.last + 1, (latest ?? 0) + 1)
+            time.last = max(clock, min(max(time.last, latest ?? 0) + 1, clock + lead))
             time.dataVersion = version
             return time.last
         }
@@ -266,6 +286,9 @@ public final class LocalStore: Sendable {
     private static func dataVersion(_ db: Database) throws -> Int64 {
         try RawStatement(try db.cachedStatement(sql: "PRAGMA data_version"), db: db).firstInteger().value ?? 0
     }
+
+    /// How far a write's client time may run ahead of the device clock to stay after the one before.
+    public static let maxClientTimeLead = Duration.seconds(600)
 
     struct ClientTime {
         var last: Int64
@@ -304,7 +327,13 @@ public final class LocalStore: Sendable {
 
     /// Which records to list.
     public enum Filter: Sendable {
-        case all, pending, failed
+        case all
+        /// Waiting to sync for the first time.
+        case pending
+        /// Failed, to be tried again.
+        case failed
+        /// Refused by the server or conflicting: waiting for the user.
+        case rejected
     }
 
     /// The record `recordId` of `collection` in `scope` (empty for a collection without scopes), or nil.
@@ -342,8 +371,9 @@ public final class LocalStore: Sendable {
                 var arguments: StatementArguments = []
                 switch filter {
                 case .all: break
-                case .pending: sql += " AND sync_status IN ('pending', 'failed') AND sync_status = 'pending'"
-                case .failed: sql += " AND sync_status IN ('pending', 'failed') AND sync_status = 'failed'"
+                case .pending: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'pending'"
+                case .failed: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'failed'"
+                case .rejected: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'rejected'"
                 }
                 if let collection {
                     sql += " AND collection = ?"
@@ -355,27 +385,36 @@ public final class LocalStore: Sendable {
         }
     }
 
-    /// How many records wait to sync, and how many failed; in one collection when `collection` is given.
-    public func counts(collection: String? = nil) async throws -> (pending: Int, failed: Int) {
+    /// How many records wait to sync for the first time (`pending`), failed and wait to be tried again
+    /// (`failed`), and were refused and wait for the user (`rejected`); in one collection when `collection`
+    /// is given.
+    public func counts(collection: String? = nil) async throws -> RecordCounts {
         try await perform {
             try await self.read { db in
-                // The condition repeats the partial index's, so that SQLite counts from the index alone. Cached: a
-                // syncing device's status counts ten times a second.
+                // Cached: a syncing device's status counts ten times a second.
                 let statement = try db.cachedStatement(
                     sql: """
                         SELECT sync_status, COUNT(*) FROM records
-                        WHERE sync_status IN ('pending', 'failed') AND (?1 IS NULL OR collection = ?1)
+                        WHERE \(Self.unsyncedCondition) AND (?1 IS NULL OR collection = ?1)
                         GROUP BY sync_status
                         """)
-                var counts = (pending: 0, failed: 0)
+                var counts = RecordCounts()
                 for row in try Row.fetchAll(statement, arguments: [collection]) {
-                    let status: String = row[0]
-                    if status == "pending" { counts.pending = row[1] } else { counts.failed = row[1] }
+                    switch row[0] as String {
+                    case RecordSyncStatus.pending.rawValue: counts.pending = row[1]
+                    case RecordSyncStatus.failed.rawValue: counts.failed = row[1]
+                    default: counts.rejected = row[1]
+                    }
                 }
                 return counts
             }
         }
     }
+
+    /// The condition of the partial index `records_unsynced`, repeated word for word in every query that
+    /// should count from that index alone (SQLite uses a partial index only for a query that names its
+    /// condition).
+    static let unsyncedCondition = "sync_status IN ('pending', 'failed', 'rejected')"
 
     // MARK: Device settings
 
@@ -421,6 +460,7 @@ public final class LocalStore: Sendable {
     struct SealedPayload: Codable {
         var fields: [String: JSONValue]
         var syncError: String?
+        var syncErrorCode: String?
         var conflict: ConflictDetail?
 
         /// The JSON `JSONEncoder` would write, without it: every local write and every sync result seals one.
@@ -434,6 +474,10 @@ public final class LocalStore: Sendable {
             if let syncError {
                 JSONWriter.key("syncError", to: &output)
                 JSONWriter.string(syncError, to: &output)
+            }
+            if let syncErrorCode {
+                JSONWriter.key("syncErrorCode", to: &output)
+                JSONWriter.string(syncErrorCode, to: &output)
             }
             output.append(UInt8(ascii: "}"))
             return output
@@ -449,9 +493,10 @@ public final class LocalStore: Sendable {
             return output
         }
 
-        init(fields: [String: JSONValue], syncError: String?, conflict: ConflictDetail?) {
+        init(fields: [String: JSONValue], syncError: String?, syncErrorCode: String? = nil, conflict: ConflictDetail?) {
             self.fields = fields
             self.syncError = syncError
+            self.syncErrorCode = syncErrorCode
             self.conflict = conflict
         }
 
@@ -467,11 +512,14 @@ public final class LocalStore: Sendable {
             guard case .object(let fields)? = object["fields"] else {
                 throw JSONSyntaxError(offset: 0, reason: "fields is missing")
             }
-            switch object["syncError"] {
-            case nil, .null?: self.init(fields: fields, syncError: nil, conflict: nil)
-            case .string(let error)?: self.init(fields: fields, syncError: error, conflict: nil)
-            default: throw JSONSyntaxError(offset: 0, reason: "syncError must be a string")
+            func text(_ name: String) throws -> String? {
+                switch object[name] {
+                case nil, .null?: return nil
+                case .string(let value)?: return value
+                default: throw JSONSyntaxError(offset: 0, reason: "\(name) must be a string")
+                }
             }
+            self.init(fields: fields, syncError: try text("syncError"), syncErrorCode: try text("syncErrorCode"), conflict: nil)
         }
     }
 
@@ -486,21 +534,32 @@ public final class LocalStore: Sendable {
         } catch {
             throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
         }
-        let status: String? = row["sync_status"]
+        let stored: String? = row["sync_status"]
+        // Rows written by older versions carry no status: they were synced. A status this version does not know
+        // is never read as another.
+        let status: RecordSyncStatus
+        if let stored {
+            guard let known = RecordSyncStatus(rawValue: stored) else {
+                throw ClientError(.storeCorrupt, "a record's sync status is not one this version knows")
+            }
+            status = known
+        } else {
+            status = .synced
+        }
         let lastAttempt: Int64? = row["last_sync_attempt"]
         return LocalRecord(
             collection: collection, scope: scope, recordId: recordId, fields: payload.fields, deleted: row["deleted"],
-            // Rows written by older versions carry no status: they were synced.
-            syncStatus: status.flatMap(RecordSyncStatus.init(rawValue:)) ?? .synced,
+            syncStatus: status,
             lastSyncAttempt: lastAttempt.map { Timestamp(millisecondsSince1970: $0).date },
-            syncError: payload.syncError, isOfflineEntry: row["is_offline_entry"],
+            syncError: payload.syncError, syncErrorCode: payload.syncErrorCode, isOfflineEntry: row["is_offline_entry"],
             createdAt: Timestamp(millisecondsSince1970: row["created_at"]),
             updatedAt: Timestamp(millisecondsSince1970: row["updated_at"]), version: row["version"],
             conflict: payload.conflict)
     }
 
     static func save(_ record: LocalRecord, db: Database, sealer: Sealer) throws {
-        let payload = SealedPayload(fields: record.fields, syncError: record.syncError, conflict: record.conflict)
+        let payload = SealedPayload(
+            fields: record.fields, syncError: record.syncError, syncErrorCode: record.syncErrorCode, conflict: record.conflict)
         try save(record, sealedPayload: try sealer.seal(payload.jsonBytes(), context: record.payloadContext), db: db)
     }
 
@@ -526,7 +585,7 @@ public final class LocalStore: Sendable {
         try statement.bind(record.createdAt.millisecondsSince1970, at: 9)
         try statement.bind(record.updatedAt.millisecondsSince1970, at: 10)
         try statement.bind(record.version, at: 11)
-        try statement.bind(record.syncError != nil || record.conflict != nil, at: 12)
+        try statement.bind(record.syncError != nil || record.syncErrorCode != nil || record.conflict != nil, at: 12)
         try statement.execute()
     }
 

@@ -25,13 +25,17 @@ public struct EscalationPolicy: Sendable, Hashable {
     }
 }
 
-/// The notice a device holds while records have failed to sync for over the escalation threshold.
+/// The notice a device holds while records made over the escalation threshold ago have still not synced,
+/// whether or not a sync was ever tried.
 ///
 /// It cannot be dismissed: ``SyncEngine/dismissPersistentFailureNotice()`` refuses. It goes away only when
-/// those records sync.
+/// those records sync. It covers what can still sync; it also says how many records the server refused,
+/// which wait for the user instead.
 public struct PersistentFailureNotice: Sendable, Hashable {
-    /// How many records have failed for too long.
+    /// How many records have waited too long.
     public var count: Int
+    /// How many records the server refused, counted apart: retrying cannot deliver them.
+    public var rejectedCount: Int = 0
     /// How long "too long" is: the escalation threshold.
     public var threshold: Duration
     /// True while a retry runs: the action shows a busy state and ignores a second press.
@@ -39,18 +43,33 @@ public struct PersistentFailureNotice: Sendable, Hashable {
     /// A short error after a failed retry.
     public var retryError: String?
 
-    public init(count: Int, threshold: Duration = .seconds(24 * 3600), isRetrying: Bool = false, retryError: String? = nil) {
+    public init(
+        count: Int, rejectedCount: Int = 0, threshold: Duration = .seconds(24 * 3600), isRetrying: Bool = false,
+        retryError: String? = nil
+    ) {
         self.count = count
+        self.rejectedCount = rejectedCount
         self.threshold = threshold
         self.isRetrying = isRetrying
         self.retryError = retryError
     }
 
-    /// "3 records have not synced for over 24 hours".
+    /// "3 records have not synced for over 24 hours", and the refused ones.
     public var message: String {
         let records = count == 1 ? "1 record has" : "\(count) records have"
-        return "\(records) not synced for over \(Self.describe(threshold))"
+        var text = "\(records) not synced for over \(Self.describe(threshold))"
+        if rejectedCount > 0 {
+            text += rejectedCount == 1 ? "; 1 more was refused by the server" : "; \(rejectedCount) more were refused by the server"
+        }
+        return text
     }
+
+    /// What the person holding the device can do, besides the Retry button.
+    public static let guidance = [
+        "Check that the device has a network connection (Wi-Fi or mobile data).",
+        "Keep the app open until the records sync.",
+        "If this notice stays, contact your organizer.",
+    ]
 
     /// "24 hours", "30 minutes", "1 hour".
     static func describe(_ span: Duration) -> String {
@@ -91,7 +110,7 @@ extension SyncEngine {
         let fetched = try? await store.lastReferenceFetch()
         let beat = Heartbeat(
             deviceId: configuration.deviceId, event: event ?? nil, pendingCount: counts.pending,
-            failedCount: counts.failed, lastRosterFetch: fetched.flatMap { $0 }.map(Timestamp.init),
+            failedCount: counts.failed + counts.rejected, lastRosterFetch: fetched.flatMap { $0 }.map(Timestamp.init),
             appVersion: configuration.appVersion)
         return (try? await transport.heartbeat(beat)) != nil
     }
@@ -104,14 +123,22 @@ extension SyncEngine {
 
     // MARK: Persistent failures
 
-    /// Looks for records failing for longer than the escalation threshold, updates the notice, and (when
-    /// the policy says so) reports them to the server, retrying with backoff. Run it on launch and hourly.
+    /// Looks for records waiting longer than the escalation threshold, updates the notice, and (when the
+    /// policy says so) reports them to the server, with the records it refused, retrying with backoff. Run it
+    /// on launch and hourly.
     ///
-    /// - Returns: the failures found (empty when there are none).
+    /// - Returns: the records waiting too long (empty when there are none).
     @discardableResult
     public func checkPersistentFailures() async throws -> [SyncFailure] {
-        let failures = try await refreshPersistentFailureNotice()
-        guard !failures.isEmpty, configuration.escalation.reportsToServer else { return failures }
+        let waiting = try await refreshPersistentFailureNotice()
+        let refused = try await store.records(.rejected).map { record in
+            SyncFailure(
+                collection: record.collection, recordId: record.recordId,
+                firstAttempt: record.lastSyncAttempt.map(Timestamp.init) ?? record.createdAt,
+                lastError: SyncFailure.reportableError("Refused: \(record.syncError ?? "refused by the server")"))
+        }
+        let failures = waiting + refused
+        guard !failures.isEmpty, configuration.escalation.reportsToServer else { return waiting }
         // In reports of at most what a server takes in one.
         var start = 0
         while start < failures.count {
@@ -124,26 +151,31 @@ extension SyncEngine {
                     _ = try await transport.reportFailures(report)
                     break
                 } catch let error as TransportError {
-                    guard error.isRetryable, attempt < configuration.escalation.retryDelays.count else { return failures }
+                    guard error.isRetryable, attempt < configuration.escalation.retryDelays.count else { return waiting }
                     try await clock.sleep(for: configuration.escalation.retryDelays[attempt])
                     attempt += 1
                 }
             }
         }
-        return failures
+        return waiting
     }
 
-    /// Recomputes the notice from the store, keeping a running retry's state.
+    /// Recomputes the notice from the store alone (no network), keeping a running retry's state: what an app
+    /// runs on every start and a timer runs after. Cheap: one read.
+    ///
+    /// - Returns: the records waiting longer than the threshold.
     @discardableResult
-    func refreshPersistentFailureNotice() async throws -> [SyncFailure] {
+    public func refreshPersistentFailureNotice() async throws -> [SyncFailure] {
         let cutoff = now().addingTimeInterval(-Double(configuration.escalation.threshold.components.seconds))
-        let failures = try await store.persistentFailures(firstAttemptBefore: cutoff)
+        let failures = try await store.persistentFailures(writtenBefore: cutoff)
+        let rejected = try await store.counts().rejected
         let previous = status.persistentFailureNotice
+        status.rejectedCount = rejected
         status.persistentFailureNotice =
             failures.isEmpty
             ? nil
             : PersistentFailureNotice(
-                count: failures.count, threshold: configuration.escalation.threshold,
+                count: failures.count, rejectedCount: rejected, threshold: configuration.escalation.threshold,
                 isRetrying: previous?.isRetrying ?? false, retryError: previous?.retryError)
         if previous != status.persistentFailureNotice { publish() }
         return failures

@@ -13,16 +13,22 @@ public struct SyncConfiguration: Sendable {
     public var appVersion: String
     /// When records count as persistently failing, and whether they are reported to the server.
     public var escalation: EscalationPolicy
+    /// Whether a save made online starts delivering the outbox in the background (see ``SyncEngine/save(_:)``).
+    /// Off, only ``SyncEngine/sync(retrying:progress:)`` and its triggers deliver: for tests of the sync itself,
+    /// and benchmarks.
+    public var deliversAfterSave: Bool
 
     public init(
         deviceId: String, chunkSize: Int = 50, retryDelays: [Duration] = [.seconds(1), .seconds(2), .seconds(4)],
-        appVersion: String = "outpost-sdk/\(OutpostVersion.current)", escalation: EscalationPolicy = EscalationPolicy()
+        appVersion: String = "outpost-sdk/\(OutpostVersion.current)", escalation: EscalationPolicy = EscalationPolicy(),
+        deliversAfterSave: Bool = true
     ) {
         self.deviceId = deviceId
         self.chunkSize = chunkSize
         self.retryDelays = retryDelays
         self.appVersion = appVersion
         self.escalation = escalation
+        self.deliversAfterSave = deliversAfterSave
     }
 }
 
@@ -34,12 +40,18 @@ public actor SyncEngine {
     public let store: LocalStore
     public nonisolated let configuration: SyncConfiguration
     let transport: any SyncTransport
-    let clock: any Clock<Duration>
+    public nonisolated let clock: any Clock<Duration>
     /// The engine's time: every local write is stamped with it. Apps that derive a day from "now" read it here.
     public nonisolated let now: @Sendable () -> Date
 
     public internal(set) var status = SyncStatus()
     private var observers: [UUID: AsyncStream<SyncStatus>.Continuation] = [:]
+    /// The delivery a save started, while it runs (see ``save(_:)``).
+    private var delivery: Task<Void, Never>?
+    /// A save arrived while the delivery ran: it runs once more.
+    private var deliverAgain = false
+    /// Callers of ``awaitDelivery(upTo:)``, woken when the delivery ends.
+    private var deliveryWaiters: [UUID: AsyncStream<Void>.Continuation] = [:]
 
     public init(
         store: LocalStore,
@@ -77,34 +89,79 @@ public actor SyncEngine {
         for continuation in observers.values { continuation.yield(status) }
     }
 
-    /// Re-reads the pending and failed counts from the store.
+    /// Re-reads the pending, failed and refused counts from the store.
     public func refreshStatus() async throws {
         let counts = try await store.counts()
         status.pendingCount = counts.pending
         status.failedCount = counts.failed
+        status.rejectedCount = counts.rejected
         publish()
     }
 
     // MARK: Local actions
 
-    /// Saves a local action durably, then returns; the record is pending until a sync delivers it.
+    /// Saves a local action durably and returns as soon as it is committed; it never waits on the network.
+    ///
+    /// The record is pending until a sync delivers it. When the device is online the save starts that
+    /// delivery in the background (a ``sync(retrying:progress:)`` with its retries); ``awaitDelivery(upTo:)``
+    /// waits for it with a bound, for a screen that wants the server's verdict when it comes quickly.
     @discardableResult
     public func save(_ write: LocalStore.Write) async throws -> LocalRecord {
         let record = try await store.write(
             write, deviceId: configuration.deviceId, at: now(), offline: !status.isOnline)
         try await refreshStatus()
+        if status.isOnline && configuration.deliversAfterSave { startDelivery() }
         return record
     }
 
-    /// Saves a local action durably, then, when the device is online, makes one quick attempt to push the
-    /// outbox (no retries, so the caller never waits on a bad network).
+    /// Starts delivering the outbox in the background, unless a delivery runs; then that one runs once more
+    /// when it ends, so that what was saved meanwhile goes too.
+    public func startDelivery() {
+        guard delivery == nil else {
+            deliverAgain = true
+            return
+        }
+        delivery = Task {
+            repeat {
+                deliverAgain = false
+                _ = try? await sync()
+            } while deliverAgain && !Task.isCancelled
+            deliveryEnded()
+        }
+    }
+
+    private func deliveryEnded() {
+        delivery = nil
+        for waiter in deliveryWaiters.values { waiter.finish() }
+        deliveryWaiters = [:]
+    }
+
+    /// Waits until the background delivery ends, or `bound` passes on the engine's clock.
     ///
-    /// - Returns: the record as it stands after the attempt: synced, still pending, or failed with a reason.
-    public func saveAndPush(_ write: LocalStore.Write) async throws -> LocalRecord {
-        let saved = try await save(write)
-        guard status.isOnline else { return saved }
-        _ = try? await sync(retrying: false)
-        return try await store.record(collection: write.collection, scope: write.scope ?? "", recordId: write.recordId) ?? saved
+    /// - Returns: true when no delivery runs any more; false when the bound passed first (the delivery goes on).
+    @discardableResult
+    public func awaitDelivery(upTo bound: Duration) async -> Bool {
+        guard delivery != nil else { return true }
+        let id = UUID()
+        let (ended, continuation) = AsyncStream.makeStream(of: Void.self)
+        deliveryWaiters[id] = continuation
+        let clock = self.clock
+        let timer = Task {
+            try? await clock.sleep(for: bound)
+            continuation.finish()
+        }
+        for await _ in ended {}
+        timer.cancel()
+        deliveryWaiters[id] = nil
+        return delivery == nil
+    }
+
+    /// Cancels a background delivery and waits for it to stop: what it had not delivered stays queued. A
+    /// process about to exit calls it, so that no push is cut off mid-answer.
+    public func stopDelivery() async {
+        guard let delivery else { return }
+        delivery.cancel()
+        await delivery.value
     }
 
     // MARK: Connectivity
@@ -124,8 +181,7 @@ public actor SyncEngine {
     ///
     /// - Parameter syncingPending: whether coming back online syncs what is pending, as ``setOnline(_:)`` does.
     ///   An action about to save a record passes false: it probes only to know whether the record is created
-    ///   offline, and ``saveAndPush(_:)`` pushes after the save, so that saving never waits on a whole queue
-    ///   and its retries.
+    ///   offline, and ``save(_:)`` starts the delivery after the save, so that saving never waits on a queue.
     @discardableResult
     public func probe(syncingPending: Bool = true) async -> Bool {
         let online = (try? await transport.health()) != nil
@@ -153,6 +209,13 @@ public actor SyncEngine {
     public func sync(retrying: Bool = true, progress: (@Sendable (SyncProgress) -> Void)? = nil) async throws
         -> SyncSummary
     {
+        try await sync(only: nil, retrying: retrying, progress: progress)
+    }
+
+    /// ``sync(retrying:progress:)`` of the entries of `records` alone, or of all when nil.
+    func sync(only records: Set<RecordKey>?, retrying: Bool = true, progress: (@Sendable (SyncProgress) -> Void)? = nil)
+        async throws -> SyncSummary
+    {
         guard !status.isSyncing else { return SyncSummary(skipped: true) }
         status.isSyncing = true
         // The counts as the sync starts, which include what another process on the store queued.
@@ -163,10 +226,11 @@ public actor SyncEngine {
         }
         var summary = SyncSummary()
         var reasons: [String: Int] = [:]
-        let total = try await store.outboxCount()
+        let total = records == nil ? try await store.outboxCount() : 0
         var sent = 0
         var synced = Set<RecordKey>()
         var failed = Set<RecordKey>()
+        var refused = Set<RecordKey>()
         var statusCounted = Date.distantPast
         // One chunk's answer is stored while the next chunk travels, and the next chunk is read while this one
         // travels: device and server work at the same time instead of in turn. A chunk still goes out only
@@ -174,21 +238,27 @@ public actor SyncEngine {
         // device to stop before an answer is stored, the chunk is sent again and the server answers
         // `duplicate`.
         var storing: Task<Void, any Error>?
+        // The highest local sequence sent in this sync.
+        var lastSent: Int64 = 0
 
         do {
-            var chunk = try await store.nextChunk(limit: configuration.chunkSize)
+            try await store.restampFutureEntries(now: now(), maxLead: Self.futureAllowance)
+            var chunk = try await store.chunk(limit: configuration.chunkSize, only: records)
             while true {
                 if chunk.isEmpty {
-                    // Every answer stored, what is still pending was written, or put back by a retry, meanwhile.
+                    // Every answer stored, what is still pending after the last entry sent was written meanwhile.
+                    // (An entry sent and kept queued, refused for a time the device can outgrow, waits for the
+                    // next sync.)
                     try await storing?.value
                     storing = nil
-                    chunk = try await store.nextChunk(limit: configuration.chunkSize)
+                    chunk = try await store.chunk(after: lastSent, limit: configuration.chunkSize, only: records)
                     if chunk.isEmpty { break }
                 }
                 let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
                 let lastSeq = chunk.last?.seq ?? 0
+                lastSent = max(lastSent, lastSeq)
                 let requeues = store.requeues.withLock { $0 }
-                async let following = store.nextChunk(after: lastSeq, limit: configuration.chunkSize)
+                async let following = store.chunk(after: lastSeq, limit: configuration.chunkSize, only: records)
                 let response: PushResponse
                 do {
                     response = try await push(request, retrying: retrying)
@@ -201,7 +271,8 @@ public actor SyncEngine {
                     summary.failed = try await store.counts().failed
                     reasons[message, default: 0] += 1
                     summary.reasons = reasons.sorted { $0.value > $1.value }.map(\.key)
-                    summary.synced = synced.count
+                    summary.synced = synced.subtracting(refused).count
+                    summary.rejected = refused.count
                     try await refreshStatus()
                     await afterSync()
                     return summary
@@ -222,11 +293,15 @@ public actor SyncEngine {
                     case .applied, .duplicate:
                         synced.insert(key)
                     case .conflict:
-                        failed.insert(key)
+                        refused.insert(key)
                         synced.remove(key)
                         reasons["Conflict on a protected field", default: 0] += 1
-                    case .rejected:
+                    case .rejected where LocalStore.isRetriable(result.error?.code):
                         failed.insert(key)
+                        synced.remove(key)
+                        reasons[LocalStore.clockAheadMessage, default: 0] += 1
+                    case .rejected:
+                        refused.insert(key)
                         synced.remove(key)
                         reasons[result.error?.message ?? "rejected by the server", default: 0] += 1
                     }
@@ -247,7 +322,7 @@ public actor SyncEngine {
                     // ahead, and go out first. (One put back by another process goes out at the end.)
                     try await storing?.value
                     storing = nil
-                    chunk = try await store.nextChunk(limit: configuration.chunkSize)
+                    chunk = try await store.chunk(limit: configuration.chunkSize, only: records)
                 }
             }
         } catch {
@@ -258,8 +333,9 @@ public actor SyncEngine {
             try? await refreshStatus()
             throw error
         }
-        summary.synced = synced.subtracting(failed).count
-        summary.failed = failed.count
+        summary.synced = synced.subtracting(failed).subtracting(refused).count
+        summary.rejected = refused.count
+        summary.failed = failed.subtracting(refused).count
         summary.reasons = reasons.sorted { $0.value > $1.value }.map(\.key)
         status.lastSyncAt = now()
         try await refreshStatus()
@@ -336,22 +412,75 @@ public actor SyncEngine {
     /// Pages one stream of pulls may carry; a longer pull opens another from its cursor.
     package static let pullPagesPerStream = 20
 
-    /// Sends one record's queued mutations again, rejected ones included.
+    /// How far ahead of the device clock a queued entry's client time may be before it is stamped again: more
+    /// than a write's own lead (``LocalStore/maxClientTimeLead``), so that only writes made while the clock
+    /// had jumped ahead are.
+    static let futureAllowance = Duration.seconds(3600)
+
+    /// Sends one record again, alone: its set-aside entries go back in the queue as they are (a refused record
+    /// the user sends unchanged, say once the organizer reinstated a guest), or, for a conflict, the device's
+    /// values of the conflicting fields go on top of the server's (see ``resendOverServerValue(collection:scope:recordId:)``).
+    /// Only that record's entries are pushed.
     ///
     /// A nil `collection` or `scope` matches any: every record with this id there is retried.
     /// - Throws: ``ClientError`` `notFound` when the device holds no such record.
     public func retry(collection: String? = nil, scope: String? = nil, recordId: String) async throws -> SyncSummary {
-        guard try await store.containsRecord(recordId, collection: collection, scope: scope) else {
-            throw ClientError(.notFound, "no record \(recordId) on this device")
+        let records = try await store.records(collection: collection).filter {
+            $0.recordId == recordId && (scope == nil || $0.scope == scope)
+        }
+        guard !records.isEmpty else { throw ClientError(.notFound, "no record \(recordId) on this device") }
+        for record in records where record.conflict != nil {
+            try await resendOverServerValue(collection: record.collection, scope: record.scope, recordId: record.recordId, delivering: false)
         }
         try await store.requeue(collection: collection, scope: scope, recordId: recordId)
-        return try await sync()
+        return try await sync(only: Set(records.map { RecordKey($0.collection, $0.scope, $0.recordId) }))
     }
 
-    /// "Sync all": requeues every set-aside mutation and syncs.
-    public func retryAll() async throws -> SyncSummary {
-        try await store.requeue()
-        return try await sync()
+    /// "Sync all": sends everything waiting, failed records included. Refused records wait for the user and
+    /// are not sent again (see ``retry(collection:scope:recordId:)``, ``discard(collection:scope:recordId:)``).
+    public func retryAll(progress: (@Sendable (SyncProgress) -> Void)? = nil) async throws -> SyncSummary {
+        try await sync(progress: progress)
+    }
+
+    // MARK: Refused records
+
+    /// Gives up a refused record: its refused writes leave the queue with a sealed copy kept on the device
+    /// for audit, and the record leaves the lists. A record the server holds comes back with the next pull.
+    /// - Throws: ``ClientError`` `notFound`, or `invalidInput` when the record was not refused.
+    public func discard(collection: String, scope: String = "", recordId: String) async throws {
+        try await store.discardRefused(collection: collection, scope: scope, recordId: recordId, at: now())
+        try await refreshStatus()
+        _ = try? await refreshPersistentFailureNotice()
+    }
+
+    /// Settles a conflict with the server's values: the record takes them and is synced again.
+    /// - Throws: ``ClientError`` `notFound`, or `invalidInput` when the record holds no conflict.
+    @discardableResult
+    public func keepServerValue(collection: String, scope: String = "", recordId: String) async throws -> LocalRecord {
+        let record = try await store.keepServerValue(collection: collection, scope: scope, recordId: recordId)
+        try await refreshStatus()
+        return record
+    }
+
+    /// Settles a conflict with the device's values: they are written again on top of the server's version and
+    /// delivered like any save.
+    /// - Throws: ``ClientError`` `notFound`, or `invalidInput` when the record holds no conflict.
+    @discardableResult
+    public func resendOverServerValue(collection: String, scope: String = "", recordId: String) async throws -> LocalRecord {
+        try await resendOverServerValue(collection: collection, scope: scope, recordId: recordId, delivering: true)
+    }
+
+    private func resendOverServerValue(collection: String, scope: String, recordId: String, delivering: Bool) async throws -> LocalRecord {
+        guard let record = try await store.record(collection: collection, scope: scope, recordId: recordId) else {
+            throw ClientError(.notFound, "no record \(recordId) on this device")
+        }
+        guard let conflict = record.conflict else {
+            throw ClientError(.invalidInput, "record \(recordId) has no conflict to settle")
+        }
+        var fields: [String: JSONValue] = [:]
+        for field in conflict.fields { fields[field] = record.fields[field] ?? .null }
+        let write = LocalStore.Write(collection: collection, scope: scope.isEmpty ? nil : scope, recordId: recordId, fields: fields)
+        return delivering ? try await save(write) : try await store.write(write, deviceId: configuration.deviceId, at: now(), offline: !status.isOnline)
     }
 
     /// A short reason for a record's failure, fit for a badge.

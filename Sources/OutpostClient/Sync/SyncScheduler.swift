@@ -3,8 +3,8 @@ import Foundation
 /// The triggers of a running app: connectivity changes and a retry timer. Runs until cancelled.
 ///
 /// - Going online (from the monitor) syncs anything pending.
-/// - Every `retryInterval`, while online with something queued, it syncs again; this is how records that
-///   failed after their retries get another chance without a user.
+/// - Every `retryInterval`, it brings the 24-hour notice up to date, and, while online with something queued,
+///   syncs again; this is how records that failed after their retries get another chance without a user.
 /// - Each periodic job runs every `interval` (only while online when it says so): heartbeats, roster
 ///   refreshes, the persistent-failure check.
 public struct SyncScheduler: Sendable {
@@ -50,8 +50,10 @@ public struct SyncScheduler: Sendable {
             group.addTask {
                 while !Task.isCancelled {
                     do { try await clock.sleep(for: retryInterval) } catch { return }
-                    // Counted again: another process on the same store may have queued records meanwhile.
+                    // Counted again: another process on the same store may have queued records meanwhile. The
+                    // notice too, online or not: a record made offline ages past the threshold on this timer.
                     try? await engine.refreshStatus()
+                    _ = try? await engine.refreshPersistentFailureNotice()
                     let status = await engine.status
                     if status.isOnline, status.pendingCount + status.failedCount > 0 {
                         _ = try? await engine.sync()

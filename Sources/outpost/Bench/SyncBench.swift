@@ -47,7 +47,7 @@ struct SyncBench {
         let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
         let engine = SyncEngine(
             store: store, transport: HTTPSyncTransport(baseURL: base, token: token, client: client, timeout: .seconds(60)),
-            configuration: SyncConfiguration(deviceId: name))
+            configuration: SyncConfiguration(deviceId: name, deliversAfterSave: false))
         await engine.setOnline(false)
         return engine
     }

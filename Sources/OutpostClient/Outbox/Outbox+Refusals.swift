@@ -1,0 +1,108 @@
+import Foundation
+import GRDB
+import OutpostProtocol
+
+/// Records the server refused: the user resends them edited, keeps the server's value, or discards them.
+/// Nothing refused is thrown away without a sealed copy in the `discarded` table.
+extension LocalStore {
+    /// One archived record: what the device held and what it had queued when the user gave it up.
+    struct DiscardedCopy: Codable {
+        var record: SealedPayload
+        /// The refused mutations' fields, oldest first.
+        var entries: [[String: JSONValue]]
+    }
+
+    /// Archives `record` with its set-aside entries into `discarded`, and removes those entries.
+    static func archiveRefused(_ record: LocalRecord, db: Database, sealer: Sealer, at time: Int64) throws {
+        let rows = try Row.fetchAll(
+            db,
+            sql: """
+                SELECT seq, idempotency_key, payload FROM outbox
+                WHERE state = 'rejected' AND collection = ? AND scope = ? AND record_id = ? ORDER BY seq
+                """,
+            arguments: [record.collection, record.scope, record.recordId])
+        let entries = try rows.map { row in
+            try sealer.open(json: [String: JSONValue].self, from: row["payload"], context: "outbox:\(row["idempotency_key"] as String)")
+        }
+        let copy = DiscardedCopy(
+            record: SealedPayload(
+                fields: record.fields, syncError: record.syncError, syncErrorCode: record.syncErrorCode, conflict: record.conflict),
+            entries: entries)
+        let context = "discarded:\(record.payloadContext):\(time)"
+        try db.execute(
+            sql: "INSERT INTO discarded (collection, scope, record_id, discarded_at, payload) VALUES (?, ?, ?, ?, ?)",
+            arguments: [record.collection, record.scope, record.recordId, time, try sealer.seal(JSONEncoder().encode(copy), context: context)])
+        for row in rows {
+            try db.execute(sql: "DELETE FROM outbox WHERE seq = ?", arguments: [row["seq"] as Int64])
+        }
+    }
+
+    /// Gives up a refused record: a sealed copy goes to the archive, its refused entries leave the queue, and
+    /// the record leaves the device. A record the server holds comes back with the next pull of its
+    /// collection, which starts over for that purpose.
+    ///
+    /// - Throws: ``ClientError`` `notFound` without such a record, `invalidInput` when it is not refused.
+    func discardRefused(collection: String, scope: String, recordId: String, at date: Date) async throws {
+        let sealer = self.sealer
+        try await perform {
+            try await self.queue.write { db in
+                guard let record = try Self.record(db, collection: collection, scope: scope, recordId: recordId, sealer: sealer)
+                else { throw ClientError(.notFound, "no record \(recordId) on this device") }
+                guard record.syncStatus == .rejected else {
+                    throw ClientError(.invalidInput, "record \(recordId) was not refused by the server; only refused records can be discarded")
+                }
+                try Self.archiveRefused(record, db: db, sealer: sealer, at: Timestamp(date).millisecondsSince1970)
+                // Entries still queued behind the refused ones go too: they change a record the user gave up.
+                try db.execute(
+                    sql: "DELETE FROM outbox WHERE collection = ? AND scope = ? AND record_id = ?",
+                    arguments: [collection, scope, recordId])
+                try db.execute(
+                    sql: "DELETE FROM records WHERE collection = ? AND scope = ? AND record_id = ?",
+                    arguments: [collection, scope, recordId])
+                if record.version != nil {
+                    try db.execute(
+                        sql: "DELETE FROM settings WHERE name IN (?, ?)",
+                        arguments: ["pull_cursor:\(collection):\(scope)", "pull_cursor:\(collection):"])
+                }
+            }
+        }
+    }
+
+    /// How many records the user discarded, kept sealed on the device for audit.
+    public func discardedCount() async throws -> Int {
+        try await perform {
+            try await self.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM discarded") ?? 0 }
+        }
+    }
+
+    /// Settles a conflict in the server's favour: the conflicting fields take the server's values and the
+    /// record is synced again (or pending, when other writes of it wait).
+    ///
+    /// - Throws: ``ClientError`` `notFound` without such a record, `invalidInput` when it holds no conflict.
+    func keepServerValue(collection: String, scope: String, recordId: String) async throws -> LocalRecord {
+        let sealer = self.sealer
+        return try await perform {
+            try await self.queue.write { db in
+                guard var record = try Self.record(db, collection: collection, scope: scope, recordId: recordId, sealer: sealer)
+                else { throw ClientError(.notFound, "no record \(recordId) on this device") }
+                guard let conflict = record.conflict else {
+                    throw ClientError(.invalidInput, "record \(recordId) has no conflict to settle")
+                }
+                for field in conflict.fields {
+                    record.fields[field] = conflict.serverFields[field]
+                }
+                record.version = max(record.version ?? 0, conflict.serverVersion)
+                record.conflict = nil
+                record.syncError = nil
+                record.syncErrorCode = nil
+                let queued =
+                    try Bool.fetchOne(
+                        db, sql: "SELECT EXISTS (SELECT 1 FROM outbox WHERE collection = ? AND scope = ? AND record_id = ?)",
+                        arguments: [collection, scope, recordId]) ?? false
+                record.syncStatus = queued ? .pending : .synced
+                try Self.save(record, db: db, sealer: sealer)
+                return record
+            }
+        }
+    }
+}

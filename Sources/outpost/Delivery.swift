@@ -1,0 +1,79 @@
+import Foundation
+import OutpostClient
+import OutpostProtocol
+
+/// How the commands that save a record tell the person what happened: the save at once, then its delivery.
+enum Delivery {
+    /// How long a command that saves asks the server whether it is reachable before saving; past it the
+    /// record is saved as made offline.
+    static let probeBound = Duration.seconds(1)
+    /// How long a command that saved waits for the delivery before it says where the record stands and ends.
+    static let wait = Duration.seconds(2)
+
+    /// Asks the server whether it is reachable, for at most ``probeBound``; nothing is synced.
+    static func probe(_ engine: SyncEngine) async {
+        await Bounded.run(for: probeBound, clock: ContinuousClock()) {
+            await engine.probe(syncingPending: false)
+        }
+    }
+
+    /// The second line after a save: delivers what is queued for at most ``wait``, then says where `record`
+    /// stands. Returns the record as it then is.
+    @discardableResult
+    static func report(_ device: Device, collection: String, scope: String = "", recordId: String) async throws -> LocalRecord? {
+        let engine = device.engine
+        await engine.startDelivery()
+        let ended = await engine.awaitDelivery(upTo: wait)
+        let record = try await device.store.record(collection: collection, scope: scope, recordId: recordId)
+        let online = await engine.status.isOnline
+        if let record { say(line(record, ended: ended, online: online)) }
+        return record
+    }
+
+    /// Where a just-saved record stands, in words, after its delivery ended or was waited on for ``wait``.
+    static func line(_ record: LocalRecord, ended: Bool, online: Bool) -> String {
+        switch record.syncStatus {
+        case .synced:
+            return "synced: the server has it"
+        case .rejected:
+            return "refused by the server: \(record.syncError ?? "no reason given") (see `outpost device records --rejected`)"
+        case .failed:
+            return "not synced: \(record.syncError ?? "unknown error"); it stays queued and goes with the next sync"
+        case .pending where !online:
+            return "not synced yet: the server cannot be reached; it stays queued and goes with the next sync"
+        case .pending:
+            return ended
+                ? "not synced yet: it stays queued and goes with the next sync"
+                : "not synced yet: the server has not answered within \(wait.components.seconds) s; it stays queued and goes with the next sync"
+        }
+    }
+
+    /// The offline indicator with its count: "Offline · 3 records waiting to sync".
+    static func indicator(_ status: SyncStatus) -> String {
+        let waiting = status.pendingCount + status.failedCount
+        var text = (status.isOnline ? "Online · " : "Offline · ")
+            + (waiting == 0 ? "nothing waiting to sync" : waiting == 1 ? "1 record waiting to sync" : "\(waiting) records waiting to sync")
+        if let refused = status.refusedText { text += "; " + refused }
+        return text
+    }
+
+    /// The lines of the 24-hour notice, when it is up: every screen shows it, since it cannot be dismissed.
+    static func noticeLines(_ engine: SyncEngine) async -> [String] {
+        _ = try? await engine.refreshPersistentFailureNotice()
+        var lines: [String] = []
+        let status = await engine.status
+        if let notice = status.persistentFailureNotice {
+            lines.append("notice: \(notice.message) [\(PersistentFailureNotice.actionTitle): outpost device notice --retry]")
+            lines += PersistentFailureNotice.guidance.map { "    \($0)" }
+            if let error = notice.retryError { lines.append("    \(error)") }
+        } else if let refused = status.refusedText {
+            lines.append("attention: \(refused) (outpost device records --rejected)")
+        }
+        return lines
+    }
+
+    /// Prints ``noticeLines(_:)``.
+    static func showNotice(_ engine: SyncEngine) async {
+        for line in await noticeLines(engine) { say(line) }
+    }
+}
