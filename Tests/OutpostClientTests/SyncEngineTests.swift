@@ -124,7 +124,13 @@ struct SyncEngineTests {
                 let summary = try await sync.value(within: testWaitLimit, "the sync of status \(status)")
                 #expect(transport.calls.value == expectedCalls, "status \(status)")
                 #expect(summary.failed == 1)
-                #expect(summary.reasons.first?.contains("\(status)") == true)
+                if status == 401 {
+                    // A refused token is not retried: the person signs in again.
+                    #expect(summary.requiresSignIn)
+                    #expect(summary.reasons.first?.contains("sign in again") == true)
+                } else {
+                    #expect(summary.reasons.first?.contains("\(status)") == true)
+                }
             }
         }
     }

@@ -59,9 +59,13 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
     public var chunks: Int
     /// True when another sync was already running, so this call did nothing.
     public var skipped: Bool
+    /// True when the server refused the token and no fresh one could be had: what is queued stays queued, failed
+    /// with a reason that says to sign in again, and goes out at the first sync after a sign-in.
+    public var requiresSignIn: Bool
 
     public init(
-        synced: Int = 0, failed: Int = 0, rejected: Int = 0, reasons: [String] = [], chunks: Int = 0, skipped: Bool = false
+        synced: Int = 0, failed: Int = 0, rejected: Int = 0, reasons: [String] = [], chunks: Int = 0, skipped: Bool = false,
+        requiresSignIn: Bool = false
     ) {
         self.synced = synced
         self.failed = failed
@@ -69,6 +73,7 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
         self.reasons = reasons
         self.chunks = chunks
         self.skipped = skipped
+        self.requiresSignIn = requiresSignIn
     }
 
     /// True when every record this sync sent reached the server.

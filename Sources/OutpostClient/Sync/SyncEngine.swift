@@ -267,7 +267,10 @@ public actor SyncEngine {
                     try await storing?.value
                     storing = nil
                     let message = Self.describe(error)
+                    // Marked failed with the reason, the entries stay queued: a refused token loses nothing, and
+                    // they go out at the first sync after a sign-in.
                     try await store.markUndelivered(error: message, at: now())
+                    summary.requiresSignIn = error.requiresSignIn
                     summary.failed = try await store.counts().failed
                     reasons[message, default: 0] += 1
                     summary.reasons = reasons.sorted { $0.value > $1.value }.map(\.key)
@@ -488,6 +491,9 @@ public actor SyncEngine {
         switch error.kind {
         case .network:
             return "The server could not be reached"
+        case .server where error.requiresSignIn:
+            let reason = TransportError.signInAgainMessage
+            return reason.prefix(1).uppercased() + reason.dropFirst()
         case .server:
             if let wire = error.wire { return "Server refused the sync (\(error.status ?? 0)): \(wire.message)" }
             return "Server error (\(error.status ?? 0))"

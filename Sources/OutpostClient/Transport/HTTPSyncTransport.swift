@@ -8,7 +8,8 @@ import OutpostProtocol
 /// The default transport: HTTP and JSON over AsyncHTTPClient. (On Apple platforms URLSession would serve.)
 public struct HTTPSyncTransport: SyncTransport {
     public var baseURL: URL
-    private let token: String
+    /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
+    public let bearer: BearerToken
     private let client: HTTPClient
     private let timeout: TimeAmount
     /// Ends answers that fall silent for as long as `timeout`.
@@ -17,15 +18,18 @@ public struct HTTPSyncTransport: SyncTransport {
     /// - Parameters:
     ///   - baseURL: the server, such as `http://127.0.0.1:8080`.
     ///   - token: the bearer token; it is sent in a header and never logged.
+    ///   - credentials: asked for a fresh token when the server refuses `token` (HTTP 401); the refused request is
+    ///     sent once more with it, and later ones keep it. Without it, or when it has none, the call throws
+    ///     ``TransportError/signInRequired(wire:)``.
     ///   - timeout: how long the server may take to begin its answer, and the longest it may then fall silent
     ///     before the answer is complete. Either ends the call with a retryable network error.
     ///   - clock: the clock that times those silences (tests use a test clock).
     public init(
-        baseURL: URL, token: String, client: HTTPClient = .shared, timeout: Duration = .seconds(30),
-        clock: any Clock<Duration> = ContinuousClock()
+        baseURL: URL, token: String, credentials: (any CredentialsProvider)? = nil, client: HTTPClient = .shared,
+        timeout: Duration = .seconds(30), clock: any Clock<Duration> = ContinuousClock()
     ) {
         self.baseURL = baseURL
-        self.token = token
+        self.bearer = BearerToken(token, credentials: credentials)
         self.client = client
         self.timeout = .nanoseconds(timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
         self.silence = SilenceWatch(limit: timeout, clock: clock)
@@ -112,7 +116,16 @@ public struct HTTPSyncTransport: SyncTransport {
         _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data? = nil,
         decode: (Data) throws -> T
     ) async throws -> T {
-        let request = try makeRequest(method, path: path, query: query, body: body)
+        try await bearer.authorizing { token in
+            try await send(method, path: path, query: query, body: body, token: token, decode: decode)
+        }
+    }
+
+    private func send<T>(
+        _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?, token: String,
+        decode: (Data) throws -> T
+    ) async throws -> T {
+        let request = try makeRequest(method, path: path, query: query, body: body, token: token)
         let (client, timeout) = (client, timeout)
         let (response, bytes) = try await silence.run { heard in
             do {
@@ -175,18 +188,21 @@ public struct HTTPSyncTransport: SyncTransport {
     ) -> AsyncThrowingStream<Page, any Error> {
         let query = Self.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))]
         return AsyncThrowingStream.produced { deliver in
-            var ndjson = try makeRequest(.GET, path: "/v1/pull", query: query, body: nil)
-            ndjson.headers.replaceOrAdd(name: "Accept", value: "application/x-ndjson")
-            let (client, timeout, request) = (client, timeout, ndjson)
-            try await silence.run { heard in
-                let response: HTTPClientResponse
-                do {
-                    response = try await client.execute(request, timeout: timeout)
-                } catch {
-                    throw TransportError(kind: .network, message: "the server could not be reached")
+            // A refused token is answered before any page, so that the stream can start again with a fresh one.
+            try await bearer.authorizing { token in
+                var ndjson = try makeRequest(.GET, path: "/v1/pull", query: query, body: nil, token: token)
+                ndjson.headers.replaceOrAdd(name: "Accept", value: "application/x-ndjson")
+                let (client, timeout, request) = (client, timeout, ndjson)
+                try await silence.run { heard in
+                    let response: HTTPClientResponse
+                    do {
+                        response = try await client.execute(request, timeout: timeout)
+                    } catch {
+                        throw TransportError(kind: .network, message: "the server could not be reached")
+                    }
+                    heard()
+                    try await Self.readPages(of: response, decode: decode, heard: heard, deliver)
                 }
-                heard()
-                try await Self.readPages(of: response, decode: decode, heard: heard, deliver)
             }
         }
     }
@@ -252,8 +268,9 @@ public struct HTTPSyncTransport: SyncTransport {
         }
     }
 
-    private func makeRequest(_ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?) throws
-        -> HTTPClientRequest
+    private func makeRequest(
+        _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?, token: String
+    ) throws -> HTTPClientRequest
     {
         guard var components = URLComponents(url: baseURL, resolvingAgainstBaseURL: false) else {
             throw TransportError(kind: .invalidResponse, message: "cannot build a URL from \(baseURL)")
@@ -279,10 +296,11 @@ public struct HTTPSyncTransport: SyncTransport {
         return request
     }
 
-    /// Throws the server's error for an answer other than 2xx.
+    /// Throws the server's error for an answer other than 2xx; a refused token says to sign in again.
     private static func check(_ status: HTTPResponseStatus, body: Data) throws {
         guard !(200..<300).contains(status.code) else { return }
         let wire = try? JSONDecoder().decode(WireError.self, from: body)
+        if status == .unauthorized { throw TransportError.signInRequired(wire: wire) }
         throw TransportError(
             kind: .server, status: Int(status.code), wire: wire,
             message: wire?.message ?? "the server answered \(status.code)")

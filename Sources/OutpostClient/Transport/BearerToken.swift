@@ -1,0 +1,68 @@
+import NIOConcurrencyHelpers
+import OutpostProtocol
+
+/// The bearer token a transport sends, renewed through a ``CredentialsProvider`` when the server refuses it.
+///
+/// ``HTTPSyncTransport`` keeps one; a transport of an app's own can share the same rule by sending its requests
+/// through ``authorizing(_:)``. Safe to use from many tasks at once: the token sits behind a lock, and a renewed
+/// token is the one every later request sends.
+public final class BearerToken: Sendable {
+    private let token: NIOLockedValueBox<String>
+    private let credentials: (any CredentialsProvider)?
+
+    /// - Parameters:
+    ///   - token: the token to send until the server refuses it.
+    ///   - credentials: asked for a fresh token when the server refuses one; without it a refusal ends the request.
+    public init(_ token: String, credentials: (any CredentialsProvider)? = nil) {
+        self.token = NIOLockedValueBox(token)
+        self.credentials = credentials
+    }
+
+    /// The token requests send now.
+    public var current: String { token.withLockedValue { $0 } }
+
+    /// Runs `request` with the current token; when the server refuses it (a ``TransportError`` with status 401),
+    /// runs it once more with a fresh token from the provider, which later requests keep using.
+    ///
+    /// - Throws: what `request` or the provider throws. A refusal that no fresh token cures is
+    ///   ``TransportError/signInRequired(wire:)``: the person must sign in again.
+    public func authorizing<T>(_ request: (String) async throws -> T) async throws -> T {
+        let sent = current
+        do {
+            return try await request(sent)
+        } catch let error as TransportError where error.requiresSignIn {
+            guard let fresh = try await freshToken(replacing: sent) else {
+                throw TransportError.signInRequired(wire: error.wire)
+            }
+            do {
+                return try await request(fresh)
+            } catch let again as TransportError where again.requiresSignIn {
+                throw TransportError.signInRequired(wire: again.wire)
+            }
+        }
+    }
+
+    /// A token other than `rejected`: one another request renewed meanwhile, or else the provider's.
+    private func freshToken(replacing rejected: String) async throws -> String? {
+        let now = current
+        if now != rejected { return now }
+        guard let fresh = try await credentials?.refreshedToken(after: rejected), !fresh.isEmpty, fresh != rejected
+        else { return nil }
+        token.withLockedValue { $0 = fresh }
+        return fresh
+    }
+}
+
+extension TransportError {
+    /// What a refused token's error says. It names no way to sign in: an app (or the CLI) adds its own.
+    public static let signInAgainMessage = "the token is invalid or expired: sign in again"
+
+    /// The server refused the token (HTTP 401) and no fresh one could be had: the person must sign in again.
+    /// Nothing queued is lost; it goes out once a token is accepted.
+    public static func signInRequired(wire: WireError? = nil) -> TransportError {
+        TransportError(kind: .server, status: 401, wire: wire, message: signInAgainMessage)
+    }
+
+    /// Whether the server refused the token (HTTP 401): only a new token, not a retry, gets past it.
+    public var requiresSignIn: Bool { kind == .server && status == 401 }
+}
