@@ -22,6 +22,8 @@ public struct ClientError: Error, Sendable, CustomStringConvertible {
         public static let notConfigured = Code(rawValue: "not_configured")
         /// The store holds a value this version cannot read: it is never replaced by a default.
         public static let storeCorrupt = Code(rawValue: "store_corrupt")
+        /// A token names another tenant or user than the device's: a device store holds one person's work.
+        public static let otherUser = Code(rawValue: "other_user")
         /// Another process did the same work on this store meanwhile (such as downloading the same set, past this
         /// call); calling again goes on from where it left things.
         public static let busy = Code(rawValue: "busy")

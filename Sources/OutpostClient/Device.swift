@@ -18,6 +18,8 @@ public struct Device: Sendable {
         static let server = "server"
         static let token = "token"
         static let deviceId = "device_id"
+        /// The last token the server refused and no fresh one replaced (see ``Device/needsSignIn(store:)``).
+        static let refusedToken = "refused_token"
     }
 
     /// Saves the connection settings of a device store, creating the store when needed.
@@ -36,11 +38,20 @@ public struct Device: Sendable {
 
     /// Opens the device saved in `store`.
     ///
-    /// - Parameter transport: replaces the HTTP transport (tests use an in-memory one).
+    /// The HTTP transport sends the token saved in the store. When the server refuses it, the device takes a token
+    /// saved there since (by a sign-in in another process, see ``signIn(store:token:)``), or else asks `credentials`
+    /// and saves what it gives, sealed, for the next process; with neither, its calls throw
+    /// ``TransportError/signInRequired(wire:)`` and queued records wait for a sign-in.
+    ///
+    /// - Parameters:
+    ///   - transport: replaces the HTTP transport (tests use an in-memory one); `credentials` then go unused.
+    ///   - credentials: renews a refused token, such as by signing in again against the app's identity provider.
+    ///     A token that names another tenant or user than the saved one is not taken.
     /// - Throws: ``ClientError`` `notConfigured` when `initialize` never ran on this store.
     public static func open(
         store: LocalStore,
         transport: (any SyncTransport)? = nil,
+        credentials: (any CredentialsProvider)? = nil,
         httpClient: HTTPClient = .shared,
         clock: any Clock<Duration> = ContinuousClock(),
         now: @escaping @Sendable () -> Date = { Date() },
@@ -52,7 +63,11 @@ public struct Device: Sendable {
         else {
             throw ClientError(.notConfigured, "this device is not set up: run `outpost device init --server URL --token T` first")
         }
-        let transport = transport ?? HTTPSyncTransport(baseURL: server, token: token, client: httpClient, timeout: .seconds(15))
+        let transport =
+            transport
+            ?? HTTPSyncTransport(
+                baseURL: server, token: token, credentials: StoredCredentials(store: store, app: credentials),
+                client: httpClient, timeout: .seconds(15))
         var configuration = SyncConfiguration(deviceId: deviceId)
         configure(&configuration)
         let engine = SyncEngine(store: store, transport: transport, configuration: configuration, clock: clock, now: now)

@@ -1,0 +1,68 @@
+import OutpostProtocol
+
+extension Device {
+    /// Replaces the token saved in `store`, keeping everything queued: what the device saved while its old token
+    /// was refused goes out with the new one at the next sync.
+    ///
+    /// Only the store changes; nothing is sent. A process that has the device open takes the new token at its
+    /// next refused request.
+    ///
+    /// - Returns: who the new token names; nil for a token that is not a JWT with Outpost's claims, which is
+    ///   saved as it is (as ``initialize(store:server:token:deviceId:)`` saves one) when the old token was none either.
+    /// - Throws: ``ClientError`` `invalidInput` for an empty token, `notConfigured` when the store was never
+    ///   initialised, and `otherUser` when the token names another tenant or user than the saved one (a device
+    ///   store holds one person's work). The store is unchanged when it throws.
+    @discardableResult
+    public static func signIn(store: LocalStore, token: String) async throws -> DeviceUser? {
+        guard !token.isEmpty else { throw ClientError(.invalidInput, "the token is empty") }
+        guard let saved = try await store.setting(SettingName.token) else {
+            throw ClientError(.notConfigured, "this device is not set up: give it a server and a token first")
+        }
+        let user = try user(of: token, replacing: saved)
+        try await store.setSetting(SettingName.token, token)
+        return user
+    }
+
+    /// Whether the server refused the token saved in `store` and no token has replaced it since: the person must
+    /// sign in again (``signIn(store:token:)``) before the queued records can go out.
+    public static func needsSignIn(store: LocalStore) async throws -> Bool {
+        guard let refused = try await store.setting(SettingName.refusedToken) else { return false }
+        return try await store.setting(SettingName.token) == refused
+    }
+
+    /// Who `token` names, when it may replace `saved`: a token for the same tenant and user, or any token when
+    /// `saved` names no one.
+    ///
+    /// - Throws: ``ClientError`` `otherUser` otherwise.
+    static func user(of token: String, replacing saved: String) throws -> DeviceUser? {
+        let user = DeviceUser(token: token)
+        guard let current = DeviceUser(token: saved) else { return user }
+        guard let user, user.tenant == current.tenant, user.userId == current.userId else {
+            throw ClientError(
+                .otherUser, "the token is not for \(current.userId) of \(current.tenant), whose work this device holds")
+        }
+        return user
+    }
+}
+
+/// A device's credentials: the token saved in its store, renewed by the app's provider and saved back, sealed.
+struct StoredCredentials: CredentialsProvider {
+    let store: LocalStore
+    /// The app's own provider, when it gave one.
+    let app: (any CredentialsProvider)?
+
+    func refreshedToken(after rejected: String) async throws -> String? {
+        // A sign-in in another process, or the app's own through `Device.signIn`, may have saved one meanwhile.
+        if let saved = try await store.setting(Device.SettingName.token), saved != rejected { return saved }
+        if let fresh = try await app?.refreshedToken(after: rejected), fresh != rejected {
+            do {
+                try await Device.signIn(store: store, token: fresh)
+                return fresh
+            } catch let error as ClientError where error.code == .otherUser || error.code == .invalidInput {
+                // Another person's token must not send this one's work: they sign in again instead.
+            }
+        }
+        try await store.setSetting(Device.SettingName.refusedToken, rejected)
+        return nil
+    }
+}
