@@ -11,7 +11,7 @@ struct DeviceCommand: AsyncParsableCommand {
         abstract: "Act as a field device: a durable encrypted store, an outbox and a sync engine.",
         subcommands: [
             DeviceInit.self, DeviceStatus.self, DeviceSync.self, DeviceRetry.self, DeviceRun.self,
-            DeviceRecords.self, DevicePut.self, DeviceNotice.self, DeviceDiscard.self, DeviceResolve.self,
+            DeviceRecords.self, DevicePut.self, DeviceNotice.self, DeviceDiscard.self, DeviceResolve.self, DeviceLogin.self,
         ])
 }
 

@@ -52,7 +52,7 @@ struct EventOpen: AsyncParsableCommand {
                 bar.finish()
                 say("\(event): \(state.message())")
             } catch let error as TransportError {
-                try await stopped(data, event: event, bar: bar, because: error.message)
+                try await stopped(data, event: event, bar: bar, because: error.cliMessage)
             } catch let error as ClientError where error.code == .busy {
                 try await stopped(
                     data, event: event, bar: bar, because: "another `outpost` process downloaded this roster meanwhile")
@@ -85,7 +85,7 @@ struct EventRefresh: AsyncParsableCommand {
                 let summary = try await data.refresh(collection: Guest.collection, scope: event)
                 say("\(event): \(summary.updated) updated, \(summary.removed) removed")
             } catch let error as TransportError {
-                throw CLIError("refresh failed: \(error.message)")
+                throw CLIError("refresh failed: \(error.cliMessage)")
             }
         }
     }

@@ -22,20 +22,33 @@ enum Main {
         // A reader that stops early (`| head -1`) closes the pipe: writes then fail and `say` ends the process
         // quietly, instead of the signal killing it.
         signal(SIGPIPE, SIG_IGN)
+        var device: DeviceStoreOptions?
         do {
             var command = try Outpost.parseAsRoot()
+            device = DeviceStoreOptions.of(command)
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
                 try command.run()
             }
         } catch {
-            exit(reporting: error)
+            if error is ExitCode { await remindToSignIn(device) }
+            exit(reporting: error, device: device != nil)
         }
+        await remindToSignIn(device)
+    }
+
+    /// After a device command that printed its own outcome (a sync's summary, a record saved but not synced),
+    /// says how to sign in again when the server refused the device's token: the SDK's words name no command.
+    static func remindToSignIn(_ device: DeviceStoreOptions?) async {
+        guard let device, await device.needsSignIn() else { return }
+        FileHandle.standardError.write(Data("outpost: \(DeviceLogin.signInAgain)\n".utf8))
     }
 
     /// Help and version go out as ArgumentParser prints them; any failure is one line on stderr.
-    static func exit(reporting error: any Error) -> Never {
+    ///
+    /// - Parameter device: whether the command acted as a device, which signs in again with `device login`.
+    static func exit(reporting error: any Error, device: Bool = false) -> Never {
         let code = Outpost.exitCode(for: error)
         if code == .success {
             Outpost.exit(withError: error)
@@ -45,7 +58,8 @@ enum Main {
             Foundation.exit(exitCode.rawValue)
         }
         // The SDK's and the apps' errors carry the words field staff read.
-        let message = ((error as? ClientError)?.message ?? Outpost.message(for: error))
+        let refusedDevice = device ? (error as? TransportError).map(\.cliMessage) : nil
+        let message = (refusedDevice ?? (error as? ClientError)?.message ?? Outpost.message(for: error))
             .split(separator: "\n").first.map(String.init) ?? "failed"
         FileHandle.standardError.write(Data("outpost: \(message)\n".utf8))
         Foundation.exit(code.rawValue == 0 ? 1 : code.rawValue)
