@@ -117,11 +117,12 @@ public struct HTTPSyncTransport: SyncTransport {
         decode: (Data) throws -> T
     ) async throws -> T {
         try await bearer.authorizing { token in
-            try await send(method, path: path, query: query, body: body, token: token, decode: decode)
+            try await sendOnce(method, path: path, query: query, body: body, token: token, decode: decode)
         }
     }
 
-    private func send<T>(
+    /// One exchange with `token`.
+    private func sendOnce<T>(
         _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?, token: String,
         decode: (Data) throws -> T
     ) async throws -> T {
