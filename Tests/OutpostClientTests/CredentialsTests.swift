@@ -83,7 +83,7 @@ struct CredentialsTests {
                 inner: InMemoryTransport(server: server), accepted: accepted,
                 bearer: BearerToken(token, credentials: credentials))
             let engine = SyncEngine(
-                store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-1"),
+                store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-1", deliversAfterSave: false),
                 clock: ManualClock())
             try await body(store, engine, transport, server)
         }

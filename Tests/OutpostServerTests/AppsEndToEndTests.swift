@@ -116,12 +116,12 @@ struct AppsEndToEndTests {
         // Another client, without the app's checks, is refused by the server: no coordinates, a second check-in.
         let other = try await session.device("script-ana", user: "ana")
         let raw = try await other(["device", "put", "attendance", "ana.\(today()).in", "action=check_in", "day=\(today())"])
-        #expect(raw.stdout.contains("sync failed: a GPS location (latitude and longitude) is required"), "\(raw.stdout)")
+        #expect(raw.stdout.contains("refused by the server: a GPS location (latitude and longitude) is required"), "\(raw.stdout)")
         let again = try await other([
             "device", "put", "attendance", "ana.\(today()).in", "action=check_in", "day=\(today())", "latitude=1",
             "longitude=2",
         ])
-        #expect(again.stdout.contains("sync failed: already checked in on \(today())"), "\(again.stdout)")
+        #expect(again.stdout.contains("refused by the server: already checked in on \(today())"), "\(again.stdout)")
     }
 
     @Test("event check-in: offline scans queue and replay with their scan times; repeats, cancelled and unknown guests are told apart")
@@ -154,7 +154,7 @@ struct AppsEndToEndTests {
         #expect(cancelled.status != 0)
         #expect(cancelled.stderr == "outpost: Registration cancelled — refer to organizer\n")
         let unknown = try await door(["event", "scan", "nobody"])
-        #expect(unknown.stderr == "outpost: Guest not in roster — refresh and try again\n")
+        #expect(unknown.stderr == "outpost: Guest not in roster — refresh and try again (`outpost event refresh` fetches walk-ins)\n")
         let pending = try await door(["event", "pending"]).stdout
         #expect(pending.contains("3 check-ins pending sync"))
         let scanTimes = try await door(["device", "records", "--pending"]).stdout
@@ -182,7 +182,7 @@ struct AppsEndToEndTests {
         let phone = try await session.device("phone-mia", user: "mia")
         let tablet = try await session.device("tablet-mia", user: "mia")
         let online = try await phone(["activity", "register", "--type", "home-visit", "--date", "2026-11-20", "--duration", "1h30m", "--travel-expense", "12.5"])
-        #expect(online.stdout.hasPrefix("Activity registered ("), "\(online.stdout) \(online.stderr)")
+        #expect(online.stdout.hasPrefix("Saved — syncing now (") && online.stdout.contains("\nActivity registered\n"), "\(online.stdout) \(online.stderr)")
         let id = try #require(online.stdout.split(separator: "(").last?.split(separator: ")").first.map(String.init))
         #expect(try await phone(["activity", "list"]).stdout.contains("\(id)  2026-11-20  home-visit  90 min  travel 12.50  ✓ synced"))
 
@@ -207,12 +207,12 @@ struct AppsEndToEndTests {
 
         // Two devices edit one activity: other fields merge, the money field conflicts for review.
         #expect(try await tablet(["activity", "list"]).stdout.contains(id))
-        #expect(try await tablet(["activity", "edit", id, "--notes", "garden", "--travel-expense", "20"]).stdout.contains("Activity registered"))
+        #expect(try await tablet(["activity", "edit", id, "--notes", "garden", "--travel-expense", "20"]).stdout.contains("Activity updated"))
         await session.stopServer()
         #expect(try await phone(["activity", "edit", id, "--duration", "120", "--travel-expense", "30"]).stdout.contains("Saved offline"))
         try await session.startServer()
         let sync = try await phone(["device", "sync"])
-        #expect(sync.stdout.contains("0 synced, 1 failed: Conflict on a protected field"), "\(sync.stdout)")
+        #expect(sync.stdout.contains("0 synced, 0 failed, 1 refused: Conflict on a protected field"), "\(sync.stdout)")
         let listed = try await phone(["activity", "list"]).stdout
         #expect(listed.contains("120 min") && listed.contains("travel 20.00"), "\(listed)")
         #expect(listed.contains("Conflict: travel_expense changed on the server"))
@@ -243,10 +243,13 @@ struct AppsEndToEndTests {
 
         try await session.startServer()
         let roofId = try #require(listed.split(separator: "\n").first { $0.contains("Roof") }?.split(separator: " ").first.map(String.init))
-        #expect(try await crew(["builds", "retry", roofId]).stdout.contains("2 synced, 0 failed"))
-        #expect(try await crew(["builds", "sync-all"]).stdout.contains("0 synced, 0 failed"))
+        // Retry sends that build alone; sync-all the rest, with its progress.
+        #expect(try await crew(["builds", "retry", roofId]).stdout.contains("\(roofId) alone: 1 synced, 0 failed"))
+        let all = try await crew(["builds", "sync-all"]).stdout
+        #expect(all.contains("uploading: 1/1") && all.contains("1 synced, 0 failed"), "\(all)")
         await #expect(!(try crew(["builds", "list"]).stdout.contains("failed")))
-        #expect(try await crew(["builds", "retry", "build-404"]).stderr == "outpost: no record build-404 on this device\n")
+        #expect(try await crew(["builds", "retry", roofId]).stdout.contains("\(roofId) is already uploaded: nothing to send"))
+        #expect(try await crew(["builds", "retry", "build-404"]).stderr == "outpost: no build build-404 in this archive\n")
     }
 }
 

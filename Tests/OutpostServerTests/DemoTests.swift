@@ -13,7 +13,7 @@ struct DemoTests {
             "1. A server on an embedded SQLite store", "imports 1000 guests", "roster: 1000/1000",
             "The venue network fails", "150 check-ins pending", "force-quit and relaunched",
             "150 of 150 pending check-ins still there", "chunk 3, 150/150 delivered", "Registration cancelled — refer to organizer",
-            "1 record has not synced", "the server's check-ins equal the devices' (509), each guest exactly once",
+            "1 record refused by the server", "the server's check-ins equal the devices' (509), each guest exactly once",
             "/admin/monitor?event=gala", "/admin/session?token=", "The day balanced.",
         ] {
             #expect(run.stdout.contains(act), "missing: \(act)")

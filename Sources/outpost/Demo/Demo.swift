@@ -204,7 +204,7 @@ struct Story {
             let summary = try await field.device.engine.sync { progress in
                 narrator.line("\(field.name): chunk \(progress.chunk), \(progress.sent)/\(progress.total) delivered")
             }
-            if summary.failed > 0 {
+            if !summary.isComplete {
                 narrator.warn("\(field.name): \(summary)")
             } else {
                 narrator.good("\(field.name): \(summary)")
@@ -222,14 +222,21 @@ struct Story {
             narrator.good("terrace-3 scans \(Self.guest(25)): \(error.message)")
         }
 
-        await narrator.act(9, "A day later: a persistent failure is escalated")
+        await narrator.act(9, "A day later: what could not sync is escalated")
         // The devices' clocks move a day on (the server's does not): the escalation's real threshold, 24 h.
         deviceClock.advance(by: .seconds(25 * 3600))
-        let failures = try await devices[0].device.engine.checkPersistentFailures()
-        if let notice = await devices[0].device.engine.status.persistentFailureNotice {
+        let engine = devices[0].device.engine
+        let waiting = try await engine.checkPersistentFailures()
+        let status = await engine.status
+        if let notice = status.persistentFailureNotice {
             narrator.warn("door-1 shows: \(notice.message) [\(PersistentFailureNotice.actionTitle)]")
         }
-        narrator.line("reported to the server: \(failures.map { "\($0.collection)/\($0.recordId): \($0.lastError)" }.joined(separator: "; "))")
+        if let refused = status.refusedText { narrator.warn("door-1 shows: \(refused)") }
+        let refusedRecords = try await devices[0].device.store.records(.rejected)
+        let reported =
+            waiting.map { "\($0.collection)/\($0.recordId): \($0.lastError)" }
+            + refusedRecords.map { "\($0.collection)/\($0.recordId): refused: \($0.syncError ?? "no reason")" }
+        narrator.line("reported to the server: \(reported.joined(separator: "; "))")
         narrator.line("the server logged one ERROR \"Persistent Sync Failure\" line and counts it in /metrics")
 
         await narrator.act(10, "Reconciliation")
