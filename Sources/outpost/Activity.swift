@@ -106,14 +106,12 @@ struct ActivityEdit: AsyncParsableCommand {
 /// confirmation of where it stands, when that changed.
 private func confirm(_ saved: ActivitySave, log: ActivityLog, device: Device) async throws {
     say("\(saved.confirmation) (\(saved.activity.recordId))")
-    await device.engine.startDelivery()
-    let ended = await device.engine.awaitDelivery(upTo: Delivery.wait)
+    let ended = await Delivery.deliver(device.engine)
     let now = try await log.current(saved)
     if now.confirmation != saved.confirmation {
         say(now.confirmation)
     } else if now.activity.syncStatus == .pending && saved.isOnline {
-        say(ended ? "not synced yet: it stays queued and goes with the next sync"
-            : "not synced yet: the server has not answered within \(Delivery.wait.components.seconds) s; it stays queued and goes with the next sync")
+        say(Delivery.stillPending(ended: ended))
     }
 }
 

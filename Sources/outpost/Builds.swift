@@ -27,14 +27,12 @@ struct BuildsSave: AsyncParsableCommand {
             let archive = BuildArchive(engine: device.engine)
             let saved = try await archive.save(name: name, fields: values)
             say("\(saved.message) (\(saved.build.buildId))")
-            await device.engine.startDelivery()
-            let ended = await device.engine.awaitDelivery(upTo: Delivery.wait)
+            let ended = await Delivery.deliver(device.engine)
             let now = try await archive.current(saved)
             if now.message != saved.message {
                 say(now.message)
             } else if now.build.syncStatus == .pending && saved.isOnline {
-                say(ended ? "not uploaded yet: it uploads with the next sync"
-                    : "not uploaded yet: the server has not answered within \(Delivery.wait.components.seconds) s; it uploads with the next sync")
+                say(Delivery.stillPending(ended: ended, notYet: "not uploaded yet", next: "it uploads with the next sync"))
             }
             if now.build.syncStatus == .failed { say("    retry: outpost builds retry \(saved.build.buildId)") }
         }

@@ -17,17 +17,29 @@ enum Delivery {
         }
     }
 
+    /// Delivers what is queued for at most ``wait``.
+    ///
+    /// - Returns: true when the delivery ended within it.
+    static func deliver(_ engine: SyncEngine) async -> Bool {
+        await engine.startDelivery()
+        return await engine.awaitDelivery(upTo: wait)
+    }
+
     /// The second line after a save: delivers what is queued for at most ``wait``, then says where `record`
     /// stands. Returns the record as it then is.
     @discardableResult
     static func report(_ device: Device, collection: String, scope: String = "", recordId: String) async throws -> LocalRecord? {
-        let engine = device.engine
-        await engine.startDelivery()
-        let ended = await engine.awaitDelivery(upTo: wait)
+        let ended = await deliver(device.engine)
         let record = try await device.store.record(collection: collection, scope: scope, recordId: recordId)
-        let online = await engine.status.isOnline
+        let online = await device.engine.status.isOnline
         if let record { say(line(record, ended: ended, online: online)) }
         return record
+    }
+
+    /// What a record still pending after ``deliver(_:)`` says: "not synced yet: it stays queued…", or that the
+    /// server did not answer within ``wait``.
+    static func stillPending(ended: Bool, notYet: String = "not synced yet", next: String = "it stays queued and goes with the next sync") -> String {
+        ended ? "\(notYet): \(next)" : "\(notYet): the server has not answered within \(wait.components.seconds) s; \(next)"
     }
 
     /// Where a just-saved record stands, in words, after its delivery ended or was waited on for ``wait``.
@@ -42,9 +54,7 @@ enum Delivery {
         case .pending where !online:
             return "not synced yet: the server cannot be reached; it stays queued and goes with the next sync"
         case .pending:
-            return ended
-                ? "not synced yet: it stays queued and goes with the next sync"
-                : "not synced yet: the server has not answered within \(wait.components.seconds) s; it stays queued and goes with the next sync"
+            return stillPending(ended: ended)
         }
     }
 
@@ -58,8 +68,8 @@ enum Delivery {
     }
 
     /// The lines of the 24-hour notice, when it is up: every screen shows it, since it cannot be dismissed.
+    /// The engine keeps the notice current (on opening, after each sync, on a discard), so it is read as is.
     static func noticeLines(_ engine: SyncEngine) async -> [String] {
-        _ = try? await engine.refreshPersistentFailureNotice()
         var lines: [String] = []
         let status = await engine.status
         if let notice = status.persistentFailureNotice {

@@ -205,9 +205,7 @@ struct RecordOptions: ParsableArguments {
     var scope: String?
 
     func find(in store: LocalStore, _ filter: LocalStore.Filter = .all) async throws -> LocalRecord {
-        let found = try await store.records(filter, collection: collection).filter {
-            $0.recordId == recordId && (scope == nil || $0.scope == scope)
-        }
+        let found = try await store.records(filter, collection: collection, scope: scope, recordId: recordId)
         guard let record = found.first else {
             throw CLIError(filter == .rejected ? "no refused record \(recordId) on this device" : "no record \(recordId) on this device")
         }

@@ -362,8 +362,10 @@ public final class LocalStore: Sendable {
         }
     }
 
-    /// Records, newest change first; `collection` narrows to one collection.
-    public func records(_ filter: Filter = .all, collection: String? = nil) async throws -> [LocalRecord] {
+    /// Records, newest change first; `collection`, `scope` and `recordId` narrow the list to those that match.
+    public func records(
+        _ filter: Filter = .all, collection: String? = nil, scope: String? = nil, recordId: String? = nil
+    ) async throws -> [LocalRecord] {
         let sealer = self.sealer
         return try await perform {
             try await self.read { db in
@@ -375,9 +377,10 @@ public final class LocalStore: Sendable {
                 case .failed: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'failed'"
                 case .rejected: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'rejected'"
                 }
-                if let collection {
-                    sql += " AND collection = ?"
-                    arguments += [collection]
+                for (column, value) in [("collection", collection), ("scope", scope), ("record_id", recordId)] {
+                    guard let value else { continue }
+                    sql += " AND \(column) = ?"
+                    arguments += [value]
                 }
                 sql += " ORDER BY updated_at DESC, record_id, scope"
                 return try Row.fetchAll(db, sql: sql, arguments: arguments).map { try Self.record($0, sealer: sealer) }

@@ -428,9 +428,7 @@ public actor SyncEngine {
     /// A nil `collection` or `scope` matches any: every record with this id there is retried.
     /// - Throws: ``ClientError`` `notFound` when the device holds no such record.
     public func retry(collection: String? = nil, scope: String? = nil, recordId: String) async throws -> SyncSummary {
-        let records = try await store.records(collection: collection).filter {
-            $0.recordId == recordId && (scope == nil || $0.scope == scope)
-        }
+        let records = try await store.records(collection: collection, scope: scope, recordId: recordId)
         guard !records.isEmpty else { throw ClientError(.notFound, "no record \(recordId) on this device") }
         for record in records where record.conflict != nil {
             try await resendOverServerValue(collection: record.collection, scope: record.scope, recordId: record.recordId, delivering: false)
