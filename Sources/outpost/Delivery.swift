@@ -17,6 +17,17 @@ enum Delivery {
         }
     }
 
+    /// Brings the 24-hour notice up to date, and reports what waits too long to the server when it was
+    /// reachable at the last probe. Offline, the report would only wait out its retries: the next check online
+    /// makes it.
+    static func escalate(_ engine: SyncEngine) async throws {
+        if await engine.status.isOnline {
+            _ = try await engine.checkPersistentFailures()
+        } else {
+            _ = try await engine.refreshPersistentFailureNotice()
+        }
+    }
+
     /// Delivers what is queued for at most ``wait``.
     ///
     /// - Returns: true when the delivery ended within it.

@@ -90,7 +90,7 @@ struct DeviceStatus: AsyncParsableCommand {
             say("failed:   \(status.failedCount)")
             say("refused:  \(status.rejectedCount)")
             say("status:   \(status.offlineIndicatorText)")
-            _ = try? await device.engine.checkPersistentFailures()
+            _ = try? await Delivery.escalate(device.engine)
             await Delivery.showNotice(device.engine)
         }
     }
@@ -309,7 +309,7 @@ struct DeviceNotice: AsyncParsableCommand {
         try await options.withDevice(escalateAfter: escalation.escalateAfter.duration) { device in
             let engine = device.engine
             await engine.probe()
-            _ = try await engine.checkPersistentFailures()
+            try await Delivery.escalate(engine)
             guard await engine.status.persistentFailureNotice != nil else {
                 say("no notice: nothing has waited to sync for longer than \(escalation.escalateAfter)")
                 if let refused = await engine.status.refusedText { say("attention: \(refused) (outpost device records --rejected)") }

@@ -199,12 +199,14 @@ struct FieldPromisesTests {
             let queued = try await store.nextChunk(limit: 10)
             #expect(queued.map(\.mutation.recordId) == ["g1", "after"])
             #expect(queued[1].mutation.clientTimestamp.date <= now.date.addingTimeInterval(600))
-            // Everything syncs, in order; the jumped write now carries a time before the device's clock, and
-            // its scan time follows.
+            // An hour later everything syncs, in order; the jumped write now carries a time before the device's
+            // clock and before the write queued after it, and its scan time follows.
+            now.advance(seconds: 3600)
             #expect(try await engine.sync().synced == 2)
             let applied = await server.applied.map(\.mutation)
             #expect(applied.map(\.recordId) == ["g1", "after"])
             #expect(applied[0].clientTimestamp.date <= now.date)
+            #expect(applied[0].clientTimestamp < applied[1].clientTimestamp)
             #expect(applied[0].fields[CheckIn.Field.scannedAt] == .string(applied[0].clientTimestamp.iso8601))
         }
     }

@@ -49,11 +49,20 @@ final class AppSession: @unchecked Sendable {
 
     /// Sets up a device store for `user` and returns a runner of `outpost` commands as that device.
     func device(_ id: String, user: String) async throws -> (_ arguments: [String]) async throws -> OutpostProcess.Output {
+        let run = try await clockedDevice(id, user: user)
+        return { arguments in try await run(arguments, nil) }
+    }
+
+    /// Sets up a device store for `user` and returns a runner of `outpost` commands as that device, each with
+    /// its wall clock moved by an offset such as `+48h` (see ``FakeTime``), or true when nil.
+    func clockedDevice(_ id: String, user: String) async throws
+        -> (_ arguments: [String], _ clock: String?) async throws -> OutpostProcess.Output
+    {
         let store = ["--store", root.appendingPathComponent("\(id)/device.sqlite").path]
         let initialised = try await OutpostProcess.run(
             ["device", "init", "--server", url, "--token", try token(user: user), "--device-id", id] + store)
         #expect(initialised.status == 0, "\(initialised.stderr)")
-        return { arguments in try await OutpostProcess.run(arguments + store, environment: ["TZ": "UTC"]) }
+        return { arguments, offset in try await OutpostProcess.run(arguments + store, environment: ["TZ": "UTC"], clock: offset) }
     }
 
     /// GET `path` with an organizer's token, decoded.

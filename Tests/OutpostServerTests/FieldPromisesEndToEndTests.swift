@@ -3,7 +3,8 @@ import OutpostProtocol
 import Testing
 
 /// The field apps' promises through the real CLI: a save that does not wait on a server that never answers,
-/// and a refused scan shown as refused.
+/// a refused scan shown as refused, the 24-hour notice counted from when records were made, and a device
+/// clock that jumps (moved with libfaketime; see ``FakeTime``).
 @Suite("Field promises end to end")
 struct FieldPromisesEndToEndTests {
     /// A port that takes connections (the kernel completes them) and never answers a byte.
@@ -84,5 +85,84 @@ struct FieldPromisesEndToEndTests {
         #expect(try await door(["device", "records", "--rejected"]).stdout.contains("no refused records"))
         // A guest on the roster still checks in, synced.
         #expect(try await door(["event", "scan", "g000008"]).stdout.contains("(synced)"))
+    }
+
+    @Test("records made offline escalate once the device's clock says they are a day old: at the next start, with no sync tried, on every screen; the notice goes when they sync",
+          .timeLimit(.minutes(5)))
+    func offlineRecordsEscalate() async throws {
+        let session = try AppSession()
+        try await session.startServer()
+        let organizer = ["OUTPOST_SERVER": session.url, "OUTPOST_TOKEN": try await session.token(user: "olga", role: "organizer")]
+        let csv = session.root.appendingPathComponent("roster.csv").path
+        #expect(try await OutpostProcess.run(["roster", "generate", "--guests", "5", "--output", csv]).status == 0)
+        #expect(try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
+        let door = try await session.clockedDevice("door-1", user: "sam")
+        #expect(try await door(["event", "open", "gala"], nil).stdout.contains("Ready for offline"))
+        await session.stopServer()
+
+        // Offline, a record from each app; on the true clock none has waited a day.
+        #expect(try await door(["event", "scan", "g000001"], nil).stdout.contains("Checked in"))
+        #expect(try await door(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12"], nil).stdout.contains("Checked In"))
+        #expect(try await door(["activity", "register", "--type", "call", "--date", "2026-11-20", "--duration", "30"], nil).status == 0)
+        #expect(try await door(["builds", "save", "--name", "Shed"], nil).status == 0)
+        #expect(try await door(["device", "notice"], nil).stdout.hasPrefix("no notice"))
+
+        // Two days on by the device's clock, every screen shows the notice with its guidance from the start.
+        let notice = "notice: 4 records have not synced for over 24 hours"
+        let screens = [
+            ["attendance", "status"], ["event", "scan", "g000002"], ["event", "pending"], ["activity", "list"], ["builds", "list"],
+            ["device", "status"], ["device", "notice"],
+        ]
+        for screen in screens {
+            let shown = try await door(screen, "+48h")
+            #expect(shown.stdout.contains(notice) && shown.stdout.contains("contact your organizer"), "\(screen): \(shown.stdout) \(shown.stderr)")
+        }
+        // No sync was tried: all five are pending, none failed.
+        let waiting = try await door(["device", "records"], "+48h").stdout
+        #expect(waiting.components(separatedBy: "⏳ pending").count - 1 == 5, "\(waiting)")
+
+        // Back online, still two days on: the four sync and the notice goes. The scan made on that clock is
+        // refused for its time and waits, failed, for the clock to be right; on the true clock it goes too.
+        try await session.startServer()
+        let retried = try await door(["device", "sync"], "+48h")
+        #expect(retried.stdout.contains("4 synced, 1 failed"), "\(retried.stdout) \(retried.stderr)")
+        #expect(try await door(["device", "notice"], "+48h").stdout.hasPrefix("no notice"))
+        #expect(try await door(["device", "sync"], nil).stdout.contains("1 synced, 0 failed"))
+        let synced = try await door(["device", "records"], nil).stdout
+        #expect(synced.components(separatedBy: "✓ synced").count - 1 == 5, "\(synced)")
+        let scan = try await session.get("/v1/audit?collection=checkins&scope=gala&recordId=g000002", as: AuditResponse.self)
+        let entry = try #require(scan.entries.first)
+        #expect(entry.clientTimestamp.date <= Date())
+        #expect(entry.fields["scanned_at"] == .string(entry.clientTimestamp.iso8601))
+    }
+
+    @Test("a device clock that jumped a day ahead, then fell behind: nothing is lost, a record's later write stays the later, and everything syncs",
+          .timeLimit(.minutes(5)))
+    func clockJumpsForwardAndBack() async throws {
+        let session = try AppSession()
+        try await session.startServer()
+        let phone = try await session.clockedDevice("phone", user: "ana")
+
+        // A day and an hour ahead: the server refuses the times, so the writes wait, failed, with the reason.
+        let ahead = try await phone(["device", "put", "notes", "n1", "v=during"], "+25h")
+        #expect(ahead.status == 0 && ahead.stdout.contains("clock is ahead"), "\(ahead.stdout) \(ahead.stderr)")
+        let activity = try await phone(["activity", "register", "--type", "call", "--date", "2026-11-20", "--duration", "30"], "+25h")
+        #expect(activity.stdout.contains("clock is ahead"), "\(activity.stdout) \(activity.stderr)")
+
+        // Then three hours behind, offline: the next write is stamped near that clock, not after the jumped ones.
+        await session.stopServer()
+        let behind = try await phone(["device", "put", "notes", "n1", "v=after"], "-3h")
+        #expect(behind.stdout.contains("saved notes/n1 locally") && behind.stdout.contains("the server cannot be reached"), "\(behind.stdout) \(behind.stderr)")
+
+        // Back online on the true clock, hours later than that write: all three go, the jumped ones stamped
+        // again before it, and the server holds n1's writes in the order they were made.
+        try await session.startServer()
+        let synced = try await phone(["device", "sync"], nil)
+        #expect(synced.stdout.contains("2 synced, 0 failed"), "\(synced.stdout) \(synced.stderr)")
+        let records = try await phone(["device", "records"], nil).stdout
+        #expect(records.components(separatedBy: "✓ synced").count - 1 == 2 && !records.contains("pending"), "\(records)")
+        let audit = try await session.get("/v1/audit?collection=notes&recordId=n1", as: AuditResponse.self)
+        #expect(audit.entries.map { $0.fields["v"] } == ["during", "after"], "\(audit.entries.map { ($0.fields, $0.clientTimestamp) })")
+        #expect(audit.entries.allSatisfy { $0.clientTimestamp.date < Date() })
     }
 }

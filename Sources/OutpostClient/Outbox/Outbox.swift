@@ -332,8 +332,9 @@ extension LocalStore {
     }
 
     /// Stamps again the queued entries whose client time is more than `maxLead` ahead of `now`: written while
-    /// the device clock had jumped ahead, they would be refused as from the future. They take times just
-    /// before `now`, in their order, and the field each fills with its time (a check-in's `scanned_at`)
+    /// the device clock had jumped ahead, they would be refused as from the future. Each takes a time just
+    /// before the next entry queued after it and no later than `now`, so that a record's later write still
+    /// wins over one made during the jump; the field each fills with its time (a check-in's `scanned_at`)
     /// follows. Their idempotency keys stay: the server refused them, so it holds none of them.
     ///
     /// - Returns: how many entries were stamped again.
@@ -350,12 +351,27 @@ extension LocalStore {
         guard any else { return 0 }
         return try await perform {
             try await self.queue.write { db in
+                // From the first entry to stamp on, newest first: each stamped entry goes just before the one after it.
                 let rows = try Row.fetchAll(
-                    db, sql: "SELECT seq, idempotency_key, payload, timestamp_field FROM outbox WHERE state = 'pending' AND client_ts > ? ORDER BY seq",
+                    db,
+                    sql: """
+                        SELECT seq, client_ts, idempotency_key, payload, timestamp_field FROM outbox
+                        WHERE state = 'pending'
+                          AND seq >= (SELECT MIN(seq) FROM outbox WHERE state = 'pending' AND client_ts > ?1)
+                        ORDER BY seq DESC
+                        """,
                     arguments: [limit])
-                var time = Timestamp(now).millisecondsSince1970 - Int64(rows.count)
+                var ceiling = Timestamp(now).millisecondsSince1970 + 1
+                var stamped = 0
                 for row in rows {
-                    time += 1
+                    let clientTime: Int64 = row["client_ts"]
+                    guard clientTime > limit else {
+                        ceiling = min(ceiling, clientTime)
+                        continue
+                    }
+                    ceiling -= 1
+                    let time = ceiling
+                    stamped += 1
                     let key: String = row["idempotency_key"]
                     var payload: Data = row["payload"]
                     if let field: String = row["timestamp_field"] {
@@ -372,7 +388,7 @@ extension LocalStore {
                     try db.execute(
                         sql: "UPDATE outbox SET client_ts = ?, payload = ? WHERE seq = ?", arguments: [time, payload, row["seq"] as Int64])
                 }
-                return rows.count
+                return stamped
             }
         }
     }

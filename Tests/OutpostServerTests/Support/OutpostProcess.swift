@@ -32,14 +32,29 @@ struct OutpostProcess {
         return process
     }
 
+    /// How long one command may run before it is killed with its children: far beyond any command's own
+    /// bounds, so that a command that hangs fails its test with its output instead of holding up the run.
+    static let limit = 300
+
     /// Runs `outpost arguments…` to completion, on a thread of its own: a test waiting for a process never
     /// holds one of the few threads the other tests' tasks need (there are two on a two-core machine).
-    static func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> Output {
-        try await Thread.blocking { try runBlocking(arguments, environment: environment) }
+    ///
+    /// - Parameter clock: an offset such as `+48h` or `-3h` for the device's wall clock (see ``FakeTime``).
+    static func run(_ arguments: [String], environment: [String: String] = [:], clock offset: String? = nil) async throws -> Output {
+        try await Thread.blocking { try runBlocking(arguments, environment: environment, clock: offset) }
     }
 
-    private static func runBlocking(_ arguments: [String], environment: [String: String]) throws -> Output {
-        let process = process(arguments, environment: environment)
+    private static func runBlocking(_ arguments: [String], environment: [String: String], clock offset: String?) throws -> Output {
+        var command = [executable.path] + arguments
+        var environment = environment
+        if let offset {
+            command = try FakeTime.command(offset) + command
+            environment.merge(try FakeTime.environment()) { $1 }
+        }
+        // coreutils' timeout runs the command in a process group of its own and kills the whole group.
+        let process = process([], environment: environment)
+        process.executableURL = URL(fileURLWithPath: Shell.resolve("timeout"))
+        process.arguments = ["--signal=KILL", String(limit)] + command
         let out = Pipe()
         let err = Pipe()
         process.standardOutput = out
@@ -48,9 +63,11 @@ struct OutpostProcess {
         let stdout = out.fileHandleForReading.readDataToEndOfFile()
         let stderr = err.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        return Output(
+        var output = Output(
             status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
             stderr: String(decoding: stderr, as: UTF8.self))
+        if output.status == 137 { output.stderr += "[test: `outpost \(arguments.joined(separator: " "))` killed after \(limit) s]\n" }
+        return output
     }
 
     /// A long-running `outpost` process whose output is collected as it arrives.
