@@ -69,12 +69,25 @@ extension Duration {
     }
 }
 
+/// An event as the monitor's picker shows it.
+public struct MonitorEvent: Sendable, Hashable, Codable {
+    /// The event's record id, which `?event=` takes.
+    public var id: String
+    /// The event's `name`, or its id when it has none.
+    public var name: String
+
+    public init(id: String, name: String) {
+        self.id = id
+        self.name = name
+    }
+}
+
 /// `GET /v1/monitor?event=E`: the sync monitor's data, which the `/admin/monitor` page shows.
 public struct MonitorResponse: Sendable, Hashable, Codable {
     /// The event shown, or nil for every device of the tenant.
     public var event: String?
-    /// The events devices have reported, for a picker.
-    public var events: [String]
+    /// The tenant's events, most recently created first, for a picker.
+    public var events: [MonitorEvent]
     public var generatedAt: Timestamp
     /// One entry per device, most recently seen first.
     public var devices: [MonitorDevice]
@@ -96,7 +109,7 @@ public struct MonitorResponse: Sendable, Hashable, Codable {
     public static let bucketCount = 12
 
     public init(
-        event: String?, events: [String], generatedAt: Timestamp, devices: [MonitorDevice], emptyState: String?,
+        event: String?, events: [MonitorEvent], generatedAt: Timestamp, devices: [MonitorDevice], emptyState: String?,
         opsContact: String?, persistentFailures: [PersistentFailure], bucketStart: Timestamp
     ) {
         self.event = event

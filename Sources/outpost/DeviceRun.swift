@@ -78,8 +78,7 @@ struct DeviceService: Service {
                     var last: SyncStatus?
                     var toldToSignIn = false
                     for await status in await device.engine.statusUpdates() where status != last {
-                        let syncing = status.isSyncing ? ", syncing" : ""
-                        say("\(status.isOnline ? "online" : "offline")\(syncing): \(status.offlineIndicatorText)")
+                        say("\(status.connectionText.lowercased()): \(status.offlineIndicatorText)")
                         last = status
                         // Once per refused token: a sign-in from another process is taken at the next retry.
                         let refused = (try? await Device.needsSignIn(store: device.store)) == true

@@ -45,6 +45,11 @@ def wait_for(predicate, reason, timeout=15):
     fail(reason)
 
 
+# A device not heard from: one test id, its state as an attribute.
+STALE = '[data-testid="sync-monitor-stale-pill"][data-state="stale"]'
+OFFLINE = '[data-testid="sync-monitor-stale-pill"][data-state="offline"]'
+
+
 def by_testid(driver, testid):
     return driver.find_elements(By.CSS_SELECTOR, f'[data-testid="{testid}"]')
 
@@ -137,6 +142,10 @@ def run(driver, args):
     check(len(rows) == 2, f"expected 2 device rows, got {len(rows)}")
     check(not by_testid(driver, "sync-monitor-stale-pill"), "a fresh device shows as stale")
     check(not by_testid(driver, "sync-monitor-empty-state"), "the empty state shows while devices report")
+    # The event is shown by its name and picked by its id.
+    check("Gala" in driver.title, f"the title does not name the event: {driver.title}")
+    picked = driver.find_element(By.CSS_SELECTOR, "#event option[selected]")
+    check(picked.get_attribute("value") == "gala" and picked.text == "Gala", "the picker does not show the event's name")
     # What a device or organizer typed is shown as text, never run as markup.
     check("<img src=x onerror=window.__xss=1>" in main_text(driver),
           "the staff name was not shown literally")
@@ -151,9 +160,9 @@ def run(driver, args):
 
     # Ten minutes without a report: yellow Stale pills appear, without a reload.
     step("stale")
-    wait_for(lambda: len(by_testid(driver, "sync-monitor-stale-pill")) == 2, "no Stale pills after 10 minutes")
+    wait_for(lambda: len(pills(driver, STALE)) == 2, "no Stale pills after 10 minutes")
     check(driver.execute_script("return window.outpostMonitorLoadedAt") == loaded_at, "the page reloaded")
-    for pill in pills(driver, '[data-testid="sync-monitor-stale-pill"]'):
+    for pill in pills(driver, STALE):
         check(pill["text"] == "Stale", "the stale pill does not say Stale")
         check(contrast(pill) >= 4.5, f"the Stale pill's contrast is {contrast(pill):.2f}")
     check("10 min ago" in main_text(driver) or "11 min ago" in main_text(driver),
@@ -161,9 +170,10 @@ def run(driver, args):
 
     # Thirty minutes: red Offline pills, and the empty state with the urgent-message link.
     step("offline")
-    wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, ".pill.offline")) == 2, "no Offline pills after 30 minutes")
-    check(not by_testid(driver, "sync-monitor-stale-pill"), "Stale pills remain after 30 minutes")
-    for pill in pills(driver, ".pill.offline"):
+    wait_for(lambda: len(pills(driver, OFFLINE)) == 2, "no Offline pills after 30 minutes")
+    check(not pills(driver, STALE), "Stale pills remain after 30 minutes")
+    for pill in pills(driver, OFFLINE):
+        check(pill["text"] == "Offline", "the offline pill does not say Offline")
         check(contrast(pill) >= 4.5, f"the Offline pill's contrast is {contrast(pill):.2f}")
     def empty_state():
         empty = by_testid(driver, "sync-monitor-empty-state")

@@ -40,6 +40,26 @@ struct FieldPromisesTests {
             configuration: .init(deviceId: "d", retryDelays: [], deliversAfterSave: delivers), clock: clock, now: now.closure)
     }
 
+    @Test("before the server was first tried the connection is unknown, not offline; a probe either way makes it known")
+    func connectionUnknownUntilProbed() async throws {
+        try await withStore { store, _ in
+            let transport = InMemoryTransport(server: InMemoryServer())
+            transport.isOnline = false
+            let engine = engine(store, transport)
+            var status = await engine.status
+            #expect(!status.isConnectionKnown && !status.isOnline)
+            #expect(status.connectionText == "Checking connection")
+            #expect(status.offlineIndicatorText == "Nothing waiting to sync")
+            #expect(await engine.probe(syncingPending: false) == false)
+            status = await engine.status
+            #expect(status.isConnectionKnown && status.connectionText == "Offline")
+            #expect(status.offlineIndicatorText == "Offline — nothing waiting to sync")
+            transport.isOnline = true
+            #expect(await engine.probe())
+            #expect(await engine.status.connectionText == "Online")
+        }
+    }
+
     @Test("a record made offline and aged past 24 hours brings the notice up on the next start, with no sync ever tried")
     func offlineRecordEscalates() async throws {
         try await withStore { store, _ in

@@ -87,6 +87,18 @@ struct FieldPromisesEndToEndTests {
         #expect(try await door(["event", "scan", "g000008"]).stdout.contains("(synced)"))
     }
 
+    @Test("device run against a reachable server never says offline: before its first probe the connection is being checked")
+    func runDoesNotGuessOffline() async throws {
+        let session = try AppSession()
+        try await session.startServer()
+        _ = try await session.device("phone", user: "ana")
+        let store = session.root.appendingPathComponent("phone/device.sqlite").path
+        let run = try OutpostProcess.Running(["device", "run", "--probe-interval", "1s", "--store", store])
+        _ = try await run.waitFor("online: (All records synced)")
+        #expect(await run.stop(SIGINT) == 0)
+        #expect(!run.stdout.contains("offline"), "\(run.stdout)")
+    }
+
     @Test("records made offline escalate once the device's clock says they are a day old: at the next start, with no sync tried, on every screen; the notice goes when they sync",
           .timeLimit(.minutes(5)))
     func offlineRecordsEscalate() async throws {

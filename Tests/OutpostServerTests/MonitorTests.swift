@@ -25,9 +25,13 @@ struct MonitorTests {
             let ben = try await Fixtures.token(user: "ben", name: "Ben Staff")
             let organizer = try await Fixtures.token(user: "olga", role: .organizer)
             let other = try await Fixtures.token(tenant: "globex", user: "gus", name: "Gus")
-            // The monitor lists the events organizers created, never one a heartbeat names.
+            // The monitor lists the events organizers created, by name (an unnamed one by its id), never one a
+            // heartbeat names.
             _ = try await client.push(
-                [Fixtures.upsert("gala", ["name": "Gala"], collection: EventRecord.collection, device: "admin")],
+                [
+                    Fixtures.upsert("gala", ["name": "Gala"], collection: EventRecord.collection, device: "admin"),
+                    Fixtures.upsert("fair", ["ops_contact": "ops@example.org"], collection: EventRecord.collection, device: "admin"),
+                ],
                 token: organizer, device: "admin")
 
             let a = try JSONDecoder().decode(
@@ -47,7 +51,7 @@ struct MonitorTests {
             #expect(monitor.devices[1].lastRosterFetch == Fixtures.time(0))
             #expect(monitor.devices[0].failedCount == 1)
             #expect(monitor.emptyState == nil)
-            #expect(monitor.events == ["gala"])
+            #expect(monitor.events == [MonitorEvent(id: "fair", name: "fair"), MonitorEvent(id: "gala", name: "Gala")])
 
             clock.advance(seconds: 30 * 60)
             monitor = try await self.monitor(client, organizer)
@@ -190,13 +194,21 @@ struct MonitorTests {
         let failure = PersistentFailure(
             fingerprint: "fp", staffName: hostile, collection: "notes", recordId: "n1", firstAttempt: Fixtures.now,
             lastError: hostile, reportedAt: Fixtures.now)
+        var silent = device
+        silent.fingerprint = "fp2"
+        silent.status = .offline
         let monitor = MonitorResponse(
-            event: "gala", events: ["gala"], generatedAt: Fixtures.time(700), devices: [device], emptyState: nil,
-            opsContact: nil, persistentFailures: [failure], bucketStart: Fixtures.now)
+            event: "gala", events: [MonitorEvent(id: "gala", name: hostile)], generatedAt: Fixtures.time(700),
+            devices: [device, silent], emptyState: nil, opsContact: nil, persistentFailures: [failure], bucketStart: Fixtures.now)
         let html = try MonitorPages().page(monitor, refresh: .seconds(15))
         #expect(!html.contains("<script>alert"))
         #expect(html.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;quotes&#39;"))
-        #expect(html.components(separatedBy: "sync-monitor-stale-pill").count == 2)
+        // The event by its name, picked by its id.
+        #expect(html.contains("<title>Sync monitor · &lt;script&gt;"))
+        #expect(html.contains(#"<option value="gala" selected>&lt;script&gt;"#))
+        // Both pills of a device not heard from carry the one test id, with their state.
+        #expect(html.components(separatedBy: #"data-testid="sync-monitor-stale-pill" data-state="stale""#).count == 2)
+        #expect(html.components(separatedBy: #"data-testid="sync-monitor-stale-pill" data-state="offline""#).count == 2)
         #expect(MonitorPages.escape(#"<a href="x">'&'</a>"#) == "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;")
         // A quote carrying a combining mark is still a quote to the browser; other text passes unchanged.
         #expect(MonitorPages.escape("\"\u{0301}x") == "&quot;\u{0301}x")

@@ -2,7 +2,13 @@ import Foundation
 
 /// What a UI shows about sync: published by ``SyncEngine`` whenever it changes.
 public struct SyncStatus: Sendable, Hashable {
-    public var isOnline: Bool
+    /// Whether the server answered the last probe or sync; false until one has been tried, see
+    /// ``isConnectionKnown``.
+    public var isOnline: Bool {
+        didSet { isConnectionKnown = true }
+    }
+    /// False until the engine has tried the server once: until then "offline" would be a guess.
+    public var isConnectionKnown: Bool
     public var isSyncing: Bool
     public var pendingCount: Int
     public var failedCount: Int
@@ -15,6 +21,7 @@ public struct SyncStatus: Sendable, Hashable {
 
     public init(isOnline: Bool = false, isSyncing: Bool = false, pendingCount: Int = 0, failedCount: Int = 0, lastSyncAt: Date? = nil) {
         self.isOnline = isOnline
+        self.isConnectionKnown = isOnline
         self.isSyncing = isSyncing
         self.pendingCount = pendingCount
         self.failedCount = failedCount
@@ -26,7 +33,9 @@ public struct SyncStatus: Sendable, Hashable {
         let waiting = pendingCount + failedCount
         var text: String
         if waiting == 0 {
-            text = rejectedCount > 0 ? "Nothing waiting to sync" : isOnline ? "All records synced" : "Offline — nothing waiting to sync"
+            text =
+                rejectedCount > 0 || !isConnectionKnown
+                ? "Nothing waiting to sync" : isOnline ? "All records synced" : "Offline — nothing waiting to sync"
         } else {
             text = waiting == 1 ? "1 record waiting to sync" : "\(waiting) records waiting to sync"
         }
@@ -40,9 +49,9 @@ public struct SyncStatus: Sendable, Hashable {
         return (rejectedCount == 1 ? "1 record" : "\(rejectedCount) records") + " refused by the server — review them"
     }
 
-    /// "Online" or "Offline", and "syncing" while a sync runs.
+    /// "Online", "Offline" or, before the first try, "Checking connection"; and "syncing" while a sync runs.
     public var connectionText: String {
-        (isOnline ? "Online" : "Offline") + (isSyncing ? ", syncing" : "")
+        (isConnectionKnown ? (isOnline ? "Online" : "Offline") : "Checking connection") + (isSyncing ? ", syncing" : "")
     }
 }
 

@@ -187,7 +187,7 @@ public actor SyncEngine {
         let online = (try? await transport.health()) != nil
         if syncingPending {
             await setOnline(online)
-        } else if online != status.isOnline {
+        } else if online != status.isOnline || !status.isConnectionKnown {
             status.isOnline = online
             publish()
         }

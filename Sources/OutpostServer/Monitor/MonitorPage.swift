@@ -49,6 +49,8 @@ package struct MonitorPages: Sendable {
     /// What the templates read: stored properties only (Mustache reads them by reflection).
     struct View {
         var event: String?
+        /// The shown event's name, or its id when it has none.
+        var eventName: String?
         var events: [EventOption]
         var generatedAt: String
         var refreshMs: Int64
@@ -65,7 +67,8 @@ package struct MonitorPages: Sendable {
         init(_ monitor: MonitorResponse, refresh: Duration) {
             let now = monitor.generatedAt
             event = monitor.event
-            events = monitor.events.map { EventOption(name: $0, selected: $0 == monitor.event) }
+            eventName = monitor.event.map { id in monitor.events.first { $0.id == id }?.name ?? id }
+            events = monitor.events.map { EventOption(id: $0.id, name: $0.name, selected: $0.id == monitor.event) }
             generatedAt = MonitorPages.clock(now)
             refreshMs = refresh.milliseconds
             refreshSeconds = refresh.components.seconds
@@ -81,6 +84,7 @@ package struct MonitorPages: Sendable {
     }
 
     struct EventOption {
+        var id: String
         var name: String
         var selected: Bool
     }
@@ -127,9 +131,10 @@ package struct MonitorPages: Sendable {
         /// The row's `<tr>`, every text escaped.
         var html: String {
             let e = MonitorPages.escape
+            // A device not heard from carries the one test id, its state (stale, offline) as an attribute.
             var pill = ""
-            if isStale { pill = #"<span class="pill stale" data-testid="sync-monitor-stale-pill">Stale</span>"# }
-            if isOffline { pill = #"<span class="pill offline" data-testid="sync-monitor-offline-pill">Offline</span>"# }
+            if isStale { pill = #"<span class="pill stale" data-testid="sync-monitor-stale-pill" data-state="stale">Stale</span>"# }
+            if isOffline { pill = #"<span class="pill offline" data-testid="sync-monitor-stale-pill" data-state="offline">Offline</span>"# }
             if isOk { pill = #"<span class="pill ok">OK</span>"# }
             let failed = failedNote.map { #" <span class="failed">("# + e($0) + ")</span>" } ?? ""
             var row = #"<tr data-testid="sync-monitor-device-row" data-fingerprint=""# + e(fingerprint)

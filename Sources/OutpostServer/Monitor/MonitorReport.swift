@@ -40,7 +40,7 @@ enum MonitorReport {
 
     /// Pure: the monitor from its parts.
     static func assemble(
-        event: String?, events: [String], reports: [DeviceReport], scans: [(fingerprint: String, at: Int64)],
+        event: String?, events: [MonitorEvent], reports: [DeviceReport], scans: [(fingerprint: String, at: Int64)],
         failures: [StoredSyncFailure], opsContact: String?, now: Timestamp
     ) -> MonitorResponse {
         let start = bucketStart(now: now)

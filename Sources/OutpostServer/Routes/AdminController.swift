@@ -139,7 +139,7 @@ struct AdminController<Storage: SyncStorage> {
     private func load(event: String?, identity: Identity) async throws -> MonitorResponse {
         var event = event
         if event == nil {
-            event = try await storage.events(tenant: identity.tenant).first
+            event = try await storage.events(tenant: identity.tenant).first?.id
         }
         return try await MonitorReport.load(
             tenant: identity.tenant, event: event, storage: storage, secrets: secrets, now: now())

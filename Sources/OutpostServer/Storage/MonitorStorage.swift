@@ -44,8 +44,9 @@ package protocol MonitorStorage: Sendable {
     /// The latest report of each device of `tenant`, in `event` when given, most recently seen first.
     func deviceReports(tenant: String, event: String?) async throws -> [DeviceReport]
 
-    /// The events of `tenant` (the `events` collection's live records), most recently created first.
-    func events(tenant: String) async throws -> [String]
+    /// The events of `tenant` (the `events` collection's live records) with their names, most recently
+    /// created first.
+    func events(tenant: String) async throws -> [MonitorEvent]
 
     /// Binds the device of `fingerprint` to `userId` unless it is bound already.
     ///

@@ -43,16 +43,18 @@ extension PostgresStorage {
         }
     }
 
-    package func events(tenant: String) async throws -> [String] {
+    package func events(tenant: String) async throws -> [MonitorEvent] {
         try await guarded {
             let rows = try await client.query(
                 """
-                SELECT record_id FROM records
+                SELECT record_id,
+                       CASE WHEN jsonb_typeof(fields::jsonb -> 'name') = 'string' THEN fields::jsonb ->> 'name' END
+                FROM records
                 WHERE tenant = \(tenant) AND collection = \(EventRecord.collection) AND NOT tombstone
                 ORDER BY created_at DESC, record_id
                 """, logger: logger)
-            var events: [String] = []
-            for try await event in rows.decode(String.self) { events.append(event) }
+            var events: [MonitorEvent] = []
+            for try await (id, name) in rows.decode((String, String?).self) { events.append(MonitorEvent(id: id, name: name ?? id)) }
             return events
         }
     }

@@ -41,14 +41,20 @@ extension SQLiteStorage {
         }
     }
 
-    package func events(tenant: String) async throws -> [String] {
+    package func events(tenant: String) async throws -> [MonitorEvent] {
         try await pool.read { db in
-            try String.fetchAll(
+            try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT record_id FROM records WHERE tenant = ? AND collection = ? AND NOT tombstone
+                    SELECT record_id,
+                           CASE WHEN json_type(fields, '$.name') = 'text' THEN json_extract(fields, '$.name') END AS name
+                    FROM records WHERE tenant = ? AND collection = ? AND NOT tombstone
                     ORDER BY created_at DESC, record_id
-                    """, arguments: [tenant, EventRecord.collection])
+                    """, arguments: [tenant, EventRecord.collection]
+            ).map { row in
+                let id: String = row["record_id"]
+                return MonitorEvent(id: id, name: row["name"] ?? id)
+            }
         }
     }
 
