@@ -1,5 +1,6 @@
 import ArgumentParser
 import AsyncHTTPClient
+import Crypto
 import Foundation
 import OutpostClient
 import OutpostProtocol
@@ -51,23 +52,53 @@ func rosterMutation(
         collection: Guest.collection, recordId: guestId, scope: event, op: op, fields: fields, clientTimestamp: time)
 }
 
+/// A roster row as an import sends it, stamped with the file's time. The key is a digest of the event, the
+/// guest and the row's content: the same file imported again (after an interruption, or twice by mistake)
+/// is answered `duplicate` row by row and applies nothing twice; a row that changed is a new change; a row
+/// unchanged in a file saved again is refused as a reused key, and so known to be imported already.
+func importedRow(event: String, row: RosterCSV.Row, at time: Timestamp) throws -> Mutation {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = .sortedKeys
+    var content = Data("\(event)\u{0}\(row.guestId)\u{0}".utf8)
+    content.append(try encoder.encode(row.fields))
+    let digest = SHA256.hash(data: content).map { String(format: "%02x", $0) }.joined()
+    return Mutation(
+        idempotencyKey: "roster-import:\(digest)", collection: Guest.collection, recordId: row.guestId, scope: event, op: .upsert,
+        fields: row.fields, clientTimestamp: time)
+}
+
+/// What a roster push did: rows written, and rows the server already had under the same key.
+struct RosterPush {
+    var applied = 0
+    var duplicates = 0
+}
+
 /// Sends roster mutations in batches the server accepts; stops at the first refusal.
-func pushRoster(_ mutations: [Mutation], via transport: HTTPSyncTransport, progress: ((Int) -> Void)? = nil) async throws {
-    var sent = 0
+@discardableResult
+func pushRoster(_ mutations: [Mutation], via transport: HTTPSyncTransport, progress: ((Int) -> Void)? = nil) async throws -> RosterPush {
+    var pushed = RosterPush()
     for start in stride(from: 0, to: mutations.count, by: 500) {
         let batch = Array(mutations[start..<min(start + 500, mutations.count)])
         let response: PushResponse
         do {
             response = try await transport.push(PushRequest(deviceId: "organizer-cli", mutations: batch))
         } catch let error as TransportError {
+            let sent = pushed.applied + pushed.duplicates
             throw CLIError("stopped after \(sent) of \(mutations.count) rows: \(error.message); run the same command again to finish")
         }
-        if let refused = response.results.first(where: { $0.status == .rejected }) {
-            throw CLIError("the server refused \(refused.idempotencyKey.split(separator: ":").dropFirst(2).first ?? ""): \(refused.error?.message ?? "rejected")")
+        let reimported = { (result: MutationResult) in
+            result.status == .duplicate || (result.error?.code == .idempotencyKeyReused && result.idempotencyKey.hasPrefix("roster-import:"))
         }
-        sent += batch.count
-        progress?(sent)
+        if let refused = response.results.first(where: { $0.status == .rejected && !reimported($0) }) {
+            let guest = batch.first { $0.idempotencyKey == refused.idempotencyKey }?.recordId ?? refused.idempotencyKey
+            throw CLIError("the server refused \(guest): \(refused.error?.message ?? "rejected")")
+        }
+        let duplicates = response.results.count(where: reimported)
+        pushed.duplicates += duplicates
+        pushed.applied += batch.count - duplicates
+        progress?(pushed.applied + pushed.duplicates)
     }
+    return pushed
 }
 
 struct RosterImport: AsyncParsableCommand {
@@ -93,12 +124,15 @@ struct RosterImport: AsyncParsableCommand {
             for problem in list.problems.prefix(50) { FileHandle.standardError.write(Data("\(file): \(problem)\n".utf8)) }
             throw CLIError("\(list.problems.count) bad row\(list.problems.count == 1 ? "" : "s") in \(file); nothing was imported")
         }
-        let time = Timestamp(Date())
-        let mutations = rows.map { rosterMutation(event: event, guestId: $0.guestId, fields: $0.fields, at: time) }
-        try await connection.withTransport { transport in
+        // The file's time, so that the same file sent again is the same change; never ahead of now.
+        let saved = (try? FileManager.default.attributesOfItem(atPath: file)[.modificationDate] as? Date) ?? Date()
+        let time = Timestamp(min(saved, Date()))
+        let mutations = try rows.map { try importedRow(event: event, row: $0, at: time) }
+        let pushed = try await connection.withTransport { transport in
             try await pushRoster(mutations, via: transport)
         }
-        say("imported \(rows.count) guests into \(event)")
+        let already = pushed.duplicates == 0 ? "" : " (\(pushed.duplicates) already imported, left as they were)"
+        say("imported \(pushed.applied) guest\(pushed.applied == 1 ? "" : "s") into \(event)\(already)")
     }
 }
 

@@ -1,11 +1,14 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import OutpostProtocol
 import Testing
 
 /// The organizer's roster tools and a device's offline roster, as real `outpost` processes over a socket.
 @Suite("Roster end to end")
 struct RosterEndToEndTests {
-    @Test("import, download, find offline, walk-in after refresh, cancellation as a tombstone; a bad file imports nothing")
+    @Test("import, an interrupted import run again applies nothing twice, download, find offline, walk-in after refresh, cancellation as a tombstone; a bad file imports nothing")
     func rosterDay() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-roster-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }
@@ -21,12 +24,32 @@ struct RosterEndToEndTests {
         }
         let organizer = await ["OUTPOST_SERVER": url, "OUTPOST_TOKEN": try token("organizer")]
 
-        // The organizer generates and imports a roster.
+        // The organizer generates a roster; an import stopped after its first 500 rows (the same file cut
+        // short here) is run again whole: the 500 are answered as already imported, nothing applies twice.
         let csv = root.appendingPathComponent("roster.csv").path
         #expect(try await OutpostProcess.run(["roster", "generate", "--guests", "1200", "--output", csv]).status == 0)
+        let text = try String(contentsOfFile: csv, encoding: .utf8)
+        let part = root.appendingPathComponent("part.csv").path
+        try text.split(separator: "\n").prefix(501).joined(separator: "\n").appending("\n").write(toFile: part, atomically: true, encoding: .utf8)
+        let saved = try FileManager.default.attributesOfItem(atPath: csv)[.modificationDate] as! Date
+        try FileManager.default.setAttributes([.modificationDate: saved], ofItemAtPath: part)
+        let first = try await OutpostProcess.run(["roster", "import", "--event", "gala", part], environment: organizer)
+        #expect(first.stdout.contains("imported 500 guests into gala\n"), "\(first.stdout) \(first.stderr)")
         let imported = try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer)
         #expect(imported.status == 0, "\(imported.stderr)")
-        #expect(imported.stdout.contains("imported 1200 guests"))
+        #expect(imported.stdout.contains("imported 700 guests into gala (500 already imported, left as they were)"), "\(imported.stdout)")
+        let again = try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer)
+        #expect(again.stdout.contains("imported 0 guests into gala (1200 already imported, left as they were)"), "\(again.stdout)")
+        var request = URLRequest(url: URL(string: url + "/v1/audit?collection=guests&scope=gala&recordId=g000000")!)
+        request.setValue("Bearer \(try await token("organizer"))", forHTTPHeaderField: "Authorization")
+        let audit = try JSONDecoder().decode(AuditResponse.self, from: try await URLSession.shared.data(for: request).0)
+        #expect(audit.entries.count == 1)
+        // The file edited and saved again: only the changed row is a change.
+        let edited = text.replacingOccurrences(of: "g000001,Ben Silva 1,", with: "g000001,Ben Silva-Costa 1,")
+        #expect(edited != text)
+        try edited.write(toFile: csv, atomically: true, encoding: .utf8)
+        let changed = try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer)
+        #expect(changed.stdout.contains("imported 1 guest into gala (1199 already imported, left as they were)"), "\(changed.stdout) \(changed.stderr)")
 
         // A file with bad rows is reported line by line and imports nothing.
         let bad = root.appendingPathComponent("bad.csv").path
