@@ -171,6 +171,8 @@ struct BadInputTests {
                 ("/v1/pull?collection=notes&pages=0", .badRequest, .invalidRequest),
                 ("/v1/pull?collection=notes&pages=all", .badRequest, .invalidRequest),
                 ("/v1/pull?collection=notes&pages=-1", .badRequest, .invalidRequest),
+                ("/v1/pull?collection=notes&pages=++5", .badRequest, .invalidRequest),
+                ("/v1/pull?collection=notes&pages=-99999999999999999999999", .badRequest, .invalidRequest),
                 ("/v1/pull?collection=notes&scope=../x", .badRequest, .invalidRequest),
                 ("/v1/snapshot?collection=notes", .badRequest, .invalidRequest),
                 ("/v1/snapshot?collection=guests&continuation=forged.token", .badRequest, .invalidContinuation),
@@ -185,6 +187,10 @@ struct BadInputTests {
                 let response = try await client.send(.get, uri, token: token)
                 #expect(response.status == status, "\(uri)")
                 #expect(response.wireError?.code == code, "\(uri)")
+            }
+            // Any whole number from 1 is a page count, as the schema says, however large: it streams the most.
+            for pages in ["1", "+3", "99999999999999999999999"] {
+                #expect(try await client.send(.get, "/v1/pull?collection=notes&pages=\(pages)", token: token).status == .ok, "pages=\(pages)")
             }
         }
     }

@@ -29,19 +29,21 @@ struct FuzzTests {
             for: Identity(tenant: "acme", userId: "fuzzer", role: role, name: "Fuzzer"), lifetime: .seconds(3600),
             now: Date())
 
-        // The session cookie carries the same token, so the monitor pages are exercised too. A fixed seed:
-        // the same requests every run, so that a failure here is a failure on every machine.
+        // The session cookie carries the same token, so the monitor pages are exercised too. A new seed every
+        // run, so that runs explore; it is printed, and OUTPOST_FUZZ_SEED=N replays it.
+        let seed = ProcessInfo.processInfo.environment["OUTPOST_FUZZ_SEED"].flatMap(UInt32.init) ?? UInt32.random(in: 1...UInt32.max)
+        print("schemathesis as \(role.rawValue): seed \(seed) (replay: OUTPOST_FUZZ_SEED=\(seed) swift test --filter FuzzTests)")
         let run = try await Tool.run(
             "schemathesis",
             ["--config-file", Self.configuration.path, "--no-color", "run", "http://127.0.0.1:\(port)/openapi.yaml",
              "-H", "Authorization: Bearer \(token)", "-H", "Cookie: outpost_session=\(token)",
-             "--max-examples", "40", "--seed", "20261121",
+             "--max-examples", "40", "--seed", String(seed),
              "--report", "junit", "--report-dir", root.appendingPathComponent("report").path],
             in: root)
         let summary = run.output.split(separator: "\n").filter {
             $0.contains("ST") || $0.contains("failures") || $0.contains("passed") || $0.contains("issues")
         }
-        #expect(run.status == 0, "schemathesis:\n\(summary.joined(separator: "\n"))\n\(run.output.suffix(4000))")
+        #expect(run.status == 0, "schemathesis, seed \(seed):\n\(summary.joined(separator: "\n"))\n\(run.output.suffix(4000))")
         #expect(run.output.contains("passed") && !run.output.contains("Failures:"))
         // The server survived all of it.
         #expect(server.process.isRunning)

@@ -160,10 +160,11 @@ enum RequestDecoding {
     /// `max`: the last page then says `hasMore`, and the client pulls again from its cursor.
     static func pages(in request: Request, max: Int) throws -> Int? {
         guard let text = try optional("pages", in: request) else { return nil }
-        guard let value = Int(text), value >= 1 else {
-            throw OutpostHTTPError.badRequest("pages must be a whole number from 1")
-        }
-        return min(value, max)
+        if let value = Int(text), value >= 1 { return min(value, max) }
+        // A whole number too large for 64 bits is still a whole number from 1, as the schema says: it streams `max`.
+        let digits = text.hasPrefix("+") ? text.utf8.dropFirst() : text.utf8[...]
+        if Int(text) == nil, !digits.isEmpty, digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) { return max }
+        throw OutpostHTTPError.badRequest("pages must be a whole number from 1")
     }
 
     /// A known collection named by the `collection` query parameter.
