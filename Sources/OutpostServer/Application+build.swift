@@ -18,7 +18,7 @@ package func buildApplication<Storage: SyncStorage>(
     logger: Logger,
     onListening: @escaping @Sendable (Int) async -> Void = { _ in }
 ) -> some ApplicationProtocol {
-    let secrets = ServerSecrets()
+    let secrets = ServerSecrets(configuration: configuration, logger: logger)
     let router = buildRouter(
         configuration: configuration, storage: storage, secrets: secrets, metrics: metrics, now: now)
     var app = Application(
@@ -38,6 +38,8 @@ package func buildApplication<Storage: SyncStorage>(
             try await secrets.load(
                 secret: try await storage.signingSecret(creatingWith: { TokenAuthority.generateSecret() }))
         }
+        // The provider's keys before the first request; should it be down, requests wait for a later fetch.
+        try? await secrets.identityProvider?.load(now: now())
     }
     return app
 }
@@ -46,10 +48,11 @@ package func buildApplication<Storage: SyncStorage>(
 package func buildRouter<Storage: SyncStorage>(
     configuration: ServerConfiguration,
     storage: Storage,
-    secrets: ServerSecrets = ServerSecrets(),
+    secrets: ServerSecrets? = nil,
     metrics: ServerMetrics = ServerMetrics(),
     now: @escaping @Sendable () -> Date = { Date() }
 ) -> Router<OutpostRequestContext> {
+    let secrets = secrets ?? ServerSecrets(configuration: configuration)
     let router = Router(context: OutpostRequestContext.self)
     router.add(middleware: AccessLogMiddleware())
     router.add(middleware: MetricsMiddleware(metrics: metrics))

@@ -25,6 +25,11 @@ public struct ServerConfiguration: Sendable {
     public var earliestTimestamp: Timestamp
     /// The HS256 secret; when `nil` the storage generates one on first start and keeps it.
     public var jwtSecret: [UInt8]?
+    /// The organization's identity provider: when set, bearer tokens are its tokens, verified against its
+    /// published keys, and no longer the server's own.
+    public var identityProvider: IdentityProviderConfiguration?
+    /// Leeway and longest lifetime of every bearer token.
+    public var tokenRules: TokenRules
     public var collections: CollectionRegistry
     /// Whether persistent sync failures reported by devices are recorded, logged and counted. Off lets an
     /// operator roll escalation out gradually: reports are then acknowledged and dropped.
@@ -60,7 +65,9 @@ public struct ServerConfiguration: Sendable {
         maxConcurrentRequests: Int = 64,
         maxWaitingRequests: Int = 10_000,
         idleTimeout: Duration = .seconds(60),
-        bodyTimeout: Duration = .seconds(30)
+        bodyTimeout: Duration = .seconds(30),
+        identityProvider: IdentityProviderConfiguration? = nil,
+        tokenRules: TokenRules = TokenRules()
     ) {
         self.host = host
         self.port = port
@@ -81,5 +88,7 @@ public struct ServerConfiguration: Sendable {
         self.maxWaitingRequests = maxWaitingRequests
         self.idleTimeout = idleTimeout
         self.bodyTimeout = bodyTimeout
+        self.identityProvider = identityProvider
+        self.tokenRules = tokenRules
     }
 }

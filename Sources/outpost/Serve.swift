@@ -11,7 +11,8 @@ struct Serve: AsyncParsableCommand {
         discussion: """
             Uses an embedded SQLite store in --data-dir unless --database-url (or $OUTPOST_DATABASE_URL) names \
             a PostgreSQL database. Several servers may share one PostgreSQL database. The JWT secret is \
-            $OUTPOST_JWT_SECRET, or one generated on first start and kept by the storage.
+            $OUTPOST_JWT_SECRET, or one generated on first start and kept by the storage. With --jwks-url \
+            (or --jwks), bearer tokens are the identity provider's, verified against its keys.
             """)
 
     @Option(help: "Address to listen on.")
@@ -21,6 +22,7 @@ struct Serve: AsyncParsableCommand {
     var port: Int = 8080
 
     @OptionGroup var storageOptions: StorageOptions
+    @OptionGroup(title: "Signing in") var identity: IdentityOptions
 
     @Option(name: .customLong("max-batch-size"), help: "Most mutations accepted in one push.")
     var maxBatchSize: Int = 500
@@ -59,6 +61,7 @@ struct Serve: AsyncParsableCommand {
         guard maxWaitingRequests >= 0 else { throw ValidationError("--max-waiting-requests must not be negative") }
         guard (1...3600).contains(bodyTimeout) else { throw ValidationError("--body-timeout must be from 1 to 3600 seconds") }
         guard !host.isEmpty else { throw ValidationError("--host must not be empty") }
+        _ = try identity.provider()
     }
 
     func run() async throws {
@@ -71,6 +74,8 @@ struct Serve: AsyncParsableCommand {
             maxWaitingRequests: maxWaitingRequests, bodyTimeout: .seconds(bodyTimeout))
         configuration.escalationEnabled = !noEscalation && ProcessInfo.processInfo.environment["OUTPOST_ESCALATION"] != "off"
         configuration.jwtSecret = try StorageOptions.environmentSecret()
+        configuration.tokenRules = identity.rules
+        configuration.identityProvider = try identity.provider()
         if let collectionsFile {
             do {
                 configuration.collections = try CollectionRegistry.standard(adding: URL(fileURLWithPath: collectionsFile))

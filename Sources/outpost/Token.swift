@@ -22,7 +22,7 @@ struct Token: AsyncParsableCommand {
     @Option(help: "Display name (default: the user id).")
     var name: String?
 
-    @Option(help: "Lifetime, such as 90s, 30m, 12h or 7d.")
+    @Option(help: "Lifetime, such as 90s, 30m, 12h or 7d; a server refuses one beyond its --max-token-lifetime (30d by default).")
     var ttl: DurationArgument = DurationArgument(argument: "12h")!
 
     @Option(help: "The one device id the token may speak for (default: any the user owns).")

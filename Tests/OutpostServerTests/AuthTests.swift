@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Hummingbird
 import HummingbirdTesting
@@ -44,6 +45,18 @@ struct AuthTests {
                 .base64EncodedString()
             return "\(header).\(claims)."
         }),
+        ("HS256-signed under another alg header", {
+            Fixtures.rawToken(header: #"{"alg":"HS512","typ":"JWT"}"#, claims: Fixtures.claims(at: 0))
+        }),
+        ("issued in the future (past the leeway)", {
+            Fixtures.rawToken(claims: Fixtures.claims(at: 0, extra: #","iat":\#(Fixtures.serverSeconds + 300)"#))
+        }),
+        ("not valid before a future time", {
+            Fixtures.rawToken(claims: Fixtures.claims(at: 0, extra: #","nbf":\#(Fixtures.serverSeconds + 300)"#))
+        }),
+        ("living a million years", {
+            Fixtures.rawToken(claims: Fixtures.claims(at: 0, expiresIn: 1_000_000 * 365 * 86400))
+        }),
         ("tampered payload", {
             let token = try await Fixtures.token()
             var parts = token.split(separator: ".").map(String.init)
@@ -53,7 +66,7 @@ struct AuthTests {
         }),
     ]
 
-    @Test("a malformed, expired, forged, unsigned or tampered token is 401", arguments: 0..<5)
+    @Test("a malformed, expired, forged, unsigned, misheaded, early, too long-lived or tampered token is 401", arguments: 0..<9)
     func badToken(index: Int) async throws {
         let token = try await Self.badTokens[index].1()
         try await withServer(.sqlite) { client, storage in
@@ -63,6 +76,15 @@ struct AuthTests {
             #expect(response.status == .unauthorized, "\(Self.badTokens[index].0)")
             #expect(response.wireError?.code == .invalidToken)
             #expect(try await storage.pullAll().records.isEmpty)
+        }
+    }
+
+    @Test("a hand-made token that meets every rule is accepted: the bad ones above fail for their one fault")
+    func handMadeTokenAccepted() async throws {
+        try await withServer(.sqlite) { client, _ in
+            let token = Fixtures.rawToken(claims: Fixtures.claims(at: 0, extra: #","iat":\#(Fixtures.serverSeconds + 30)"#))
+            let response = try await client.send(.get, "/v1/pull?collection=notes", token: token)
+            #expect(response.status == .ok)
         }
     }
 

@@ -19,9 +19,11 @@ struct AuthMiddleware: RouterMiddleware {
         guard let bearer = request.headers.bearer else {
             throw OutpostHTTPError.unauthorized(.invalidToken, "the Authorization header must be 'Bearer <token>'")
         }
-        let authority = try secrets.tokens()
-        guard let identity = await authority.identity(fromToken: bearer.token, now: now()) else {
-            throw OutpostHTTPError.unauthorized(.invalidToken, "the token is invalid or expired")
+        let identity: Identity
+        switch try await secrets.bearer(bearer.token, now: now()) {
+        case .valid(let proven, _): identity = proven
+        case .invalid: throw OutpostHTTPError.unauthorized(.invalidToken, "the token is invalid or expired")
+        case .keysUnavailable: throw OutpostHTTPError.unavailable
         }
         var context = context
         context.identity = identity

@@ -1,11 +1,22 @@
 import Crypto
 import Foundation
+import Logging
 
-/// The keys derived from the server's secret, loaded once storage is up at start-up.
+/// The keys derived from the server's secret, loaded once storage is up at start-up, and the organization's
+/// identity provider when one is configured.
 ///
 /// Until then every authenticated request is answered 503, never let through.
 package final class ServerSecrets: Sendable {
-    package init() {}
+    /// Verifies bearer tokens in place of the server's own HS256 tokens, when configured.
+    package let identityProvider: IdentityProvider?
+    private let rules: TokenRules
+
+    package init(configuration: ServerConfiguration = ServerConfiguration(), logger: Logger = Logger(label: "outpost.identity")) {
+        rules = configuration.tokenRules
+        identityProvider = configuration.identityProvider.map {
+            IdentityProvider(configuration: $0, rules: configuration.tokenRules, logger: logger)
+        }
+    }
     private struct Keys {
         var tokens: TokenAuthority
         var continuation: SymmetricKey
@@ -17,7 +28,7 @@ package final class ServerSecrets: Sendable {
 
     /// Derives every key from `secret`.
     func load(secret: [UInt8]) async throws {
-        let tokens = try await TokenAuthority(secret: secret)
+        let tokens = try await TokenAuthority(secret: secret, rules: rules)
         // A separate key for continuation tokens, so that no JWT can ever pass for one.
         let continuation = SymmetricKey(
             data: HMAC<SHA256>.authenticationCode(for: Array("outpost-snapshot-continuation".utf8), using: SymmetricKey(data: secret)))
@@ -31,6 +42,16 @@ package final class ServerSecrets: Sendable {
         }
     }
 
+    /// Who a bearer token proves the caller is: a token of the identity provider when one is configured,
+    /// else one the server signed with its secret.
+    func bearer(_ token: String, now: Date) async throws -> TokenVerdict {
+        if let identityProvider { return await identityProvider.verdict(token, now: now) }
+        guard let (identity, expires) = await try tokens().verified(token, now: now) else { return .invalid }
+        return .valid(identity, expires: expires)
+    }
+
+    /// The server's own tokens: those `outpost token` prints without an identity provider, and the monitor's
+    /// sessions always.
     func tokens() throws -> TokenAuthority {
         guard let keys = keys.withLock({ $0 }) else { throw OutpostHTTPError.unavailable }
         return keys.tokens

@@ -13,12 +13,14 @@ public struct TokenAuthority: Sendable {
     }
 
     private let keys: JWTKeyCollection
+    private let rules: TokenRules
 
     /// - Throws: `TokenAuthority.Error` when the secret is shorter than ``minimumSecretLength`` bytes.
-    public init(secret: [UInt8]) async throws {
+    public init(secret: [UInt8], rules: TokenRules = TokenRules()) async throws {
         guard secret.count >= Self.minimumSecretLength else {
             throw Error(description: "the JWT secret must be at least \(Self.minimumSecretLength) bytes long")
         }
+        self.rules = rules
         self.keys = JWTKeyCollection()
         await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
     }
@@ -33,6 +35,7 @@ public struct TokenAuthority: Sendable {
             name: identity.name,
             device: identity.device,
             iat: IssuedAtClaim(value: now),
+            nbf: nil,
             exp: ExpirationClaim(value: now.addingTimeInterval(seconds))
         )
         return try await keys.sign(claims)
@@ -44,9 +47,11 @@ public struct TokenAuthority: Sendable {
     }
 
     /// The identity a token proves and when the token expires, or `nil` as for ``identity(fromToken:now:)``.
+    ///
+    /// The header must name HS256, the one algorithm of this key; the times must meet the ``TokenRules``.
     public func verified(_ token: String, now: Date) async -> (identity: Identity, expires: Date)? {
-        guard let claims = try? await keys.verify(token, as: Claims.self) else { return nil }
-        guard claims.exp.value > now,
+        guard TokenHeader(token: token)?.alg == "HS256", let claims = try? await keys.verify(token, as: Claims.self) else { return nil }
+        guard rules.accepts(expires: claims.exp.value, issuedAt: claims.iat?.value, notBefore: claims.nbf?.value, now: now),
             Identifier.isValid(claims.tenant),
             Identifier.isValid(claims.sub.value),
             let role = Role(rawValue: claims.role),
@@ -72,6 +77,7 @@ public struct TokenAuthority: Sendable {
         /// The device id the token is bound to, if any.
         var device: String?
         var iat: IssuedAtClaim?
+        var nbf: NotBeforeClaim?
         var exp: ExpirationClaim
 
         // Expiry is checked against the injected clock in `identity(fromToken:now:)`.

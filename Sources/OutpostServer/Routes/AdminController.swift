@@ -71,9 +71,12 @@ struct AdminController<Storage: SyncStorage> {
     private func startSession(token: String) async throws -> Response {
         let authority = try secrets.tokens()
         let date = now()
-        guard let (identity, expires) = await authority.verified(token.trimmingCharacters(in: .whitespacesAndNewlines), now: date)
-        else {
-            return Self.html(try templates().signIn(error: "That token is invalid or expired."), status: .unauthorized)
+        let identity: Identity
+        let expires: Date
+        switch try await secrets.bearer(token.trimmingCharacters(in: .whitespacesAndNewlines), now: date) {
+        case .valid(let proven, let until): (identity, expires) = (proven, until)
+        case .invalid: return Self.html(try templates().signIn(error: "That token is invalid or expired."), status: .unauthorized)
+        case .keysUnavailable: throw OutpostHTTPError.unavailable
         }
         guard identity.role >= .organizer else {
             return Self.html(

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Hummingbird
 import NIOFoundationCompat
@@ -54,6 +55,27 @@ extension Fixtures {
         return try await authority.token(
             for: Identity(tenant: tenant, userId: user, role: role, name: name, device: device), lifetime: lifetime,
             now: serverNow.date)
+    }
+
+    /// The server's clock in seconds since 1970.
+    static var serverSeconds: Int64 { serverNow.millisecondsSince1970 / 1000 }
+
+    /// A staff token's claims as JSON, issued `at` seconds after the server's now, expiring `expiresIn` after.
+    static func claims(at offset: Int64, expiresIn: Int64 = 3600, extra: String = "") -> String {
+        let issued = serverSeconds + offset
+        return #"{"tenant":"acme","sub":"ana","role":"staff","name":"Ana","exp":\#(issued + expiresIn)\#(extra)}"#
+    }
+
+    /// A compact JWT of `header` and `claims` as given, signed with HMAC-SHA256 and `secret` whatever the header
+    /// says: for tokens a well-behaved issuer would never make.
+    static func rawToken(header: String = #"{"alg":"HS256","typ":"JWT"}"#, claims: String, secret: [UInt8] = Fixtures.secret) -> String {
+        func base64URL(_ data: some DataProtocol) -> String {
+            Data(data).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+                .replacingOccurrences(of: "=", with: "")
+        }
+        let input = base64URL(Data(header.utf8)) + "." + base64URL(Data(claims.utf8))
+        let signature = HMAC<SHA256>.authenticationCode(for: Data(input.utf8), using: SymmetricKey(data: secret))
+        return input + "." + base64URL(Data(signature))
     }
 
     static func json(_ value: some Encodable) throws -> ByteBuffer {

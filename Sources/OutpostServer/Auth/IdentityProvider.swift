@@ -1,0 +1,268 @@
+import AsyncHTTPClient
+import Foundation
+import JWTKit
+import Logging
+import OutpostProtocol
+
+/// An organization's own identity provider (Firebase Auth, Supabase Auth, Auth0, Keycloak, Entra ID): where
+/// it publishes its signing keys, what its tokens must say, and where Outpost's tenant, user, role and name
+/// are in them.
+public struct IdentityProviderConfiguration: Sendable, Hashable {
+    /// Where the provider's JSON Web Key Set is.
+    public enum Keys: Sendable, Hashable {
+        /// Fetched over HTTP(S), cached, fetched again on a key id it does not hold and every ``refreshInterval``.
+        case url(URL)
+        /// Read from a file at start-up and every ``refreshInterval``.
+        case file(String)
+    }
+
+    public var keys: Keys
+    /// The `iss` every token must carry.
+    public var issuer: String
+    /// A value `aud` must carry (a string, or one of an array).
+    public var audience: String
+    /// The dotted path of the tenant claim, such as `app_metadata.tenant`; ignored when ``tenant`` is set.
+    public var tenantClaim: String
+    /// One tenant for every token, for a provider that serves a single organization.
+    public var tenant: String?
+    /// The dotted path of the user id (`sub` by default).
+    public var userClaim: String
+    /// The dotted path of the role: `staff`, `supervisor`, `organizer` or `admin`, or an array holding some.
+    public var roleClaim: String
+    /// The role of a token without one; nil refuses such tokens.
+    public var defaultRole: Role?
+    /// The dotted path of the display name; the user id stands in when it is missing.
+    public var nameClaim: String
+    /// How often a fetched key set is fetched again while nothing asks sooner.
+    public var refreshInterval: Duration
+    /// The least time between two fetches caused by an unknown key id, so that tokens with made-up key ids
+    /// cannot make the server hammer the provider.
+    public var unknownKeyInterval: Duration
+
+    public init(
+        keys: Keys, issuer: String, audience: String, tenantClaim: String = "tenant", tenant: String? = nil,
+        userClaim: String = "sub", roleClaim: String = "role", defaultRole: Role? = nil, nameClaim: String = "name",
+        refreshInterval: Duration = .seconds(3600), unknownKeyInterval: Duration = .seconds(30)
+    ) {
+        self.keys = keys
+        self.issuer = issuer
+        self.audience = audience
+        self.tenantClaim = tenantClaim
+        self.tenant = tenant
+        self.userClaim = userClaim
+        self.roleClaim = roleClaim
+        self.defaultRole = defaultRole
+        self.nameClaim = nameClaim
+        self.refreshInterval = refreshInterval
+        self.unknownKeyInterval = unknownKeyInterval
+    }
+}
+
+/// What a bearer token proved.
+enum TokenVerdict: Sendable {
+    case valid(Identity, expires: Date)
+    case invalid
+    /// The provider's keys could not be loaded: the token cannot be judged, and the request is retried later.
+    case keysUnavailable
+}
+
+/// Verifies the tokens of an organization's identity provider against its published keys (RS256, ES256 and
+/// EdDSA, and the other asymmetric algorithms of a JWKS), keeping the key set current.
+///
+/// A token is accepted when its header names a key of the set and that key's own algorithm, its signature
+/// verifies, `iss` and `aud` are the configured ones, its times meet the ``TokenRules``, and the mapped claims
+/// give a valid tenant, user and role.
+package actor IdentityProvider {
+    /// The algorithms a provider's token may name. Symmetric ones are never taken from a key set, and `none` never.
+    static let algorithms: Set<String> = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+    /// The largest key set read.
+    static let maxKeySetBytes = 1 << 20
+
+    let configuration: IdentityProviderConfiguration
+    private let rules: TokenRules
+    private let fetch: @Sendable () async throws -> Data
+    private let logger: Logger
+    private var keys: JWTKeyCollection?
+    private var keyIds: Set<String> = []
+    private var fetchedAt: Date?
+    /// When a fetch last failed: until ``IdentityProviderConfiguration/unknownKeyInterval`` has passed, requests
+    /// are not held up by another attempt.
+    private var failedAt: Date?
+    private var unknownKeyFetchAt: Date?
+    private var fetching: Task<Void, any Error>?
+    /// How many times the key set was fetched: for metrics and tests.
+    private(set) var fetches = 0
+
+    package init(configuration: IdentityProviderConfiguration, rules: TokenRules, logger: Logger) {
+        self.configuration = configuration
+        self.rules = rules
+        self.logger = logger
+        self.fetch = { [keys = configuration.keys] in try await Self.read(keys) }
+    }
+
+    /// Loads the key set now: at start-up, so that the first requests do not wait for it.
+    package func load(now: Date) async throws {
+        try await refresh(now: now)
+    }
+
+    func verdict(_ token: String, now: Date) async -> TokenVerdict {
+        guard let header = TokenHeader(token: token), Self.algorithms.contains(header.alg) else { return .invalid }
+        let due = keys == nil || fetchedAt.map { elapsed(since: $0, now: now) >= configuration.refreshInterval } == true
+        if due, failedAt.map({ elapsed(since: $0, now: now) >= configuration.unknownKeyInterval }) ?? true {
+            try? await refresh(now: now)
+        }
+        if let kid = header.kid, !keyIds.contains(kid), canFetchForUnknownKey(now: now) {
+            unknownKeyFetchAt = now
+            try? await refresh(now: now)
+        }
+        guard let keys else { return .keysUnavailable }
+        // A token without a key id is taken only by a set of one key.
+        guard let kid = header.kid ?? (keyIds.count == 1 ? keyIds.first : nil), keyIds.contains(kid) else { return .invalid }
+        let id = JWKIdentifier(string: kid)
+        // The header's algorithm must be the key's own, so that a key is never used under another algorithm.
+        guard let key = try? await keys.getKey(for: id, alg: header.alg), key.name == header.alg,
+            let claims = try? await keys.verify(token, as: ProviderClaims.self)
+        else { return .invalid }
+        return identity(from: claims.values, now: now)
+    }
+
+    private func canFetchForUnknownKey(now: Date) -> Bool {
+        guard case .url = configuration.keys else { return false }
+        guard let last = [unknownKeyFetchAt, failedAt].compactMap({ $0 }).max() else { return true }
+        return elapsed(since: last, now: now) >= configuration.unknownKeyInterval
+    }
+
+    private func elapsed(since then: Date, now: Date) -> Duration {
+        .milliseconds(Int64(now.timeIntervalSince(then) * 1000))
+    }
+
+    /// Fetches the key set, one fetch at a time: callers that ask while one runs wait for it.
+    private func refresh(now: Date) async throws {
+        if let fetching { return try await fetching.value }
+        let task = Task { [fetch] in
+            let data = try await fetch()
+            let set = try JSONDecoder().decode(JWKS.self, from: data)
+            let collection = JWTKeyCollection()
+            var ids: Set<String> = []
+            for key in set.keys {
+                guard let kid = key.keyIdentifier?.string else { continue }
+                // A key the server cannot use (an unknown type or curve) is skipped, not fatal.
+                do {
+                    try await collection.add(jwk: key)
+                    ids.insert(kid)
+                } catch {
+                    continue
+                }
+            }
+            guard !ids.isEmpty else { throw IdentityProviderError("the key set has no usable key with a key id") }
+            self.install(collection, ids: ids, now: now)
+        }
+        fetching = task
+        defer { fetching = nil }
+        do {
+            try await task.value
+            failedAt = nil
+        } catch {
+            failedAt = now
+            logger.warning("the identity provider's keys could not be loaded", metadata: ["reason": "\(error)"])
+            throw error
+        }
+    }
+
+    private func install(_ collection: JWTKeyCollection, ids: Set<String>, now: Date) {
+        keys = collection
+        keyIds = ids
+        fetchedAt = now
+        fetches += 1
+    }
+
+    /// The claims as Outpost's identity, or `invalid`.
+    private func identity(from claims: [String: JSONValue], now: Date) -> TokenVerdict {
+        func date(_ name: String) -> Date? {
+            switch claims[name] {
+            case .integer(let seconds): return Date(timeIntervalSince1970: Double(seconds))
+            case .number(let seconds): return Date(timeIntervalSince1970: seconds)
+            default: return nil
+            }
+        }
+        guard claims["iss"]?.stringValue == configuration.issuer else { return .invalid }
+        switch claims["aud"] {
+        case .string(let audience) where audience == configuration.audience: break
+        case .array(let audiences) where audiences.contains(.string(configuration.audience)): break
+        default: return .invalid
+        }
+        guard let expires = date("exp"), rules.accepts(expires: expires, issuedAt: date("iat"), notBefore: date("nbf"), now: now)
+        else { return .invalid }
+        let tenant = configuration.tenant ?? Self.value(at: configuration.tenantClaim, in: claims)?.stringValue
+        let role = Self.value(at: configuration.roleClaim, in: claims).map(Self.role(in:)) ?? configuration.defaultRole
+        guard let tenant, Identifier.isValid(tenant), let user = Self.value(at: configuration.userClaim, in: claims)?.stringValue,
+            Identifier.isValid(user), let role
+        else { return .invalid }
+        let name = Self.value(at: configuration.nameClaim, in: claims)?.stringValue ?? user
+        return .valid(Identity(tenant: tenant, userId: user, role: role, name: name), expires: expires)
+    }
+
+    /// The role a claim names: a string, or the highest Outpost role in an array of role names (as Keycloak's
+    /// `realm_access.roles` and Entra ID's `roles` carry them, beside roles of other applications). A claim
+    /// that names no Outpost role gives none: the token is refused, not given the default.
+    static func role(in claim: JSONValue) -> Role? {
+        switch claim {
+        case .string(let name): return Role(rawValue: name)
+        case .array(let names): return names.compactMap { $0.stringValue.flatMap(Role.init(rawValue:)) }.max()
+        default: return nil
+        }
+    }
+
+    /// The value at a dotted path such as `app_metadata.tenant`; a claim whose own name has a dot is found whole first.
+    static func value(at path: String, in claims: [String: JSONValue]) -> JSONValue? {
+        if let whole = claims[path] { return whole }
+        var current: JSONValue = .object(claims)
+        for part in path.split(separator: ".") {
+            guard case .object(let members) = current, let next = members[String(part)] else { return nil }
+            current = next
+        }
+        return current
+    }
+
+    /// Reads a key set from its source.
+    static func read(_ keys: IdentityProviderConfiguration.Keys) async throws -> Data {
+        switch keys {
+        case .file(let path):
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw IdentityProviderError("cannot read the key set \(path)")
+            }
+            return data
+        case .url(let url):
+            var request = HTTPClientRequest(url: url.absoluteString)
+            request.headers.add(name: "Accept", value: "application/json")
+            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+            guard response.status == .ok else {
+                throw IdentityProviderError("the key set answered HTTP \(response.status.code)")
+            }
+            return Data(buffer: try await response.body.collect(upTo: maxKeySetBytes))
+        }
+    }
+}
+
+/// The identity provider's keys could not be read.
+struct IdentityProviderError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A provider's token payload, every claim kept: which ones matter is configuration.
+struct ProviderClaims: JWTPayload {
+    var values: [String: JSONValue]
+
+    init(from decoder: any Decoder) throws {
+        values = try decoder.singleValueContainer().decode([String: JSONValue].self)
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(values)
+    }
+
+    // Times, issuer and audience are checked against the configuration and the injected clock after.
+    func verify(using algorithm: some JWTAlgorithm) async throws {}
+}

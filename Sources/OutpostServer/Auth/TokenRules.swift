@@ -1,0 +1,51 @@
+import Foundation
+import OutpostProtocol
+
+/// The rules of time and form every bearer token meets, whoever signed it.
+public struct TokenRules: Sendable, Hashable {
+    /// How far an issuer's clock may run ahead of the server's, for `iat` and `nbf`.
+    public var leeway: Duration
+    /// The longest lifetime accepted: `exp` less `iat` (less now when there is no `iat`).
+    public var maxLifetime: Duration
+
+    public init(leeway: Duration = .seconds(60), maxLifetime: Duration = .seconds(30 * 24 * 3600)) {
+        self.leeway = leeway
+        self.maxLifetime = maxLifetime
+    }
+
+    /// Whether a token with these times is valid at `now`: not expired, not issued or valid only from later than
+    /// the leeway allows, and not longer-lived than ``maxLifetime``.
+    func accepts(expires: Date, issuedAt: Date?, notBefore: Date?, now: Date) -> Bool {
+        let leeway = Double(self.leeway.components.seconds)
+        guard expires > now else { return false }
+        if let issuedAt, issuedAt.timeIntervalSince(now) > leeway { return false }
+        if let notBefore, notBefore.timeIntervalSince(now) > leeway { return false }
+        let start = min(issuedAt ?? now, now)
+        return expires.timeIntervalSince(start) <= Double(maxLifetime.components.seconds)
+    }
+}
+
+/// A JWT's header, read before its signature is checked: which key (`kid`) and which algorithm (`alg`) it
+/// names. Nothing in it is trusted until the signature by that key, under that algorithm, verifies.
+struct TokenHeader: Decodable {
+    var alg: String
+    var kid: String?
+
+    /// The header of a compact JWT, or nil when it is not one.
+    init?(token: String) {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let data = Data(base64URL: parts[0]),
+            let header = try? JSONDecoder().decode(TokenHeader.self, from: data)
+        else { return nil }
+        self = header
+    }
+}
+
+extension Data {
+    /// Base64url without padding, as JWTs carry it.
+    init?(base64URL text: Substring) {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        self.init(base64Encoded: base64)
+    }
+}
