@@ -157,6 +157,8 @@ struct IdentityProviderTests {
             let response = try await Self.push(client, token: try await Provider.token(key, Provider.claims(now: Fixtures.serverNow.date)), record: "a")
             #expect(response.status == .serviceUnavailable)
             #expect(response.wireError?.code == .serviceUnavailable)
+            #expect(response.wireError?.message == "the identity provider's keys cannot be fetched; retry later")
+            #expect(response.headers[.retryAfter] == "5")
         }
     }
 

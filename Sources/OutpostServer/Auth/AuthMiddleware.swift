@@ -23,7 +23,7 @@ struct AuthMiddleware: RouterMiddleware {
         switch try await secrets.bearer(bearer.token, now: now()) {
         case .valid(let proven, _): identity = proven
         case .invalid: throw OutpostHTTPError.unauthorized(.invalidToken, "the token is invalid or expired")
-        case .keysUnavailable: throw OutpostHTTPError.unavailable
+        case .keysUnavailable: throw OutpostHTTPError.keysUnavailable
         }
         var context = context
         context.identity = identity

@@ -39,6 +39,11 @@ public struct OutpostHTTPError: Error, HTTPResponseError, Sendable, CustomString
     static let unavailable = Self(
         .serviceUnavailable, .serviceUnavailable, "storage is unavailable; retry later", headers: [.retryAfter: "5"])
 
+    /// The identity provider's keys could not be fetched: a token of it cannot be judged yet.
+    static let keysUnavailable = Self(
+        .serviceUnavailable, .serviceUnavailable, "the identity provider's keys cannot be fetched; retry later",
+        headers: [.retryAfter: "5"])
+
     /// Too many requests already wait for their turn, or this one waited its longest (see ``AdmissionGate``),
     /// or other writers held what it needed for longer than the database waits.
     static let busy = Self(

@@ -76,7 +76,7 @@ struct AdminController<Storage: SyncStorage> {
         switch try await secrets.bearer(token.trimmingCharacters(in: .whitespacesAndNewlines), now: date) {
         case .valid(let proven, let until): (identity, expires) = (proven, until)
         case .invalid: return Self.html(try templates().signIn(error: "That token is invalid or expired."), status: .unauthorized)
-        case .keysUnavailable: throw OutpostHTTPError.unavailable
+        case .keysUnavailable: throw OutpostHTTPError.keysUnavailable
         }
         guard identity.role >= .organizer else {
             return Self.html(
