@@ -268,3 +268,19 @@ public struct DeviceRelease: Sendable, Hashable, Codable {
         self.released = released
     }
 }
+
+/// `POST /v1/sign-in-codes`: a sign-in link for the monitor, for the organizer whose token asked. The code
+/// is used once, within minutes; the session it starts ends no later than that token.
+public struct SignInCode: Sendable, Hashable, Codable {
+    public var code: String
+    /// `/admin/session?code=…`: the link, relative to the server.
+    public var path: String
+    /// When the code stops working if unused.
+    public var expiresAt: Timestamp
+
+    public init(code: String, path: String, expiresAt: Timestamp) {
+        self.code = code
+        self.path = path
+        self.expiresAt = expiresAt
+    }
+}

@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 import OutpostProtocol
 
@@ -6,6 +7,8 @@ public struct OutpostRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     /// Set by the auth middleware on every `/v1` route.
     public var identity: Identity?
+    /// When the bearer token of ``identity`` expires.
+    public var tokenExpires: Date?
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)

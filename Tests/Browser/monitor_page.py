@@ -5,7 +5,10 @@ this script prints "STEP <name>" when it needs the server's clock moved, and wai
 Any failed check exits non-zero with the reason on stderr.
 """
 import argparse
+import html
+import http.server
 import sys
+import threading
 import time
 
 from selenium import webdriver
@@ -91,11 +94,43 @@ def settled(action, attempts=5):
                 raise
 
 
+def another_site(pages):
+    """Serves pages (path -> HTML) at http://localhost:PORT: another site than the monitor's 127.0.0.1."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = pages.get(self.path, "").encode()
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *arguments):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://localhost:{server.server_address[1]}"
+
+
+def auto_submit(action, fields):
+    inputs = "".join(f'<input type="hidden" name="{name}" value="{html.escape(value)}">' for name, value in fields.items())
+    return (f'<!doctype html><form method="post" action="{html.escape(action)}">{inputs}</form>'
+            '<script>document.forms[0].submit()</script>')
+
+
+def signed_in(driver, url):
+    driver.get(url + "/admin/monitor?event=gala&refresh=1")
+    return bool(by_testid(driver, "sync-monitor-page"))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
     parser.add_argument("--organizer", required=True)
     parser.add_argument("--staff", required=True)
+    parser.add_argument("--other-organizer", required=True, help="another tenant's organizer token")
+    parser.add_argument("--other-link", required=True, help="a sign-in link of another tenant's organizer")
     args = parser.parse_args()
 
     options = webdriver.ChromeOptions()
@@ -122,6 +157,19 @@ def run(driver, args):
     # Without a session the page sends the organizer to sign in.
     driver.get(url + "/admin/monitor")
     check(by_testid(driver, "sync-monitor-sign-in"), "the monitor did not ask to sign in")
+
+    # Login CSRF: a page on another site cannot sign this browser in as someone else, by form or by link.
+    site = another_site({
+        "/login-form": auto_submit(url + "/admin/session", {"token": args.other_organizer, "csrf": "guessed"}),
+        "/login-link": f'<!doctype html><script>location.href = {args.other_link!r}</script>',
+        "/logout": auto_submit(url + "/admin/sign-out", {"csrf": "guessed"}),
+    })
+    driver.get(site + "/login-form")
+    wait_for(lambda: driver.current_url.startswith(url), "the other site's form did not post")
+    check(not signed_in(driver, url), "a form on another site signed the browser in")
+    driver.get(site + "/login-link")
+    wait_for(lambda: by_testid(driver, "sync-monitor-confirm"), "a sign-in link did not ask before signing in")
+    check(not signed_in(driver, url), "a sign-in link opened by another site signed the browser in")
     sign_in(driver, url, "not-a-token")
     check("invalid or expired" in driver.page_source, "a bad token was not refused")
     sign_in(driver, url, args.staff)
@@ -136,6 +184,11 @@ def run(driver, args):
     check(session.get("httpOnly") and session.get("secure") and session.get("sameSite") == "Strict",
           f"the session cookie is not Secure/HttpOnly/SameSite=Strict: {session}")
     check("outpost_session" not in driver.execute_script("return document.cookie"), "scripts can read the session")
+
+    # Logout CSRF: a page on another site cannot sign the organizer out.
+    driver.get(site + "/logout")
+    wait_for(lambda: driver.current_url.startswith(url), "the other site's sign-out form did not post")
+    check(signed_in(driver, url), "a form on another site signed the organizer out")
 
     driver.get(url + "/admin/monitor?event=gala&refresh=1")
     rows = by_testid(driver, "sync-monitor-device-row")

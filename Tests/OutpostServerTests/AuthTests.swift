@@ -164,43 +164,6 @@ struct AuthTests {
         }
     }
 
-    @Test("a monitor session never outlives the token it started from, so a leaked one cannot be renewed for ever")
-    func sessionLifetime() async throws {
-        let clock = ManualNow(Fixtures.serverNow.date)
-        try await withServer(.sqlite, now: { clock.date }) { client, _ in
-            // The session cookie's token and its Max-Age, from a sign-in link.
-            func signIn(_ token: String) async throws -> (status: HTTPResponse.Status, token: String?, maxAge: Int?) {
-                let response = try await client.executeRequest(
-                    uri: "/admin/session?token=\(token)", method: .get, headers: [:], body: nil)
-                let cookie = response.headers[.setCookie] ?? ""
-                let parts = cookie.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
-                let value = parts.first { $0.hasPrefix("outpost_session=") }.map { String($0.dropFirst(16)) }
-                let maxAge = parts.first { $0.hasPrefix("Max-Age=") }.flatMap { Int($0.dropFirst(8)) }
-                return (response.status, value, maxAge)
-            }
-            let organizer = try await Fixtures.token(user: "olga", role: .organizer, lifetime: .seconds(24 * 3600))
-            let first = try await signIn(organizer)
-            #expect(first.status == .seeOther || first.status == .found)
-            #expect(first.maxAge == 8 * 3600)
-            let session = try #require(first.token)
-
-            // Seven hours on, the session's own token signs in for the hour it has left, not eight more.
-            clock.advance(seconds: 7 * 3600)
-            let again = try await signIn(session)
-            #expect(again.maxAge == 3600)
-            clock.advance(seconds: 3601)
-            #expect(try await signIn(try #require(again.token)).status == .unauthorized)
-            // The organizer's own token still starts a full session.
-            #expect(try await signIn(organizer).maxAge == 8 * 3600)
-
-            // A token that expires within the hour starts a session of that hour.
-            let short = try await TokenAuthority(secret: Fixtures.secret).token(
-                for: Identity(tenant: "acme", userId: "olga", role: .organizer, name: "Olga"), lifetime: .seconds(1800),
-                now: clock.date)
-            #expect(try await signIn(short).maxAge == 1800)
-        }
-    }
-
     @Test("the TokenAuthority refuses secrets shorter than 32 bytes")
     func shortSecret() async {
         await #expect(throws: TokenAuthority.Error.self) {

@@ -14,7 +14,7 @@ struct DemoTests {
             "The venue network fails", "150 check-ins pending", "force-quit and relaunched",
             "150 of 150 pending check-ins still there", "chunk 3, 150/150 delivered", "Registration cancelled — refer to organizer",
             "1 record refused by the server", "the server's check-ins equal the devices' (509), each guest exactly once",
-            "/admin/monitor?event=gala", "/admin/session?token=", "The day balanced.",
+            "/admin/monitor?event=gala", "/admin/session?code=", "The day balanced.",
         ] {
             #expect(run.stdout.contains(act), "missing: \(act)")
         }

@@ -29,14 +29,24 @@ struct FuzzTests {
             for: Identity(tenant: "acme", userId: "fuzzer", role: role, name: "Fuzzer"), lifetime: .seconds(3600),
             now: Date())
 
-        // The session cookie carries the same token, so the monitor pages are exercised too. A new seed every
-        // run, so that runs explore; it is printed, and OUTPOST_FUZZ_SEED=N replays it.
+        // An organizer's monitor session, signed in as the form does, so the monitor pages are exercised too.
+        var session: [String] = []
+        if role == .organizer {
+            let signIn = try await Tool.run(
+                "curl", ["-s", "-o", "/dev/null", "-D", "-", "-H", "Origin: http://127.0.0.1:\(port)", "-b", "outpost_csrf=fuzz",
+                         "-d", "csrf=fuzz&token=\(token)", "http://127.0.0.1:\(port)/admin/session"], in: root)
+            let cookie = try #require(
+                signIn.output.split(separator: "\r\n").first { $0.lowercased().hasPrefix("set-cookie: outpost_session=") }?
+                    .dropFirst("set-cookie: ".count).split(separator: ";").first)
+            session = ["-H", "Cookie: \(cookie)"]
+        }
+        // A new seed every run, so that runs explore; it is printed, and OUTPOST_FUZZ_SEED=N replays it.
         let seed = ProcessInfo.processInfo.environment["OUTPOST_FUZZ_SEED"].flatMap(UInt32.init) ?? UInt32.random(in: 1...UInt32.max)
         print("schemathesis as \(role.rawValue): seed \(seed) (replay: OUTPOST_FUZZ_SEED=\(seed) swift test --filter FuzzTests)")
         let run = try await Tool.run(
             "schemathesis",
             ["--config-file", Self.configuration.path, "--no-color", "run", "http://127.0.0.1:\(port)/openapi.yaml",
-             "-H", "Authorization: Bearer \(token)", "-H", "Cookie: outpost_session=\(token)",
+             "-H", "Authorization: Bearer \(token)"] + session + [
              "--max-examples", "40", "--seed", String(seed),
              "--report", "junit", "--report-dir", root.appendingPathComponent("report").path],
             in: root)

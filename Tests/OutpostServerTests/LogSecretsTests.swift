@@ -1,4 +1,5 @@
 import Foundation
+import OutpostProtocol
 import Testing
 
 /// A full day through a real `outpost serve` process, every app and route a person touches, then a scan
@@ -33,11 +34,17 @@ struct LogSecretsTests {
         #expect(try await door(["device", "put", "notes", "note-1", "text=payload-secret-4471"]).status == 0)
         #expect(try await door(["device", "sync"]).status == 0)
 
-        // The monitor, through its sign-in link (a token in the address) and its cookie, and bad tokens.
-        let link = try await Tool.run(
-            "curl", ["-s", "-o", "/dev/null", "-c", session.root.appendingPathComponent("cookies").path,
-                     session.url + "/admin/session?token=\(organizerToken)"])
-        #expect(link.status == 0)
+        // The monitor, through a sign-in link (a code in the address), its form and its cookie, and bad tokens.
+        let jar = session.root.appendingPathComponent("cookies").path
+        let issued = try await Tool.run(
+            "curl", ["-s", "-X", "POST", "-H", "Authorization: Bearer \(organizerToken)", session.url + "/v1/sign-in-codes"])
+        let code = try JSONDecoder().decode(SignInCode.self, from: Data(issued.output.utf8))
+        let question = try await Tool.run("curl", ["-s", "-c", jar, session.url + code.path])
+        let csrf = try #require(question.output.range(of: #"name="csrf" value=""#).map { question.output[$0.upperBound...].prefix { $0 != "\"" } })
+        let signedIn = try await Tool.run(
+            "curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", "-b", jar, "-c", jar, "-H", "Origin: \(session.url)",
+                     "-d", "csrf=\(csrf)&code=\(code.code)", session.url + "/admin/session"])
+        #expect(signedIn.output == "303")
         let page = try await Tool.run(
             "curl", ["-s", "-b", session.root.appendingPathComponent("cookies").path, session.url + "/admin/monitor?event=gala"])
         #expect(page.output.contains("Anastasia"))
@@ -57,7 +64,7 @@ struct LogSecretsTests {
             staffToken, organizerToken, forged, String(organizerToken.split(separator: ".").last ?? ""),
             "Zelda", "Quixotesecret", "zelda.quixote@example.org", "Anastasia", "anastasia",
             "48.858844", "2.294351", "confided-about-xylophone", "build-nebula-quartz", "harbour-quay-9",
-            "payload-secret-4471", "payload-in-bad-request-8812", "door-7f3k", "token=",
+            "payload-secret-4471", "payload-in-bad-request-8812", "door-7f3k", "token=", code.code, String(csrf), "code=",
         ]
         for secret in secrets {
             #expect(!logs.contains(secret), "the server's log holds '\(secret)'")

@@ -16,7 +16,7 @@ struct MonitorBrowserTests {
             .appendingPathComponent("Browser/monitor_page.py").path
     }
 
-    @Test("sign-in, rows, pills at 10 and 30 minutes without a reload, the empty state, escaping, contrast, phone width",
+    @Test("sign-in, login and logout CSRF from another site refused, rows, pills at 10 and 30 minutes without a reload, the empty state, escaping, contrast, phone width",
           .timeLimit(.minutes(3)))
     func monitorPage() async throws {
         let clock = ManualNow(Fixtures.serverNow.date)
@@ -40,8 +40,15 @@ struct MonitorBrowserTests {
                 collection: "notes", recordId: "n-lost", firstAttempt: Fixtures.time(-26 * 3600), lastError: "The server could not be reached")
             #expect(try await client.post("/v1/sync-failures", SyncFailureReport(deviceId: "phone-b", failures: [failure]), token: ben).status == .ok)
 
+            // Another tenant's organizer, whose token and sign-in link another site tries to sign this browser in with.
+            let other = try await Fixtures.token(tenant: "globex", user: "gil", role: .organizer, name: "Gil")
+            let code = try JSONDecoder().decode(SignInCode.self, from: try await client.send(.post, "/v1/sign-in-codes", token: other).body)
+            let base = "http://127.0.0.1:\(port)"
             let browser = try BrowserScript(
-                arguments: [Self.script, "--url", "http://127.0.0.1:\(port)", "--organizer", organizer, "--staff", ana])
+                arguments: [
+                    Self.script, "--url", base, "--organizer", organizer, "--staff", ana, "--other-organizer", other,
+                    "--other-link", base + code.path,
+                ])
             try await browser.expect("STEP stale")
             clock.advance(seconds: 10 * 60 + 30)
             browser.proceed()

@@ -100,6 +100,11 @@ public struct HTTPSyncTransport: SyncTransport {
         try await send(.POST, path: "/v1/heartbeats", query: [], body: try JSONEncoder().encode(heartbeat))
     }
 
+    /// A single-use sign-in link to the sync monitor, for an organizer's token.
+    public func signInCode() async throws -> SignInCode {
+        try await send(.POST, path: "/v1/sign-in-codes", query: [], body: nil)
+    }
+
     public func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
         try await send(.POST, path: "/v1/sync-failures", query: [], body: try JSONEncoder().encode(report))
     }

@@ -20,13 +20,15 @@ struct AuthMiddleware: RouterMiddleware {
             throw OutpostHTTPError.unauthorized(.invalidToken, "the Authorization header must be 'Bearer <token>'")
         }
         let identity: Identity
+        let expires: Date
         switch try await secrets.bearer(bearer.token, now: now()) {
-        case .valid(let proven, _): identity = proven
+        case .valid(let proven, let until): (identity, expires) = (proven, until)
         case .invalid: throw OutpostHTTPError.unauthorized(.invalidToken, "the token is invalid or expired")
         case .keysUnavailable: throw OutpostHTTPError.keysUnavailable
         }
         var context = context
         context.identity = identity
+        context.tokenExpires = expires
         return try await next(request, context)
     }
 }

@@ -30,24 +30,41 @@ package struct MonitorPages: Sendable {
         ]
     }
 
-    func page(_ monitor: MonitorResponse, refresh: Duration) -> String {
-        library.render(View(monitor, refresh: refresh), withTemplate: "monitor") ?? ""
+    /// The whole page; `csrf` goes into its sign-out form.
+    func page(_ monitor: MonitorResponse, refresh: Duration, csrf: String = "") -> String {
+        var view = View(monitor, refresh: refresh)
+        view.csrf = csrf
+        return library.render(view, withTemplate: "monitor") ?? ""
     }
 
     func body(_ monitor: MonitorResponse, refresh: Duration) -> String {
         library.render(View(monitor, refresh: refresh), withTemplate: "monitor-body") ?? ""
     }
 
-    func signIn(error: String?) -> String {
-        library.render(SignInView(error: error), withTemplate: "sign-in") ?? ""
+    /// The sign-in form, or with `confirm` the question a sign-in link asks before it signs in.
+    func signIn(error: String?, csrf: String, confirm: Confirm? = nil) -> String {
+        library.render(SignInView(error: error, csrf: csrf, confirm: confirm), withTemplate: "sign-in") ?? ""
     }
 
     struct SignInView {
         var error: String?
+        /// The form's CSRF token, the same as the `outpost_csrf` cookie set with the page.
+        var csrf: String
+        var confirm: Confirm?
+    }
+
+    /// Whom a sign-in link's code signs in as.
+    struct Confirm {
+        var code: String
+        var tenant: String
+        var name: String
+        var role: String
     }
 
     /// What the templates read: stored properties only (Mustache reads them by reflection).
     struct View {
+        /// The sign-out form's CSRF token: the session's.
+        var csrf = ""
         var event: String?
         /// The shown event's name, or its id when it has none.
         var eventName: String?

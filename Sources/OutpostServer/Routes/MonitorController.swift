@@ -19,6 +19,26 @@ struct MonitorController<Storage: SyncStorage> {
         group.post("sync-failures", use: syncFailures)
         group.get("monitor", use: monitor)
         group.delete("devices/:deviceId/owner", use: releaseDevice)
+        group.post("sign-in-codes", use: signInCode)
+    }
+
+    /// `POST /v1/sign-in-codes`: a single-use link to the monitor for the organizer who asks, valid minutes.
+    @Sendable func signInCode(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        guard identity.role >= .organizer else { throw OutpostHTTPError.forbidden("the sync monitor needs an organizer token") }
+        let date = now()
+        let code = AdminSecret.make()
+        let expires = date.milliseconds + AdminController<Storage>.codeLifetime.milliseconds
+        let sessionEnd = min(
+            (context.tokenExpires ?? date).milliseconds, date.milliseconds + AdminController<Storage>.sessionLifetime.milliseconds)
+        try await storage.storeGrant(
+            AdminGrant(
+                kind: .code, hash: AdminSecret.hash(code), identity: identity, csrf: "", expiresAt: min(expires, sessionEnd),
+                sessionExpiresAt: sessionEnd),
+            now: date.milliseconds)
+        let answer = SignInCode(
+            code: code, path: "/admin/session?code=\(code)", expiresAt: Timestamp(millisecondsSince1970: min(expires, sessionEnd)))
+        return try Response.json(answer, status: .created)
     }
 
     @Sendable func heartbeat(_ request: Request, context: OutpostRequestContext) async throws -> Response {

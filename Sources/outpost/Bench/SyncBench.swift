@@ -266,16 +266,24 @@ struct SyncBench {
         return body.readableBytes
     }
 
-    /// Signs in through the sign-in link, without following its redirect, and returns the session cookie.
+    /// Signs in as the sign-in form does (its Origin, its CSRF token in field and cookie), without following
+    /// its redirect, and returns the session cookie.
     private func sessionCookie(base: URL, token: String, client: HTTPClient) async throws -> String {
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow
         let signIn = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
         defer { _ = signIn.shutdown() }
-        let request = HTTPClientRequest(url: base.absoluteString + "/admin/session?token=\(token)")
+        var request = HTTPClientRequest(url: base.absoluteString + "/admin/session")
+        request.method = .POST
+        request.headers.add(name: "Origin", value: base.absoluteString)
+        request.headers.add(name: "Cookie", value: "outpost_csrf=bench")
+        request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
+        request.body = .bytes(ByteBuffer(string: "csrf=bench&token=\(token)"))
         let response = try await signIn.execute(request, timeout: .seconds(30))
-        guard let header = response.headers["Set-Cookie"].first, let pair = header.split(separator: ";").first else {
-            throw CLIError("the sign-in link set no cookie")
+        guard let header = response.headers["Set-Cookie"].first(where: { $0.hasPrefix("outpost_session=") }),
+            let pair = header.split(separator: ";").first
+        else {
+            throw CLIError("signing in set no session cookie")
         }
         return String(pair)
     }

@@ -67,19 +67,19 @@ struct Demo: AsyncParsableCommand {
         }
         let organizerToken = try await token("olga", "Olga (organizer)", .organizer)
 
-        let balanced = try await withDeviceHTTPClient { client in
-            let story = Story(
-                base: base, client: client, root: root, narrator: narrator,
-                organizer: HTTPSyncTransport(baseURL: base, token: organizerToken, client: client), storage: storage)
-            return try await story.tell(tokens: [
+        let (balanced, signIn) = try await withDeviceHTTPClient { client in
+            let organizer = HTTPSyncTransport(baseURL: base, token: organizerToken, client: client)
+            let story = Story(base: base, client: client, root: root, narrator: narrator, organizer: organizer, storage: storage)
+            let balanced = try await story.tell(tokens: [
                 try await token("sam", "Sam Door", .staff), try await token("kim", "Kim Hall", .staff),
                 try await token("lee", "Lee Terrace", .staff),
             ])
+            return (balanced, try await organizer.signInCode())
         }
 
         say("")
         say("Sync monitor:  \(base.absoluteString)/admin/monitor?event=\(Self.event)")
-        say("Sign in:       \(base.absoluteString)/admin/session?token=\(organizerToken)")
+        say("Sign in:       \(base.absoluteString)\(signIn.path)  (once, within 5 minutes)")
         if keep { say("Data kept in:  \(root.path)") }
         if noServe {
             await group.triggerGracefulShutdown()

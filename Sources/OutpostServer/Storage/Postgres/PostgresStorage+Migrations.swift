@@ -180,5 +180,25 @@ extension PostgresStorage {
                 )
                 """,
             ]),
+        Migration(
+            version: "v6-admin-grants",
+            statements: [
+                // The monitor's sessions and sign-in codes, by the SHA-256 of their secret.
+                """
+                CREATE TABLE admin_grants (
+                  kind TEXT NOT NULL,
+                  hash TEXT NOT NULL,
+                  tenant TEXT NOT NULL,
+                  user_id TEXT NOT NULL,
+                  role TEXT NOT NULL,
+                  name TEXT NOT NULL,
+                  csrf TEXT NOT NULL,
+                  expires_at BIGINT NOT NULL,
+                  session_expires_at BIGINT NOT NULL,
+                  PRIMARY KEY (kind, hash)
+                )
+                """,
+                "CREATE INDEX admin_grants_by_expiry ON admin_grants (expires_at)",
+            ]),
     ]
 }

@@ -156,6 +156,25 @@ extension SQLiteStorage {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v4-admin-grants") { db in
+            try db.execute(
+                sql: """
+                    -- The monitor's sessions and sign-in codes, by the SHA-256 of their secret.
+                    CREATE TABLE admin_grants (
+                      kind TEXT NOT NULL,
+                      hash TEXT NOT NULL,
+                      tenant TEXT NOT NULL,
+                      user_id TEXT NOT NULL,
+                      role TEXT NOT NULL,
+                      name TEXT NOT NULL,
+                      csrf TEXT NOT NULL,
+                      expires_at INTEGER NOT NULL,
+                      session_expires_at INTEGER NOT NULL,
+                      PRIMARY KEY (kind, hash)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX admin_grants_by_expiry ON admin_grants (expires_at);
+                    """)
+        }
         return migrator
     }
 }
