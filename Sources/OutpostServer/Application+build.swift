@@ -1,5 +1,8 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
+import HummingbirdHTTP2
+import NIOCore
 import Logging
 import OutpostProtocol
 
@@ -17,13 +20,22 @@ package func buildApplication<Storage: SyncStorage>(
     metrics: ServerMetrics = ServerMetrics(),
     logger: Logger,
     onListening: @escaping @Sendable (Int) async -> Void = { _ in }
-) -> some ApplicationProtocol {
+) throws -> some ApplicationProtocol {
     let secrets = ServerSecrets(configuration: configuration, logger: logger)
     let router = buildRouter(
         configuration: configuration, storage: storage, secrets: secrets, metrics: metrics, now: now)
+    let idle = TimeAmount.nanoseconds(Int64(configuration.idleTimeout / .nanoseconds(1)))
+    let server: HTTPServerBuilder =
+        if let tls = configuration.tls {
+            try .http2Upgrade(
+                tlsConfiguration: tls,
+                configuration: .init(idleTimeout: configuration.idleTimeout, streamConfiguration: .init(idleTimeout: idle)))
+        } else {
+            .http1(configuration: .init(idleTimeout: idle))
+        }
     var app = Application(
         router: router,
-        server: .http1(configuration: .init(idleTimeout: .nanoseconds(Int64(configuration.idleTimeout / .nanoseconds(1))))),
+        server: server,
         configuration: .init(
             address: .hostname(configuration.host, port: configuration.port), serverName: "outpost"),
         services: [storage],

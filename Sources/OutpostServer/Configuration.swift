@@ -1,4 +1,5 @@
 import Foundation
+import HummingbirdHTTP2
 import OutpostProtocol
 
 /// Everything an Outpost server needs to know at start-up. Read by the CLI; the library never reads the environment.
@@ -30,6 +31,8 @@ public struct ServerConfiguration: Sendable {
     public var identityProvider: IdentityProviderConfiguration?
     /// Leeway and longest lifetime of every bearer token.
     public var tokenRules: TokenRules
+    /// When set, the server speaks HTTPS only, HTTP/2 and HTTP/1.1 chosen by ALPN.
+    public var tls: TLSConfiguration?
     public var collections: CollectionRegistry
     /// Whether persistent sync failures reported by devices are recorded, logged and counted. Off lets an
     /// operator roll escalation out gradually: reports are then acknowledged and dropped.

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
+import HummingbirdHTTP2
 import Logging
+import NIOSSL
 import OutpostServer
 import ServiceLifecycle
 
@@ -49,6 +51,14 @@ struct Serve: AsyncParsableCommand {
             valueName: "file"))
     var collectionsFile: String?
 
+    @Option(
+        name: .customLong("tls-cert"),
+        help: ArgumentHelp("A PEM certificate chain: serve HTTPS (HTTP/2 and HTTP/1.1) instead of plain HTTP; needs --tls-key.", valueName: "file"))
+    var tlsCertificate: String?
+
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp("The PEM private key of --tls-cert.", valueName: "file"))
+    var tlsKey: String?
+
     @Flag(
         name: .customLong("no-escalation"),
         help: "Acknowledge persistent-failure reports without recording them (default $OUTPOST_ESCALATION, else on).")
@@ -62,6 +72,26 @@ struct Serve: AsyncParsableCommand {
         guard (1...3600).contains(bodyTimeout) else { throw ValidationError("--body-timeout must be from 1 to 3600 seconds") }
         guard !host.isEmpty else { throw ValidationError("--host must not be empty") }
         _ = try identity.provider()
+        guard (tlsCertificate == nil) == (tlsKey == nil) else { throw ValidationError("give --tls-cert and --tls-key together") }
+    }
+
+    /// The TLS configuration of --tls-cert and --tls-key, or nil for plain HTTP.
+    func tls() throws -> TLSConfiguration? {
+        guard let tlsCertificate, let tlsKey else { return nil }
+        let chain: [NIOSSLCertificate]
+        do {
+            chain = try NIOSSLCertificate.fromPEMFile(tlsCertificate)
+        } catch {
+            throw CLIError("--tls-cert: \(tlsCertificate) holds no readable PEM certificate")
+        }
+        guard !chain.isEmpty else { throw CLIError("--tls-cert: \(tlsCertificate) holds no PEM certificate") }
+        let key: NIOSSLPrivateKey
+        do {
+            key = try NIOSSLPrivateKey(file: tlsKey, format: .pem)
+        } catch {
+            throw CLIError("--tls-key: \(tlsKey) holds no readable PEM private key")
+        }
+        return TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
     }
 
     func run() async throws {
@@ -76,6 +106,8 @@ struct Serve: AsyncParsableCommand {
         configuration.jwtSecret = try StorageOptions.environmentSecret()
         configuration.tokenRules = identity.rules
         configuration.identityProvider = try identity.provider()
+        configuration.tls = try tls()
+        let scheme = configuration.tls == nil ? "http" : "https"
         if let collectionsFile {
             do {
                 configuration.collections = try CollectionRegistry.standard(adding: URL(fileURLWithPath: collectionsFile))
@@ -86,12 +118,12 @@ struct Serve: AsyncParsableCommand {
         let storage = try storageOptions.openStorage(logger: logger)
         let summary = storage.summary
         let host = self.host
-        let app = buildApplication(
+        let app = try buildApplication(
             configuration: configuration, storage: storage, logger: logger,
             onListening: { port in
                 // Scripts wait for this line: flush it, stdout is block-buffered in a pipe.
                 FileHandle.standardOutput.write(
-                    Data("outpost: listening on http://\(host):\(port) (storage: \(summary))\n".utf8))
+                    Data("outpost: listening on \(scheme)://\(host):\(port) (storage: \(summary))\n".utf8))
             })
         let group = ServiceGroup(
             configuration: .init(

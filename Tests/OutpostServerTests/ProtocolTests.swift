@@ -55,7 +55,7 @@ struct ProtocolTests {
                 at: Double($0), collection: "guests")
         }
         func app() throws -> some ApplicationProtocol {
-            buildApplication(
+            try buildApplication(
                 configuration: configuration, storage: try SQLiteStorage(directory: directory),
                 now: { Fixtures.serverNow.date }, logger: Fixtures.quietLogger)
         }

@@ -43,7 +43,7 @@ struct Demo: AsyncParsableCommand {
         let (ports, listening) = AsyncStream.makeStream(of: Int.self)
         var configuration = ServerConfiguration(host: "127.0.0.1", port: port)
         configuration.escalationEnabled = true
-        let app = buildApplication(
+        let app = try buildApplication(
             configuration: configuration, storage: storage, logger: Logger(label: "outpost-demo"),
             onListening: { listening.yield($0) })
         let group = ServiceGroup(

@@ -38,7 +38,7 @@ private func run<Storage: SyncStorage>(
     _ now: @escaping @Sendable () -> Date, _ metrics: ServerMetrics,
     _ body: @escaping @Sendable (any TestClientProtocol, any SyncStorage) async throws -> Void
 ) async throws {
-    let app = buildApplication(
+    let app = try buildApplication(
         configuration: configuration, storage: storage, now: now, metrics: metrics, logger: Fixtures.quietLogger)
     try await app.test(setup) { client in try await body(client, storage) }
 }
