@@ -5,6 +5,8 @@ extension JSONReader {
     /// are, such as the fields of a roster page, which are sealed as received.
     mutating func checkValue() throws(JSONSyntaxError) {
         guard index < bytes.count else { throw error("unexpected end") }
+        values += 1
+        if values > maxValues { throw error("more than \(maxValues) values") }
         switch bytes[index] {
         case UInt8(ascii: "\""): try checkString()
         case UInt8(ascii: "{"), UInt8(ascii: "["):

@@ -5,6 +5,9 @@ struct JSONReader {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
     var depth = 0
+    /// Values stepped over by ``checkValue()``, and the most it steps over before it refuses the document.
+    var values = 0
+    var maxValues = Int.max
 
     static func document(_ bytes: UnsafeBufferPointer<UInt8>) throws(JSONSyntaxError) -> JSONValue {
         var reader = JSONReader(bytes: bytes)

@@ -111,6 +111,114 @@ extension JSONValue {
     }
 }
 
+/// What a look over a JSON object's bytes found, before any of it is built: see ``JSONValue/survey(_:members:maxValues:)``.
+public struct JSONSurvey: Sendable, Hashable {
+    /// The element count of each top-level member that is an array.
+    public var arrayCounts: [String: Int] = [:]
+    /// Every value in the document, the object itself included.
+    public var values = 0
+}
+
+/// Why ``JSONValue/survey(_:members:maxValues:)`` refused a document.
+public enum JSONSurveyError: Error, Sendable, Hashable {
+    /// Not JSON, or not an object.
+    case syntax(JSONSyntaxError)
+    /// A top-level member the document may not have, by name.
+    case unknownMember(String)
+    /// More values than allowed.
+    case tooManyValues(Int)
+}
+
+extension JSONValue {
+    /// Steps over a JSON object document without building it, counting its values and the elements of its
+    /// top-level arrays, and refusing a top-level member outside `members` or more than `maxValues` values:
+    /// a body of junk is refused for the cost of reading its bytes once, before a tree of it is built.
+    public static func survey(_ bytes: some Collection<UInt8>, members: Set<String>, maxValues: Int) throws(JSONSurveyError) -> JSONSurvey {
+        let read: (UnsafeBufferPointer<UInt8>) -> Result<JSONSurvey, JSONSurveyError> = { buffer in
+            var reader = JSONReader(bytes: buffer)
+            reader.maxValues = maxValues
+            var survey = JSONSurvey()
+            do throws(JSONSyntaxError) {
+                reader.skipWhitespace()
+                guard reader.index < buffer.count, buffer[reader.index] == UInt8(ascii: "{") else { throw reader.error("expected an object") }
+                reader.index += 1
+                reader.values = 1
+                reader.skipWhitespace()
+                if reader.index < buffer.count, buffer[reader.index] == UInt8(ascii: "}") {
+                    reader.index += 1
+                } else {
+                    while true {
+                        reader.skipWhitespace()
+                        guard reader.index < buffer.count, buffer[reader.index] == UInt8(ascii: "\"") else { throw reader.error("expected a key") }
+                        let name = try reader.string()
+                        guard members.contains(name) else { return .failure(.unknownMember(name)) }
+                        reader.skipWhitespace()
+                        guard reader.index < buffer.count, buffer[reader.index] == UInt8(ascii: ":") else { throw reader.error("expected ':'") }
+                        reader.index += 1
+                        reader.skipWhitespace()
+                        let isArray = reader.index < buffer.count && buffer[reader.index] == UInt8(ascii: "[")
+                        if isArray {
+                            survey.arrayCounts[name] = try reader.checkArrayCountingElements()
+                        } else {
+                            try reader.checkValue()
+                        }
+                        reader.skipWhitespace()
+                        guard reader.index < buffer.count else { throw reader.error("unexpected end") }
+                        if buffer[reader.index] == UInt8(ascii: ",") {
+                            reader.index += 1
+                        } else if buffer[reader.index] == UInt8(ascii: "}") {
+                            reader.index += 1
+                            break
+                        } else {
+                            throw reader.error("expected ',' or '}'")
+                        }
+                    }
+                }
+                reader.skipWhitespace()
+                guard reader.index == buffer.count else { throw reader.error("unexpected bytes after the document") }
+            } catch {
+                return .failure(reader.values > maxValues ? .tooManyValues(maxValues) : .syntax(error))
+            }
+            survey.values = reader.values
+            return .success(survey)
+        }
+        if let result = bytes.withContiguousStorageIfAvailable(read) { return try result.get() }
+        return try Array(bytes).withUnsafeBufferPointer(read).get()
+    }
+}
+
+extension JSONReader {
+    /// Steps over an array as ``checkValue()`` does, and returns how many elements it has.
+    mutating func checkArrayCountingElements() throws(JSONSyntaxError) -> Int {
+        values += 1
+        if values > maxValues { throw error("more than \(maxValues) values") }
+        try enter()
+        defer { depth -= 1 }
+        index += 1
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            return 0
+        }
+        var count = 0
+        while true {
+            skipWhitespace()
+            try checkValue()
+            count += 1
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+            } else if bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return count
+            } else {
+                throw error("expected ',' or ']'")
+            }
+        }
+    }
+}
+
 extension Dictionary where Key == String, Value == JSONValue {
     /// The object as compact JSON, keys sorted.
     public func jsonBytes() throws(JSONSyntaxError) -> [UInt8] {

@@ -68,10 +68,16 @@ extension Mutation {
 }
 
 extension PushRequest {
+    /// The members of a push body; any other is refused.
+    public static let members: Set<String> = ["deviceId", "mutations"]
+
     /// Reads the body of `POST /v1/push` from its parsed JSON; an error names the member, such as
     /// `mutations[3].clientTimestamp`, and never quotes a value.
     public init(json: JSONValue) throws(JSONSyntaxError) {
         guard case .object(let object) = json else { throw JSONShape.error("the body must be an object") }
+        if let unknown = object.keys.first(where: { !Self.members.contains($0) }) {
+            throw JSONShape.error("a push has the members deviceId and mutations only, not \"\(unknown.prefix(64))\"")
+        }
         self.init(
             deviceId: try JSONShape.string(object, "deviceId"),
             mutations: try JSONShape.array(object, "mutations") { (value, path) throws(JSONSyntaxError) in

@@ -76,9 +76,11 @@ package func buildRouter<Storage: SyncStorage>(
     MetaController(storage: storage, metrics: metrics, gate: gate, now: now).addRoutes(to: router)
     AdminController(storage: storage, secrets: secrets, now: now, bodyTimeout: configuration.bodyTimeout).addRoutes(to: router.group("admin"))
     // Admission comes first, so that a request waiting its turn holds no more than its connection.
+    // The token first, so that admission knows whose request it is; one caller holds at most an eighth of the places.
+    let callers = CallerGates(share: configuration.maxConcurrentRequests / 8, maxWaiting: max(0, configuration.maxWaitingRequests))
     let v1 = router.group("v1")
-        .add(middleware: AdmissionMiddleware(gate: gate))
         .add(middleware: AuthMiddleware(secrets: secrets, now: now))
+        .add(middleware: AdmissionMiddleware(gate: gate, callers: callers))
     let devices = DeviceOwners(storage: storage, secrets: secrets, now: now)
     SyncController(
         storage: storage, configuration: configuration, secrets: secrets, devices: devices, metrics: metrics,

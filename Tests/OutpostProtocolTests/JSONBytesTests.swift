@@ -269,6 +269,26 @@ struct JSONBytesTests {
             #expect(throws: JSONSyntaxError.self) { try SnapshotResponse(jsonBytes: Array(broken.utf8)) }
         }
     }
+
+    @Test("a survey counts values and top-level array elements without building, and refuses unknown members and too many values")
+    func survey() throws {
+        let bytes = Array(#"{"deviceId":"d","mutations":[{"a":[1,2]},{"b":{"c":null}}]}"#.utf8)
+        let survey = try JSONValue.survey(bytes, members: ["deviceId", "mutations"], maxValues: 100)
+        #expect(survey.arrayCounts == ["mutations": 2])
+        // The object, "d", the array, two objects, [1,2] and its two numbers, {"c":null} and its null.
+        #expect(survey.values == 10)
+        #expect(throws: JSONSurveyError.unknownMember("other")) {
+            try JSONValue.survey(Array(#"{"deviceId":"d","other":[]}"#.utf8), members: ["deviceId"], maxValues: 100)
+        }
+        #expect(throws: JSONSurveyError.tooManyValues(9)) {
+            try JSONValue.survey(bytes, members: ["deviceId", "mutations"], maxValues: 9)
+        }
+        for broken in [#"{"deviceId":"d""#, "[1]", #"{"deviceId":"d"} x"#, #"{"mutations":[1,]}"#] {
+            #expect(throws: JSONSurveyError.self, "\(broken)") {
+                try JSONValue.survey(Array(broken.utf8), members: ["deviceId", "mutations"], maxValues: 100)
+            }
+        }
+    }
 }
 
 /// SplitMix64: the same seed gives the same values.
@@ -346,4 +366,5 @@ extension SnapshotResponse {
         page.records = records.map(\.canonical)
         return page
     }
+
 }

@@ -38,9 +38,9 @@ struct PushJSONTests {
         #expect(try response.jsonBytes() == Array(Self.encoder.encode(response)))
     }
 
-    @Test("optional members may be absent or null; unknown members are ignored")
+    @Test("optional members may be absent or null; a mutation's unknown members are ignored")
     func optionalMembers() throws {
-        let text = #"{"deviceId":"d","extra":[1],"mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"delete","clientTimestamp":"2026-11-21T09:00:00.000Z","fields":null,"baseVersion":null,"other":{}}]}"#
+        let text = #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"delete","clientTimestamp":"2026-11-21T09:00:00.000Z","fields":null,"baseVersion":null,"other":{}}]}"#
         let request = try PushRequest(jsonBytes: Array(text.utf8))
         #expect(request == (try JSONDecoder().decode(PushRequest.self, from: Data(text.utf8))))
         #expect(request.mutations[0].fields.isEmpty && request.mutations[0].baseVersion == nil)
@@ -63,6 +63,13 @@ struct PushJSONTests {
         #expect(error?.reason.contains("SECRET") == false)
         // Foundation refuses each of them too.
         #expect(throws: (any Error).self) { try JSONDecoder().decode(PushRequest.self, from: Data(text.utf8)) }
+    }
+
+    @Test("a push with a member other than deviceId and mutations is refused by name, where Foundation would ignore it")
+    func unknownMember() throws {
+        let text = #"{"deviceId":"d","extra":["SECRET"],"mutations":[]}"#
+        let error = #expect(throws: JSONSyntaxError.self) { try PushRequest(jsonBytes: Array(text.utf8)) }
+        #expect(error?.reason == #"a push has the members deviceId and mutations only, not "extra""#)
     }
 }
 

@@ -1,5 +1,8 @@
 import Clocks
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -289,6 +292,45 @@ struct AdmissionGateTests {
         }
     }
 
+    @Test("over real sockets: eighteen connections of one account stalling their bodies hold two places of sixteen; another account's pull goes through at once")
+    func oneAccountCannotStallOthers() async throws {
+        try await withServer(
+            .sqlite, setup: .live,
+            configure: {
+                $0.maxConcurrentRequests = 16
+                $0.bodyTimeout = .seconds(20)
+            }
+        ) { client, _ in
+            let port = try #require(client.port)
+            let head = Self.pushHead(token: try await Fixtures.token(user: "mallory"), bodyStart: "{", length: 1_000)
+            let sockets = try (0..<18).map { _ in try Self.connect(port: port) }
+            defer { sockets.forEach { close($0) } }
+            for socket in sockets { _ = head.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) } }
+            // Two of them run (and wait for their bodies); the other sixteen wait in mallory's own queue.
+            let deadline = ContinuousClock.now + .seconds(20)
+            while try await Self.metric("outpost_http_requests_running", port: port) != 2 {
+                try #require(ContinuousClock.now < deadline, "mallory never held two places")
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            let started = ContinuousClock.now
+            let reader = HTTPSyncTransport(baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: try await Fixtures.token(user: "ana"))
+            _ = try await reader.pull(collection: "notes", scope: nil, cursor: nil, limit: 10)
+            let took = ContinuousClock.now - started
+            // Without the share the pull would wait for a place until the stalled bodies time out, 20 s on.
+            #expect(took < .seconds(3), "the pull took \(took)")
+        }
+    }
+
+    /// A gauge's value from `/metrics`.
+    static func metric(_ name: String, port: Int) async throws -> Int? {
+        let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/metrics")!)
+        let text = String(decoding: data, as: UTF8.self)
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix(name + " ") }),
+            let value = line.split(separator: " ").last.flatMap({ Double($0) })
+        else { return nil }
+        return Int(value)
+    }
+
     /// The head of a push announcing a body of `length` bytes, and the first bytes of that body.
     static func pushHead(token: String, bodyStart: String, length: Int = 200) -> String {
         "POST /v1/push HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n"
@@ -360,7 +402,7 @@ struct AdmissionGateTests {
         let held = Held()
         let router = Router(context: OutpostRequestContext.self)
         router.add(middleware: ErrorMiddleware())
-        router.group("v1").add(middleware: AdmissionMiddleware(gate: gate)).get("slow") { _, _ in
+        router.group("v1").add(middleware: AdmissionMiddleware(gate: gate, callers: CallerGates(share: 64, maxWaiting: 100))).get("slow") { _, _ in
             await held.wait()
             return "done"
         }

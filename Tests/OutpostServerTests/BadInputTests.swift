@@ -85,6 +85,34 @@ struct BadInputTests {
         }
     }
 
+    @Test("a push of junk is refused by its shape before it is built: an unknown member, too many values, too many mutations",
+          arguments: StorageKind.allCases)
+    func junkPush(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let token = try await Fixtures.token()
+            let mutation = String(decoding: try JSONEncoder().encode(Fixtures.upsert("r1", ["n": 1])), as: UTF8.self)
+            // 8 MB: four million integers in a member no push has, beside a valid batch.
+            let junk = "[" + String(repeating: "1,", count: 4_000_000) + "1]"
+            let cases: [(String, String, HTTPResponse.Status, WireError.Code, String)] = [
+                ("unknown member, 8 MB", #"{"deviceId":"d","mutations":[\#(mutation)],"padding":\#(junk)}"#, .badRequest, .invalidJSON,
+                 #"a push has the members deviceId and mutations only, not "padding""#),
+                ("unknown member, small", #"{"deviceId":"d","mutations":[\#(mutation)],"extra":1}"#, .badRequest, .invalidJSON,
+                 #"a push has the members deviceId and mutations only, not "extra""#),
+                ("too many values", #"{"deviceId":"d","mutations":[\#(mutation.dropLast()),"junk":\#(junk)}]}"#, .contentTooLarge,
+                 .payloadTooLarge, "a push holds at most 200000 JSON values; split the batch"),
+                ("too many mutations", #"{"deviceId":"d","mutations":[\#(Array(repeating: mutation, count: 501).joined(separator: ","))]}"#,
+                 .contentTooLarge, .batchTooLarge, "a push carries at most 500 mutations; split the batch"),
+            ]
+            for (name, body, status, code, message) in cases {
+                let response = try await client.send(.post, "/v1/push", token: token, body: ByteBuffer(string: body))
+                #expect(response.status == status, "\(name)")
+                #expect(response.wireError?.code == code, "\(name)")
+                #expect(response.wireError?.message == message, "\(name): \(response.wireError?.message ?? "")")
+            }
+            #expect(try await storage.pullAll().records.isEmpty)
+        }
+    }
+
     static let badMutations: [(name: String, mutation: Mutation, code: WireError.Code)] = [
         ("unknown collection", Fixtures.upsert("r1", ["n": 1], collection: "nope"), .unknownCollection),
         ("path traversal in recordId", Fixtures.upsert("../../etc/passwd", ["n": 1], key: "k-trav"), .invalidRecordId),

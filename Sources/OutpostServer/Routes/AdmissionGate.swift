@@ -149,12 +149,55 @@ package final class AdmissionGate: Sendable {
 }
 
 /// Puts every request of a route group through an ``AdmissionGate``.
-struct AdmissionMiddleware<Context: RequestContext>: RouterMiddleware {
+/// Lets a request in through its caller's own gate, then the server's: one account never holds more than its
+/// ``CallerGates/share`` of the places.
+struct AdmissionMiddleware: RouterMiddleware {
+    typealias Context = OutpostRequestContext
     let gate: AdmissionGate
+    let callers: CallerGates
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
-        try await gate.withAdmission { try await next(request, context) }
+        let caller = context.identity.map { "\($0.tenant)\u{0}\($0.userId)" } ?? ""
+        return try await callers.withAdmission(caller: caller) {
+            try await gate.withAdmission { try await next(request, context) }
+        }
     }
+}
+
+/// Keeps one caller (a user of a tenant) from holding more than `share` of the server's places: their further
+/// requests wait in a queue of their own, holding only their connection. A client that trickles its bodies,
+/// or floods, from one account then delays that account alone, never another's pull.
+package final class CallerGates: Sendable {
+    /// The most requests of one caller that run, or wait at the server's gate, at once.
+    package let share: Int
+    private let maxWaiting: Int
+    private let maxWait: Duration
+    private let gates = LockedValue<[String: (gate: AdmissionGate, users: Int)]>([:])
+
+    package init(share: Int, maxWaiting: Int, maxWait: Duration = .seconds(20)) {
+        self.share = max(1, share)
+        self.maxWaiting = maxWaiting
+        self.maxWait = maxWait
+    }
+
+    /// Runs `body` once the caller has a place of their own; the caller's gate is dropped when none of theirs is left.
+    package func withAdmission<T>(caller: String, _ body: () async throws -> T) async throws -> T {
+        let gate = gates.withLock { gates in
+            let entry = gates[caller] ?? (AdmissionGate(limit: share, maxWaiting: maxWaiting, maxWait: maxWait), 0)
+            gates[caller] = (entry.gate, entry.users + 1)
+            return entry.gate
+        }
+        defer {
+            gates.withLock { gates in
+                guard let entry = gates[caller] else { return }
+                if entry.users <= 1 { gates[caller] = nil } else { gates[caller] = (entry.gate, entry.users - 1) }
+            }
+        }
+        return try await gate.withAdmission(body)
+    }
+
+    /// How many callers hold or wait for places: for tests.
+    package var callers: Int { gates.withLock { $0.count } }
 }

@@ -21,9 +21,11 @@ enum RequestDecoding {
     /// Collects at most `maxBytes` of body, parses it, and reads it with `read`: for the bodies read without
     /// Codable (see `PushRequest.init(json:)`). Errors name the byte or the member, never a value.
     static func parseBody<T>(
-        from request: Request, maxBytes: Int, timeout: Duration, as read: (JSONValue) throws(JSONSyntaxError) -> T
+        from request: Request, maxBytes: Int, timeout: Duration, checking check: ((ByteBuffer) throws -> Void)? = nil,
+        as read: (JSONValue) throws(JSONSyntaxError) -> T
     ) async throws -> T {
         let buffer = try nonEmpty(try await collectBody(of: request, maxBytes: maxBytes, timeout: timeout))
+        try check?(buffer)
         let value: JSONValue
         do {
             value = try JSONValue(parsing: buffer.readableBytesView)

@@ -20,10 +20,41 @@ struct SyncController<Storage: SyncStorage> {
         group.get("snapshot", use: snapshot)
     }
 
+    /// The most JSON values a push may hold: generous for a full batch of records with many fields, and a bound
+    /// on what a body of junk costs.
+    var maxPushValues: Int { max(configuration.maxBatchSize, 1) * 400 }
+
+    /// A body up to this size is parsed at once: it cannot hold enough values to cost much.
+    static var surveyedFrom: Int { 64 * 1024 }
+
+    /// Refuses a large push body by its shape before a tree of it is built: a member other than `deviceId` and
+    /// `mutations`, more values than ``maxPushValues``, or more mutations than a batch takes cost one read of
+    /// the bytes. (A smaller body is checked for the same once parsed.)
+    func checkPushShape(_ buffer: ByteBuffer) throws {
+        guard buffer.readableBytes >= Self.surveyedFrom else { return }
+        let survey: JSONSurvey
+        do {
+            survey = try JSONValue.survey(buffer.readableBytesView, members: PushRequest.members, maxValues: maxPushValues)
+        } catch .unknownMember(let name) {
+            throw OutpostHTTPError.badRequest(
+                "a push has the members deviceId and mutations only, not \"\(name.prefix(64))\"", code: .invalidJSON)
+        } catch .tooManyValues(let limit) {
+            throw OutpostHTTPError(.contentTooLarge, .payloadTooLarge, "a push holds at most \(limit) JSON values; split the batch")
+        } catch .syntax(let error) {
+            throw OutpostHTTPError.badRequest(
+                "the request body is not valid JSON: \(error.reason) at byte \(error.offset)", code: .invalidJSON)
+        }
+        guard survey.arrayCounts["mutations", default: 0] <= configuration.maxBatchSize else {
+            throw OutpostHTTPError(
+                .contentTooLarge, .batchTooLarge,
+                "a push carries at most \(configuration.maxBatchSize) mutations; split the batch")
+        }
+    }
+
     @Sendable func push(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
         let body = try await RequestDecoding.parseBody(
-            from: request, maxBytes: configuration.maxBodyBytes, timeout: configuration.bodyTimeout
+            from: request, maxBytes: configuration.maxBodyBytes, timeout: configuration.bodyTimeout, checking: checkPushShape
         ) {
             (json: JSONValue) throws(JSONSyntaxError) in try PushRequest(json: json)
         }
