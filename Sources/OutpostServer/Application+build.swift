@@ -31,7 +31,7 @@ package func buildApplication<Storage: SyncStorage>(
                 tlsConfiguration: tls,
                 configuration: .init(idleTimeout: configuration.idleTimeout, streamConfiguration: .init(idleTimeout: idle)))
         } else {
-            .http1(configuration: .init(idleTimeout: idle))
+            .http1(configuration: .init(additionalChannelHandlers: [ParserErrorResponder()], idleTimeout: idle))
         }
     var app = Application(
         router: router,

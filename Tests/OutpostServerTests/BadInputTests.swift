@@ -113,6 +113,36 @@ struct BadInputTests {
         }
     }
 
+    @Test("over a real socket, requests the HTTP parser refuses are answered 400 with the error document, and the connection closed")
+    func parserRefusals() async throws {
+        try await withServer(.sqlite, setup: .live) { client, _ in
+            let port = try #require(client.port)
+            let token = try await Fixtures.token()
+            let long = String(repeating: "a", count: 100 * 1024)
+            let requests = [
+                ("a repeated Content-Length", "POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+                 "its Content-Length is invalid or repeated"),
+                ("Content-Length beside Transfer-Encoding",
+                 "POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+                 "it is not valid HTTP/1.1"),
+                ("a 100 KB address", "GET /v1/pull?collection=\(long) HTTP/1.1\r\nHost: x\r\n\r\n", "its address or headers are longer than the server reads"),
+                ("a 100 KB token", "GET /v1/pull?collection=notes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\(long)\r\n\r\n",
+                 "its address or headers are longer than the server reads"),
+            ]
+            for (name, request, reason) in requests {
+                let answer = try await Thread.blocking { () -> String in
+                    let socket = try AdmissionGateTests.connect(port: port)
+                    defer { close(socket) }
+                    _ = request.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+                    return AdmissionGateTests.readToEnd(socket).0
+                }
+                #expect(answer.hasPrefix("HTTP/1.1 400"), "\(name): \(answer.prefix(200))")
+                #expect(answer.lowercased().contains("content-type: application/json"), "\(name)")
+                #expect(answer.hasSuffix(#"{"error":{"code":"invalid_request","message":"the request could not be read: \#(reason)"}}"#), "\(name): \(answer.suffix(200))")
+            }
+        }
+    }
+
     static let badMutations: [(name: String, mutation: Mutation, code: WireError.Code)] = [
         ("unknown collection", Fixtures.upsert("r1", ["n": 1], collection: "nope"), .unknownCollection),
         ("path traversal in recordId", Fixtures.upsert("../../etc/passwd", ["n": 1], key: "k-trav"), .invalidRecordId),
