@@ -431,7 +431,7 @@ public actor SyncEngine {
         let records = try await store.records(collection: collection, scope: scope, recordId: recordId)
         guard !records.isEmpty else { throw ClientError(.notFound, "no record \(recordId) on this device") }
         for record in records where record.conflict != nil {
-            try await resendOverServerValue(collection: record.collection, scope: record.scope, recordId: record.recordId, delivering: false)
+            _ = try await resendOverServerValue(collection: record.collection, scope: record.scope, recordId: record.recordId, delivering: false)
         }
         try await store.requeue(collection: collection, scope: scope, recordId: recordId)
         return try await sync(only: Set(records.map { RecordKey($0.collection, $0.scope, $0.recordId) }))
