@@ -128,7 +128,7 @@ extension PostgresStorage {
                 // every write, though no read uses them: a pull of the whole collection reads records_by_change,
                 // and a page by id the primary key. Scoped reads name a scope, which proves `scope <> ''` once
                 // PostgreSQL plans them with their values, as it plans every read here. Two fewer index
-                // entries for each record of such a collection: 5–7 % more pushed records a second (BENCHMARKS.md).
+                // entries for each record of such a collection: 5–7 % more pushed records a second.
                 // The table is locked first, whole: building an index takes a lock that a push's write waits
                 // for, and dropping one a lock that waits for a push's read, so a migration that took them in
                 // turn could deadlock with another server's push that had read and was about to write. Reads
