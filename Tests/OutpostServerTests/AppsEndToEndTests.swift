@@ -47,6 +47,17 @@ final class AppSession: @unchecked Sendable {
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
+    /// Generates a roster of `guests` and imports it into `event` as organizer olga; returns olga's environment
+    /// for further organizer commands.
+    @discardableResult
+    func importRoster(event: String = "gala", guests: Int) async throws -> [String: String] {
+        let organizer = ["OUTPOST_SERVER": url, "OUTPOST_TOKEN": try await token(user: "olga", role: "organizer")]
+        let csv = root.appendingPathComponent("roster.csv").path
+        #expect(try await OutpostProcess.run(["roster", "generate", "--guests", String(guests), "--output", csv]).status == 0)
+        #expect(try await OutpostProcess.run(["roster", "import", "--event", event, csv], environment: organizer).status == 0)
+        return organizer
+    }
+
     /// Sets up a device store for `user` and returns a runner of `outpost` commands as that device.
     func device(_ id: String, user: String) async throws -> (_ arguments: [String]) async throws -> OutpostProcess.Output {
         let run = try await clockedDevice(id, user: user)
@@ -137,10 +148,7 @@ struct AppsEndToEndTests {
     func eventCheckIn() async throws {
         let session = try AppSession()
         try await session.startServer()
-        let organizer = await ["OUTPOST_SERVER": session.url, "OUTPOST_TOKEN": try session.token(user: "olga", role: "organizer")]
-        let csv = session.root.appendingPathComponent("roster.csv").path
-        #expect(try await OutpostProcess.run(["roster", "generate", "--guests", "20", "--output", csv]).status == 0)
-        #expect(try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
+        let organizer = try await session.importRoster(guests: 20)
 
         let door = try await session.device("door-1", user: "sam")
         let hall = try await session.device("hall-2", user: "kim")

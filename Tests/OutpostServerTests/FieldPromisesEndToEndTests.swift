@@ -62,10 +62,7 @@ struct FieldPromisesEndToEndTests {
     func refusedScan() async throws {
         let session = try AppSession()
         try await session.startServer()
-        let organizer = ["OUTPOST_SERVER": session.url, "OUTPOST_TOKEN": try await session.token(user: "olga", role: "organizer")]
-        let csv = session.root.appendingPathComponent("roster.csv").path
-        #expect(try await OutpostProcess.run(["roster", "generate", "--guests", "20", "--output", csv]).status == 0)
-        #expect(try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
+        let organizer = try await session.importRoster(guests: 20)
         let door = try await session.device("door-1", user: "sam")
         #expect(try await door(["event", "open", "gala"]).stdout.contains("Ready for offline"))
         #expect(try await OutpostProcess.run(["roster", "cancel", "--event", "gala", "g000007"], environment: organizer).status == 0)
@@ -104,10 +101,7 @@ struct FieldPromisesEndToEndTests {
     func offlineRecordsEscalate() async throws {
         let session = try AppSession()
         try await session.startServer()
-        let organizer = ["OUTPOST_SERVER": session.url, "OUTPOST_TOKEN": try await session.token(user: "olga", role: "organizer")]
-        let csv = session.root.appendingPathComponent("roster.csv").path
-        #expect(try await OutpostProcess.run(["roster", "generate", "--guests", "5", "--output", csv]).status == 0)
-        #expect(try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
+        try await session.importRoster(guests: 5)
         let door = try await session.clockedDevice("door-1", user: "sam")
         #expect(try await door(["event", "open", "gala"], nil).stdout.contains("Ready for offline"))
         await session.stopServer()

@@ -243,17 +243,19 @@ enum Tool {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = [name] + arguments
         if let directory { process.currentDirectoryURL = directory }
-        let output = Pipe()
-        let stdin = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        process.standardInput = stdin
+        let output = try ChildPipe()
+        let stdin = try ChildPipe()
+        process.standardOutput = output.writing
+        process.standardError = output.writing
+        process.standardInput = stdin.reading
         try process.run()
+        output.closeChildEnd()
+        stdin.closeChildEnd(input: true)
         // A tool that is missing or exits early closes its input: the write then fails (EPIPE), and its exit status
         // tells what happened. (`write(_:)` would end the whole test run instead.)
-        if let input { try? stdin.fileHandleForWriting.write(contentsOf: input) }
-        try stdin.fileHandleForWriting.close()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        if let input { try? stdin.writing.write(contentsOf: input) }
+        try stdin.writing.close()
+        let text = String(decoding: output.reading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         return (process.terminationStatus, text)
     }

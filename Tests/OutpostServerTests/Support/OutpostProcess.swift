@@ -55,13 +55,15 @@ struct OutpostProcess {
         let process = process([], environment: environment)
         process.executableURL = URL(fileURLWithPath: Shell.resolve("timeout"))
         process.arguments = ["--signal=KILL", String(limit)] + command
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
+        let out = try ChildPipe()
+        let err = try ChildPipe()
+        process.standardOutput = out.writing
+        process.standardError = err.writing
         try process.run()
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        out.closeChildEnd()
+        err.closeChildEnd()
+        let stdout = out.reading.readDataToEndOfFile()
+        let stderr = err.reading.readDataToEndOfFile()
         process.waitUntilExit()
         var output = Output(
             status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
@@ -76,22 +78,27 @@ struct OutpostProcess {
         private let lock = NSLock()
         private var stdoutText = ""
         private var stderrText = ""
+        /// Kept while the process runs: their reading ends feed the handlers.
+        private var pipes: [ChildPipe] = []
 
         init(_ arguments: [String], environment: [String: String] = [:]) throws {
             process = OutpostProcess.process(arguments, environment: environment)
-            let out = Pipe()
-            let err = Pipe()
-            process.standardOutput = out
-            process.standardError = err
-            out.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            let out = try ChildPipe()
+            let err = try ChildPipe()
+            process.standardOutput = out.writing
+            process.standardError = err.writing
+            out.reading.readabilityHandler = { [weak self] handle in
                 let data = handle.availableData
                 self?.lock.withLock { self?.stdoutText += String(decoding: data, as: UTF8.self) }
             }
-            err.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            err.reading.readabilityHandler = { [weak self] handle in
                 let data = handle.availableData
                 self?.lock.withLock { self?.stderrText += String(decoding: data, as: UTF8.self) }
             }
             try process.run()
+            out.closeChildEnd()
+            err.closeChildEnd()
+            pipes = [out, err]
         }
 
         var stdout: String { lock.withLock { stdoutText } }

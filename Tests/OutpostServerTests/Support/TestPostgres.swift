@@ -189,11 +189,12 @@ enum Shell {
         process.executableURL = URL(fileURLWithPath: resolve(program))
         process.arguments = arguments
         if let environment { process.environment = environment }
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
+        let pipe = try ChildPipe()
+        process.standardOutput = pipe.writing
+        process.standardError = pipe.writing
         try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        pipe.closeChildEnd()
+        let data = pipe.reading.readDataToEndOfFile()
         process.waitUntilExit()
         return Result(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self))
     }
