@@ -120,7 +120,7 @@ struct BadInputTests {
             let token = try await Fixtures.token()
             let long = String(repeating: "a", count: 100 * 1024)
             let requests = [
-                ("a repeated Content-Length", "POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+                ("a repeated Content-Length", "POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
                  "its Content-Length is invalid or repeated"),
                 ("Content-Length beside Transfer-Encoding",
                  "POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
@@ -130,11 +130,16 @@ struct BadInputTests {
                  "its address or headers are longer than the server reads"),
             ]
             for (name, request, reason) in requests {
-                let answer = try await Thread.blocking { () -> String in
-                    let socket = try AdmissionGateTests.connect(port: port)
-                    defer { close(socket) }
-                    _ = request.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
-                    return AdmissionGateTests.readToEnd(socket).0
+                // The server closes with bytes of the request it never read, so the kernel may send a reset that
+                // overtakes the answer: a connection that ends with no answer at all is tried again, twice at most.
+                var answer = ""
+                for _ in 0..<3 where answer.isEmpty {
+                    answer = try await Thread.blocking { () -> String in
+                        let socket = try AdmissionGateTests.connect(port: port)
+                        defer { close(socket) }
+                        _ = request.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+                        return AdmissionGateTests.readToEnd(socket).0
+                    }
                 }
                 #expect(answer.hasPrefix("HTTP/1.1 400"), "\(name): \(answer.prefix(200))")
                 #expect(answer.lowercased().contains("content-type: application/json"), "\(name)")
