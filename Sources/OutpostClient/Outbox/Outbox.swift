@@ -279,7 +279,7 @@ extension LocalStore {
     func markUndelivered(error: String, at date: Date) async throws {
         let sealer = self.sealer
         try await perform {
-            try await self.queue.write { db in
+            try await self.writeFlushed { db in
                 let now = Timestamp(date).millisecondsSince1970
                 try db.execute(
                     sql: """
@@ -307,7 +307,7 @@ extension LocalStore {
     @discardableResult
     package func requeue(collection: String? = nil, scope: String? = nil, recordId: String) async throws -> Int {
         try await perform {
-            try await self.queue.write { db in
+            try await self.writeFlushed { db in
                 try db.execute(
                     sql: """
                         UPDATE outbox SET state = 'pending'
@@ -350,7 +350,7 @@ extension LocalStore {
         }
         guard any else { return 0 }
         return try await perform {
-            try await self.queue.write { db in
+            try await self.writeFlushed { db in
                 // From the first entry to stamp on, newest first: each stamped entry goes just before the one after it.
                 let rows = try Row.fetchAll(
                     db,

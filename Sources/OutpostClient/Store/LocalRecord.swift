@@ -87,6 +87,18 @@ public struct SyncBadge: Sendable, Hashable {
         }
     }
 
+    /// The SF Symbol a screen shows for the badge: `checkmark.icloud` once synced, `icloud.and.arrow.up` while
+    /// pending, `exclamationmark.icloud` after a failure, `xmark.icloud` when refused, and
+    /// `exclamationmark.triangle` for a conflict.
+    public var systemImage: String {
+        switch status {
+        case .pending: return "icloud.and.arrow.up"
+        case .failed: return "exclamationmark.icloud"
+        case .rejected: return isConflict ? "exclamationmark.triangle" : "xmark.icloud"
+        case .synced: return "checkmark.icloud"
+        }
+    }
+
     /// A short mark for a terminal list.
     public var symbol: String {
         switch status {

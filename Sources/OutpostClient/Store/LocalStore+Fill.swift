@@ -10,7 +10,7 @@ extension LocalStore {
         let batch = 5000
         for start in stride(from: 0, to: records, by: batch) {
             try await perform {
-                try await self.queue.write { db in
+                try await self.writeFlushed { db in
                     let time = Timestamp(Date())
                     for i in start..<min(start + batch, records) {
                         let record = LocalRecord(

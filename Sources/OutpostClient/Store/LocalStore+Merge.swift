@@ -17,7 +17,7 @@ extension LocalStore {
     public func merge(_ changes: [Change], cursorSetting: String, cursor: String) async throws -> Int {
         let sealer = self.sealer
         return try await perform {
-            try await self.queue.write { db in
+            try await self.writeFlushed { db in
                 var queued = Set<RecordKey>()
                 if !changes.isEmpty {
                     for row in try Row.fetchAll(db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox") {

@@ -29,7 +29,16 @@ extension LocalStore {
     ///
     /// Rolls back and rethrows when `updates` or the commit fails.
     func writeImmediate<T>(_ updates: (Database) throws -> T) throws -> T {
-        try queue.writeWithoutTransaction { db in try Self.immediate(db, updates) }
+        let value = try queue.writeWithoutTransaction { db in try Self.immediate(db, updates) }
+        commits.signal()
+        return value
+    }
+
+    /// GRDB's `write`: one flushed transaction, for the store's rarer writes (settings, conflicts, merges).
+    func writeFlushed<T: Sendable>(_ updates: @Sendable (Database) throws -> T) async throws -> T {
+        let value = try await queue.write(updates)
+        commits.signal()
+        return value
     }
 
     private static func immediate<T>(_ db: Database, _ updates: (Database) throws -> T) throws -> T {
@@ -65,7 +74,9 @@ extension LocalStore {
     /// Synchronous on purpose: GRDB's async variant refuses every statement but a rollback once the task is
     /// cancelled, which could leave the connection unflushed for the local writes after it.
     func writeUnflushed<T>(_ updates: (Database) throws -> T) throws -> T {
-        try queue.writeWithoutTransaction { db in try Self.unflushed(db, durable: durableCommits, updates) }
+        let value = try queue.writeWithoutTransaction { db in try Self.unflushed(db, durable: durableCommits, updates) }
+        commits.signal()
+        return value
     }
 
     /// ``writeUnflushed(_:)`` without blocking the calling thread: the work is queued on the store's connection
@@ -73,13 +84,15 @@ extension LocalStore {
     /// it. For reference data, which the server can give again: a page lost to a power cut is fetched again.
     func writeUnflushedOnQueue<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
         let durable = durableCommits
-        return try await perform {
+        let value = try await perform {
             try await withCheckedThrowingContinuation { continuation in
                 queue.asyncWriteWithoutTransaction { db in
                     continuation.resume(with: Result { try Self.unflushed(db, durable: durable, updates) })
                 }
             }
         }
+        commits.signal()
+        return value
     }
 
     /// One transaction as ``writeImmediate(_:)`` runs it, its commit not flushed. The pragmas are cached too:

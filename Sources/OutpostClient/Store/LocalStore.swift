@@ -25,6 +25,8 @@ public final class LocalStore: Sendable {
     let requeues = LockedBox(0)
     /// Downloads of reference sets under way through this store, one at a time per set.
     let downloads = TurnQueue()
+    /// Wakes the live queries of this process after each of its commits (see ``changes(checkingOtherProcessesEvery:clock:)``).
+    let commits = CommitSignal()
 
     /// Opens (creating when needed) the store at `url`, sealing with the key `keys` provides.
     ///
@@ -283,7 +285,7 @@ public final class LocalStore: Sendable {
     }
 
     /// Changes whenever another connection commits to the store (SQLite's `PRAGMA data_version`).
-    private static func dataVersion(_ db: Database) throws -> Int64 {
+    static func dataVersion(_ db: Database) throws -> Int64 {
         try RawStatement(try db.cachedStatement(sql: "PRAGMA data_version"), db: db).firstInteger().value ?? 0
     }
 
@@ -436,7 +438,7 @@ public final class LocalStore: Sendable {
     public func setSetting(_ name: String, _ value: String?) async throws {
         let sealer = self.sealer
         try await perform {
-            try await self.queue.write { db in try Self.saveSetting(name, value, db: db, sealer: sealer) }
+            try await self.writeFlushed { db in try Self.saveSetting(name, value, db: db, sealer: sealer) }
         }
     }
 

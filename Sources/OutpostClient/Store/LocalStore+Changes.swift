@@ -1,0 +1,125 @@
+import Foundation
+import GRDB
+import NIOConcurrencyHelpers
+
+/// The subscribers to one store's commits in this process.
+///
+/// Every write transaction of ``LocalStore`` signals it once committed. A subscriber's stream keeps at most one
+/// waiting signal, so a burst of commits wakes a slow reader once.
+final class CommitSignal: Sendable {
+    private let subscribers = NIOLockedValueBox<[UUID: AsyncStream<Void>.Continuation]>([:])
+
+    func signal() {
+        subscribers.withLockedValue { subscribers in
+            for continuation in subscribers.values { continuation.yield() }
+        }
+    }
+
+    func add(_ continuation: AsyncStream<Void>.Continuation) -> UUID {
+        let id = UUID()
+        subscribers.withLockedValue { $0[id] = continuation }
+        return id
+    }
+
+    func remove(_ id: UUID) {
+        _ = subscribers.withLockedValue { $0.removeValue(forKey: id) }
+    }
+}
+
+extension LocalStore {
+    /// An element each time the store may have changed: at once after every commit of this process, and within
+    /// `interval` of a commit by another process on the same file (SQLite's `PRAGMA data_version`, read every
+    /// `interval` on `clock`).
+    ///
+    /// Commits close together may be reported as one. The sequence ends when its consumer stops iterating.
+    public func changes(
+        checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock()
+    ) -> AsyncStream<Void> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let id = commits.add(continuation)
+        let watch = Task { [self] in
+            var seen = try? await dataVersion()
+            while !Task.isCancelled {
+                do { try await clock.sleep(for: interval) } catch { return }
+                let version = try? await dataVersion()
+                if version != seen {
+                    seen = version
+                    continuation.yield()
+                }
+            }
+        }
+        continuation.onTermination = { [commits] _ in
+            commits.remove(id)
+            watch.cancel()
+        }
+        return stream
+    }
+
+    /// `query`'s answer now, and again whenever a commit changes it (see ``changes(checkingOtherProcessesEvery:clock:)``).
+    ///
+    /// The first element is the current answer; later ones come only when the answer differs from the one before.
+    /// The sequence throws the first error `query` throws, and ends when its consumer stops iterating.
+    ///
+    /// The store's tables hold sealed payloads, so GRDB's `ValueObservation` cannot serve here: observe through
+    /// this method, or ``observeRecords(_:collection:scope:checkingOtherProcessesEvery:clock:)`` and its siblings.
+    public func observe<Value: Sendable & Equatable>(
+        checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock(),
+        _ query: @escaping @Sendable (LocalStore) async throws -> Value
+    ) -> AsyncThrowingStream<Value, any Error> {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: Value.self, bufferingPolicy: .bufferingNewest(1))
+        // Subscribed before the first read, so that no commit after it goes unseen.
+        let changes = changes(checkingOtherProcessesEvery: interval, clock: clock)
+        let task = Task { [self] in
+            do {
+                var last = try await query(self)
+                continuation.yield(last)
+                for await _ in changes {
+                    let value = try await query(self)
+                    guard value != last else { continue }
+                    last = value
+                    continuation.yield(value)
+                }
+                continuation.finish()
+            } catch {
+                continuation.finish(throwing: error)
+            }
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+
+    /// The records ``records(_:collection:scope:recordId:)`` lists, now and after every change to them.
+    public func observeRecords(
+        _ filter: Filter = .all, collection: String? = nil, scope: String? = nil,
+        checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock()
+    ) -> AsyncThrowingStream<[LocalRecord], any Error> {
+        observe(checkingOtherProcessesEvery: interval, clock: clock) { store in
+            try await store.records(filter, collection: collection, scope: scope)
+        }
+    }
+
+    /// One record, now and after every change to it; nil while the device does not hold it.
+    public func observeRecord(
+        collection: String, scope: String = "", recordId: String,
+        checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock()
+    ) -> AsyncThrowingStream<LocalRecord?, any Error> {
+        observe(checkingOtherProcessesEvery: interval, clock: clock) { store in
+            try await store.record(collection: collection, scope: scope, recordId: recordId)
+        }
+    }
+
+    /// The counts ``counts(collection:)`` gives, now and after every change to them.
+    public func observeCounts(
+        collection: String? = nil,
+        checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock()
+    ) -> AsyncThrowingStream<RecordCounts, any Error> {
+        observe(checkingOtherProcessesEvery: interval, clock: clock) { store in
+            try await store.counts(collection: collection)
+        }
+    }
+
+    /// Changes whenever another connection commits (see ``changes(checkingOtherProcessesEvery:clock:)``).
+    func dataVersion() async throws -> Int64 {
+        try await perform { try await read { db in try Self.dataVersion(db) } }
+    }
+}

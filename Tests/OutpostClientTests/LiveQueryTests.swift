@@ -1,0 +1,87 @@
+import Foundation
+import OutpostClient
+import OutpostProtocol
+import OutpostTesting
+import Testing
+
+/// Live queries: a record list, one record and the counts, updated by the store's own commits and by another
+/// connection's (another process on the same file).
+@Suite("Live queries")
+struct LiveQueryTests {
+    struct StreamEnded: Error {
+        var what: String
+    }
+
+    /// The first element of `stream` that `accept` takes, waited for with a bound.
+    func first<Value: Sendable>(
+        _ stream: AsyncThrowingStream<Value, any Error>, _ what: String,
+        where accept: @escaping @Sendable (Value) -> Bool = { _ in true }
+    ) async throws -> Value {
+        try await bounded(what) {
+            for try await value in stream where accept(value) { return value }
+            throw StreamEnded(what: what)
+        }
+    }
+
+    @Test("a record list answers now, then after each of this process's commits that change it, and never twice alike")
+    func ownCommits() async throws {
+        try await withStore { store, _ in
+            let clock = ManualClock()
+            let list = store.observeRecords(collection: "notes", clock: clock)
+            #expect(try await first(list, "the current list").isEmpty)
+
+            _ = try await store.write(note("a"), deviceId: "d", at: Date(), offline: true)
+            let one = try await first(list, "the list with a")
+            #expect(one.map(\.recordId) == ["a"])
+            #expect(one[0].syncStatus == .pending)
+
+            // A commit that leaves the list as it was (a setting) wakes the query but yields nothing: the next
+            // element is the next change.
+            try await store.setSetting("theme", "dark")
+            _ = try await store.write(note("b"), deviceId: "d", at: Date().addingTimeInterval(1), offline: true)
+            #expect(try await first(list, "the list with b").map(\.recordId) == ["b", "a"])
+        }
+    }
+
+    @Test("one record and the counts follow its status")
+    func recordAndCounts() async throws {
+        try await withStore { store, _ in
+            let clock = ManualClock()
+            let record = store.observeRecord(collection: "notes", recordId: "a", clock: clock)
+            let counts = store.observeCounts(clock: clock)
+            #expect(try await first(record, "no record yet") == nil)
+            #expect(try await first(counts, "no counts yet") == RecordCounts())
+            _ = try await store.write(note("a"), deviceId: "d", at: Date(), offline: true)
+            #expect(try await first(record, "record a")?.syncStatus == .pending)
+            #expect(try await first(counts, "one pending") == RecordCounts(pending: 1))
+        }
+    }
+
+    @Test("a commit by another connection to the file reaches the query within one check of its clock")
+    func otherConnection() async throws {
+        try await withStore { store, url in
+            let clock = ManualClock()
+            var sleeps = clock.sleeps.makeAsyncIterator()
+            let list = store.observeRecords(collection: "notes", clock: clock)
+            #expect(try await first(list, "the current list").isEmpty)
+            // The query's check of other connections waits on the clock.
+            _ = await sleeps.next()
+
+            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            _ = try await other.write(note("x"), deviceId: "d", at: Date(), offline: true)
+            clock.advance(by: .seconds(1))
+            #expect(try await first(list, "the other connection's record").map(\.recordId) == ["x"])
+        }
+    }
+
+    @Test("a query that throws ends its sequence with the error")
+    func queryError() async throws {
+        try await withStore { store, _ in
+            struct Broken: Error {}
+            let failing = store.observe(clock: ManualClock()) { _ -> Int in throw Broken() }
+            await #expect(throws: Broken.self) {
+                for try await _ in failing {}
+            }
+        }
+    }
+}
