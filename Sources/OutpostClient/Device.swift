@@ -61,7 +61,7 @@ public struct Device: Sendable {
             let token = try await store.setting(SettingName.token),
             let deviceId = try await store.setting(SettingName.deviceId)
         else {
-            throw ClientError(.notConfigured, "this device is not set up: run `outpost device init --server URL --token T` first")
+            throw ClientError(.notConfigured, "this device is not set up with a server and a token")
         }
         let transport =
             transport

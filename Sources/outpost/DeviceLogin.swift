@@ -29,7 +29,7 @@ struct DeviceLogin: AsyncParsableCommand {
             // The store is let go before the device opens it again.
             user = try await Device.signIn(store: try options.openStore(), token: token)
         } catch let error as ClientError where error.code == .notConfigured {
-            throw CLIError("this device is not set up: run `outpost device init --server URL --token T` first")
+            throw CLIError(cliMessage(error))
         }
         let name = user?.name ?? "the new token's user"
         let outcome = try await options.withDevice { try await Self.syncOnce($0) }

@@ -59,10 +59,19 @@ enum Main {
         }
         // The SDK's and the apps' errors carry the words field staff read.
         let refusedDevice = device ? (error as? TransportError).map(\.cliMessage) : nil
-        let message = (refusedDevice ?? (error as? ClientError)?.message ?? Outpost.message(for: error))
+        let message = (refusedDevice ?? (error as? ClientError).map(cliMessage) ?? Outpost.message(for: error))
             .split(separator: "\n").first.map(String.init) ?? "failed"
         FileHandle.standardError.write(Data("outpost: \(message)\n".utf8))
         Foundation.exit(code.rawValue == 0 ? 1 : code.rawValue)
+    }
+}
+
+/// An SDK error's words, with the command that helps where there is one: the SDK's own words name none.
+func cliMessage(_ error: ClientError) -> String {
+    switch error.code {
+    case .notConfigured: return "\(error.message): run `outpost device init --server URL --token T` first"
+    case .noUser: return "\(error.message); initialise it with a token from `outpost token`"
+    default: return error.message
     }
 }
 

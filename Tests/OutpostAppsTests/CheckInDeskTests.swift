@@ -201,7 +201,7 @@ struct CheckInDeskTests {
             #expect(try await desk.largeQueueWarning() == nil)
             guard case .checkedIn(_, let warning) = try await desk.scan("g501") else { Issue.record("no check-in"); return }
             #expect(warning == "500 check-ins pending sync. The longer you stay offline, the slower reconnection will be.")
-            #expect(CheckIn.largeQueueWarning(pending: 499) == nil)
+            #expect(AppText.largeQueueWarning(pending: 499) == nil)
         }
     }
 }

@@ -34,7 +34,7 @@ public struct ActivityLog: Sendable {
         guard let existing = try await engine.store.record(collection: Activity.collection, recordId: recordId),
             !existing.deleted
         else {
-            throw ClientError(.notFound, "no activity \(recordId) on this device; `outpost activity list --refresh` fetches others'")
+            throw ClientError(.notFound, "no activity \(recordId) on this device; refresh the list to fetch others'")
         }
         guard !changes.isEmpty else { throw ClientError(.invalidInput, "nothing to change") }
         if let problem = Activity.problem(in: changes) { throw ClientError(.invalidInput, problem) }
@@ -151,7 +151,7 @@ public struct ActivitySave: Sendable, Hashable {
     public var confirmation: String {
         switch activity.syncStatus {
         case .synced: return isEdit ? "Activity updated" : "Activity registered"
-        case .pending where !isOnline: return Activity.savedOfflineMessage
+        case .pending where !isOnline: return AppText.savedOffline
         case .pending: return "Saved — syncing now"
         case .failed: return "Saved on this device — sync failed, will retry: \(activity.syncError ?? "unknown error")"
         case .rejected where activity.conflict != nil:

@@ -25,7 +25,7 @@ public struct AttendanceLog: Sendable {
     /// - Throws: ``ClientError`` `noUser` when the token names nobody.
     public init(device: Device, location: any LocationProvider, timeZone: TimeZone = .current) throws {
         guard let user = device.user else {
-            throw ClientError(.noUser, "this device's token names no user; initialise it with a token from `outpost token`")
+            throw ClientError(.noUser, "this device's token names no user")
         }
         self.init(engine: device.engine, userId: user.userId, location: location, timeZone: timeZone)
     }
@@ -43,7 +43,7 @@ public struct AttendanceLog: Sendable {
 
     private func record(_ action: Attendance.Action) async throws -> AttendanceEntry {
         guard let fix = await location.currentFix() else {
-            throw ClientError(.noLocationFix, Attendance.noFixMessage)
+            throw ClientError(.noLocationFix, AppText.noLocationFix)
         }
         guard Attendance.isValidCoordinate(latitude: fix.latitude, longitude: fix.longitude) else {
             throw ClientError(.invalidInput, "latitude must be within -90…90 and longitude within -180…180")
@@ -109,12 +109,7 @@ public struct AttendanceLog: Sendable {
     }
 
     /// "HH:mm" in the log's time zone.
-    public func clock(_ date: Date) -> String {
-        let formatter = DateFormatter()
-        formatter.dateFormat = "HH:mm"
-        formatter.timeZone = timeZone
-        return formatter.string(from: date)
-    }
+    public func clock(_ date: Date) -> String { AppText.clock(date, timeZone: timeZone) }
 }
 
 /// One check-in or check-out, as the history lists it.

@@ -142,7 +142,7 @@ public struct CheckInDesk: Sendable {
 
     /// The large-queue warning when 500 or more scans wait, else nil.
     public func largeQueueWarning() async throws -> String? {
-        CheckIn.largeQueueWarning(pending: try await pendingCount())
+        AppText.largeQueueWarning(pending: try await pendingCount())
     }
 }
 

@@ -37,7 +37,7 @@ public struct SyncConfiguration: Sendable {
 /// All mutable engine state lives in this actor. Waits go through the injected clock and times come from
 /// the injected `now`, so that tests drive both.
 public actor SyncEngine {
-    public let store: LocalStore
+    public nonisolated let store: LocalStore
     public nonisolated let configuration: SyncConfiguration
     let transport: any SyncTransport
     public nonisolated let clock: any Clock<Duration>

@@ -28,9 +28,6 @@ public enum Activity {
     public static let maxParticipants: Int64 = 10_000
     public static let maxNotesLength = 2_000
 
-    /// The confirmation a device shows after saving an activity while offline.
-    public static let savedOfflineMessage = "Saved offline — will sync when connected"
-
     /// What is wrong with an activity's fields, or nil. Fields absent from an edit are not checked.
     public static func problem(in fields: [String: JSONValue]) -> String? {
         if let type = fields[Field.type] {

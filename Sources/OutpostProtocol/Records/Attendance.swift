@@ -15,9 +15,6 @@ public enum Attendance {
 
         /// The last part of the record id.
         public var idSuffix: String { self == .checkIn ? "in" : "out" }
-
-        /// The state the action leaves the staff member in, as the app shows it.
-        public var stateText: String { self == .checkIn ? "Checked In" : "Checked Out" }
     }
 
     public enum Field {
@@ -28,9 +25,6 @@ public enum Attendance {
         /// The fix's horizontal accuracy in metres, when the location provider knows it.
         public static let accuracy = "accuracy_m"
     }
-
-    /// The refusal when there is no GPS fix: nothing is written without one, online or offline.
-    public static let noFixMessage = "GPS signal required. Please move to an open area."
 
     /// The id of `userId`'s record of `action` on `day`.
     public static func recordId(userId: String, day: CalendarDay, action: Action) -> String {

@@ -16,15 +16,6 @@ public enum CheckIn {
         public static let scannedAt = "scanned_at"
     }
 
-    /// From this many pending scans on, the device warns that reconnection will be slow.
-    public static let largeQueueThreshold = 500
-
-    /// The warning a device shows at ``largeQueueThreshold`` pending scans or more, else nil.
-    public static func largeQueueWarning(pending: Int) -> String? {
-        guard pending >= largeQueueThreshold else { return nil }
-        return "\(pending) check-ins pending sync. The longer you stay offline, the slower reconnection will be."
-    }
-
     /// What is wrong with a check-in's fields, or nil. Check-ins are written whole.
     public static func problem(in fields: [String: JSONValue]) -> String? {
         for name in [Field.eventId, Field.guestId, Field.scannedBy] {

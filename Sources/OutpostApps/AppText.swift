@@ -1,0 +1,33 @@
+import Foundation
+import OutpostProtocol
+
+/// The words the field apps show, named once: screens, the CLI and tests read them here.
+public enum AppText {
+    /// Attendance's refusal without a GPS fix: nothing is written without one, online or offline.
+    public static let noLocationFix = "GPS signal required. Please move to an open area."
+
+    /// An activity saved while the device is offline.
+    public static let savedOffline = "Saved offline — will sync when connected"
+
+    /// From this many pending scans on, the door warns that reconnection will be slow.
+    public static let largeQueueThreshold = 500
+
+    /// The warning a door shows at ``largeQueueThreshold`` pending scans or more, else nil.
+    public static func largeQueueWarning(pending: Int) -> String? {
+        guard pending >= largeQueueThreshold else { return nil }
+        return "\(pending) check-ins pending sync. The longer you stay offline, the slower reconnection will be."
+    }
+
+    /// "HH:mm" in `timeZone`.
+    public static func clock(_ date: Date, timeZone: TimeZone = .current) -> String {
+        let formatter = DateFormatter()
+        formatter.dateFormat = "HH:mm"
+        formatter.timeZone = timeZone
+        return formatter.string(from: date)
+    }
+}
+
+extension Attendance.Action {
+    /// The state the action leaves the staff member in, as the app shows it: "Checked In" or "Checked Out".
+    public var stateText: String { self == .checkIn ? "Checked In" : "Checked Out" }
+}
