@@ -35,7 +35,7 @@ struct TestDevice {
 func withTestDevice<T>(
     id: String = "dev-a", online: Bool = false, server: InMemoryServer = InMemoryServer(),
     transport: ((InMemoryTransport) -> any SyncTransport)? = nil, now: ManualNow = ManualNow(),
-    _ body: (TestDevice) async throws -> T
+    isolation: isolated (any Actor)? = #isolation, _ body: (TestDevice) async throws -> T
 ) async throws -> T {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-apps-\(UUID())")
     defer { try? FileManager.default.removeItem(at: directory) }

@@ -1,0 +1,108 @@
+import Foundation
+import Observation
+import OutpostClient
+import OutpostProtocol
+
+/// The attendance home screen, for SwiftUI to bind to: today's state, the Check-In and Check-Out buttons, the
+/// offline indicator, the history with its badges, and the GPS error.
+///
+/// Actions answer as soon as the record is saved on the device; delivery runs after them. ``run()`` keeps the
+/// screen current while it is shown (`.task { await screen.run() }`).
+@MainActor
+@Observable
+public final class AttendanceScreen {
+    public let log: AttendanceLog
+
+    /// Today's state: "Not checked in", "Checked In" or "Checked Out".
+    public private(set) var state = AttendanceState(latest: nil)
+    /// This user's check-ins and check-outs, newest first.
+    public private(set) var history: [AttendanceRow] = []
+    public private(set) var connection = ConnectionIndicator(SyncStatus())
+    /// True while an action looks for a fix and saves: both buttons show it and are disabled.
+    public private(set) var isBusy = false
+    /// "GPS signal required. Please move to an open area." after an action found no fix; it stays until an
+    /// action finds one.
+    public private(set) var locationError: String?
+    /// Why the last action was refused for another reason than the fix, such as "Already checked in today at 09:12."
+    public private(set) var actionError: String?
+
+    @ObservationIgnored private var reloader: Reloader?
+
+    public init(log: AttendanceLog) {
+        self.log = log
+    }
+
+    public var canCheckIn: Bool { !isBusy && state.action == nil }
+    public var canCheckOut: Bool { !isBusy && state.action == .checkIn }
+    /// The state's line, with its time: "Checked In at 09:12".
+    public var stateText: String {
+        guard let latest = state.latest else { return state.text }
+        return "\(state.text) at \(log.clock(latest.time))"
+    }
+
+    public func checkIn() async { await act { try await $0.checkIn() } }
+    public func checkOut() async { await act { try await $0.checkOut() } }
+
+    private func act(_ action: @escaping @Sendable (AttendanceLog) async throws -> AttendanceEntry) async {
+        guard !isBusy else { return }
+        isBusy = true
+        actionError = nil
+        do {
+            _ = try await action(log)
+            locationError = nil
+        } catch let error as ClientError where error.code == .noLocationFix {
+            locationError = error.message
+        } catch let error as ClientError {
+            // Any other refusal came after a fix was found.
+            locationError = nil
+            actionError = error.message
+        } catch {
+            actionError = "The action could not be saved on this device."
+        }
+        isBusy = false
+        await reload()
+    }
+
+    /// Reads the screen again from the store and the engine.
+    public func reload() async {
+        if reloader == nil { reloader = Reloader { [weak self] in await self?.load() } }
+        await reloader?.reload()
+    }
+
+    /// Keeps the screen current until the calling task is cancelled.
+    public func run() async {
+        await reload()
+        await followChanges(of: log.engine) { [weak self] in await self?.reload() }
+    }
+
+    private func load() async {
+        connection = ConnectionIndicator(await log.engine.status)
+        // State and history from one read, so that they never disagree.
+        guard let entries = try? await log.history() else { return }
+        history = entries.map { AttendanceRow($0, log: log) }
+        let today = entries.filter { $0.day == CalendarDay(log.engine.now(), timeZone: log.timeZone) }
+        state = AttendanceState(latest: today.first { $0.action == .checkOut } ?? today.first { $0.action == .checkIn })
+    }
+}
+
+/// One line of the attendance history.
+public struct AttendanceRow: Sendable, Hashable, Identifiable {
+    public var id: String { entry.recordId }
+    public var entry: AttendanceEntry
+    /// "Checked In" or "Checked Out".
+    public var title: String
+    /// "2026-05-01 09:12"
+    public var time: String
+    /// The badge's symbol and its accessibility label, such as "Record pending synchronization".
+    public var badge: SyncBadge
+    /// Shown beside an entry made offline.
+    public var isOfflineEntry: Bool
+
+    init(_ entry: AttendanceEntry, log: AttendanceLog) {
+        self.entry = entry
+        title = entry.action.stateText
+        time = "\(entry.day) \(log.clock(entry.time))"
+        badge = entry.badge
+        isOfflineEntry = entry.isOfflineEntry
+    }
+}

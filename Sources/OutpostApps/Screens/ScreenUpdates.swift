@@ -1,0 +1,67 @@
+import OutpostClient
+
+/// Reloads a screen model from the store, one load at a time: a request made while a load runs joins a single
+/// load after it, so that a burst of commits costs two loads and every caller sees what was stored when it asked.
+@MainActor
+final class Reloader {
+    private let load: @MainActor () async -> Void
+    private var running: Task<Void, Never>?
+    private var again = false
+
+    init(_ load: @escaping @MainActor () async -> Void) {
+        self.load = load
+    }
+
+    func reload() async {
+        if let running {
+            again = true
+            await running.value
+            return
+        }
+        // The task starts after this turn of the main actor, so `running` is set before it runs; it clears
+        // `running` in the turn that found nothing more to load, so no request falls between the two.
+        let task = Task { @MainActor in
+            repeat {
+                again = false
+                await load()
+            } while again
+            running = nil
+        }
+        running = task
+        await task.value
+    }
+}
+
+/// Runs `reload` after every status the engine publishes and every commit to its store (by this process or
+/// another), until the calling task is cancelled: what a screen's `.task { await model.run() }` runs.
+func followChanges(of engine: SyncEngine, _ reload: @escaping @Sendable @MainActor () async -> Void) async {
+    let statuses = await engine.statusUpdates()
+    let commits = engine.store.changes(clock: engine.clock)
+    await withTaskGroup(of: Void.self) { group in
+        group.addTask {
+            for await _ in statuses { await reload() }
+        }
+        group.addTask {
+            for await _ in commits { await reload() }
+        }
+    }
+}
+
+/// What the offline indicator of a screen shows, from the engine's status.
+public struct ConnectionIndicator: Sendable, Hashable {
+    /// The engine's status it was made from.
+    public var status: SyncStatus
+
+    public init(_ status: SyncStatus) {
+        self.status = status
+    }
+
+    /// True once the engine knows the device is offline: the indicator is shown.
+    public var isOffline: Bool { status.isConnectionKnown && !status.isOnline }
+    /// Records waiting for the network: pending and failed.
+    public var waitingCount: Int { status.pendingCount + status.failedCount }
+    /// "Offline", "Online" or "Checking connection".
+    public var connectionText: String { status.connectionText }
+    /// "3 records waiting to sync", and the refused ones after it.
+    public var text: String { status.offlineIndicatorText }
+}
