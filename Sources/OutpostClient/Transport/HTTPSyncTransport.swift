@@ -5,7 +5,8 @@ import NIOFoundationCompat
 import NIOHTTP1
 import OutpostProtocol
 
-/// The default transport: HTTP and JSON over AsyncHTTPClient. (On Apple platforms URLSession would serve.)
+/// The default transport: HTTP and JSON over AsyncHTTPClient, streaming pulls. ``URLSessionSyncTransport`` is the
+/// one for apps that ship without NIO.
 public struct HTTPSyncTransport: SyncTransport {
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
@@ -53,28 +54,22 @@ public struct HTTPSyncTransport: SyncTransport {
 
     public func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
         try await send(
-            .GET, path: "/v1/pull", query: Self.pullQuery(collection, scope, cursor, limit),
+            .GET, path: "/v1/pull", query: TransportRequest.pullQuery(collection, scope, cursor, limit),
             decode: { try PullResponse(jsonBytes: $0) })
     }
 
     /// A pull whose change fields are kept as the JSON text received (see ``PullPage``).
     public func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
         try await send(
-            .GET, path: "/v1/pull", query: Self.pullQuery(collection, scope, cursor, limit),
+            .GET, path: "/v1/pull", query: TransportRequest.pullQuery(collection, scope, cursor, limit),
             decode: { try PullPage(jsonBytes: Array($0)) })
-    }
-
-    private static func pullQuery(
-        _ collection: String, _ scope: String?, _ cursor: String?, _ limit: Int?
-    ) -> [(String, String?)] {
-        [("collection", collection), ("scope", scope), ("cursor", cursor), ("limit", limit.map(String.init))]
     }
 
     public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
         -> SnapshotResponse
     {
         try await send(
-            .GET, path: "/v1/snapshot", query: Self.snapshotQuery(collection, scope, continuation, limit),
+            .GET, path: "/v1/snapshot", query: TransportRequest.snapshotQuery(collection, scope, continuation, limit),
             decode: { try SnapshotResponse(jsonBytes: $0) })
     }
 
@@ -82,14 +77,8 @@ public struct HTTPSyncTransport: SyncTransport {
         -> SnapshotPage
     {
         try await send(
-            .GET, path: "/v1/snapshot", query: Self.snapshotQuery(collection, scope, continuation, limit),
+            .GET, path: "/v1/snapshot", query: TransportRequest.snapshotQuery(collection, scope, continuation, limit),
             decode: { try SnapshotPage(jsonBytes: Array($0)) })
-    }
-
-    private static func snapshotQuery(
-        _ collection: String, _ scope: String?, _ continuation: String?, _ limit: Int?
-    ) -> [(String, String?)] {
-        [("collection", collection), ("scope", scope), ("continuation", continuation), ("limit", limit.map(String.init))]
     }
 
     public func health() async throws -> HealthResponse {
@@ -145,14 +134,8 @@ public struct HTTPSyncTransport: SyncTransport {
             }
         }
         let data = Data(buffer: bytes)
-        try Self.check(response.status, body: data)
-        do {
-            return try decode(data)
-        } catch {
-            throw TransportError(
-                kind: .invalidResponse, status: Int(response.status.code),
-                message: "the server's answer is not Outpost's protocol")
-        }
+        try TransportRequest.check(status: Int(response.status.code), body: data)
+        return try TransportRequest.decoded(data, status: Int(response.status.code), decode)
     }
 
     /// Streams pulls as the server writes them, one page a line (`GET /v1/pull` with `pages`).
@@ -192,7 +175,7 @@ public struct HTTPSyncTransport: SyncTransport {
         _ collection: String, _ scope: String?, _ cursor: String?, _ limit: Int, _ pages: Int,
         decode: @escaping @Sendable ([UInt8]) throws -> Page
     ) -> AsyncThrowingStream<Page, any Error> {
-        let query = Self.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))]
+        let query = TransportRequest.pullQuery(collection, scope, cursor, limit) + [("pages", String(pages))]
         return AsyncThrowingStream.produced { deliver in
             // A refused token is answered before any page, so that the stream can start again with a fresh one.
             try await bearer.authorizing { token in
@@ -220,7 +203,7 @@ public struct HTTPSyncTransport: SyncTransport {
     ) async throws {
         guard (200..<300).contains(response.status.code) else {
             let body = try? await response.body.collect(upTo: 1024 * 1024)
-            try check(response.status, body: body.map { Data(buffer: $0) } ?? Data())
+            try TransportRequest.check(status: Int(response.status.code), body: body.map { Data(buffer: $0) } ?? Data())
             return
         }
         let status = Int(response.status.code)
@@ -278,19 +261,7 @@ public struct HTTPSyncTransport: SyncTransport {
         _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?, token: String
     ) throws -> HTTPClientRequest
     {
-        guard var components = URLComponents(url: baseURL, resolvingAgainstBaseURL: false) else {
-            throw TransportError(kind: .invalidResponse, message: "cannot build a URL from \(baseURL)")
-        }
-        let basePath = components.path.hasSuffix("/") ? String(components.path.dropLast()) : components.path
-        components.path = basePath + path
-        let items = query.compactMap { name, value in value.map { URLQueryItem(name: name, value: $0) } }
-        if !items.isEmpty { components.queryItems = items }
-        // '+' is a literal in a query but some servers read it as a space.
-        let encodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
-        components.percentEncodedQuery = encodedQuery
-        guard let url = components.url else {
-            throw TransportError(kind: .invalidResponse, message: "cannot build a URL from \(baseURL)")
-        }
+        let url = try TransportRequest.url(baseURL, path: path, query: query)
         var request = HTTPClientRequest(url: url.absoluteString)
         request.method = method
         request.headers.add(name: "Authorization", value: "Bearer \(token)")
@@ -300,16 +271,6 @@ public struct HTTPSyncTransport: SyncTransport {
             request.body = .bytes(ByteBuffer(bytes: body))
         }
         return request
-    }
-
-    /// Throws the server's error for an answer other than 2xx; a refused token says to sign in again.
-    private static func check(_ status: HTTPResponseStatus, body: Data) throws {
-        guard !(200..<300).contains(status.code) else { return }
-        let wire = try? JSONDecoder().decode(WireError.self, from: body)
-        if status == .unauthorized { throw TransportError.signInRequired(wire: wire) }
-        throw TransportError(
-            kind: .server, status: Int(status.code), wire: wire,
-            message: wire?.message ?? "the server answered \(status.code)")
     }
 }
 

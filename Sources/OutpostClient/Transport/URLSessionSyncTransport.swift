@@ -1,0 +1,112 @@
+import Foundation
+import OutpostProtocol
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// HTTP and JSON over `URLSession`: the transport for an app that ships without NIO. It shares the token rule of
+/// ``HTTPSyncTransport`` (``BearerToken``) and its errors; pulls come a page per request.
+///
+/// Pass a session configured for the app (a background session cannot serve: the engine awaits each answer).
+public struct URLSessionSyncTransport: SyncTransport {
+    public var baseURL: URL
+    /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
+    public let bearer: BearerToken
+    private let session: URLSession
+    private let timeout: TimeInterval
+
+    /// - Parameters:
+    ///   - baseURL: the server, such as `https://sync.example.org`.
+    ///   - token: the bearer token; it is sent in a header and never logged.
+    ///   - credentials: asked for a fresh token when the server refuses `token`, as ``HTTPSyncTransport`` does.
+    ///   - session: the session requests go through.
+    ///   - timeout: the longest the server may fall silent, before or during its answer: a retryable network error.
+    public init(
+        baseURL: URL, token: String, credentials: (any CredentialsProvider)? = nil, session: URLSession = .shared,
+        timeout: Duration = .seconds(30)
+    ) {
+        self.baseURL = baseURL
+        self.bearer = BearerToken(token, credentials: credentials)
+        self.session = session
+        self.timeout = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+    }
+
+    public func push(_ request: PushRequest) async throws -> PushResponse {
+        try await send("POST", path: "/v1/push", body: Data(try request.jsonBytes())) { try PushResponse(jsonBytes: $0) }
+    }
+
+    public func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
+        try await send("GET", path: "/v1/pull", query: TransportRequest.pullQuery(collection, scope, cursor, limit)) {
+            try PullResponse(jsonBytes: $0)
+        }
+    }
+
+    public func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
+        try await send("GET", path: "/v1/pull", query: TransportRequest.pullQuery(collection, scope, cursor, limit)) {
+            try PullPage(jsonBytes: Array($0))
+        }
+    }
+
+    public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        -> SnapshotResponse
+    {
+        try await send(
+            "GET", path: "/v1/snapshot", query: TransportRequest.snapshotQuery(collection, scope, continuation, limit)
+        ) { try SnapshotResponse(jsonBytes: $0) }
+    }
+
+    public func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        -> SnapshotPage
+    {
+        try await send(
+            "GET", path: "/v1/snapshot", query: TransportRequest.snapshotQuery(collection, scope, continuation, limit)
+        ) { try SnapshotPage(jsonBytes: Array($0)) }
+    }
+
+    public func health() async throws -> HealthResponse {
+        try await send("GET", path: "/health") { try JSONDecoder().decode(HealthResponse.self, from: $0) }
+    }
+
+    public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
+        try await send("POST", path: "/v1/heartbeats", body: try JSONEncoder().encode(heartbeat)) {
+            try JSONDecoder().decode(HeartbeatResponse.self, from: $0)
+        }
+    }
+
+    public func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
+        try await send("POST", path: "/v1/sync-failures", body: try JSONEncoder().encode(report)) {
+            try JSONDecoder().decode(SyncFailureReceipt.self, from: $0)
+        }
+    }
+
+    private func send<T>(
+        _ method: String, path: String, query: [(String, String?)] = [], body: Data? = nil,
+        decode: @escaping (Data) throws -> T
+    ) async throws -> T {
+        let url = try TransportRequest.url(baseURL, path: path, query: query)
+        return try await bearer.authorizing { token in
+            var request = URLRequest(url: url, timeoutInterval: timeout)
+            request.httpMethod = method
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            request.setValue("application/json", forHTTPHeaderField: "Accept")
+            if let body {
+                request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+                request.httpBody = body
+            }
+            let data: Data
+            let response: URLResponse
+            do {
+                (data, response) = try await session.data(for: request)
+            } catch {
+                if Task.isCancelled { throw CancellationError() }
+                throw TransportError(kind: .network, message: "the server could not be reached")
+            }
+            guard let http = response as? HTTPURLResponse else {
+                throw TransportError(kind: .invalidResponse, message: "the server's answer is not HTTP")
+            }
+            try TransportRequest.check(status: http.statusCode, body: data)
+            return try TransportRequest.decoded(data, status: http.statusCode, decode)
+        }
+    }
+}

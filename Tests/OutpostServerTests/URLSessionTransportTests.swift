@@ -1,0 +1,110 @@
+import Foundation
+import OutpostClient
+import OutpostProtocol
+import OutpostTesting
+import Testing
+
+@testable import OutpostServer
+
+/// ``URLSessionSyncTransport`` against the real application on a real loopback socket, through FoundationNetworking.
+@Suite("URLSession transport")
+struct URLSessionTransportTests {
+    /// Hands out one fresh token, once.
+    struct OneRenewal: CredentialsProvider {
+        let token: String
+        func refreshedToken(after rejected: String) async throws -> String? { rejected == token ? nil : token }
+    }
+
+    @Test("push, pull, snapshot, health and heartbeats through URLSession", arguments: StorageKind.allCases)
+    func roundTrip(kind: StorageKind) async throws {
+        try await withServer(kind, setup: .live) { client, storage in
+            let port = try #require(client.port)
+            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+            let staff = URLSessionSyncTransport(baseURL: base, token: try await Fixtures.token(role: .staff))
+            let organizer = URLSessionSyncTransport(baseURL: base, token: try await Fixtures.token(role: .organizer))
+            #expect(try await staff.health().status == "ok")
+            let mutation = Fixtures.upsert("r1", ["title": "über + 🚀 & more"], at: 1)
+            #expect(try await staff.push(PushRequest(deviceId: "dev-a", mutations: [mutation])).results.map(\.status) == [.applied])
+            #expect(try await staff.push(PushRequest(deviceId: "dev-a", mutations: [mutation])).results.map(\.status) == [.duplicate])
+            try await storage.settle()
+            let pulled = try await staff.pull(collection: "notes", scope: nil, cursor: nil, limit: nil)
+            #expect(pulled.changes.first?.fields["title"] == "über + 🚀 & more")
+            #expect(try await staff.pullPage(collection: "notes", scope: nil, cursor: nil, limit: 1).changes.count == 1)
+            _ = try await organizer.push(
+                PushRequest(deviceId: "org", mutations: [
+                    Fixtures.upsert("g1", ["event_id": "ev.1:a@b", "name": "A"], collection: "guests", device: "org")
+                ]))
+            try await storage.settle()
+            let snapshot = try await staff.snapshot(collection: "guests", scope: "ev.1:a@b", continuation: nil, limit: 10)
+            #expect(snapshot.records.map(\.recordId) == ["g1"])
+            let heartbeat = Heartbeat(
+                deviceId: "dev-a", event: nil, pendingCount: 0, failedCount: 0, lastRosterFetch: nil, appVersion: "test")
+            _ = try await staff.heartbeat(heartbeat)
+        }
+    }
+
+    @Test("the server's refusals: a bad token asks to sign in, a bad request keeps the server's code", arguments: StorageKind.allCases)
+    func refusals(kind: StorageKind) async throws {
+        try await withServer(kind, setup: .live) { client, _ in
+            let port = try #require(client.port)
+            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+            let forged = URLSessionSyncTransport(baseURL: base, token: "not-a-token")
+            let refused = await #expect(throws: TransportError.self) {
+                try await forged.pull(collection: "notes", scope: nil, cursor: nil, limit: nil)
+            }
+            #expect(refused?.requiresSignIn == true)
+            #expect(refused?.message == TransportError.signInAgainMessage)
+
+            let staff = URLSessionSyncTransport(baseURL: base, token: try await Fixtures.token(role: .staff))
+            let bad = await #expect(throws: TransportError.self) {
+                try await staff.pull(collection: "no such collection!", scope: nil, cursor: nil, limit: nil)
+            }
+            #expect(bad.flatMap(\.status).map { (400..<500).contains($0) } == true)
+            #expect(bad?.wire != nil)
+            #expect(bad?.isRetryable == false)
+
+            // A refused token is renewed once through the credentials, and the request goes through.
+            let renewed = URLSessionSyncTransport(
+                baseURL: base, token: "expired", credentials: OneRenewal(token: try await Fixtures.token(role: .staff)))
+            #expect(try await renewed.health().status == "ok")
+            _ = try await renewed.pull(collection: "notes", scope: nil, cursor: nil, limit: nil)
+            #expect(renewed.bearer.current != "expired")
+        }
+    }
+
+    @Test("a device syncs through it: what it saved offline reaches the server once, in order")
+    func deviceSync() async throws {
+        try await withServer(.sqlite, setup: .live) { client, storage in
+            let port = try #require(client.port)
+            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-urlsession-\(UUID())")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let url = directory.appendingPathComponent("device.sqlite")
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let transport = URLSessionSyncTransport(baseURL: base, token: try await Fixtures.token(role: .staff))
+            let engine = SyncEngine(
+                store: store, transport: transport,
+                configuration: SyncConfiguration(deviceId: "dev-u", retryDelays: [], deliversAfterSave: false),
+                now: { Fixtures.serverNow.date })
+            for id in ["a", "b", "c"] {
+                _ = try await engine.save(LocalStore.Write(collection: "notes", recordId: id, fields: ["n": 1]))
+            }
+            #expect(await engine.probe(syncingPending: false))
+            let summary = try await engine.sync()
+            #expect(summary.synced == 3 && summary.isComplete, "\(summary)")
+            try await storage.settle()
+            let pulled = try await transport.pull(collection: "notes", scope: nil, cursor: nil, limit: nil)
+            #expect(pulled.changes.map(\.recordId) == ["a", "b", "c"])
+        }
+    }
+
+    @Test("no server: a retryable network error")
+    func unreachable() async throws {
+        // Port 9 (discard): nothing listens on it here.
+        let transport = URLSessionSyncTransport(
+            baseURL: URL(string: "http://127.0.0.1:9")!, token: "t", timeout: .seconds(5))
+        let error = await #expect(throws: TransportError.self) { try await transport.health() }
+        #expect(error?.kind == .network)
+        #expect(error?.isRetryable == true)
+    }
+}
