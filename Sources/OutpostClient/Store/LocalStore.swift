@@ -38,10 +38,12 @@ public final class LocalStore: Sendable {
         self.durableCommits = durableCommits
         do {
             try FileManager.default.createDirectory(
-                at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+                at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
         } catch {
             throw ClientError(.storeUnavailable, "cannot create the folder \(url.deletingLastPathComponent().path)")
         }
+        try Self.restrictToOwner(url)
         self.sealer = Sealer(key: try keys.key())
         do {
             var configuration = Configuration()
@@ -94,6 +96,21 @@ public final class LocalStore: Sendable {
             throw error
         } catch {
             throw ClientError(.storeUnavailable, "cannot open the device store at \(url.path)")
+        }
+    }
+
+    /// Creates the store's file readable by its owner only (0600), or makes an existing one so, with its
+    /// write-ahead log and shared memory: SQLite creates those with the database file's mode.
+    static func restrictToOwner(_ url: URL) throws {
+        let descriptor = open(url.path, O_RDWR | O_CREAT, 0o600)
+        guard descriptor >= 0 else {
+            throw ClientError(.storeUnavailable, "cannot create the device store at \(url.path)")
+        }
+        close(descriptor)
+        for path in [url.path, url.path + "-wal", url.path + "-shm"] where FileManager.default.fileExists(atPath: path) {
+            guard chmod(path, 0o600) == 0 else {
+                throw ClientError(.storeUnavailable, "cannot make the device store at \(url.path) private to its owner")
+            }
         }
     }
 
@@ -594,13 +611,15 @@ public final class LocalStore: Sendable {
         try statement.execute()
     }
 
-    /// Runs GRDB work, turning its errors into ``ClientError`` without SQL or values.
+    /// Runs GRDB work, turning its errors into ``ClientError`` without SQL or values. Work that stopped because its
+    /// task was cancelled throws `CancellationError`: the store is as it was.
     func perform<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
         } catch let error as ClientError {
             throw error
         } catch {
+            if error is CancellationError || Task.isCancelled { throw CancellationError() }
             throw ClientError(.storeUnavailable, "the device store failed to read or write")
         }
     }
