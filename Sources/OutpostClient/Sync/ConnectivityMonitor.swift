@@ -2,7 +2,7 @@ import Foundation
 
 /// Tells the engine when the device goes online or offline.
 ///
-/// The default probes the server's `/health`; on Apple platforms an `NWPathMonitor` would plug in.
+/// ``HealthProbeMonitor`` probes the server's `/health`; on Apple platforms ``NetworkPathMonitor`` follows the network path.
 public protocol ConnectivityMonitor: Sendable {
     /// Online (true) or offline (false), first the current state, then every change. Ends on cancellation.
     func changes() -> AsyncStream<Bool>
