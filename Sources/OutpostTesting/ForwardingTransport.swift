@@ -4,9 +4,9 @@ import OutpostProtocol
 /// A test double that passes every call to `inner` unless it says otherwise: a flaky or gated transport
 /// overrides the one call it changes.
 ///
-/// `pullPage` and `snapshotPage` keep their defaults, which go through this transport's `pull` and `snapshot`:
-/// a double that overrides those is obeyed by a refresh and a download too.
-public protocol ForwardingTransport: SyncTransport {
+/// The bulk calls keep their defaults, which go through this transport's `pull` and `snapshot`: a double that
+/// overrides those is obeyed by a refresh and a download too.
+public protocol ForwardingTransport: BulkSyncTransport, SyncMonitorTransport {
     var inner: any SyncTransport { get }
 }
 
@@ -26,10 +26,10 @@ extension ForwardingTransport {
     public func health() async throws -> HealthResponse { try await inner.health() }
 
     public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
-        try await inner.heartbeat(heartbeat)
+        try await inner.monitorHeartbeat(heartbeat)
     }
 
     public func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
-        try await inner.reportFailures(report)
+        try await inner.monitorReportFailures(report)
     }
 }

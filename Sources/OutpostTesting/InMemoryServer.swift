@@ -136,7 +136,7 @@ public actor InMemoryServer {
 }
 
 /// A transport straight to an ``InMemoryServer``, with a switch for the network.
-public final class InMemoryTransport: SyncTransport, @unchecked Sendable {
+public final class InMemoryTransport: SyncMonitorTransport, @unchecked Sendable {
     public let server: InMemoryServer
     private let lock = NSLock()
     private var _online = true

@@ -4,7 +4,7 @@ import OutpostProtocol
 
 /// A reference collection held in memory, served as snapshot pages and pull deltas, with a switch that
 /// fails requests from a chosen page on: enough to test downloads, resumes and refreshes.
-public final class ReferenceServer: SyncTransport, @unchecked Sendable {
+public final class ReferenceServer: BulkSyncTransport, @unchecked Sendable {
     private let lock = NSLock()
     /// The rows as they stand, by scope and record id: the same id in two scopes is two rows.
     private var rows: [String: Change] = [:]
@@ -80,7 +80,7 @@ public final class ReferenceServer: SyncTransport, @unchecked Sendable {
     /// Streams of pulls opened since the last ``limitStreams(toPages:)``.
     public var streamRequests: Int { lock.withLock { streamCalls } }
 
-    public func pullPages(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    public func pullPageStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullPage, any Error>
     {
         let pages = lock.withLock {

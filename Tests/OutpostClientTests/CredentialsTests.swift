@@ -37,7 +37,7 @@ struct CredentialsTests {
         }
 
         func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
-            try await authorized { try await inner.heartbeat(heartbeat) }
+            try await authorized { try await inner.monitorHeartbeat(heartbeat) }
         }
     }
 

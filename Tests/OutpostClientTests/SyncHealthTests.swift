@@ -235,6 +235,6 @@ final class FlakyReports: ForwardingTransport, @unchecked Sendable {
             return failures >= 0
         }
         if fail { throw TransportError(kind: .server, status: 503, message: "unavailable") }
-        return try await inner.reportFailures(report)
+        return try await inner.monitorReportFailures(report)
     }
 }

@@ -62,7 +62,7 @@ struct LiveServerTests {
 
             func streamed(from cursor: String?, pages: Int) async throws -> [(ids: [String], cursor: String, hasMore: Bool)] {
                 var received: [(ids: [String], cursor: String, hasMore: Bool)] = []
-                for try await page in staff.pullPages(collection: "notes", scope: nil, cursor: cursor, limit: 2, pages: pages) {
+                for try await page in staff.pullPageStream(collection: "notes", scope: nil, cursor: cursor, limit: 2, pages: pages) {
                     received.append((page.changes.map(\.recordId), page.cursor, page.hasMore))
                 }
                 return received
@@ -79,7 +79,7 @@ struct LiveServerTests {
             #expect(rest.map(\.hasMore) == [false])
             // Decoded whole, the same stream gives what `pull` gives one page at a time.
             var decoded: [PullResponse] = []
-            for try await page in staff.pulls(collection: "notes", scope: nil, cursor: nil, limit: 2, pages: 10) {
+            for try await page in staff.pullStream(collection: "notes", scope: nil, cursor: nil, limit: 2, pages: 10) {
                 decoded.append(page)
             }
             var oneByOne: [PullResponse] = []
@@ -92,18 +92,18 @@ struct LiveServerTests {
             #expect(decoded == oneByOne)
             #expect(decoded.count == 4)
             // One page asked for: one page.
-            let one = try await staff.pullPages(collection: "notes", scope: nil, cursor: nil, limit: 1, pages: 1)
+            let one = try await staff.pullPageStream(collection: "notes", scope: nil, cursor: nil, limit: 1, pages: 1)
                 .first { _ in true }
             #expect(one?.changes.first?.recordId == "r0")
             // Refused before anything is sent: an ordinary error answer.
             await #expect {
-                for try await _ in staff.pullPages(collection: "notes", scope: nil, cursor: "c9.1.2", limit: 2, pages: 3) {}
+                for try await _ in staff.pullPageStream(collection: "notes", scope: nil, cursor: "c9.1.2", limit: 2, pages: 3) {}
             } throws: { error in
                 (error as? TransportError)?.status == 400 && (error as? TransportError)?.wire?.code == .invalidCursor
             }
             let forged = HTTPSyncTransport(baseURL: base, token: "forged")
             await #expect {
-                for try await _ in forged.pullPages(collection: "notes", scope: nil, cursor: nil, limit: 2, pages: 3) {}
+                for try await _ in forged.pullPageStream(collection: "notes", scope: nil, cursor: nil, limit: 2, pages: 3) {}
             } throws: { error in
                 (error as? TransportError)?.status == 401
             }
@@ -115,11 +115,11 @@ struct LiveServerTests {
         let inner: any SyncTransport
         let opened = LockedValue(0)
 
-        func pulls(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        func pullStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
             -> AsyncThrowingStream<PullResponse, any Error>
         {
             opened.withLock { $0 += 1 }
-            return inner.pulls(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
+            return inner.bulkPullStream(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
         }
     }
 
@@ -165,7 +165,7 @@ struct LiveServerTests {
             let transport = HTTPSyncTransport(
                 baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: "t")
             var pages: [PullPage] = []
-            for try await page in transport.pullPages(collection: "notes", scope: nil, cursor: nil, limit: 2, pages: 5) {
+            for try await page in transport.pullPageStream(collection: "notes", scope: nil, cursor: nil, limit: 2, pages: 5) {
                 pages.append(page)
             }
             #expect(pages.map(\.cursor) == ["c1.0.9"])
@@ -193,7 +193,7 @@ struct LiveServerTests {
             for (cursor, kind) in [("error", TransportError.Kind.server), ("cut", .network)] {
                 var pages: [PullPage] = []
                 await #expect {
-                    for try await page in transport.pullPages(collection: "notes", scope: nil, cursor: cursor, limit: 2, pages: 5) {
+                    for try await page in transport.pullPageStream(collection: "notes", scope: nil, cursor: cursor, limit: 2, pages: 5) {
                         pages.append(page)
                     }
                 } throws: { error in
@@ -258,7 +258,7 @@ struct LiveServerTests {
                 var pages = received.makeAsyncIterator()
                 let reading = Task {
                     defer { receiving.finish() }
-                    for try await page in transport.pullPages(
+                    for try await page in transport.pullPageStream(
                         collection: "notes", scope: nil, cursor: silent ? "silent" : "slow", limit: 2, pages: 5)
                     {
                         receiving.yield(page.cursor)

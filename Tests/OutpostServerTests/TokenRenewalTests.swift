@@ -47,14 +47,14 @@ struct TokenRenewalTests {
             #expect(renewal.asked == 1)
             #expect(transport.bearer.current == fresh)
             try await storage.settle()
-            let streamed = try await transport.pulls(collection: "notes", scope: nil, cursor: nil, limit: 10, pages: 2)
+            let streamed = try await transport.pullStream(collection: "notes", scope: nil, cursor: nil, limit: 10, pages: 2)
                 .first { _ in true }
             #expect(streamed?.changes.map(\.recordId) == ["r1"])
             #expect(renewal.asked == 1)
 
             // A stream refused before its first page starts again with the fresh token.
             let streaming = HTTPSyncTransport(baseURL: base, token: try await Self.expiredToken(), credentials: Renewal(fresh))
-            let page = try await streaming.pullPages(collection: "notes", scope: nil, cursor: nil, limit: 10, pages: 2)
+            let page = try await streaming.pullPageStream(collection: "notes", scope: nil, cursor: nil, limit: 10, pages: 2)
                 .first { _ in true }
             #expect(page?.changes.map(\.recordId) == ["r1"])
 

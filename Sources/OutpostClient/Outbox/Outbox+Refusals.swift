@@ -69,7 +69,7 @@ extension LocalStore {
     }
 
     /// How many records the user discarded, kept sealed on the device for audit.
-    public func discardedCount() async throws -> Int {
+    package func discardedCount() async throws -> Int {
         try await perform {
             try await self.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM discarded") ?? 0 }
         }

@@ -3,21 +3,21 @@ import GRDB
 import OutpostProtocol
 
 /// One queued mutation: what the device will push, in chronological order.
-public struct OutboxEntry: Sendable, Hashable {
-    public var seq: Int64
-    public var mutation: Mutation
-    public var attempts: Int
+package struct OutboxEntry: Sendable, Hashable {
+    package var seq: Int64
+    package var mutation: Mutation
+    package var attempts: Int
 }
 
 /// The queue of mutations not yet confirmed by the server, kept in the device store.
 extension LocalStore {
     /// What the fields of one chunk may take, at most: half a server's default body limit, so that a chunk of
     /// large records is never refused as too large.
-    public static let chunkMaxBytes = 4 * 1024 * 1024
+    package static let chunkMaxBytes = 4 * 1024 * 1024
 
     /// The next `limit` mutations to push after local sequence `seq`: by client time, then local sequence.
     /// Rejected ones are skipped until retried, so they never block the records behind them.
-    public func nextChunk(after seq: Int64 = 0, limit: Int, maxBytes: Int = LocalStore.chunkMaxBytes) async throws
+    package func nextChunk(after seq: Int64 = 0, limit: Int, maxBytes: Int = LocalStore.chunkMaxBytes) async throws
         -> [OutboxEntry]
     {
         try await chunk(after: seq, limit: limit, maxBytes: maxBytes, only: nil)
@@ -82,7 +82,7 @@ extension LocalStore {
     }
 
     /// How many mutations wait in the outbox (rejected ones excluded).
-    public func outboxCount() async throws -> Int {
+    package func outboxCount() async throws -> Int {
         try await perform {
             try await self.read { db in
                 try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox WHERE state = 'pending'") ?? 0
@@ -398,7 +398,7 @@ extension LocalStore {
     /// Records still waiting to sync (pending or failed, not refused) whose oldest unsynced write was made at
     /// `cutoff` or earlier, whether or not a sync was ever tried: what the device escalates. Carries ids,
     /// times and the reason, never the payload.
-    public func persistentFailures(writtenBefore cutoff: Date) async throws -> [SyncFailure] {
+    package func persistentFailures(writtenBefore cutoff: Date) async throws -> [SyncFailure] {
         let sealer = self.sealer
         return try await perform {
             try await self.read { db in
@@ -423,7 +423,7 @@ extension LocalStore {
     }
 
     /// When reference data (a roster) was last downloaded or refreshed on this device, if ever.
-    public func lastReferenceFetch() async throws -> Date? {
+    package func lastReferenceFetch() async throws -> Date? {
         try await perform {
             try await self.read { db in
                 try Int64.fetchOne(db, sql: "SELECT max(max(coalesce(completed_at, 0), coalesce(refreshed_at, 0))) FROM reference_state")
@@ -433,7 +433,7 @@ extension LocalStore {
     }
 
     /// The setting that names the event opened on this device (`outpost event open`).
-    public static let currentEventSetting = "current_event"
+    package static let currentEventSetting = "current_event"
 }
 
 /// A record's identity on the device.

@@ -53,7 +53,7 @@ extension ReferenceData {
             from: continuation,
             PageStages(
                 fetch: { continuation in
-                    try await transport.snapshotPage(
+                    try await transport.bulkSnapshotPage(
                         collection: collection, scope: scope, continuation: continuation, limit: pageSize)
                 },
                 next: { page in page.continuation.map { .some($0) } },

@@ -33,7 +33,7 @@ extension ReferenceData {
         let now = self.now
         let summary = LockedBox(RefreshSummary(updated: 0, removed: 0))
         let pulls = PullStream<PullPage>(cursor: { $0.cursor }) { cursor in
-            transport.pullPages(
+            transport.bulkPullPageStream(
                 collection: collection, scope: scope, cursor: cursor, limit: Self.refreshPageSize,
                 pages: Self.refreshPagesPerStream)
         }

@@ -5,7 +5,7 @@ extension LocalStore {
     /// Writes `records` synced records in large transactions: how benchmarks and demos seed a store.
     ///
     /// The records look like those a device holds after a day's work; none is queued in the outbox.
-    public func fill(records: Int, deviceId: String, collection: String = "checkins") async throws {
+    package func fill(records: Int, deviceId: String, collection: String = "checkins") async throws {
         let sealer = self.sealer
         let batch = 5000
         for start in stride(from: 0, to: records, by: batch) {

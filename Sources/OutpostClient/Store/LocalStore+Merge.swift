@@ -14,7 +14,7 @@ extension LocalStore {
     ///
     /// - Returns: how many records changed.
     @discardableResult
-    public func merge(_ changes: [Change], cursorSetting: String, cursor: String) async throws -> Int {
+    package func merge(_ changes: [Change], cursorSetting: String, cursor: String) async throws -> Int {
         let sealer = self.sealer
         return try await perform {
             try await self.writeFlushed { db in

@@ -163,7 +163,7 @@ public final class LocalStore: Sendable {
     /// - Throws: ``ClientError`` `invalidInput` for an id, scope or field the protocol refuses, or a scope that
     ///   differs from the one the write's fields name.
     @discardableResult
-    public func write(_ write: Write, deviceId: String, at date: Date, offline: Bool) async throws -> LocalRecord {
+    package func write(_ write: Write, deviceId: String, at date: Date, offline: Bool) async throws -> LocalRecord {
         try Self.validate(write)
         let sealer = self.sealer
         let clientTime = self.clientTime
@@ -307,7 +307,7 @@ public final class LocalStore: Sendable {
     }
 
     /// How far a write's client time may run ahead of the device clock to stay after the one before.
-    public static let maxClientTimeLead = Duration.seconds(600)
+    package static let maxClientTimeLead = Duration.seconds(600)
 
     struct ClientTime {
         var last: Int64
@@ -441,7 +441,7 @@ public final class LocalStore: Sendable {
     // MARK: Device settings
 
     /// A device setting, sealed at rest (the server token is one).
-    public func setting(_ name: String) async throws -> String? {
+    package func setting(_ name: String) async throws -> String? {
         let sealer = self.sealer
         return try await perform {
             try await self.read { db in
@@ -452,7 +452,7 @@ public final class LocalStore: Sendable {
         }
     }
 
-    public func setSetting(_ name: String, _ value: String?) async throws {
+    package func setSetting(_ name: String, _ value: String?) async throws {
         let sealer = self.sealer
         try await perform {
             try await self.writeFlushed { db in try Self.saveSetting(name, value, db: db, sealer: sealer) }
@@ -628,13 +628,13 @@ public final class LocalStore: Sendable {
 extension LocalStore {
     /// The size past which a checkpoint also truncates the write-ahead log (64 MiB): the log is kept between
     /// uses so that commits overwrite it in place, but one large transaction should not keep its space for ever.
-    public static let walSizeLimit = 64 << 20
+    package static let walSizeLimit = 64 << 20
 
     /// Copies the write-ahead log into the database when nothing is reading: called after a sync, so that
     /// local writes rarely pay for it.
     ///
     /// - Parameter limit: when the log file is larger than this many bytes, it is also truncated to zero.
-    public func checkpoint(truncatingLogPast limit: Int = LocalStore.walSizeLimit) async throws {
+    package func checkpoint(truncatingLogPast limit: Int = LocalStore.walSizeLimit) async throws {
         let log = url.path + "-wal"
         try await perform {
             try await queue.writeWithoutTransaction { db in

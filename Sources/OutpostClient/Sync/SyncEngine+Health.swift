@@ -112,7 +112,7 @@ extension SyncEngine {
             deviceId: configuration.deviceId, event: event ?? nil, pendingCount: counts.pending,
             failedCount: counts.failed + counts.rejected, lastRosterFetch: fetched.flatMap { $0 }.map(Timestamp.init),
             appVersion: configuration.appVersion)
-        return (try? await transport.heartbeat(beat)) != nil
+        return (try? await transport.monitorHeartbeat(beat)) != nil
     }
 
     /// After every sync: a heartbeat when online, and the notice brought up to date.
@@ -148,7 +148,7 @@ extension SyncEngine {
             var attempt = 0
             while true {
                 do {
-                    _ = try await transport.reportFailures(report)
+                    _ = try await transport.monitorReportFailures(report)
                     break
                 } catch let error as TransportError {
                     guard error.isRetryable, attempt < configuration.escalation.retryDelays.count else { return waiting }

@@ -377,7 +377,7 @@ public actor SyncEngine {
 
     /// Brings what changed on the server in `collection` (within `scope`) since the last pull into the store,
     /// page by page, each page with its cursor in one transaction; queued local changes stay on top. The pages
-    /// are read from streams of pulls (``SyncTransport/pulls(collection:scope:cursor:limit:pages:)``).
+    /// are read from streams of pulls (``BulkSyncTransport/pullStream(collection:scope:cursor:limit:pages:)``).
     ///
     /// - Returns: how many records changed.
     /// - Throws: ``TransportError`` when the server cannot be reached; what was already merged stays.
@@ -389,7 +389,7 @@ public actor SyncEngine {
         // The pages come in streams of pulls, a round trip and a request for many pages instead of one each.
         let transport = transport
         let pulls = PullStream<PullResponse>(cursor: { $0.cursor }) { cursor in
-            transport.pulls(
+            transport.bulkPullStream(
                 collection: collection, scope: scope, cursor: cursor, limit: pageSize, pages: Self.pullPagesPerStream)
         }
         defer { pulls.close() }

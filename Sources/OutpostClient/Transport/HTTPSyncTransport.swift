@@ -7,7 +7,7 @@ import OutpostProtocol
 
 /// The default transport: HTTP and JSON over AsyncHTTPClient, streaming pulls. ``URLSessionSyncTransport`` is the
 /// one for apps that ship without NIO.
-public struct HTTPSyncTransport: SyncTransport {
+public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport {
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
     public let bearer: BearerToken
@@ -139,14 +139,14 @@ public struct HTTPSyncTransport: SyncTransport {
     }
 
     /// Streams pulls as the server writes them, one page a line (`GET /v1/pull` with `pages`).
-    public func pullPages(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    public func pullPageStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullPage, any Error>
     {
         streamOfPulls(collection, scope, cursor, limit, pages) { try PullPage(jsonBytes: $0) }
     }
 
-    /// The same stream, each page decoded whole (see ``SyncTransport/pulls(collection:scope:cursor:limit:pages:)``).
-    public func pulls(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    /// The same stream, each page decoded whole (see ``BulkSyncTransport/pullStream(collection:scope:cursor:limit:pages:)``).
+    public func pullStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullResponse, any Error>
     {
         streamOfPulls(collection, scope, cursor, limit, pages) { try PullResponse(jsonBytes: $0) }

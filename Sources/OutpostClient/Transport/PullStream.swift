@@ -1,8 +1,8 @@
 import Foundation
 import OutpostProtocol
 
-/// Pulls read from streams of pages (``SyncTransport/pullPages(collection:scope:cursor:limit:pages:)``, or
-/// ``SyncTransport/pulls(collection:scope:cursor:limit:pages:)``): each page asked for is the stream's next when
+/// Pulls read from streams of pages (``BulkSyncTransport/pullPageStream(collection:scope:cursor:limit:pages:)``, or
+/// ``BulkSyncTransport/pullStream(collection:scope:cursor:limit:pages:)``): each page asked for is the stream's next when
 /// the stream stands at its cursor, and a new stream starts from the cursor otherwise (the first page, or after a
 /// stream ended with more to come). Asked for by one task at a time: a refresh or a pull takes its pages in order.
 final class PullStream<Page: Sendable>: @unchecked Sendable {

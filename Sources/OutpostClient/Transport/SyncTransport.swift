@@ -1,75 +1,90 @@
 import OutpostProtocol
 
-/// How the device SDK reaches the server. The engine talks only to this protocol, so that tests can
-/// substitute an in-memory server and a simulated network.
+/// How the device SDK reaches the server: the four calls every transport makes. The engine talks only to this
+/// protocol, so that tests can substitute an in-memory server and a simulated network.
+///
+/// A transport may also adopt ``BulkSyncTransport``, to move pages of changes faster, and ``SyncMonitorTransport``,
+/// to reach the server's sync monitor; the engine uses what a transport adopts and does without the rest.
 public protocol SyncTransport: Sendable {
     /// Sends mutations; one result per mutation, in order.
     func push(_ request: PushRequest) async throws -> PushResponse
     /// Changes of `collection` after `cursor`.
     func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse
-    /// The same changes with each record's fields as the JSON text sent, which a refresh of reference data
-    /// seals as it is. By default, ``pull(collection:scope:cursor:limit:)``'s page written out again.
+    /// One page of a reference collection.
+    func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        -> SnapshotResponse
+    /// Whether the server is reachable and its storage up.
+    func health() async throws -> HealthResponse
+}
+
+/// Faster paths for moving many pages: pages whose fields stay the JSON text received (a download seals it as it
+/// is), and streams of several pulls in one exchange. Each has a default built on ``SyncTransport``'s calls.
+public protocol BulkSyncTransport: SyncTransport {
+    /// ``SyncTransport/pull(collection:scope:cursor:limit:)``'s changes with each record's fields as the JSON text sent.
     func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage
     /// Up to `pages` pulls one after another in one exchange, each page as soon as it arrives: the stream ends
     /// after a page without `hasMore`, or after `pages` pages (the last then says `hasMore`, and a new stream
     /// continues from its cursor). A failure ends the stream with its error, after the pages that arrived whole.
-    /// By default, ``pullPage(collection:scope:cursor:limit:)`` one page at a time.
-    func pullPages(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    func pullPageStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullPage, any Error>
-    /// The same stream of pulls with each page decoded as ``pull(collection:scope:cursor:limit:)`` decodes it,
-    /// for the engine's pull, which merges the changes with the device's own. By default,
-    /// ``pull(collection:scope:cursor:limit:)`` one page at a time.
-    func pulls(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    /// The same stream with each page decoded as ``SyncTransport/pull(collection:scope:cursor:limit:)`` decodes it,
+    /// for the engine's pull, which merges the changes with the device's own.
+    func pullStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullResponse, any Error>
-    /// One page of a reference collection.
-    func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
-        -> SnapshotResponse
-    /// The same page with each record's fields as the JSON text sent, which a download seals as it is.
-    /// By default, ``snapshot(collection:scope:continuation:limit:)``'s page written out again.
+    /// ``SyncTransport/snapshot(collection:scope:continuation:limit:)``'s page with each record's fields as the
+    /// JSON text sent.
     func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
         -> SnapshotPage
-    /// Whether the server is reachable and its storage up.
-    func health() async throws -> HealthResponse
+}
+
+/// Reaching the server's sync monitor: the device's heartbeats and its reports of records that fail for too long.
+public protocol SyncMonitorTransport: SyncTransport {
     /// Reports the device's state to the sync monitor.
     func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse
     /// Escalates records that have failed to sync for too long.
     func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt
 }
 
-extension SyncTransport {
-    /// ``pull(collection:scope:cursor:limit:)``'s answer with each change's fields written out again as JSON.
+extension BulkSyncTransport {
     public func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
         try PullPage(try await pull(collection: collection, scope: scope, cursor: cursor, limit: limit))
     }
 
-    public func pullPages(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    public func pullPageStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
         -> AsyncThrowingStream<PullPage, any Error>
     {
         pullPagesOneByOne(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
     }
 
-    /// ``pullPages(collection:scope:cursor:limit:pages:)`` as separate pulls, one after another: the default, for
-    /// transports that cannot stream (and test doubles that change how many pages a stream carries).
-    public func pullPagesOneByOne(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
-        -> AsyncThrowingStream<PullPage, any Error>
+    public func pullStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullResponse, any Error>
     {
-        Self.oneByOne(from: cursor, pages: pages, more: { $0.hasMore ? $0.cursor : nil }) { from in
-            try await pullPage(collection: collection, scope: scope, cursor: from, limit: limit)
+        oneByOne(from: cursor, pages: pages, more: { $0.hasMore ? $0.cursor : nil }) { from in
+            try await pull(collection: collection, scope: scope, cursor: from, limit: limit)
         }
     }
 
-    /// By default, separate pulls one after another.
-    public func pulls(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
-        -> AsyncThrowingStream<PullResponse, any Error>
+    public func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        -> SnapshotPage
     {
-        Self.oneByOne(from: cursor, pages: pages, more: { $0.hasMore ? $0.cursor : nil }) { from in
-            try await pull(collection: collection, scope: scope, cursor: from, limit: limit)
+        try SnapshotPage(try await snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit))
+    }
+}
+
+extension SyncTransport {
+    /// ``BulkSyncTransport/pullPageStream(collection:scope:cursor:limit:pages:)`` as separate pulls, one after
+    /// another: for transports that cannot stream (and test doubles that change how many pages a stream carries).
+    public func pullPagesOneByOne(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullPage, any Error>
+    {
+        oneByOne(from: cursor, pages: pages, more: { $0.hasMore ? $0.cursor : nil }) { from in
+            try await bulkPullPage(collection: collection, scope: scope, cursor: from, limit: limit)
         }
     }
 
     /// Up to `pages` pages fetched one after another, each from the cursor `more` says the one before it ends at,
     /// until one says there is no more.
-    private static func oneByOne<Page: Sendable>(
+    fileprivate func oneByOne<Page: Sendable>(
         from cursor: String?, pages: Int, more: @escaping @Sendable (Page) -> String?,
         fetch: @escaping @Sendable (String?) async throws -> Page
     ) -> AsyncThrowingStream<Page, any Error> {
@@ -84,21 +99,58 @@ extension SyncTransport {
         }
     }
 
-    public func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    // What the engine calls: a bulk or monitor transport's own call, else the default built on the four.
+
+    package func bulkPullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
+        if let bulk = self as? any BulkSyncTransport {
+            return try await bulk.pullPage(collection: collection, scope: scope, cursor: cursor, limit: limit)
+        }
+        return try PullPage(try await pull(collection: collection, scope: scope, cursor: cursor, limit: limit))
+    }
+
+    package func bulkPullPageStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullPage, any Error>
+    {
+        if let bulk = self as? any BulkSyncTransport {
+            return bulk.pullPageStream(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
+        }
+        return pullPagesOneByOne(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
+    }
+
+    package func bulkPullStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        -> AsyncThrowingStream<PullResponse, any Error>
+    {
+        if let bulk = self as? any BulkSyncTransport {
+            return bulk.pullStream(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
+        }
+        return oneByOne(from: cursor, pages: pages, more: { $0.hasMore ? $0.cursor : nil }) { from in
+            try await pull(collection: collection, scope: scope, cursor: from, limit: limit)
+        }
+    }
+
+    package func bulkSnapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
         -> SnapshotPage
     {
-        try SnapshotPage(try await snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit))
+        if let bulk = self as? any BulkSyncTransport {
+            return try await bulk.snapshotPage(collection: collection, scope: scope, continuation: continuation, limit: limit)
+        }
+        return try SnapshotPage(try await snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit))
     }
 
-    /// Transports that reach no sync monitor (test doubles, an offline reader) refuse heartbeats.
-    public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
-        throw TransportError(kind: .server, status: 404, message: "this transport reaches no sync monitor")
+    /// A transport that reaches no sync monitor refuses heartbeats and failure reports.
+    package func monitorHeartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
+        guard let monitor = self as? any SyncMonitorTransport else { throw TransportError.noSyncMonitor }
+        return try await monitor.heartbeat(heartbeat)
     }
 
-    /// Transports that reach no sync monitor refuse failure reports.
-    public func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
-        throw TransportError(kind: .server, status: 404, message: "this transport reaches no sync monitor")
+    package func monitorReportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
+        guard let monitor = self as? any SyncMonitorTransport else { throw TransportError.noSyncMonitor }
+        return try await monitor.reportFailures(report)
     }
+}
+
+extension TransportError {
+    static let noSyncMonitor = TransportError(kind: .server, status: 404, message: "this transport reaches no sync monitor")
 }
 
 /// Why a transport call failed.

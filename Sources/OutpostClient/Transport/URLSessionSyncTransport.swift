@@ -9,7 +9,7 @@ import FoundationNetworking
 /// ``HTTPSyncTransport`` (``BearerToken``) and its errors; pulls come a page per request.
 ///
 /// Pass a session configured for the app (a background session cannot serve: the engine awaits each answer).
-public struct URLSessionSyncTransport: SyncTransport {
+public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport {
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
     public let bearer: BearerToken

@@ -17,7 +17,7 @@ final class VenueNetwork: @unchecked Sendable {
         Link(network: self, transport: transport)
     }
 
-    struct Link: SyncTransport {
+    struct Link: BulkSyncTransport, SyncMonitorTransport {
         let network: VenueNetwork
         let transport: any SyncTransport
 
@@ -44,14 +44,14 @@ final class VenueNetwork: @unchecked Sendable {
 
         func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
             try check()
-            return try await transport.pullPage(collection: collection, scope: scope, cursor: cursor, limit: limit)
+            return try await transport.bulkPullPage(collection: collection, scope: scope, cursor: cursor, limit: limit)
         }
 
         func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
             -> SnapshotPage
         {
             try check()
-            return try await transport.snapshotPage(
+            return try await transport.bulkSnapshotPage(
                 collection: collection, scope: scope, continuation: continuation, limit: limit)
         }
 
@@ -62,12 +62,12 @@ final class VenueNetwork: @unchecked Sendable {
 
         func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
             try check()
-            return try await transport.heartbeat(heartbeat)
+            return try await transport.monitorHeartbeat(heartbeat)
         }
 
         func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
             try check()
-            return try await transport.reportFailures(report)
+            return try await transport.monitorReportFailures(report)
         }
     }
 }
