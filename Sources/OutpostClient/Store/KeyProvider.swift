@@ -4,7 +4,7 @@ import OutpostProtocol
 
 /// Supplies the key that seals a device store's payloads.
 ///
-/// ``KeyFileProvider`` keeps it in a file (the CLI, Linux); on Apple platforms ``KeychainKeyProvider`` keeps it in the
+/// ``KeyFileProvider`` keeps it in a file (the CLI, Linux); on Apple platforms `KeychainKeyProvider` keeps it in the
 /// Keychain.
 public protocol KeyProvider: Sendable {
     /// The 256-bit key; the same one every time for the same store.

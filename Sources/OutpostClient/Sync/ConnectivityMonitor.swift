@@ -2,7 +2,7 @@ import Foundation
 
 /// Tells the engine when the device goes online or offline.
 ///
-/// ``HealthProbeMonitor`` probes the server's `/health`; on Apple platforms ``NetworkPathMonitor`` follows the network path.
+/// ``HealthProbeMonitor`` probes the server's `/health`; on Apple platforms `NetworkPathMonitor` follows the network path.
 public protocol ConnectivityMonitor: Sendable {
     /// Online (true) or offline (false), first the current state, then every change. Ends on cancellation.
     func changes() -> AsyncStream<Bool>
