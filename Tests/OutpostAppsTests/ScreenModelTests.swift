@@ -373,7 +373,7 @@ struct ScreenModelTests {
                 let transport = HeldPushes(inner)
                 held = transport
                 return transport
-            }
+            }, chunkSize: 1
         ) { device async throws in
             let pushes = try #require(held)
             let screen = BuildArchiveScreen(archive: BuildArchive(engine: device.engine))
@@ -390,9 +390,16 @@ struct ScreenModelTests {
             device.transport.isOnline = true
             pushes.hold()
             let syncing = Task { await screen.syncAll() }
-            try await next(pushes.arrivals, "Sync All's push")
+            try await next(pushes.arrivals, "Sync All's first push")
             #expect(screen.isSyncingAll)
             #expect(!screen.canSyncAll)
+            #expect(screen.progress == nil)
+            pushes.release(keepHolding: true)
+            try await next(pushes.arrivals, "Sync All's second push")
+            try await eventually("the progress of the first build") { screen.progress?.sent == 1 && screen.progress?.total == 3 }
+            pushes.release(keepHolding: true)
+            try await next(pushes.arrivals, "Sync All's third push")
+            try await eventually("the progress of the second build") { screen.progress?.sent == 2 }
             pushes.release()
             await syncing.value
             #expect(!screen.isSyncingAll)

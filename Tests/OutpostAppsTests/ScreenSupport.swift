@@ -108,9 +108,10 @@ final class HeldPushes: ForwardingTransport, @unchecked Sendable {
         lock.withLock { held = [] }
     }
 
-    func release() {
+    /// Lets the waiting pushes go; later ones wait again when `keepHolding`.
+    func release(keepHolding: Bool = false) {
         let waiting = lock.withLock {
-            defer { held = nil }
+            defer { held = keepHolding ? [] : nil }
             return held ?? []
         }
         for continuation in waiting { continuation.resume() }

@@ -34,7 +34,7 @@ struct TestDevice {
 /// Runs `body` with a fresh device (offline unless `online`), sharing `server` when given; removes the store after.
 func withTestDevice<T>(
     id: String = "dev-a", online: Bool = false, server: InMemoryServer = InMemoryServer(),
-    transport: ((InMemoryTransport) -> any SyncTransport)? = nil, now: ManualNow = ManualNow(),
+    transport: ((InMemoryTransport) -> any SyncTransport)? = nil, now: ManualNow = ManualNow(), chunkSize: Int = 50,
     isolation: isolated (any Actor)? = #isolation, _ body: (TestDevice) async throws -> T
 ) async throws -> T {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-apps-\(UUID())")
@@ -45,7 +45,7 @@ func withTestDevice<T>(
     memory.isOnline = online
     let engine = SyncEngine(
         store: store, transport: transport?(memory) ?? memory,
-        configuration: SyncConfiguration(deviceId: id, retryDelays: []), clock: TestClock<Duration>(), now: now.closure)
+        configuration: SyncConfiguration(deviceId: id, chunkSize: chunkSize, retryDelays: []), clock: TestClock<Duration>(), now: now.closure)
     let device = TestDevice(store: store, engine: engine, server: server, transport: memory, now: now)
     await engine.probe()
     return try await body(device)

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import OutpostClient
 import OutpostProtocol
+import OutpostTesting
 import Testing
 
 @testable import OutpostServer
@@ -96,5 +97,32 @@ extension DeviceEndToEndTests {
         #expect(await device.stop(SIGINT) == 0)
         #expect(device.stdout.contains("device stopped"))
         #expect(await server.stop() == 0)
+    }
+
+    @Test("a live query of an app sees what another process, an `outpost device` command, saves in the same store")
+    func liveQueryAcrossProcesses() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-live-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("server").path
+        let url = root.appendingPathComponent("device/device.sqlite")
+        let token = try await OutpostProcess.run(["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--data-dir", data])
+            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        // No server runs: the command saves offline.
+        let port = String(try TestPostgres.freePort())
+        let setup = try await OutpostProcess.run(
+            ["device", "init", "--server", "http://127.0.0.1:\(port)", "--token", token, "--device-id", "dev-live", "--store", url.path])
+        #expect(setup.status == 0, "\(setup.stderr)")
+
+        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let notes = store.observeRecords(collection: "notes", checkingOtherProcessesEvery: .milliseconds(50))
+        let seen = Task { () async throws -> LocalRecord? in
+            for try await records in notes where records.map(\.recordId) == ["n1"] { return records.first }
+            return nil
+        }
+        let put = try await OutpostProcess.run(["device", "put", "notes", "n1", "text=from the CLI", "--store", url.path])
+        #expect(put.status == 0, "\(put.stderr)")
+        let record = try await seen.value(within: testWaitLimit, "the other process's record in the live query")
+        #expect(record?.fields["text"] == "from the CLI")
+        #expect(record?.syncStatus == .pending)
     }
 }
