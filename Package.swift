@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "OutpostClient", targets: ["OutpostClient"]),
         .library(name: "OutpostServer", targets: ["OutpostServer"]),
         .library(name: "OutpostApps", targets: ["OutpostApps"]),
+        .library(name: "OutpostURLSession", targets: ["OutpostURLSession"]),
         .library(name: "OutpostTesting", targets: ["OutpostTesting"]),
         .executable(name: "outpost", targets: ["outpost"]),
     ],
@@ -72,6 +73,8 @@ let package = Package(
             ],
             resources: [.copy("Resources/openapi.yaml"), .copy("Resources/Templates")]
         ),
+        // Its own target: on Linux, URLSession (FoundationNetworking) costs every process that links it about 8 MB.
+        .target(name: "OutpostURLSession", dependencies: ["OutpostProtocol", "OutpostClient"]),
         .target(
             name: "OutpostApps",
             dependencies: ["OutpostProtocol", "OutpostClient"]
@@ -127,6 +130,7 @@ let package = Package(
                 "OutpostServer",
                 "OutpostClient",
                 "OutpostApps",
+                "OutpostURLSession",
                 "OutpostTesting",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

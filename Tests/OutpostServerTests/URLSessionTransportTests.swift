@@ -1,5 +1,6 @@
 import Foundation
 import OutpostClient
+import OutpostURLSession
 import OutpostProtocol
 import OutpostTesting
 import Testing

@@ -3,23 +3,23 @@ import OutpostProtocol
 
 /// Reads an event roster from CSV (RFC 4180: quoted fields may hold commas, quotes and line breaks) and checks
 /// every row, reporting problems by line number, so that an import sends nothing unless every row is good.
-public enum RosterCSV {
+package enum RosterCSV {
     /// A checked row: the guest's id and the fields to write.
-    public struct Row: Sendable, Hashable {
+    package struct Row: Sendable, Hashable {
         public var line: Int
         public var guestId: String
         public var fields: [String: JSONValue]
     }
 
     /// A problem with one line.
-    public struct Problem: Sendable, Hashable, CustomStringConvertible {
+    package struct Problem: Sendable, Hashable, CustomStringConvertible {
         public var line: Int
         public var message: String
         public var description: String { "line \(line): \(message)" }
     }
 
     /// The rows of `text`, or every problem found; never some of each.
-    public static func parse(_ text: String, event: String) -> Result<[Row], ProblemList> {
+    package static func parse(_ text: String, event: String) -> Result<[Row], ProblemList> {
         var problems: [Problem] = []
         let records = split(text)
         guard let header = records.first else {
@@ -82,7 +82,7 @@ public enum RosterCSV {
     }
 
     /// Every problem of a file, in line order.
-    public struct ProblemList: Error, Sendable, CustomStringConvertible {
+    package struct ProblemList: Error, Sendable, CustomStringConvertible {
         public var problems: [Problem]
         init(_ problems: [Problem]) { self.problems = problems.sorted { $0.line < $1.line } }
         public var description: String { problems.map(\.description).joined(separator: "\n") }
@@ -147,7 +147,7 @@ public enum RosterCSV {
     }
 
     /// A demo roster of `guests` rows, deterministic for a given count.
-    public static func generate(guests: Int) -> String {
+    package static func generate(guests: Int) -> String {
         let first = ["Ana", "Ben", "Chloé", "Dmitri", "Eun-ji", "Farah", "Gustav", "Hana", "Ibrahim", "Jonas", "Kofi", "Lena", "Mateo", "Nadia", "Oskar", "Priya", "Quentin", "Rosa", "Sami", "Tomás"]
         let last = ["Silva", "Okafor", "Müller", "Tanaka", "Haddad", "Novak", "García", "Kowalski", "Nguyen", "Andersen", "Rossi", "Ivanova", "Mensah", "Dubois", "Park", "Costa", "Ahmed", "Larsen", "Moreau", "Yilmaz"]
         var text = Guest.columns.joined(separator: ",") + "\n"

@@ -1,10 +1,10 @@
 /// Work an app does not wait on for longer than a bound: a screen that must answer at once.
-public enum Bounded {
+package enum Bounded {
     /// Runs `body` for at most `bound` on `clock`; past it, `body`'s task is cancelled and this returns.
     ///
     /// - Returns: true when `body` finished within the bound.
     @discardableResult
-    public static func run(
+    package static func run(
         for bound: Duration, clock: any Clock<Duration>, _ body: @escaping @Sendable () async -> Void
     ) async -> Bool {
         await withTaskGroup(of: Bool.self) { group in

@@ -5,8 +5,8 @@ import NIOFoundationCompat
 import NIOHTTP1
 import OutpostProtocol
 
-/// The default transport: HTTP and JSON over AsyncHTTPClient, streaming pulls. ``URLSessionSyncTransport`` is the
-/// one for apps that ship without NIO.
+/// The default transport: HTTP and JSON over AsyncHTTPClient, streaming pulls. `URLSessionSyncTransport`
+/// (OutpostURLSession) is the one for apps that ship without NIO.
 public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport {
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.

@@ -2,9 +2,9 @@ import Foundation
 import OutpostProtocol
 
 /// What both HTTP transports share: the URL of a call and the reading of an answer's status.
-enum TransportRequest {
+package enum TransportRequest {
     /// `baseURL` with `path` appended and the query's non-nil items.
-    static func url(_ baseURL: URL, path: String, query: [(String, String?)]) throws -> URL {
+    package static func url(_ baseURL: URL, path: String, query: [(String, String?)]) throws -> URL {
         guard var components = URLComponents(url: baseURL, resolvingAgainstBaseURL: false) else {
             throw TransportError(kind: .invalidResponse, message: "cannot build a URL from \(baseURL)")
         }
@@ -21,18 +21,18 @@ enum TransportRequest {
         return url
     }
 
-    static func pullQuery(_ collection: String, _ scope: String?, _ cursor: String?, _ limit: Int?) -> [(String, String?)] {
+    package static func pullQuery(_ collection: String, _ scope: String?, _ cursor: String?, _ limit: Int?) -> [(String, String?)] {
         [("collection", collection), ("scope", scope), ("cursor", cursor), ("limit", limit.map(String.init))]
     }
 
-    static func snapshotQuery(
+    package static func snapshotQuery(
         _ collection: String, _ scope: String?, _ continuation: String?, _ limit: Int?
     ) -> [(String, String?)] {
         [("collection", collection), ("scope", scope), ("continuation", continuation), ("limit", limit.map(String.init))]
     }
 
     /// Throws the server's error for an answer other than 2xx; a refused token says to sign in again.
-    static func check(status: Int, body: Data) throws {
+    package static func check(status: Int, body: Data) throws {
         guard !(200..<300).contains(status) else { return }
         let wire = try? JSONDecoder().decode(WireError.self, from: body)
         if status == 401 { throw TransportError.signInRequired(wire: wire) }
@@ -40,7 +40,7 @@ enum TransportRequest {
     }
 
     /// `decode`'s value, or the error of an answer that is not Outpost's protocol.
-    static func decoded<T>(_ data: Data, status: Int, _ decode: (Data) throws -> T) throws -> T {
+    package static func decoded<T>(_ data: Data, status: Int, _ decode: (Data) throws -> T) throws -> T {
         do {
             return try decode(data)
         } catch {

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostClient
 import OutpostProtocol
 
 #if canImport(FoundationNetworking)
