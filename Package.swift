@@ -6,6 +6,7 @@ let package = Package(
     platforms: [.macOS(.v14), .iOS(.v17)],
     products: [
         .library(name: "OutpostProtocol", targets: ["OutpostProtocol"]),
+        .library(name: "OutpostRecords", targets: ["OutpostRecords"]),
         .library(name: "OutpostClient", targets: ["OutpostClient"]),
         .library(name: "OutpostServer", targets: ["OutpostServer"]),
         .library(name: "OutpostApps", targets: ["OutpostApps"]),
@@ -34,10 +35,13 @@ let package = Package(
     ],
     targets: [
         .target(name: "OutpostProtocol"),
+        // The field apps' collections: their names, fields and rules, shared by the server, the SDK and the apps.
+        .target(name: "OutpostRecords", dependencies: ["OutpostProtocol"]),
         .target(
             name: "OutpostClient",
             dependencies: [
                 "OutpostProtocol",
+                "OutpostRecords",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -53,6 +57,7 @@ let package = Package(
             name: "OutpostServer",
             dependencies: [
                 "OutpostProtocol",
+                "OutpostRecords",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdHTTP2", package: "hummingbird"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
@@ -77,7 +82,7 @@ let package = Package(
         .target(name: "OutpostURLSession", dependencies: ["OutpostProtocol", "OutpostClient"]),
         .target(
             name: "OutpostApps",
-            dependencies: ["OutpostProtocol", "OutpostClient"]
+            dependencies: ["OutpostProtocol", "OutpostRecords", "OutpostClient"]
         ),
         .target(
             name: "OutpostTesting",
@@ -91,6 +96,7 @@ let package = Package(
         .executableTarget(
             name: "outpost",
             dependencies: [
+                "OutpostRecords",
                 "OutpostServer",
                 "OutpostClient",
                 "OutpostApps",
@@ -109,6 +115,7 @@ let package = Package(
             name: "OutpostClientTests",
             dependencies: [
                 "OutpostClient",
+                "OutpostRecords",
                 "OutpostTesting",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -119,6 +126,7 @@ let package = Package(
             name: "OutpostAppsTests",
             dependencies: [
                 "OutpostApps",
+                "OutpostRecords",
                 "OutpostTesting",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Clocks", package: "swift-clocks"),
@@ -128,6 +136,7 @@ let package = Package(
             name: "OutpostServerTests",
             dependencies: [
                 "OutpostServer",
+                "OutpostRecords",
                 "OutpostClient",
                 "OutpostApps",
                 "OutpostURLSession",

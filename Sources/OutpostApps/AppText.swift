@@ -1,5 +1,6 @@
 import Foundation
 import OutpostProtocol
+import OutpostRecords
 
 /// The words the field apps show, named once: screens, the CLI and tests read them here.
 public enum AppText {

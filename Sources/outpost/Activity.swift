@@ -3,6 +3,7 @@ import Foundation
 import OutpostApps
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// `outpost activity …`: peer mentors register their activities.
 struct ActivityCommand: AsyncParsableCommand {

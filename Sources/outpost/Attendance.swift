@@ -3,6 +3,7 @@ import Foundation
 import OutpostApps
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// `outpost attendance …`: staff check in and out for the day with GPS.
 struct AttendanceCommand: AsyncParsableCommand {

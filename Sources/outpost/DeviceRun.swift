@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import OutpostProtocol
 import OutpostClient
+import OutpostRecords
 import ServiceLifecycle
 
 struct DeviceRun: AsyncParsableCommand {

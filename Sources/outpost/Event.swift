@@ -3,6 +3,7 @@ import Foundation
 import OutpostApps
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// `outpost event …`: an event's roster on this device.
 struct EventCommand: AsyncParsableCommand {

@@ -4,6 +4,7 @@ import Crypto
 import Foundation
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// `outpost roster …`: the organizer's tools for an event's guest roster.
 struct RosterCommand: AsyncParsableCommand {

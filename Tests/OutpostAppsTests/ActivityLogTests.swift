@@ -2,6 +2,7 @@ import Foundation
 import OutpostApps
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 import OutpostTesting
 import Testing
 

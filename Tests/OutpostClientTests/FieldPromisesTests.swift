@@ -2,6 +2,7 @@ import Clocks
 import Foundation
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 import OutpostTesting
 import Testing
 

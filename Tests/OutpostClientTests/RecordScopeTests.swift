@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import GRDB
 import OutpostProtocol
+import OutpostRecords
 import OutpostTesting
 import Testing
 

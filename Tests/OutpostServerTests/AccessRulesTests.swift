@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import HummingbirdTesting
 import OutpostProtocol
+import OutpostRecords
 import PostgresNIO
 import Testing
 

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import OutpostProtocol
+import OutpostRecords
 import Testing
 
 /// One field app session: a real `outpost serve` process on a fixed port, stopped and started again to cut

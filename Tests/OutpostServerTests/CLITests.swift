@@ -1,6 +1,7 @@
 import Foundation
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 import Testing
 
 @testable import OutpostServer

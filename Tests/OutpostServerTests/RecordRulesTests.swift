@@ -1,5 +1,6 @@
 import Foundation
 import OutpostProtocol
+import OutpostRecords
 import Testing
 
 @testable import OutpostServer

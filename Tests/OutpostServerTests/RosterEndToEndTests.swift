@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import OutpostProtocol
+import OutpostRecords
 import Testing
 
 /// The organizer's roster tools and a device's offline roster, as real `outpost` processes over a socket.

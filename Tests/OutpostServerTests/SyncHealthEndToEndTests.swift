@@ -1,5 +1,6 @@
 import Foundation
 import OutpostProtocol
+import OutpostRecords
 import Testing
 
 /// Heartbeats and persistent-failure escalation with real processes: a server's JSON log line, its

@@ -1,6 +1,7 @@
 import Foundation
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// Peer mentors' activity registration over the sync engine.
 ///

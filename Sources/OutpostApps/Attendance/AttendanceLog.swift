@@ -1,6 +1,7 @@
 import Foundation
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// Staff attendance over the sync engine: check in and out with a GPS fix, online or offline.
 ///

@@ -1,6 +1,7 @@
 import Foundation
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// Crews' build archive over the sync engine: a build is saved on the device first, always, then uploaded.
 ///

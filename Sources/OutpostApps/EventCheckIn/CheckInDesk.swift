@@ -1,6 +1,7 @@
 import Foundation
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// Event-day check-in over the sync engine: scan guests against the roster on the device, online or offline.
 ///

@@ -2,6 +2,7 @@ import Foundation
 import Observation
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// The peer mentor's activity form and list, for SwiftUI to bind to.
 ///

@@ -2,6 +2,7 @@ import Foundation
 import Observation
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// The attendance home screen, for SwiftUI to bind to: today's state, the Check-In and Check-Out buttons, the
 /// offline indicator, the history with its badges, and the GPS error.

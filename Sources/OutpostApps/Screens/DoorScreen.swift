@@ -2,6 +2,7 @@ import Foundation
 import Observation
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// The event door, for SwiftUI to bind to: the roster's download and its progress bar, the gate that holds scans
 /// until the roster is complete, the verdict banner of the last scan, and the pending scans with the 500+ warning.

@@ -1,5 +1,6 @@
 import Foundation
 import OutpostProtocol
+import OutpostRecords
 
 /// Where a record stands with the server.
 public enum RecordSyncStatus: String, Sendable, Hashable, Codable, CaseIterable {

@@ -1,6 +1,7 @@
 import Foundation
 import Mustache
 import OutpostProtocol
+import OutpostRecords
 
 /// The sync monitor's HTML: Mustache templates shipped with the module, rendered from ``MonitorResponse``.
 ///

@@ -1,5 +1,6 @@
 import Foundation
 import OutpostProtocol
+import OutpostRecords
 
 /// Builds what the sync monitor shows from stored reports. One function for the JSON endpoint and the page.
 enum MonitorReport {

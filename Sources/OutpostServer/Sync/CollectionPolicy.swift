@@ -1,4 +1,5 @@
 import OutpostProtocol
+import OutpostRecords
 
 /// How the server treats one collection: who may read and write it, which fields are protected, how it is
 /// scoped.

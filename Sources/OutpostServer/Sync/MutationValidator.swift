@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import OutpostProtocol
+import OutpostRecords
 
 /// Checks one mutation against the rules every client must follow, before storage sees it.
 ///

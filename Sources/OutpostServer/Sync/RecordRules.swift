@@ -1,5 +1,6 @@
 import Foundation
 import OutpostProtocol
+import OutpostRecords
 
 /// The rules a field app's records must satisfy whichever client wrote them, checked against the stored
 /// state when a push is planned.

@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 import OutpostServer
 
 /// The reference-data scenarios, end to end against a real `outpost serve` process on loopback (SQLite):

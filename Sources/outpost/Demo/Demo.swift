@@ -5,6 +5,7 @@ import Logging
 import OutpostApps
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 import OutpostServer
 import ServiceLifecycle
 

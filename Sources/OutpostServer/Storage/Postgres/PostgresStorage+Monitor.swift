@@ -1,4 +1,5 @@
 import OutpostProtocol
+import OutpostRecords
 import PostgresNIO
 
 extension PostgresStorage {

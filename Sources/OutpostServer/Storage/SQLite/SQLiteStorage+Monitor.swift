@@ -1,5 +1,6 @@
 import GRDB
 import OutpostProtocol
+import OutpostRecords
 
 extension SQLiteStorage {
     package func recordHeartbeat(_ report: DeviceReport) async throws {

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostProtocol
 
 /// Staff attendance: the `attendance` collection, one write-once record per check-in and per check-out.
 ///

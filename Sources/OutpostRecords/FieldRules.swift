@@ -1,4 +1,5 @@
 import Foundation
+import OutpostProtocol
 
 /// Small checks the record rules of the field apps share.
 public enum FieldRules {

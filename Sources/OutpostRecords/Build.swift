@@ -1,3 +1,5 @@
+import OutpostProtocol
+
 /// Crews' build logs: the `builds` collection. A build has a name; any other fields are the crew's own.
 public enum Build {
     public static let collection = "builds"

@@ -1,3 +1,5 @@
+import OutpostProtocol
+
 /// An event's own details: the `events` reference collection, one record per event id, written by organizers.
 public enum EventRecord {
     public static let collection = "events"

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostProtocol
 
 /// Peer mentors' activities: the `activities` collection.
 ///

@@ -1,3 +1,5 @@
+import OutpostProtocol
+
 /// Event check-in: the `checkins` collection, scoped by `event_id`, one record per guest.
 ///
 /// A record's id is the guest's id, so a scan's idempotency key is deviceId + guestId + scan time, and

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostProtocol
 
 /// The guest roster of an event: the `guests` reference collection, scoped by `event_id`.
 ///
