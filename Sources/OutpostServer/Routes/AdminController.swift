@@ -19,8 +19,8 @@ struct AdminController<Storage: SyncStorage> {
     let storage: Storage
     let secrets: ServerSecrets
     let now: @Sendable () -> Date
-    /// How long a sign-in form's body may take to arrive (``ServerConfiguration/bodyTimeout``).
-    let bodyTimeout: Duration
+    /// The collections and limits, for the monitor's downloads; its `bodyTimeout` bounds a sign-in form's body.
+    let configuration: ServerConfiguration
     let pages: MonitorPages?
 
     static var cookieName: String { "outpost_session" }
@@ -30,11 +30,11 @@ struct AdminController<Storage: SyncStorage> {
     static var codeLifetime: Duration { .seconds(5 * 60) }
     static var defaultRefresh: Duration { .seconds(15) }
 
-    init(storage: Storage, secrets: ServerSecrets, now: @escaping @Sendable () -> Date, bodyTimeout: Duration) {
+    init(storage: Storage, secrets: ServerSecrets, now: @escaping @Sendable () -> Date, configuration: ServerConfiguration) {
         self.storage = storage
         self.secrets = secrets
         self.now = now
-        self.bodyTimeout = bodyTimeout
+        self.configuration = configuration
         self.pages = try? MonitorPages()
     }
 
@@ -45,6 +45,7 @@ struct AdminController<Storage: SyncStorage> {
         group.post("sign-out", use: signOut)
         group.get("monitor", use: monitor)
         group.get("monitor/fragment", use: fragment)
+        group.get("export", use: export)
         group.get("assets/:name", use: asset)
     }
 
@@ -69,7 +70,7 @@ struct AdminController<Storage: SyncStorage> {
 
     /// `POST /admin/session`: the sign-in form, with a token or a sign-in link's code.
     @Sendable func signInForm(_ request: Request, context: OutpostRequestContext) async throws -> Response {
-        let buffer = try await RequestDecoding.collectBody(of: request, maxBytes: 16 * 1024, timeout: bodyTimeout)
+        let buffer = try await RequestDecoding.collectBody(of: request, maxBytes: 16 * 1024, timeout: configuration.bodyTimeout)
         let form = AdminForm(String(buffer: buffer))
         guard Self.isSameOrigin(request), let csrf = form["csrf"], let cookie = request.cookies[Self.csrfCookieName]?.value,
             AdminSecret.equal(csrf, cookie)
@@ -144,7 +145,7 @@ struct AdminController<Storage: SyncStorage> {
     /// cookies included: a form from another site arrives without the session cookie, and clearing it then
     /// would sign the organizer out all the same.
     @Sendable func signOut(_ request: Request, context: OutpostRequestContext) async throws -> Response {
-        let buffer = try await RequestDecoding.collectBody(of: request, maxBytes: 16 * 1024, timeout: bodyTimeout)
+        let buffer = try await RequestDecoding.collectBody(of: request, maxBytes: 16 * 1024, timeout: configuration.bodyTimeout)
         let form = AdminForm(String(buffer: buffer))
         let date = now().milliseconds
         guard Self.isSameOrigin(request), let id = request.cookies[Self.cookieName]?.value, !id.isEmpty,
@@ -198,6 +199,17 @@ struct AdminController<Storage: SyncStorage> {
         }
         let report = try await load(event: event, identity: session.identity)
         return Self.html(try templates().body(report, refresh: refresh))
+    }
+
+    /// A CSV download linked from the monitor: `collection`, within `event` when given (see ``ExportController``).
+    @Sendable func export(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let event = try RequestDecoding.optionalIdentifier("event", in: request)
+        guard let session = try await session(request) else {
+            throw OutpostHTTPError.unauthorized(.unauthorized, "sign in at /admin/sign-in")
+        }
+        let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
+        return try await ExportController.csv(
+            policy: policy, scope: event, for: session.identity, storage: storage, configuration: configuration)
     }
 
     private func load(event: String?, identity: Identity) async throws -> MonitorResponse {
