@@ -99,6 +99,8 @@ public struct MonitorResponse: Sendable, Hashable, Codable {
     public var persistentFailures: [PersistentFailure]
     /// The start of the first check-in bucket; each device's `checkIns` counts per 5 minutes from here.
     public var bucketStart: Timestamp
+    /// How far the shown event's check-in has come; nil without an event.
+    public var progress: EventProgress?
 
     /// The empty state's words, named once.
     public static let emptyStateMessage =
@@ -110,8 +112,9 @@ public struct MonitorResponse: Sendable, Hashable, Codable {
 
     public init(
         event: String?, events: [MonitorEvent], generatedAt: Timestamp, devices: [MonitorDevice], emptyState: String?,
-        opsContact: String?, persistentFailures: [PersistentFailure], bucketStart: Timestamp
+        opsContact: String?, persistentFailures: [PersistentFailure], bucketStart: Timestamp, progress: EventProgress? = nil
     ) {
+        self.progress = progress
         self.event = event
         self.events = events
         self.generatedAt = generatedAt
@@ -120,6 +123,23 @@ public struct MonitorResponse: Sendable, Hashable, Codable {
         self.opsContact = opsContact
         self.persistentFailures = persistentFailures
         self.bucketStart = bucketStart
+    }
+}
+
+/// How far an event's check-in has come: guests checked in of those on the roster, and how many in the last
+/// 5 minutes (by the devices' scan times).
+public struct EventProgress: Sendable, Hashable, Codable {
+    /// Guests checked in, as the server has the check-ins.
+    public var checkedIn: Int
+    /// Guests on the roster, cancelled registrations left out.
+    public var onRoster: Int
+    /// Check-ins scanned in the last 5 minutes.
+    public var lastFiveMinutes: Int
+
+    public init(checkedIn: Int, onRoster: Int, lastFiveMinutes: Int) {
+        self.checkedIn = checkedIn
+        self.onRoster = onRoster
+        self.lastFiveMinutes = lastFiveMinutes
     }
 }
 

@@ -159,4 +159,36 @@ struct ExportTests {
             #expect(rows.first?["scanned_by"] == "door-1")
         }
     }
+
+    @Test("the monitor shows the event's name and progress: checked in of the roster, and the last 5 minutes",
+          arguments: StorageKind.allCases)
+    func progress(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            let staff = try await Fixtures.token()
+            var cancelled = Self.guest("g4", event: "gala", name: "Guest 4")
+            cancelled.fields["status"] = "cancelled"
+            let roster = ["g1", "g2", "g3"].map { Self.guest($0, event: "gala", name: "Guest \($0)") } + [cancelled]
+            _ = try await client.push(roster + [Self.guest("x1", event: "other", name: "Elsewhere")], token: organizer, device: "admin")
+            _ = try await client.push(
+                [Fixtures.upsert("gala", ["name": "Annual Gala"], collection: EventRecord.collection, device: "admin")],
+                token: organizer, device: "admin")
+            // One scan an hour ago, two in the last 5 minutes of the server's clock (an hour after the fixtures' start).
+            let scans = [("g1", 10.0), ("g2", 3500.0), ("g3", 3590.0)].map { RecordRulesTests.scan($0.0, event: "gala", device: "door-1", at: $0.1) }
+            #expect(try await client.push(scans, token: staff, device: "door-1").results.allSatisfy { $0.status == .applied })
+            try await storage.settle()
+
+            let json = try await client.send(.get, "/v1/monitor?event=gala", token: organizer)
+            let monitor = try JSONDecoder().decode(MonitorResponse.self, from: json.body)
+            #expect(monitor.progress == EventProgress(checkedIn: 3, onRoster: 3, lastFiveMinutes: 2))
+            #expect(monitor.events.first { $0.id == "gala" }?.name == "Annual Gala")
+
+            let browser = MonitorSessionTests.Browser(client)
+            _ = try await browser.signIn(token: organizer)
+            let page = String(buffer: try await browser.send(.get, "/admin/monitor?event=gala").body)
+            #expect(page.contains("<h2>Annual Gala</h2>"))
+            #expect(page.contains("3 of 3 guests checked in (100 %) · 2 in the last 5 minutes"))
+            #expect(page.contains(#"<progress max="3" value="3""#))
+        }
+    }
 }

@@ -81,6 +81,7 @@ package struct MonitorPages: Sendable {
         var devices: [DeviceRow]
         var deviceRows: String
         var failures: [FailureRow]
+        var progress: ProgressRow?
 
         init(_ monitor: MonitorResponse, refresh: Duration) {
             let now = monitor.generatedAt
@@ -98,6 +99,24 @@ package struct MonitorPages: Sendable {
             devices = monitor.devices.map { DeviceRow($0, now: now, bucketStart: monitor.bucketStart) }
             deviceRows = devices.map(\.html).joined()
             failures = monitor.persistentFailures.map(FailureRow.init)
+            progress = monitor.progress.map { ProgressRow($0, eventName: eventName ?? "") }
+        }
+    }
+
+    /// The event's name and how far its check-in has come.
+    struct ProgressRow {
+        var eventName: String
+        var checkedIn: Int
+        var onRoster: Int
+        /// "412 of 1000 guests checked in (41 %) · 37 in the last 5 minutes"
+        var text: String
+
+        init(_ progress: EventProgress, eventName: String) {
+            self.eventName = eventName
+            checkedIn = progress.checkedIn
+            onRoster = progress.onRoster
+            let share = progress.onRoster > 0 ? " (\(progress.checkedIn * 100 / progress.onRoster) %)" : ""
+            text = "\(progress.checkedIn) of \(progress.onRoster) guests checked in\(share) · \(progress.lastFiveMinutes) in the last 5 minutes"
         }
     }
 

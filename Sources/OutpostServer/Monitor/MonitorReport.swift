@@ -14,6 +14,7 @@ enum MonitorReport {
         let reports = try await storage.deviceReports(tenant: tenant, event: event)
         var scans: [(fingerprint: String, at: Int64)] = []
         var opsContact: String?
+        var progress: EventProgress?
         if let event {
             // Devices' ids appear only inside check-ins; the monitor sees their fingerprints.
             var fingerprints: [String: String] = [:]
@@ -25,11 +26,16 @@ enum MonitorReport {
             }
             let record = try await storage.record(tenant: tenant, collection: EventRecord.collection, recordId: event)
             opsContact = record?.tombstone == false ? record?.fields[EventRecord.Field.opsContact]?.stringValue : nil
+            progress = try await storage.eventProgress(
+                tenant: tenant, event: event,
+                since: generatedAt.millisecondsSince1970 - MonitorResponse.bucketLength.milliseconds)
         }
         let failures = try await storage.syncFailures(tenant: tenant)
-        return assemble(
+        var response = assemble(
             event: event, events: events, reports: reports, scans: scans, failures: failures, opsContact: opsContact,
             now: generatedAt)
+        response.progress = progress
+        return response
     }
 
     /// The first 5-minute bucket of the chart: the last hour, the current bucket last.

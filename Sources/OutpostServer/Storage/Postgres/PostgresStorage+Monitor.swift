@@ -89,6 +89,26 @@ extension PostgresStorage {
         }
     }
 
+    package func eventProgress(tenant: String, event: String, since: Int64) async throws -> EventProgress {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT
+                  (SELECT count(*) FROM records WHERE tenant = \(tenant) AND collection = \(CheckIn.collection)
+                     AND scope = \(event) AND NOT tombstone),
+                  (SELECT count(*) FROM records WHERE tenant = \(tenant) AND collection = \(CheckIn.collection)
+                     AND scope = \(event) AND NOT tombstone AND created_at >= \(since)),
+                  (SELECT count(*) FROM records WHERE tenant = \(tenant) AND collection = \(Guest.collection)
+                     AND scope = \(event) AND NOT tombstone
+                     AND coalesce(fields::jsonb ->> 'status', '') <> 'cancelled')
+                """, logger: logger)
+            for try await (checkedIn, recent, onRoster) in rows.decode((Int64, Int64, Int64).self) {
+                return EventProgress(checkedIn: Int(checkedIn), onRoster: Int(onRoster), lastFiveMinutes: Int(recent))
+            }
+            return EventProgress(checkedIn: 0, onRoster: 0, lastFiveMinutes: 0)
+        }
+    }
+
     package func checkInScans(tenant: String, event: String, since: Int64) async throws -> [(scannedBy: String, at: Int64)] {
         try await guarded {
             let rows = try await client.query(

@@ -80,6 +80,22 @@ extension SQLiteStorage {
         }
     }
 
+    package func eventProgress(tenant: String, event: String, since: Int64) async throws -> EventProgress {
+        try await pool.read { db in
+            let row = try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT
+                      (SELECT count(*) FROM records WHERE tenant = ?1 AND collection = ?2 AND scope = ?4 AND NOT tombstone),
+                      (SELECT count(*) FROM records WHERE tenant = ?1 AND collection = ?2 AND scope = ?4 AND NOT tombstone
+                         AND created_at >= ?5),
+                      (SELECT count(*) FROM records WHERE tenant = ?1 AND collection = ?3 AND scope = ?4 AND NOT tombstone
+                         AND coalesce(json_extract(fields, '$.status'), '') <> 'cancelled')
+                    """, arguments: [tenant, CheckIn.collection, Guest.collection, event, since])
+            return EventProgress(checkedIn: row?[0] ?? 0, onRoster: row?[2] ?? 0, lastFiveMinutes: row?[1] ?? 0)
+        }
+    }
+
     package func checkInScans(tenant: String, event: String, since: Int64) async throws -> [(scannedBy: String, at: Int64)] {
         try await pool.read { db in
             try Row.fetchAll(
