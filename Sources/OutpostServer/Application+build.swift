@@ -38,7 +38,12 @@ package func buildApplication<Storage: SyncStorage>(
         server: server,
         configuration: .init(
             address: .hostname(configuration.host, port: configuration.port), serverName: "outpost"),
-        services: [storage],
+        services: [
+            storage,
+            NotificationWatch(
+                storage: storage, clock: ContinuousClock(), now: now, logger: logger,
+                deliver: { url, body in try await NotificationWatch<Storage>.post(url: url, body: body) }),
+        ],
         onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
         logger: logger
     )
@@ -88,6 +93,7 @@ package func buildRouter<Storage: SyncStorage>(
     ).addRoutes(to: v1)
     ReviewController(storage: storage, configuration: configuration).addRoutes(to: v1)
     ExportController(storage: storage, configuration: configuration).addRoutes(to: v1)
+    NotificationController(storage: storage, configuration: configuration).addRoutes(to: v1)
     MonitorController(
         storage: storage, configuration: configuration, secrets: secrets, devices: devices, metrics: metrics, now: now
     ).addRoutes(to: v1)

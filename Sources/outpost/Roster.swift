@@ -176,21 +176,53 @@ struct RosterEvent: AsyncParsableCommand {
     var name: String?
     @Option(name: .customLong("ops-contact"), help: "An e-mail, phone number or https link for the operations team.")
     var opsContact: String?
+    @Option(
+        name: .customLong("notify-url"),
+        help: "Where to tell the organizer that a device has not synced for 30 minutes, is back, or holds failing records (https).")
+    var notifyURL: String?
+    @Option(name: .customLong("notify-format"), help: "json (the default) or slack (an incoming webhook's message).")
+    var notifyFormat: String?
+    @Flag(name: .customLong("no-notify"), help: "Stop the event's notifications.")
+    var noNotify = false
     @OptionGroup var connection: ConnectionOptions
+
+    func validate() throws {
+        if let notifyFormat, !["json", "slack"].contains(notifyFormat) { throw ValidationError("--notify-format is json or slack") }
+        if noNotify && notifyURL != nil { throw ValidationError("give --notify-url or --no-notify, not both") }
+    }
 
     func run() async throws {
         let event = try checkedEvent(self.event)
         var fields: [String: JSONValue] = [:]
         if let name { fields[EventRecord.Field.name] = .string(name) }
         if let opsContact { fields[EventRecord.Field.opsContact] = .string(opsContact) }
-        guard !fields.isEmpty else { throw CLIError("give --name or --ops-contact") }
+        guard !fields.isEmpty || notifyURL != nil || noNotify else {
+            throw CLIError("give --name, --ops-contact, --notify-url or --no-notify")
+        }
         if let problem = EventRecord.problem(in: fields) { throw CLIError(problem) }
-        let time = Timestamp(Date())
-        let mutation = Mutation(
-            idempotencyKey: "event:\(event):\(time.iso8601)", collection: EventRecord.collection, recordId: event, op: .upsert,
-            fields: fields, clientTimestamp: time)
-        try await connection.withTransport { try await pushRoster([mutation], via: $0) }
-        say("event \(event) updated")
+        try await connection.withTransport { transport in
+            if !fields.isEmpty {
+                let time = Timestamp(Date())
+                let mutation = Mutation(
+                    idempotencyKey: "event:\(event):\(time.iso8601)", collection: EventRecord.collection, recordId: event,
+                    op: .upsert, fields: fields, clientTimestamp: time)
+                _ = try await pushRoster([mutation], via: transport)
+                say("event \(event) updated")
+            }
+            let path = "/v1/events/\(event)/notifications"
+            if let notifyURL {
+                let setting = ["url": notifyURL, "format": notifyFormat ?? "json"]
+                _ = try await transport.exchange(.PUT, path: path, body: try JSONEncoder().encode(setting))
+                say("event \(event) notifies \(notifyFormat ?? "json") at the URL given")
+            } else if noNotify {
+                do {
+                    _ = try await transport.exchange(.DELETE, path: path)
+                } catch let error as TransportError where error.status == 404 {
+                    // It sent none: the outcome asked for.
+                }
+                say("event \(event) sends no notifications")
+            }
+        }
     }
 }
 

@@ -94,6 +94,11 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport {
         try await send(.POST, path: "/v1/sign-in-codes", query: [], body: nil)
     }
 
+    /// One exchange with the server's other routes, for the organizer tools: the answer's body, or the error.
+    package func exchange(_ method: HTTPMethod, path: String, body: Data? = nil) async throws -> Data {
+        try await send(method, path: path, query: [], body: body, decode: { $0 })
+    }
+
     public func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
         try await send(.POST, path: "/v1/sync-failures", query: [], body: try JSONEncoder().encode(report))
     }

@@ -200,5 +200,29 @@ extension PostgresStorage {
                 """,
                 "CREATE INDEX admin_grants_by_expiry ON admin_grants (expires_at)",
             ]),
+        Migration(
+            version: "v7-notifications",
+            statements: [
+                // Where an event's organizer hears about its devices, and the episodes already announced.
+                """
+                CREATE TABLE event_notifications (
+                  tenant TEXT NOT NULL,
+                  event TEXT NOT NULL,
+                  url TEXT NOT NULL,
+                  format TEXT NOT NULL,
+                  PRIMARY KEY (tenant, event)
+                )
+                """,
+                """
+                CREATE TABLE notification_episodes (
+                  tenant TEXT NOT NULL,
+                  event TEXT NOT NULL,
+                  fingerprint TEXT NOT NULL,
+                  kind TEXT NOT NULL,
+                  opened_at BIGINT NOT NULL,
+                  PRIMARY KEY (tenant, event, fingerprint, kind)
+                )
+                """,
+            ]),
     ]
 }

@@ -175,6 +175,27 @@ extension SQLiteStorage {
                     CREATE INDEX admin_grants_by_expiry ON admin_grants (expires_at);
                     """)
         }
+        migrator.registerMigration("v5-notifications") { db in
+            try db.execute(
+                sql: """
+                    -- Where an event's organizer hears about its devices, and the episodes already announced.
+                    CREATE TABLE event_notifications (
+                      tenant TEXT NOT NULL,
+                      event TEXT NOT NULL,
+                      url TEXT NOT NULL,
+                      format TEXT NOT NULL,
+                      PRIMARY KEY (tenant, event)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE notification_episodes (
+                      tenant TEXT NOT NULL,
+                      event TEXT NOT NULL,
+                      fingerprint TEXT NOT NULL,
+                      kind TEXT NOT NULL,
+                      opened_at INTEGER NOT NULL,
+                      PRIMARY KEY (tenant, event, fingerprint, kind)
+                    ) WITHOUT ROWID;
+                    """)
+        }
         return migrator
     }
 }

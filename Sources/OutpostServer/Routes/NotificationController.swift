@@ -1,0 +1,102 @@
+import Foundation
+import Hummingbird
+import OutpostProtocol
+
+/// `PUT`, `GET` and `DELETE /v1/events/{event}/notifications` (organizers): where the event's organizer hears
+/// that a device has not synced for 30 minutes, is back, or holds records failing for a day (``NotificationWatch``).
+struct NotificationController<Storage: SyncStorage> {
+    let storage: Storage
+    let configuration: ServerConfiguration
+
+    /// What `PUT` takes and `GET` gives: `url`, and `format` when given (never null); nothing else.
+    struct Setting: Codable {
+        var url: String
+        var format: NotificationFormat?
+
+        init(url: String, format: NotificationFormat?) {
+            self.url = url
+            self.format = format
+        }
+
+        private struct Member: CodingKey {
+            var stringValue: String
+            var intValue: Int? { nil }
+            init(stringValue: String) { self.stringValue = stringValue }
+            init?(intValue: Int) { nil }
+        }
+
+        init(from decoder: any Decoder) throws {
+            let members = try decoder.container(keyedBy: Member.self)
+            if let unknown = members.allKeys.first(where: { !["url", "format"].contains($0.stringValue) }) {
+                throw DecodingError.dataCorruptedError(
+                    forKey: unknown, in: members, debugDescription: "a notification setting has url and format only")
+            }
+            url = try members.decode(String.self, forKey: Member(stringValue: "url"))
+            let format = Member(stringValue: "format")
+            self.format = members.contains(format) ? try members.decode(NotificationFormat.self, forKey: format) : nil
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            var members = encoder.container(keyedBy: Member.self)
+            try members.encode(url, forKey: Member(stringValue: "url"))
+            try members.encodeIfPresent(format, forKey: Member(stringValue: "format"))
+        }
+    }
+
+    func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
+        group.put("events/:event/notifications", use: set)
+        group.get("events/:event/notifications", use: get)
+        group.delete("events/:event/notifications", use: remove)
+    }
+
+    @Sendable func set(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let (identity, event) = try organizer(context)
+        let setting = try await RequestDecoding.decodeBody(
+            Setting.self, from: request, maxBytes: 16 * 1024, timeout: configuration.bodyTimeout)
+        if let problem = NotificationURL.problem(url: setting.url) { throw OutpostHTTPError.badRequest(problem) }
+        let notification = EventNotification(
+            tenant: identity.tenant, event: event, url: setting.url, format: setting.format ?? .json)
+        try await storage.setNotification(notification)
+        return try .json(Setting(url: notification.url, format: notification.format))
+    }
+
+    @Sendable func get(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let (identity, event) = try organizer(context)
+        guard let notification = try await storage.notification(tenant: identity.tenant, event: event) else {
+            throw OutpostHTTPError(.notFound, .notFound, "event \(event) sends no notifications")
+        }
+        return try .json(Setting(url: notification.url, format: notification.format))
+    }
+
+    @Sendable func remove(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let (identity, event) = try organizer(context)
+        guard try await storage.removeNotification(tenant: identity.tenant, event: event) else {
+            throw OutpostHTTPError(.notFound, .notFound, "event \(event) sends no notifications")
+        }
+        return Response(status: .noContent)
+    }
+
+    private func organizer(_ context: OutpostRequestContext) throws -> (Identity, String) {
+        let identity = try context.requireIdentity()
+        try identity.require(.organizer)
+        guard let event = context.parameters.get("event")?.removingPercentEncoding, Identifier.isValid(event) else {
+            throw OutpostHTTPError.badRequest("the event must be an identifier (A-Z a-z 0-9 . _ : @ -)")
+        }
+        return (identity, event)
+    }
+}
+
+/// The URLs notifications go to.
+enum NotificationURL {
+    /// What a notification URL must be, as openapi.yaml says it: https, or http to this machine; a port; a path of
+    /// plain characters (no query: a secret belongs in the path, as chat webhooks put it).
+    static let urlPattern = "^(https://[A-Za-z0-9.-]+|http://(127\\.0\\.0\\.1|localhost|\\[::1\\]))(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/[A-Za-z0-9._~%/+=-]*)?$"
+
+    /// Why `url` cannot receive notifications, or nil.
+    static func problem(url text: String) -> String? {
+        guard text.count <= 2048, (try? Regex(urlPattern).wholeMatch(in: text)) != nil else {
+            return "url must be https (http only to this machine), with a plain path, at most 2048 characters"
+        }
+        return nil
+    }
+}
