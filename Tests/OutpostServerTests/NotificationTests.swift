@@ -201,4 +201,47 @@ struct NotificationTests {
         await #expect(throws: TransportError.self) { try await transport.exchange(.GET, path: "/v1/events/gala/notifications") }
         #expect(await server.stop() == 0)
     }
+
+    @Test("the monitor page sets and stops notifications, from its own form only, never showing the whole URL",
+          arguments: StorageKind.allCases)
+    func monitorForm(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            _ = try await client.push(
+                [Fixtures.upsert("gala", ["name": "Annual Gala"], collection: EventRecord.collection, device: "admin")],
+                token: organizer, device: "admin")
+            try await storage.settle()
+            let browser = MonitorSessionTests.Browser(client)
+            _ = try await browser.signIn(token: organizer)
+            let page = String(buffer: try await browser.send(.get, "/admin/monitor?event=gala").body)
+            #expect(page.contains("Notifications: off"))
+            let csrf = try #require(MonitorSessionTests.Browser.field("csrf", in: page))
+            let hook = "https%3A%2F%2Fhooks.slack.com%2Fservices%2FT0%2FB0%2Fsecretpart"
+
+            // Not from the page: refused, nothing kept.
+            #expect(try await browser.send(.post, "/admin/notifications", form: "csrf=wrong&event=gala&action=set&url=\(hook)").status == .forbidden)
+            #expect(
+                try await browser.send(.post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&url=\(hook)", origin: "http://evil.test")
+                    .status == .forbidden)
+            #expect(try await storage.notification(tenant: "acme", event: "gala") == nil)
+
+            let bad = try await browser.send(.post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&url=http%3A%2F%2Fexample.org%2Fx")
+            #expect(bad.status == .badRequest)
+            #expect(String(buffer: bad.body).contains("Not saved: url must be https"))
+
+            let saved = String(buffer: try await browser.send(
+                .post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&format=slack&url=\(hook)").body)
+            #expect(saved.contains("Notifications saved."))
+            #expect(saved.contains("Notifications: slack to hooks.slack.com"))
+            #expect(!saved.contains("secretpart"))
+            #expect(
+                try await storage.notification(tenant: "acme", event: "gala")
+                    == EventNotification(tenant: "acme", event: "gala", url: "https://hooks.slack.com/services/T0/B0/secretpart", format: .slack))
+
+            let stopped = String(buffer: try await browser.send(.post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=stop").body)
+            #expect(stopped.contains("Notifications stopped."))
+            #expect(stopped.contains("Notifications: off"))
+            #expect(try await storage.notification(tenant: "acme", event: "gala") == nil)
+        }
+    }
 }

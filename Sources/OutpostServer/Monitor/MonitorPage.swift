@@ -31,11 +31,23 @@ package struct MonitorPages: Sendable {
         ]
     }
 
-    /// The whole page; `csrf` goes into its sign-out form.
-    func page(_ monitor: MonitorResponse, refresh: Duration, csrf: String = "") -> String {
+    /// The whole page; `csrf` goes into its forms; `notifications` is the shown event's setting.
+    func page(
+        _ monitor: MonitorResponse, refresh: Duration, csrf: String = "", notifications: EventNotification? = nil,
+        notice: String? = nil
+    ) -> String {
         var view = View(monitor, refresh: refresh)
         view.csrf = csrf
+        view.notifications = notifications.map { NotificationsRow(format: $0.format.rawValue, host: URL(string: $0.url)?.host ?? "") }
+        view.notice = notice
         return library.render(view, withTemplate: "monitor") ?? ""
+    }
+
+    /// Where the shown event's notifications go: the format and the receiver's host, never the whole URL (a
+    /// chat's webhook URL is a credential).
+    struct NotificationsRow {
+        var format: String
+        var host: String
     }
 
     func body(_ monitor: MonitorResponse, refresh: Duration) -> String {
@@ -66,6 +78,9 @@ package struct MonitorPages: Sendable {
     struct View {
         /// The sign-out form's CSRF token: the session's.
         var csrf = ""
+        var notifications: NotificationsRow?
+        /// The outcome of the last form, such as "Notifications stopped."
+        var notice: String?
         var event: String?
         /// The shown event's name, or its id when it has none.
         var eventName: String?

@@ -46,6 +46,7 @@ struct AdminController<Storage: SyncStorage> {
         group.get("monitor", use: monitor)
         group.get("monitor/fragment", use: fragment)
         group.get("export", use: export)
+        group.post("notifications", use: setNotifications)
         group.get("assets/:name", use: asset)
     }
 
@@ -187,8 +188,53 @@ struct AdminController<Storage: SyncStorage> {
         guard let session = try await session(request) else {
             return Response.redirect(to: "/admin/sign-in", type: .normal)
         }
+        return try await page(refresh: refresh, event: event, session: session)
+    }
+
+    private func page(refresh: Duration, event: String?, session: AdminGrant, notice: String? = nil, status: HTTPResponse.Status = .ok)
+        async throws -> Response
+    {
         let report = try await load(event: event, identity: session.identity)
-        return Self.html(try templates().page(report, refresh: refresh, csrf: session.csrf))
+        var notifications: EventNotification?
+        if let shown = report.event {
+            notifications = try await storage.notification(tenant: session.identity.tenant, event: shown)
+        }
+        return Self.html(
+            try templates().page(report, refresh: refresh, csrf: session.csrf, notifications: notifications, notice: notice),
+            status: status)
+    }
+
+    /// `POST /admin/notifications`: the event's notifications from the monitor's form (its Origin and CSRF token
+    /// checked as sign-out's are): `action=set` with `url` and `format`, or `action=stop`.
+    @Sendable func setNotifications(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let buffer = try await RequestDecoding.collectBody(of: request, maxBytes: 16 * 1024, timeout: configuration.bodyTimeout)
+        let form = AdminForm(String(buffer: buffer))
+        guard let session = try await session(request), Self.isSameOrigin(request), let csrf = form["csrf"],
+            AdminSecret.equal(csrf, session.csrf)
+        else {
+            throw OutpostHTTPError.forbidden("that form did not come from the monitor page")
+        }
+        guard let event = form["event"], Identifier.isValid(event) else {
+            throw OutpostHTTPError.badRequest("the event must be an identifier")
+        }
+        let tenant = session.identity.tenant
+        switch form["action"] {
+        case "stop":
+            _ = try await storage.removeNotification(tenant: tenant, event: event)
+            return try await page(refresh: Self.defaultRefresh, event: event, session: session, notice: "Notifications stopped.")
+        case "set":
+            let url = form["url"] ?? ""
+            if let problem = NotificationURL.problem(url: url) {
+                return try await page(
+                    refresh: Self.defaultRefresh, event: event, session: session, notice: "Not saved: \(problem).",
+                    status: .badRequest)
+            }
+            let format = NotificationFormat(rawValue: form["format"] ?? "") ?? .slack
+            try await storage.setNotification(EventNotification(tenant: tenant, event: event, url: url, format: format))
+            return try await page(refresh: Self.defaultRefresh, event: event, session: session, notice: "Notifications saved.")
+        default:
+            throw OutpostHTTPError.badRequest("action must be set or stop")
+        }
     }
 
     @Sendable func fragment(_ request: Request, context: OutpostRequestContext) async throws -> Response {
