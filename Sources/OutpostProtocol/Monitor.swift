@@ -129,7 +129,7 @@ public struct MonitorResponse: Sendable, Hashable, Codable {
 /// How far an event's check-in has come: guests checked in of those on the roster, and how many in the last
 /// 5 minutes (by the devices' scan times).
 public struct EventProgress: Sendable, Hashable, Codable {
-    /// Guests checked in, as the server has the check-ins.
+    /// Guests on the roster checked in, as the server has the check-ins.
     public var checkedIn: Int
     /// Guests on the roster, cancelled registrations left out.
     public var onRoster: Int

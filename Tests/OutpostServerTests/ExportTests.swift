@@ -189,6 +189,17 @@ struct ExportTests {
             #expect(page.contains("<h2>Annual Gala</h2>"))
             #expect(page.contains("3 of 3 guests checked in (100 %) · 2 in the last 5 minutes"))
             #expect(page.contains(#"<progress max="3" value="3""#))
+
+            // A guest cancelled after checking in counts on neither side.
+            var cancelledLater = Self.guest("g3", event: "gala", name: "Guest g3")
+            cancelledLater.fields["status"] = "cancelled"
+            cancelledLater.idempotencyKey += ":cancel"
+            cancelledLater.clientTimestamp = Fixtures.time(3595)
+            _ = try await client.push([cancelledLater], token: organizer, device: "admin")
+            try await storage.settle()
+            let after = try JSONDecoder().decode(
+                MonitorResponse.self, from: try await client.send(.get, "/v1/monitor?event=gala", token: organizer).body)
+            #expect(after.progress == EventProgress(checkedIn: 2, onRoster: 2, lastFiveMinutes: 1))
         }
     }
 }

@@ -34,6 +34,9 @@ struct NotificationTests {
                 }
                 return Response(status: failing ? .internalServerError : .ok)
             }
+            router.post("moved") { _, _ -> Response in
+                Response(status: .temporaryRedirect, headers: [.location: "/hook"])
+            }
             let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
             let app = Application(
                 router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
@@ -82,7 +85,10 @@ struct NotificationTests {
             #expect(try await client.send(.put, "/v1/events/gala/notifications", token: staff, body: try Fixtures.json(setting)).status == .forbidden)
             let stranger = try await Fixtures.token(tenant: "globex", user: "gus", role: .organizer)
             #expect(try await client.send(.get, "/v1/events/gala/notifications", token: stranger).status == .notFound)
-            for url in ["http://hooks.example.org/x", "ftp://127.0.0.1/x", "not a url", "https://" + String(repeating: "a", count: 2100)] {
+            for url in [
+                "http://hooks.example.org/x", "ftp://127.0.0.1/x", "not a url", "https://" + String(repeating: "a", count: 2100),
+                "https://169.254.169.254/latest", "https://10.0.0.7/hook", "https://192.168.1.1:8443/x", "https://hooks.example.org/x?token=1",
+            ] {
                 let bad = NotificationController<SQLiteStorage>.Setting(url: url, format: nil)
                 let refused = try await client.send(.put, "/v1/events/gala/notifications", token: organizer, body: try Fixtures.json(bad))
                 #expect(refused.status == .badRequest, "\(url)")
@@ -139,14 +145,24 @@ struct NotificationTests {
                 #expect(receiver.bodies.count == 2)
                 #expect(try Self.decoded(receiver.bodies[1])["type"] == "device_back_online")
 
-                // A persistent failure: announced once.
+                // A persistent failure, while the device reports records waiting: announced once.
                 let report = SyncFailureReport(deviceId: "door-2", failures: [MonitorTests.failure("n1")])
                 _ = try await client.push([Fixtures.upsert("n1", ["n": 1], device: "door-2")], token: ana, device: "door-2")
                 #expect(try await client.post("/v1/sync-failures", report, token: ana).status == .ok)
                 await Self.look(storage, now: now)
+                #expect(receiver.bodies.count == 2)
+                _ = try await client.post("/v1/heartbeats", MonitorTests.beat("door-2", failed: 1), token: ana)
+                await Self.look(storage, now: now)
                 await Self.look(storage, now: now)
                 #expect(receiver.bodies.count == 3)
                 #expect(try Self.decoded(receiver.bodies[2])["type"] == "persistent_failure")
+                // Its records synced, the episode ends; failing again later is a new one.
+                _ = try await client.post("/v1/heartbeats", MonitorTests.beat("door-2"), token: ana)
+                await Self.look(storage, now: now)
+                _ = try await client.post("/v1/heartbeats", MonitorTests.beat("door-2", pending: 2), token: ana)
+                await Self.look(storage, now: now)
+                #expect(receiver.bodies.count == 4)
+                #expect(try Self.decoded(receiver.bodies[3])["type"] == "persistent_failure")
                 // Nothing in a notice but ids, the staff name and words: no token, no record's payload.
                 #expect(!receiver.bodies.joined().contains(ana))
             }
@@ -154,6 +170,18 @@ struct NotificationTests {
             await receiver.stop()
             throw error
         }
+        await receiver.stop()
+    }
+
+    @Test("a receiver's redirect is not followed: the notice is not taken")
+    func noRedirects() async throws {
+        let receiver = try await Receiver()
+        let moved = receiver.url.replacingOccurrences(of: "/hook", with: "/moved")
+        await #expect(throws: (any Error).self) {
+            try await NotificationWatch<SQLiteStorage>.post(url: moved, body: Array("{}".utf8))
+        }
+        try await NotificationWatch<SQLiteStorage>.post(url: receiver.url, body: Array("{}".utf8))
+        #expect(receiver.bodies == ["{}"])
         await receiver.stop()
     }
 

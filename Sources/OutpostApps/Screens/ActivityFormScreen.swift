@@ -93,7 +93,9 @@ public final class ActivityFormScreen {
 
     private func load() async {
         connection = ConnectionIndicator(await log.engine.status)
-        if let lastSave, let now = try? await log.current(lastSave) {
+        if let lastSave, let now = try? await log.current(lastSave),
+            self.lastSave?.activity.recordId == lastSave.activity.recordId  // Not replaced by a save meanwhile.
+        {
             self.lastSave = now
             confirmation = now.confirmation
         }

@@ -103,7 +103,9 @@ public final class BuildArchiveScreen {
 
     private func load() async {
         connection = ConnectionIndicator(await archive.engine.status)
-        if let lastSave, let now = try? await archive.current(lastSave) {
+        if let lastSave, let now = try? await archive.current(lastSave),
+            self.lastSave?.build.buildId == lastSave.build.buildId  // Not replaced by a save meanwhile.
+        {
             self.lastSave = now
             saveMessage = now.message
         }

@@ -111,7 +111,8 @@ public final class DoorScreen {
         if let shown = verdict, shown.kind == .checkedIn,
             let scan = try? await desk.checkIn(of: shown.guestId), scan.syncStatus == .rejected,
             let record = try? await desk.engine.store.record(
-                collection: CheckIn.collection, scope: desk.event, recordId: shown.guestId)
+                collection: CheckIn.collection, scope: desk.event, recordId: shown.guestId),
+            verdict == shown  // Still the banner read: a scan made meanwhile keeps its own.
         {
             verdict = ScanVerdict(.refused(scan, reason: CheckInDesk.verdict(of: record)), guestId: shown.guestId, guest: shown.guest)
         }

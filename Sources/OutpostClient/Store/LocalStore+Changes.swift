@@ -31,7 +31,8 @@ extension LocalStore {
     /// `interval` of a commit by another process on the same file (SQLite's `PRAGMA data_version`, read every
     /// `interval` on `clock`).
     ///
-    /// Commits close together may be reported as one. The sequence ends when its consumer stops iterating.
+    /// Commits close together may be reported as one, and one element comes soon after the call whatever happened,
+    /// so that a read made just before it is made again. The sequence ends when its consumer stops iterating.
     public func changes(
         checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock()
     ) -> AsyncStream<Void> {
@@ -39,6 +40,9 @@ extension LocalStore {
         let id = commits.add(continuation)
         let watch = Task { [self] in
             var seen = try? await dataVersion()
+            // Once the first version is known: a commit by another process between the caller's first read and
+            // that version would otherwise go unseen.
+            continuation.yield()
             while !Task.isCancelled {
                 do { try await clock.sleep(for: interval) } catch { return }
                 let version = try? await dataVersion()

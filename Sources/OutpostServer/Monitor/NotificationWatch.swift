@@ -40,11 +40,18 @@ struct NotificationWatch<Storage: SyncStorage>: Service {
             logger.warning("notifications: the settings could not be read")
             return
         }
-        for setting in settings {
-            do {
-                try await look(at: setting)
-            } catch {
-                logger.warning("notifications: an event's devices could not be read", metadata: ["event": "\(setting.event)"])
+        // Each event apart: a receiver that does not answer holds its own event's notices only.
+        await withTaskGroup(of: Void.self) { group in
+            for setting in settings {
+                group.addTask {
+                    do {
+                        try await look(at: setting)
+                    } catch is NotTaken {
+                        // Tried again at the next look, with the rest of this event's notices.
+                    } catch {
+                        logger.warning("notifications: an event's devices could not be read", metadata: ["event": "\(setting.event)"])
+                    }
+                }
             }
         }
     }
@@ -65,16 +72,21 @@ struct NotificationWatch<Storage: SyncStorage>: Service {
                     .stale, opening: false, setting, report, at: time, text: "\(device) is syncing again.",
                     type: "device_back_online")
             }
-            if failing.contains(report.fingerprint) {
+            // An episode lasts while the device reports records waiting; it ends, unannounced, when none wait.
+            if failing.contains(report.fingerprint) && report.pendingCount + report.failedCount > 0 {
                 try await announce(
                     .persistentFailure, opening: true, setting, report, at: time,
                     text: "\(device) has records that have not synced for over 24 hours.", type: "persistent_failure")
+            } else if report.pendingCount + report.failedCount == 0 {
+                _ = try await storage.closeEpisode(
+                    tenant: setting.tenant, event: setting.event, fingerprint: report.fingerprint, kind: .persistentFailure)
             }
         }
     }
 
     /// Opens (or closes) the episode and announces it, when this server is the one that changed it; undoes the
-    /// change when the receiver did not take the notice, so that the next look tries again.
+    /// change when the receiver did not take the notice, so that the next look tries again, and throws
+    /// ``NotTaken`` so that this look sends the event nothing more.
     private func announce(
         _ kind: EpisodeKind, opening: Bool, _ setting: EventNotification, _ report: DeviceReport, at time: Date,
         text: String, type: String
@@ -97,8 +109,12 @@ struct NotificationWatch<Storage: SyncStorage>: Service {
             } else {
                 _ = try await storage.openEpisode(tenant: tenant, event: event, fingerprint: fingerprint, kind: kind, at: at)
             }
+            throw NotTaken()
         }
     }
+
+    /// The receiver did not take a notice.
+    struct NotTaken: Error {}
 
     /// What is sent.
     struct Notice: Encodable {
@@ -119,6 +135,10 @@ struct NotificationWatch<Storage: SyncStorage>: Service {
         }
     }
 
+    /// The client notices go through: it follows no redirect, so a receiver cannot send the server on to an
+    /// address the URL's check would have refused.
+    static var client: HTTPClient { NotificationClient.shared }
+
     /// POSTs the body as JSON with AsyncHTTPClient, within 10 seconds; a 2xx answer is delivery.
     static func post(url: String, body: [UInt8]) async throws {
         var request = HTTPClientRequest(url: url)
@@ -126,11 +146,22 @@ struct NotificationWatch<Storage: SyncStorage>: Service {
         request.headers.add(name: "Content-Type", value: "application/json")
         request.headers.add(name: "User-Agent", value: "outpost-notifications")
         request.body = .bytes(ByteBuffer(bytes: body))
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let response = try await client.execute(request, timeout: .seconds(10))
         guard (200..<300).contains(response.status.code) else { throw NotificationRefused(status: Int(response.status.code)) }
     }
 
     struct NotificationRefused: Error {
         var status: Int
     }
+}
+
+/// The process's one client for notices (see ``NotificationWatch/client``); like `HTTPClient.shared`, it lives as long
+/// as the process.
+enum NotificationClient {
+    static let shared: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.redirectConfiguration = .disallow
+        configuration.timeout.connect = .seconds(5)
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }()
 }

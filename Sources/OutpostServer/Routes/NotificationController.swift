@@ -92,11 +92,25 @@ enum NotificationURL {
     /// plain characters (no query: a secret belongs in the path, as chat webhooks put it).
     static let urlPattern = "^(https://[A-Za-z0-9.-]+|http://(127\\.0\\.0\\.1|localhost|\\[::1\\]))(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/[A-Za-z0-9._~%/+=-]*)?$"
 
-    /// Why `url` cannot receive notifications, or nil.
+    /// Why `url` cannot receive notifications, or nil. An https URL to a private, link-local or loopback IPv4
+    /// address is refused: an organizer must not make the server reach into its own network. (A name that
+    /// resolves to such an address is not caught here.)
     static func problem(url text: String) -> String? {
         guard text.count <= 2048, (try? Regex(urlPattern).wholeMatch(in: text)) != nil else {
             return "url must be https (http only to this machine), with a plain path, at most 2048 characters"
         }
+        if text.hasPrefix("https://"), let host = URL(string: text)?.host, isInternal(host) {
+            return "url must not name a private, link-local or loopback address"
+        }
         return nil
+    }
+
+    /// Whether `host` is a dotted IPv4 address in 0/8, 10/8, 127/8, 169.254/16, 172.16/12 or 192.168/16.
+    static func isInternal(_ host: String) -> Bool {
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false).map { Int($0) }
+        guard parts.count == 4, parts.allSatisfy({ $0.map { (0...255).contains($0) } ?? false }) else { return false }
+        let (a, b) = (parts[0]!, parts[1]!)
+        return a == 0 || a == 10 || a == 127 || (a == 169 && b == 254) || (a == 172 && (16...31).contains(b))
+            || (a == 192 && b == 168)
     }
 }

@@ -56,7 +56,8 @@ package protocol MonitorStorage: Sendable {
     /// Unbinds the device of `fingerprint`, so that the next user to use it owns it; false when it was not bound.
     func releaseDevice(tenant: String, fingerprint: String) async throws -> Bool
 
-    /// The check-ins of `event`, its guests not cancelled, and its check-ins scanned at `since` or later.
+    /// The check-ins of `event` whose guests are on its roster, not cancelled; those guests; and those check-ins
+    /// scanned at `since` or later.
     func eventProgress(tenant: String, event: String, since: Int64) async throws -> EventProgress
 
     /// Who scanned (the `scanned_by` device id) and when, for each check-in of `event` scanned at `since` or later.

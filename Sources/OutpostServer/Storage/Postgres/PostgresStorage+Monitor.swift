@@ -93,14 +93,17 @@ extension PostgresStorage {
         try await guarded {
             let rows = try await client.query(
                 """
-                SELECT
-                  (SELECT count(*) FROM records WHERE tenant = \(tenant) AND collection = \(CheckIn.collection)
-                     AND scope = \(event) AND NOT tombstone),
-                  (SELECT count(*) FROM records WHERE tenant = \(tenant) AND collection = \(CheckIn.collection)
-                     AND scope = \(event) AND NOT tombstone AND created_at >= \(since)),
-                  (SELECT count(*) FROM records WHERE tenant = \(tenant) AND collection = \(Guest.collection)
-                     AND scope = \(event) AND NOT tombstone
-                     AND coalesce(fields::jsonb ->> 'status', '') <> 'cancelled')
+                WITH roster AS (
+                  SELECT record_id FROM records WHERE tenant = \(tenant) AND collection = \(Guest.collection)
+                    AND scope = \(event) AND NOT tombstone AND coalesce(fields::jsonb ->> 'status', '') <> 'cancelled'
+                ), arrived AS (
+                  -- Check-ins of guests still on the roster: one cancelled since counts on neither side.
+                  SELECT created_at FROM records
+                  WHERE tenant = \(tenant) AND collection = \(CheckIn.collection) AND scope = \(event) AND NOT tombstone
+                    AND record_id IN (SELECT record_id FROM roster)
+                )
+                SELECT (SELECT count(*) FROM arrived), (SELECT count(*) FROM arrived WHERE created_at >= \(since)),
+                       (SELECT count(*) FROM roster)
                 """, logger: logger)
             for try await (checkedIn, recent, onRoster) in rows.decode((Int64, Int64, Int64).self) {
                 return EventProgress(checkedIn: Int(checkedIn), onRoster: Int(onRoster), lastFiveMinutes: Int(recent))

@@ -85,12 +85,17 @@ extension SQLiteStorage {
             let row = try Row.fetchOne(
                 db,
                 sql: """
-                    SELECT
-                      (SELECT count(*) FROM records WHERE tenant = ?1 AND collection = ?2 AND scope = ?4 AND NOT tombstone),
-                      (SELECT count(*) FROM records WHERE tenant = ?1 AND collection = ?2 AND scope = ?4 AND NOT tombstone
-                         AND created_at >= ?5),
-                      (SELECT count(*) FROM records WHERE tenant = ?1 AND collection = ?3 AND scope = ?4 AND NOT tombstone
-                         AND coalesce(json_extract(fields, '$.status'), '') <> 'cancelled')
+                    WITH roster AS (
+                      SELECT record_id FROM records WHERE tenant = ?1 AND collection = ?3 AND scope = ?4 AND NOT tombstone
+                        AND coalesce(json_extract(fields, '$.status'), '') <> 'cancelled'
+                    ), arrived AS (
+                      -- Check-ins of guests still on the roster: one cancelled since counts on neither side.
+                      SELECT created_at FROM records
+                      WHERE tenant = ?1 AND collection = ?2 AND scope = ?4 AND NOT tombstone
+                        AND record_id IN (SELECT record_id FROM roster)
+                    )
+                    SELECT (SELECT count(*) FROM arrived), (SELECT count(*) FROM arrived WHERE created_at >= ?5),
+                           (SELECT count(*) FROM roster)
                     """, arguments: [tenant, CheckIn.collection, Guest.collection, event, since])
             return EventProgress(checkedIn: row?[0] ?? 0, onRoster: row?[2] ?? 0, lastFiveMinutes: row?[1] ?? 0)
         }
