@@ -35,7 +35,7 @@ public final class ActivityFormScreen {
     public private(set) var connection = ConnectionIndicator(SyncStatus())
 
     @ObservationIgnored private var lastSave: ActivitySave?
-    @ObservationIgnored private var reloader: Reloader?
+    @ObservationIgnored private lazy var updates = ScreenUpdates(engine: log.engine) { [weak self] in await self?.load() }
 
     public init(log: ActivityLog, date: CalendarDay) {
         self.log = log
@@ -80,16 +80,10 @@ public final class ActivityFormScreen {
     }
 
     /// Reads the screen again from the store and the engine.
-    public func reload() async {
-        if reloader == nil { reloader = Reloader { [weak self] in await self?.load() } }
-        await reloader?.reload()
-    }
+    public func reload() async { await updates.reload() }
 
-    /// Keeps the screen current until the calling task is cancelled.
-    public func run() async {
-        await reload()
-        await followChanges(of: log.engine) { [weak self] in await self?.reload() }
-    }
+    /// Keeps the screen current until the calling task is cancelled: `.task { await screen.run() }`.
+    public func run() async { await updates.run() }
 
     private func load() async {
         connection = ConnectionIndicator(await log.engine.status)

@@ -27,7 +27,7 @@ public final class AttendanceScreen {
     /// Why the last action was refused for another reason than the fix, such as "Already checked in today at 09:12."
     public private(set) var actionError: String?
 
-    @ObservationIgnored private var reloader: Reloader?
+    @ObservationIgnored private lazy var updates = ScreenUpdates(engine: log.engine) { [weak self] in await self?.load() }
 
     public init(log: AttendanceLog) {
         self.log = log
@@ -65,16 +65,10 @@ public final class AttendanceScreen {
     }
 
     /// Reads the screen again from the store and the engine.
-    public func reload() async {
-        if reloader == nil { reloader = Reloader { [weak self] in await self?.load() } }
-        await reloader?.reload()
-    }
+    public func reload() async { await updates.reload() }
 
-    /// Keeps the screen current until the calling task is cancelled.
-    public func run() async {
-        await reload()
-        await followChanges(of: log.engine) { [weak self] in await self?.reload() }
-    }
+    /// Keeps the screen current until the calling task is cancelled: `.task { await screen.run() }`.
+    public func run() async { await updates.run() }
 
     private func load() async {
         connection = ConnectionIndicator(await log.engine.status)

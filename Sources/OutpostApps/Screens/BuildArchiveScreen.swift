@@ -24,7 +24,7 @@ public final class BuildArchiveScreen {
     public private(set) var connection = ConnectionIndicator(SyncStatus())
 
     @ObservationIgnored private var lastSave: BuildSave?
-    @ObservationIgnored private var reloader: Reloader?
+    @ObservationIgnored private lazy var updates = ScreenUpdates(engine: archive.engine) { [weak self] in await self?.load() }
 
     public init(archive: BuildArchive) {
         self.archive = archive
@@ -90,16 +90,10 @@ public final class BuildArchiveScreen {
     }
 
     /// Reads the screen again from the store and the engine.
-    public func reload() async {
-        if reloader == nil { reloader = Reloader { [weak self] in await self?.load() } }
-        await reloader?.reload()
-    }
+    public func reload() async { await updates.reload() }
 
-    /// Keeps the screen current until the calling task is cancelled.
-    public func run() async {
-        await reload()
-        await followChanges(of: archive.engine) { [weak self] in await self?.reload() }
-    }
+    /// Keeps the screen current until the calling task is cancelled: `.task { await screen.run() }`.
+    public func run() async { await updates.run() }
 
     private func load() async {
         connection = ConnectionIndicator(await archive.engine.status)

@@ -29,7 +29,7 @@ public final class DoorScreen {
     public private(set) var largeQueueWarning: String?
     public private(set) var connection = ConnectionIndicator(SyncStatus())
 
-    @ObservationIgnored private var reloader: Reloader?
+    @ObservationIgnored private lazy var updates = ScreenUpdates(engine: desk.engine) { [weak self] in await self?.load() }
 
     public init(desk: CheckInDesk) {
         self.desk = desk
@@ -82,16 +82,10 @@ public final class DoorScreen {
     }
 
     /// Reads the screen again from the store and the engine.
-    public func reload() async {
-        if reloader == nil { reloader = Reloader { [weak self] in await self?.load() } }
-        await reloader?.reload()
-    }
+    public func reload() async { await updates.reload() }
 
-    /// Keeps the screen current until the calling task is cancelled.
-    public func run() async {
-        await reload()
-        await followChanges(of: desk.engine) { [weak self] in await self?.reload() }
-    }
+    /// Keeps the screen current until the calling task is cancelled: `.task { await screen.run() }`.
+    public func run() async { await updates.run() }
 
     private func load() async {
         connection = ConnectionIndicator(await desk.engine.status)

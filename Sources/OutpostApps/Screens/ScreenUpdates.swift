@@ -1,14 +1,18 @@
 import OutpostClient
 
-/// Reloads a screen model from the store, one load at a time: a request made while a load runs joins a single
-/// load after it, so that a burst of commits costs two loads and every caller sees what was stored when it asked.
+/// Keeps a screen model current: reloads it from the store one load at a time (a request made while a load runs
+/// joins a single load after it, so that a burst of commits costs two loads and every caller sees what was stored
+/// when it asked), and ``run()`` reloads after every status the engine publishes and every commit to its store, by
+/// this process or another, until the calling task is cancelled.
 @MainActor
-final class Reloader {
+final class ScreenUpdates {
+    private let engine: SyncEngine
     private let load: @MainActor () async -> Void
     private var running: Task<Void, Never>?
     private var again = false
 
-    init(_ load: @escaping @MainActor () async -> Void) {
+    init(engine: SyncEngine, load: @escaping @MainActor () async -> Void) {
+        self.engine = engine
         self.load = load
     }
 
@@ -30,19 +34,19 @@ final class Reloader {
         running = task
         await task.value
     }
-}
 
-/// Runs `reload` after every status the engine publishes and every commit to its store (by this process or
-/// another), until the calling task is cancelled: what a screen's `.task { await model.run() }` runs.
-func followChanges(of engine: SyncEngine, _ reload: @escaping @Sendable @MainActor () async -> Void) async {
-    let statuses = await engine.statusUpdates()
-    let commits = engine.store.changes(clock: engine.clock)
-    await withTaskGroup(of: Void.self) { group in
-        group.addTask {
-            for await _ in statuses { await reload() }
-        }
-        group.addTask {
-            for await _ in commits { await reload() }
+    /// What a screen's `.task { await model.run() }` runs.
+    func run() async {
+        await reload()
+        let statuses = await engine.statusUpdates()
+        let commits = engine.store.changes(clock: engine.clock)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [weak self] in
+                for await _ in statuses { await self?.reload() }
+            }
+            group.addTask { [weak self] in
+                for await _ in commits { await self?.reload() }
+            }
         }
     }
 }

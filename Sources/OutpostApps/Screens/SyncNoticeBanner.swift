@@ -15,7 +15,7 @@ public final class SyncNoticeBanner {
     /// A short message after a Retry that did not clear the banner, until dismissed or the next Retry.
     public private(set) var toast: String?
 
-    @ObservationIgnored private var reloader: Reloader?
+    @ObservationIgnored private lazy var updates = ScreenUpdates(engine: engine) { [weak self] in await self?.load() }
 
     public init(engine: SyncEngine) {
         self.engine = engine
@@ -57,17 +57,11 @@ public final class SyncNoticeBanner {
         toast = nil
     }
 
-    /// Reads the notice again from the engine.
-    public func reload() async {
-        if reloader == nil { reloader = Reloader { [weak self] in await self?.load() } }
-        await reloader?.reload()
-    }
+    /// Reads the screen again from the store and the engine.
+    public func reload() async { await updates.reload() }
 
-    /// Keeps the banner current until the calling task is cancelled.
-    public func run() async {
-        await reload()
-        await followChanges(of: engine) { [weak self] in await self?.reload() }
-    }
+    /// Keeps the screen current until the calling task is cancelled: `.task { await screen.run() }`.
+    public func run() async { await updates.run() }
 
     private func load() async {
         notice = await engine.status.persistentFailureNotice
