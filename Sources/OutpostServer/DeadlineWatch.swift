@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 
 /// Runs an action when a deadline passes, for many operations at once, with one task that wakes every
 /// `tick` while any deadline is pending, and none otherwise.
@@ -23,7 +24,7 @@ package final class DeadlineWatch: Sendable {
         var watching = false
     }
 
-    private let state = LockedValue(State())
+    private let state = NIOLockedValueBox(State())
     private let tick: Duration
     /// Time since this watch was made, on its clock.
     private let elapsed: @Sendable () -> Duration
@@ -41,13 +42,13 @@ package final class DeadlineWatch: Sendable {
     package static let shared = DeadlineWatch(clock: ContinuousClock())
 
     /// How many deadlines are pending, for tests.
-    package var pendingCount: Int { state.withLock { $0.pending.count } }
+    package var pendingCount: Int { state.withLockedValue { $0.pending.count } }
 
     /// Runs `action` once `delay` has passed, unless ``cancel(_:)`` comes first.
     @discardableResult
     package func schedule(after delay: Duration, _ action: @escaping @Sendable () -> Void) -> Entry {
         let deadline = elapsed() + delay
-        let (entry, start) = state.withLock { state -> (Entry, Bool) in
+        let (entry, start) = state.withLockedValue { state -> (Entry, Bool) in
             state.nextId += 1
             state.pending[state.nextId] = Pending(deadline: deadline, action: action)
             let start = !state.watching
@@ -61,7 +62,7 @@ package final class DeadlineWatch: Sendable {
 
     /// Forgets a deadline; harmless once it has fired.
     package func cancel(_ entry: Entry) {
-        state.withLock { _ = $0.pending.removeValue(forKey: entry.id) }
+        state.withLockedValue { _ = $0.pending.removeValue(forKey: entry.id) }
     }
 
     /// Wakes every tick and runs what is due; ends once nothing is pending (the next deadline starts it again).
@@ -69,7 +70,7 @@ package final class DeadlineWatch: Sendable {
         while true {
             try? await sleep(tick)
             let now = elapsed()
-            let (due, done) = state.withLock { state -> ([@Sendable () -> Void], Bool) in
+            let (due, done) = state.withLockedValue { state -> ([@Sendable () -> Void], Bool) in
                 let dueIds = state.pending.compactMap { $0.value.deadline <= now ? $0.key : nil }
                 let due = dueIds.compactMap { state.pending.removeValue(forKey: $0)?.action }
                 if state.pending.isEmpty { state.watching = false }
@@ -116,10 +117,10 @@ private final class FirstOutcome<T: Sendable>: Sendable {
         var finished = false
     }
 
-    private let state = LockedValue(State())
+    private let state = NIOLockedValueBox(State())
 
     func install(_ continuation: CheckedContinuation<T, any Error>) {
-        let ready: Result<T, any Error>? = state.withLock { state in
+        let ready: Result<T, any Error>? = state.withLockedValue { state in
             guard let pending = state.pending else {
                 state.continuation = continuation
                 return nil
@@ -131,7 +132,7 @@ private final class FirstOutcome<T: Sendable>: Sendable {
     }
 
     func resume(with result: Result<T, any Error>) {
-        let waiting: CheckedContinuation<T, any Error>? = state.withLock { state in
+        let waiting: CheckedContinuation<T, any Error>? = state.withLockedValue { state in
             guard !state.finished else { return nil }
             guard let continuation = state.continuation else {
                 if state.pending == nil { state.pending = result }

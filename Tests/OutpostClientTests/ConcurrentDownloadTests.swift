@@ -153,7 +153,7 @@ struct ConcurrentDownloadTests {
             let server = GatedServer(roster: ReferenceDataTests.roster(1000), holdFrom: 1)
             let first = await heldDownload(store, server)
             let (joined, joining) = AsyncStream<Void>.makeStream()
-            store.downloads.seams.withLock { $0.joined = { joining.yield() } }
+            store.downloads.seams.withLockedValue { $0.joined = { joining.yield() } }
             let second = Task {
                 try await ReferenceData(store: store, transport: server, pageSize: 100).download(collection: "guests", scope: "ev-1")
             }

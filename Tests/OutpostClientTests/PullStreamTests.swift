@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostProtocol
 import Testing
 
@@ -115,13 +116,13 @@ struct PullStreamTests {
     @Test("a stream that failed is let go: asked again from the same cursor, another opens")
     func failedStreamIsReopened() async throws {
         struct Dropped: Error {}
-        let opened = LockedBox(0)
+        let opened = NIOLockedValueBox(0)
         let reader = PullStream<PullPage>(cursor: { $0.cursor }) { _ in
-            opened.withLock { $0 += 1 }
+            opened.withLockedValue { $0 += 1 }
             // A first page, then the error, again each time it is asked (as an unfolding stream does).
-            let calls = LockedBox(0)
+            let calls = NIOLockedValueBox(0)
             return AsyncThrowingStream(unfolding: {
-                guard calls.withLock({ $0 += 1; return $0 }) == 1 else { throw Dropped() }
+                guard calls.withLockedValue({ $0 += 1; return $0 }) == 1 else { throw Dropped() }
                 return try PullPage(PullResponse(changes: [], cursor: "1", hasMore: true))
             })
         }
@@ -129,7 +130,7 @@ struct PullStreamTests {
         await #expect(throws: Dropped.self) { _ = try await reader.page(after: "1") }
         // The first page of a new stream, not the old one's error again.
         #expect(try await reader.page(after: "1").cursor == "1")
-        #expect(opened.withLock { $0 } == 2)
+        #expect(opened.withLockedValue { $0 } == 2)
     }
 
     @Test("a stream that ends before its first page is the server's fault, not the end of the changes")

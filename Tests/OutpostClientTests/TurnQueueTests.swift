@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostTesting
 import Testing
 
@@ -19,7 +20,7 @@ struct TurnQueueTests {
             let (goes, go) = AsyncStream<Void>.makeStream()
             self.stopped = stopped
             self.go = go
-            queue.seams.withLock {
+            queue.seams.withLockedValue {
                 $0.beforeJoining = {
                     stopping.yield()
                     for await _ in goes { break }
@@ -92,8 +93,8 @@ struct TurnQueueTests {
     @Test("many callers on a few keys: one body of a key at a time, and every caller has its turn")
     func contention() async throws {
         let queue = TurnQueue()
-        let inTurn = LockedBox([String: Int]())
-        let overlaps = LockedBox(0)
+        let inTurn = NIOLockedValueBox([String: Int]())
+        let overlaps = NIOLockedValueBox(0)
         let keys = ["a", "b", "c"]
         let turns = try await bounded("every caller's turn") {
             try await withThrowingTaskGroup(of: Int.self) { group in
@@ -101,13 +102,13 @@ struct TurnQueueTests {
                     let key = keys[n % keys.count]
                     group.addTask {
                         try await queue.run(key) {
-                            let others = inTurn.withLock { state -> Int in
+                            let others = inTurn.withLockedValue { state -> Int in
                                 defer { state[key, default: 0] += 1 }
                                 return state[key, default: 0]
                             }
-                            if others > 0 { overlaps.withLock { $0 += 1 } }
+                            if others > 0 { overlaps.withLockedValue { $0 += 1 } }
                             await Task.yield()
-                            inTurn.withLock { $0[key, default: 0] -= 1 }
+                            inTurn.withLockedValue { $0[key, default: 0] -= 1 }
                             return 1
                         }
                     }
@@ -116,7 +117,7 @@ struct TurnQueueTests {
             }
         }
         #expect(turns == 300)
-        #expect(overlaps.withLock { $0 } == 0)
+        #expect(overlaps.withLockedValue { $0 } == 0)
         #expect(queue.waiting == 0)
     }
 }

@@ -8,6 +8,7 @@ import Glibc
 #endif
 import Hummingbird
 import HummingbirdTesting
+import NIOConcurrencyHelpers
 import OutpostClient
 import OutpostProtocol
 import OutpostTesting
@@ -30,9 +31,9 @@ struct AdmissionGateTests {
 
     /// The order in which requests were let in.
     final class Log: Sendable {
-        private let entries = LockedValue<[String]>([])
-        func add(_ entry: String) { entries.withLock { $0.append(entry) } }
-        var all: [String] { entries.withLock { $0 } }
+        private let entries = NIOLockedValueBox<[String]>([])
+        func add(_ entry: String) { entries.withLockedValue { $0.append(entry) } }
+        var all: [String] { entries.withLockedValue { $0 } }
     }
 
     /// Yields until `condition` holds; the tasks it waits for need only to be scheduled, never a clock. However
@@ -203,13 +204,13 @@ struct AdmissionGateTests {
     @Test("many requests at once, every third cancelled: none over the limit, and the gate ends empty")
     func manyWithCancellations() async throws {
         let gate = Self.gate(limit: 3, maxWaiting: 1_000)
-        let peak = LockedValue((now: 0, peak: 0))
+        let peak = NIOLockedValueBox((now: 0, peak: 0))
         let tasks = (0..<400).map { index in
             Task {
                 try await gate.withAdmission {
-                    peak.withLock { $0.now += 1; $0.peak = max($0.peak, $0.now) }
+                    peak.withLockedValue { $0.now += 1; $0.peak = max($0.peak, $0.now) }
                     await Task.yield()
-                    peak.withLock { $0.now -= 1 }
+                    peak.withLockedValue { $0.now -= 1 }
                 }
             }
         }
@@ -219,7 +220,7 @@ struct AdmissionGateTests {
                 #expect(index % 3 == 2 && error is CancellationError, "request \(index) failed: \(error)")
             }
         }
-        #expect(peak.withLock { $0.peak } <= 3)
+        #expect(peak.withLockedValue { $0.peak } <= 3)
         #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostTesting
 import Testing
 
@@ -10,7 +11,7 @@ import Testing
 struct DeadlineWatchTests {
     /// Counts what fired, and tells each firing as it happens.
     final class Flag: Sendable {
-        private let value = LockedValue(0)
+        private let value = NIOLockedValueBox(0)
         let raised: AsyncStream<Void>
         private let raising: AsyncStream<Void>.Continuation
 
@@ -19,11 +20,11 @@ struct DeadlineWatchTests {
         }
 
         func raise() {
-            value.withLock { $0 += 1 }
+            value.withLockedValue { $0 += 1 }
             raising.yield()
         }
 
-        var count: Int { value.withLock { $0 } }
+        var count: Int { value.withLockedValue { $0 } }
     }
 
     @Test("a deadline fires once its delay has passed, never before; a cancelled one never fires")

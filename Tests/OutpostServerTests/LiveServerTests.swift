@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import NIOConcurrencyHelpers
 import OutpostClient
 import OutpostProtocol
 import OutpostTesting
@@ -113,12 +114,12 @@ struct LiveServerTests {
     /// Counts the streams of pulls the engine opens, and passes them to the HTTP transport.
     struct CountingStreams: ForwardingTransport {
         let inner: any SyncTransport
-        let opened = LockedValue(0)
+        let opened = NIOLockedValueBox(0)
 
         func pullStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
             -> AsyncThrowingStream<PullResponse, any Error>
         {
-            opened.withLock { $0 += 1 }
+            opened.withLockedValue { $0 += 1 }
             return inner.bulkPullStream(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
         }
     }
@@ -143,11 +144,11 @@ struct LiveServerTests {
             let transport = CountingStreams(inner: staff)
             let engine = SyncEngine(store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-b", deliversAfterSave: false))
             #expect(try await engine.pull(collection: "notes", pageSize: 1) == ids.count)
-            #expect(transport.opened.withLock { $0 } == 3)
+            #expect(transport.opened.withLockedValue { $0 } == 3)
             #expect(try await store.records(collection: "notes").map(\.recordId).sorted() == ids)
             // Nothing new: one stream, with one empty page.
             #expect(try await engine.pull(collection: "notes", pageSize: 1) == 0)
-            #expect(transport.opened.withLock { $0 } == 4)
+            #expect(transport.opened.withLockedValue { $0 } == 4)
         }
     }
 

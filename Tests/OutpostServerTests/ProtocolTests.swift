@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import Logging
+import NIOConcurrencyHelpers
 import NIOFoundationCompat
 import OutpostClient
 import OutpostProtocol
@@ -267,12 +268,12 @@ struct StreamedPullBodyTests {
 
     @Test("a storage failure after the first page ends the stream with an error line; the pages before it stand")
     func failureAfterFirstPage() async throws {
-        let calls = LockedValue(0)
+        let calls = NIOLockedValueBox(0)
         let response = try SyncController<SQLiteStorage>.stream(
             from: Self.page(1, hasMore: true), pages: 5, gate: AdmissionGate(limit: 1, maxWaiting: 0),
             metrics: ServerMetrics(), logger: Fixtures.quietLogger, token: \.token
         ) { cursor in
-            let call = calls.withLock { $0 += 1; return $0 }
+            let call = calls.withLockedValue { $0 += 1; return $0 }
             guard call == 1 else { throw StorageError(.unavailable, "connection refused") }
             return Self.page(cursor.seq + 1, hasMore: true)
         }
@@ -284,7 +285,7 @@ struct StreamedPullBodyTests {
         let error = try JSONDecoder().decode(WireError.self, from: Data(lines[2].utf8))
         #expect(error.code == .serviceUnavailable)
         #expect(!lines[2].contains("connection refused"))
-        #expect(calls.withLock { $0 } == 2)
+        #expect(calls.withLockedValue { $0 } == 2)
     }
 
     @Test("a stream ends at `pages` pages, or at the page without more, whichever comes first")

@@ -325,7 +325,7 @@ extension LocalStore {
                                         AND o.scope = records.scope AND o.record_id = records.record_id)
                         """,
                     arguments: [recordId, collection, scope])
-                if requeued > 0 { self.requeues.withLock { $0 += 1 } }
+                if requeued > 0 { self.requeues.withLockedValue { $0 += 1 } }
                 return requeued
             }
         }

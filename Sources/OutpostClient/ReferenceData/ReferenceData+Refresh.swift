@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 import OutpostProtocol
 
 extension ReferenceData {
@@ -31,7 +32,7 @@ extension ReferenceData {
         let sealer = store.sealer
         let index = self.index
         let now = self.now
-        let summary = LockedBox(RefreshSummary(updated: 0, removed: 0))
+        let summary = NIOLockedValueBox(RefreshSummary(updated: 0, removed: 0))
         let pulls = PullStream<PullPage>(cursor: { $0.cursor }) { cursor in
             transport.bulkPullPageStream(
                 collection: collection, scope: scope, cursor: cursor, limit: Self.refreshPageSize,
@@ -66,13 +67,13 @@ extension ReferenceData {
                             index: index, at: time, db: db)
                     }
                     guard let counts else { return false }
-                    summary.withLock {
+                    summary.withLockedValue {
                         $0.updated += counts.0
                         $0.removed += counts.1
                     }
                     return true
                 }))
-        return summary.withLock { $0 }
+        return summary.withLockedValue { $0 }
     }
 
     /// Pages one stream of pulls may carry; a longer refresh opens another from its cursor.

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import GRDB
 import GRDBSQLite
+import NIOConcurrencyHelpers
 import OutpostProtocol
 
 /// The device's durable, encrypted store: one SQLite file in WAL mode, every commit flushed to disk.
@@ -19,10 +20,10 @@ public final class LocalStore: Sendable {
     let durableCommits: Bool
     /// The latest client time written, in milliseconds (device time only moves forward), and the store's
     /// `data_version` when it was last known to be the latest.
-    private let clientTime: LockedBox<ClientTime>
+    private let clientTime: NIOLockedValueBox<ClientTime>
     /// How many times set-aside entries were put back in the queue through this store, so that a sync that
     /// read its next chunk ahead can tell whether an older entry may now belong in it.
-    let requeues = LockedBox(0)
+    let requeues = NIOLockedValueBox(0)
     /// Downloads of reference sets under way through this store, one at a time per set.
     let downloads = TurnQueue()
     /// Wakes the live queries of this process after each of its commits (see ``changes(checkingOtherProcessesEvery:clock:)``).
@@ -91,7 +92,7 @@ public final class LocalStore: Sendable {
                         dataVersion: try Self.dataVersion(db))
                 }
             }
-            self.clientTime = LockedBox(time)
+            self.clientTime = NIOLockedValueBox(time)
         } catch let error as ClientError {
             throw error
         } catch {
@@ -287,14 +288,14 @@ public final class LocalStore: Sendable {
     /// times this one has not seen: when the store changed under it, the newest queued entry's time is read
     /// again, so that an entry never goes out before an older one, and a record written in the same
     /// millisecond by both gets two keys, not one the server would take as a duplicate.
-    private static func nextClientTime(after clientTime: LockedBox<ClientTime>, now: Date, db: Database) throws -> Int64 {
+    private static func nextClientTime(after clientTime: NIOLockedValueBox<ClientTime>, now: Date, db: Database) throws -> Int64 {
         let version = try dataVersion(db)
-        let seen = clientTime.withLock { $0.dataVersion == version }
+        let seen = clientTime.withLockedValue { $0.dataVersion == version }
         let latest =
             seen ? nil : try RawStatement(try db.cachedStatement(sql: "SELECT client_ts FROM outbox ORDER BY seq DESC LIMIT 1"), db: db).firstInteger().value
         let clock = Timestamp(now).millisecondsSince1970
         let lead = Int64(maxClientTimeLead.components.seconds) * 1000
-        return clientTime.withLock { time in
+        return clientTime.withLockedValue { time in
             time.last = max(clock, min(max(time.last, latest ?? 0) + 1, clock + lead))
             time.dataVersion = version
             return time.last
@@ -648,20 +649,6 @@ extension LocalStore {
                 try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
             }
         }
-    }
-}
-
-/// A value behind a lock, for state a `Sendable` class shares across threads.
-final class LockedBox<Value: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
     }
 }
 

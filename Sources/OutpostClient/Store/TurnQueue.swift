@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 /// Gives turns per key within the process: one body of a key runs at a time, and callers that find the key taken
 /// wait for their turn in the order they came.
 ///
@@ -23,12 +24,12 @@ final class TurnQueue: Sendable {
         var joined: (@Sendable () -> Void)?
     }
 
-    private let state = LockedBox(State())
+    private let state = NIOLockedValueBox(State())
     /// Empty but in tests; read only by a caller that found its key taken.
-    let seams = LockedBox(Seams())
+    let seams = NIOLockedValueBox(Seams())
 
     /// Callers waiting for a turn, all keys together.
-    var waiting: Int { state.withLock { $0.queues.values.reduce(0) { $0 + $1.count } } }
+    var waiting: Int { state.withLockedValue { $0.queues.values.reduce(0) { $0 + $1.count } } }
 
     /// Runs `body` in `key`'s turn, then gives the turn to the next caller waiting, whatever `body`'s outcome.
     ///
@@ -40,17 +41,17 @@ final class TurnQueue: Sendable {
     }
 
     private func take(_ key: String) async throws {
-        let id = state.withLock { state -> Int? in
+        let id = state.withLockedValue { state -> Int? in
             if state.taken.insert(key).inserted { return nil }
             state.lastId += 1
             return state.lastId
         }
         guard let id else { return }
-        let seams = self.seams.withLock { $0 }
+        let seams = self.seams.withLockedValue { $0 }
         await seams.beforeJoining?()
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let outcome = state.withLock { state -> Result<Void, any Error>? in
+                let outcome = state.withLockedValue { state -> Result<Void, any Error>? in
                     // Cancelled before the handler could find it in the queue: it never joins.
                     if Task.isCancelled { return .failure(CancellationError()) }
                     // The turn was given back since the key was found taken, to nobody: it is this caller's. (A
@@ -62,7 +63,7 @@ final class TurnQueue: Sendable {
                 if let outcome { continuation.resume(with: outcome) } else { seams.joined?() }
             }
         } onCancel: {
-            let leaving = state.withLock { state -> Waiter? in
+            let leaving = state.withLockedValue { state -> Waiter? in
                 guard let position = state.queues[key]?.firstIndex(where: { $0.id == id }) else { return nil }
                 return state.queues[key]?.remove(at: position)
             }
@@ -72,7 +73,7 @@ final class TurnQueue: Sendable {
 
     /// Hands the turn to the first caller waiting, or frees the key.
     private func give(_ key: String) {
-        let next = state.withLock { state -> Waiter? in
+        let next = state.withLockedValue { state -> Waiter? in
             guard var queue = state.queues[key], !queue.isEmpty else {
                 state.taken.remove(key)
                 state.queues[key] = nil

@@ -257,7 +257,7 @@ public actor SyncEngine {
                 let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
                 let lastSeq = chunk.last?.seq ?? 0
                 lastSent = max(lastSent, lastSeq)
-                let requeues = store.requeues.withLock { $0 }
+                let requeues = store.requeues.withLockedValue { $0 }
                 async let following = store.chunk(after: lastSeq, limit: configuration.chunkSize, only: records)
                 let response: PushResponse
                 do {
@@ -320,7 +320,7 @@ public actor SyncEngine {
                 }
                 progress?(SyncProgress(sent: sent, total: max(total, sent), chunk: summary.chunks))
                 chunk = try await following
-                if store.requeues.withLock({ $0 }) != requeues {
+                if store.requeues.withLockedValue({ $0 }) != requeues {
                     // A retry put entries back while this chunk was out; they may be older than the chunk read
                     // ahead, and go out first. (One put back by another process goes out at the end.)
                     try await storing?.value

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 
 /// Ends calls whose answer falls silent.
 ///
@@ -59,29 +60,29 @@ final class SilenceWatch: @unchecked Sendable {
     func run<T: Sendable>(
         _ operation: @escaping @Sendable (_ heard: Hearing) async throws -> T
     ) async throws -> T {
-        let silent = LockedBox(false)
-        let running = LockedBox<Task<T, any Error>?>(nil)
+        let silent = NIOLockedValueBox(false)
+        let running = NIOLockedValueBox<Task<T, any Error>?>(nil)
         // The call is counted before its operation starts, so that a rest at its very start is seen; and in one
         // step with the check, so that a watch ending as it finds no call is never counted on.
         let (id, start) = lock.withLock {
             nextId += 1
             calls[nextId] = Call(end: {
-                silent.withLock { $0 = true }
-                running.withLock { $0 }?.cancel()
+                silent.withLockedValue { $0 = true }
+                running.withLockedValue { $0 }?.cancel()
             })
             defer { watching = true }
             return (nextId, !watching)
         }
         let heard = Hearing(watch: self, id: id)
         let task = Task { try await operation(heard) }
-        running.withLock { $0 = task }
-        if silent.withLock({ $0 }) { task.cancel() }
+        running.withLockedValue { $0 = task }
+        if silent.withLockedValue({ $0 }) { task.cancel() }
         // Detached: the loop outlives the call that started it, and must not keep its task-locals.
         if start { Task.detached { await self.watch() } }
         defer { lock.withLock { _ = calls.removeValue(forKey: id) } }
         let result = await withTaskCancellationHandler { await task.result } onCancel: { task.cancel() }
         // Checked first: a call cut short by the watch fails however its operation ended.
-        if silent.withLock({ $0 }) {
+        if silent.withLockedValue({ $0 }) {
             throw TransportError(
                 kind: .network, message: "the server fell silent for \(limit.components.seconds) s in the middle of its answer")
         }

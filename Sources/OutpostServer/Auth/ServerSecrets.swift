@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 
 /// The keys derived from the server's secret, loaded once storage is up at start-up, and the organization's
 /// identity provider when one is configured.
@@ -24,7 +25,7 @@ package final class ServerSecrets: Sendable {
         var cursors: CursorSealer
     }
 
-    private let keys = LockedValue<Keys?>(nil)
+    private let keys = NIOLockedValueBox<Keys?>(nil)
 
     /// Derives every key from `secret`.
     func load(secret: [UInt8]) async throws {
@@ -37,7 +38,7 @@ package final class ServerSecrets: Sendable {
             data: HMAC<SHA256>.authenticationCode(for: Array("outpost-device-fingerprint".utf8), using: SymmetricKey(data: secret)))
         // And one for pull cursors, which it seals.
         let cursors = CursorSealer(secret: SymmetricKey(data: secret))
-        keys.withLock {
+        keys.withLockedValue {
             $0 = Keys(tokens: tokens, continuation: continuation, fingerprint: fingerprint, cursors: cursors)
         }
     }
@@ -53,24 +54,24 @@ package final class ServerSecrets: Sendable {
     /// The server's own tokens: those `outpost token` prints without an identity provider, and the monitor's
     /// sessions always.
     func tokens() throws -> TokenAuthority {
-        guard let keys = keys.withLock({ $0 }) else { throw OutpostHTTPError.unavailable }
+        guard let keys = keys.withLockedValue({ $0 }) else { throw OutpostHTTPError.unavailable }
         return keys.tokens
     }
 
     func cursorSealer() throws -> CursorSealer {
-        guard let keys = keys.withLock({ $0 }) else { throw OutpostHTTPError.unavailable }
+        guard let keys = keys.withLockedValue({ $0 }) else { throw OutpostHTTPError.unavailable }
         return keys.cursors
     }
 
     func continuationKey() throws -> SymmetricKey {
-        guard let keys = keys.withLock({ $0 }) else { throw OutpostHTTPError.unavailable }
+        guard let keys = keys.withLockedValue({ $0 }) else { throw OutpostHTTPError.unavailable }
         return keys.continuation
     }
 
     /// A device's fingerprint in a tenant: a keyed hash of both ids, so that one physical device at two
     /// tenants' events has two unrelated fingerprints, and the id cannot be recovered from either.
     func fingerprint(tenant: String, deviceId: String) throws -> String {
-        guard let keys = keys.withLock({ $0 }) else { throw OutpostHTTPError.unavailable }
+        guard let keys = keys.withLockedValue({ $0 }) else { throw OutpostHTTPError.unavailable }
         let code = HMAC<SHA256>.authenticationCode(for: Array("\(tenant)\u{0}\(deviceId)".utf8), using: keys.fingerprint)
         return code.prefix(8).hexString
     }

@@ -1,4 +1,5 @@
 import Hummingbird
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// Lets at most `limit` requests run at once; the others wait their turn, first come first served.
@@ -40,7 +41,7 @@ package final class AdmissionGate: Sendable {
     package let maxWaiting: Int
     package let maxWait: Duration
     private let watch: DeadlineWatch
-    private let state = LockedValue(State())
+    private let state = NIOLockedValueBox(State())
 
     package init(limit: Int, maxWaiting: Int, maxWait: Duration = .seconds(20), watch: DeadlineWatch = .shared) {
         precondition(limit >= 1 && maxWaiting >= 0)
@@ -52,7 +53,7 @@ package final class AdmissionGate: Sendable {
 
     /// How many requests run and how many wait, for metrics and tests.
     package var snapshot: Snapshot {
-        state.withLock { Snapshot(running: $0.running, waiting: $0.waiters.count) }
+        state.withLockedValue { Snapshot(running: $0.running, waiting: $0.waiters.count) }
     }
 
     /// Runs `body` once admitted, and lets the next waiter in when it ends.
@@ -73,7 +74,7 @@ package final class AdmissionGate: Sendable {
     }
 
     private func enter() async throws {
-        let entry: Entry = state.withLock { state in
+        let entry: Entry = state.withLockedValue { state in
             if state.running < limit {
                 state.running += 1
                 return .admitted
@@ -92,7 +93,7 @@ package final class AdmissionGate: Sendable {
             defer { watch.cancel(deadline) }
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                    let decided = state.withLock { state -> Result<Void, any Error>? in
+                    let decided = state.withLockedValue { state -> Result<Void, any Error>? in
                         guard case .decided(let result) = state.waiters[ticket] else {
                             state.waiters[ticket] = .waiting(continuation)
                             return nil
@@ -111,7 +112,7 @@ package final class AdmissionGate: Sendable {
     /// Takes a waiter out of the queue, cancelled or timed out: it throws `error`, now or as soon as it
     /// stores its continuation. A waiter already let in or refused goes on as it is.
     private func refuse(_ ticket: UInt64, _ error: any Error) {
-        let continuation = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+        let continuation = state.withLockedValue { state -> CheckedContinuation<Void, any Error>? in
             switch state.waiters[ticket] {
             case .waiting(let continuation):
                 state.waiters[ticket] = nil
@@ -128,7 +129,7 @@ package final class AdmissionGate: Sendable {
 
     /// Hands this request's place to the first waiter still waiting, or frees it.
     private func leave() {
-        let next = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+        let next = state.withLockedValue { state -> CheckedContinuation<Void, any Error>? in
             while let ticket = state.order.popFirst() {
                 switch state.waiters[ticket] {
                 case .waiting(let continuation):
@@ -174,7 +175,7 @@ package final class CallerGates: Sendable {
     package let share: Int
     private let maxWaiting: Int
     private let maxWait: Duration
-    private let gates = LockedValue<[String: (gate: AdmissionGate, users: Int)]>([:])
+    private let gates = NIOLockedValueBox<[String: (gate: AdmissionGate, users: Int)]>([:])
 
     package init(share: Int, maxWaiting: Int, maxWait: Duration = .seconds(20)) {
         self.share = max(1, share)
@@ -184,13 +185,13 @@ package final class CallerGates: Sendable {
 
     /// Runs `body` once the caller has a place of their own; the caller's gate is dropped when none of theirs is left.
     package func withAdmission<T>(caller: String, _ body: () async throws -> T) async throws -> T {
-        let gate = gates.withLock { gates in
+        let gate = gates.withLockedValue { gates in
             let entry = gates[caller] ?? (AdmissionGate(limit: share, maxWaiting: maxWaiting, maxWait: maxWait), 0)
             gates[caller] = (entry.gate, entry.users + 1)
             return entry.gate
         }
         defer {
-            gates.withLock { gates in
+            gates.withLockedValue { gates in
                 guard let entry = gates[caller] else { return }
                 if entry.users <= 1 { gates[caller] = nil } else { gates[caller] = (entry.gate, entry.users - 1) }
             }
@@ -199,5 +200,5 @@ package final class CallerGates: Sendable {
     }
 
     /// How many callers hold or wait for places: for tests.
-    package var callers: Int { gates.withLock { $0.count } }
+    package var callers: Int { gates.withLockedValue { $0.count } }
 }

@@ -1,19 +1,20 @@
 import Hummingbird
+import NIOConcurrencyHelpers
 import OutpostProtocol
 
 /// The routes the router knows, filled once they are all added, for telling "no such route" (404) from
 /// "not with this method" (405).
 final class RouteTable: Sendable {
-    private let routes = LockedValue<[(segments: [Substring], method: HTTPRequest.Method)]>([])
+    private let routes = NIOLockedValueBox<[(segments: [Substring], method: HTTPRequest.Method)]>([])
 
     func load(_ entries: [(path: String, method: HTTPRequest.Method)]) {
-        routes.withLock { $0 = entries.map { (Self.segments($0.path), $0.method) } }
+        routes.withLockedValue { $0 = entries.map { (Self.segments($0.path), $0.method) } }
     }
 
     /// The methods `path` answers to, sorted; empty when no route has that path.
     func methods(for path: String) -> [String] {
         let wanted = Self.segments(path)
-        return routes.withLock { routes in
+        return routes.withLockedValue { routes in
             Set(
                 routes.filter { route in
                     route.segments.count == wanted.count

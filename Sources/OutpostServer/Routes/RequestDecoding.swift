@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import NIOConcurrencyHelpers
 import OutpostProtocol
 
 /// Reads and decodes request bodies and query parameters, turning every failure into a clear 4xx.
@@ -51,9 +52,9 @@ enum RequestDecoding {
             var request = request
             return try await request.collectBody(upTo: maxBytes)
         }
-        let expired = LockedValue(false)
+        let expired = NIOLockedValueBox(false)
         let deadline = watch.schedule(after: timeout) {
-            expired.withLock { $0 = true }
+            expired.withLockedValue { $0 = true }
             reading.cancel()
         }
         let result = await withTaskCancellationHandler {
@@ -63,7 +64,7 @@ enum RequestDecoding {
         }
         watch.cancel(deadline)
         // Checked first: a read cut short by the deadline may end as if the body were complete.
-        if expired.withLock({ $0 }) {
+        if expired.withLockedValue({ $0 }) {
             throw OutpostHTTPError(
                 .requestTimeout, .requestTimeout,
                 "the request body did not arrive within \(timeout.components.seconds) s; send it again",

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import Testing
 
 @testable import OutpostServer
@@ -118,7 +119,7 @@ actor TestPostgres {
     static func freePort() throws -> Int {
         for _ in 0..<200 {
             let port = UInt16.random(in: 20000..<32000)
-            guard handedOut.withLock({ $0.insert(port).inserted }) else { continue }
+            guard handedOut.withLockedValue({ $0.insert(port).inserted }) else { continue }
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             defer { close(fd) }
             var address = sockaddr_in()
@@ -135,7 +136,7 @@ actor TestPostgres {
         throw TestSetupError("cannot find a free port")
     }
 
-    private static let handedOut = LockedValue<Set<UInt16>>([])
+    private static let handedOut = NIOLockedValueBox<Set<UInt16>>([])
 }
 
 /// Stops the private cluster when the test process exits.

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import OutpostProtocol
 import PostgresNIO
 import ServiceLifecycle
@@ -27,7 +28,7 @@ package struct PostgresStorage: SyncStorage {
     /// How long start-up waits for the database before giving up with a clear error.
     let startupTimeout: Duration
     /// Whether this process has analyzed the tables PostgreSQL had not analyzed yet (see ``noteWritten(_:)``).
-    let firstAnalysis = LockedValue(FirstAnalysis())
+    let firstAnalysis = NIOLockedValueBox(FirstAnalysis())
 
     /// How long one operation may wait for the database, a connection from the pool included, before it
     /// fails as unavailable (503). While PostgreSQL is down the pool keeps reconnecting in the background;
@@ -226,7 +227,7 @@ package struct PostgresStorage: SyncStorage {
     /// a minute later. So once this process has pushed ``firstAnalysisAfter`` rows, it analyzes the tables
     /// that no one has yet; if that fails, it tries again after as many rows more.
     private func noteWritten(_ count: Int) {
-        let start = firstAnalysis.withLock { state -> Bool in
+        let start = firstAnalysis.withLockedValue { state -> Bool in
             guard !state.started else { return false }
             state.written += count
             state.started = state.written >= Self.firstAnalysisAfter
@@ -234,12 +235,12 @@ package struct PostgresStorage: SyncStorage {
         }
         guard start else { return }
         let task = Task.detached { await analyzeNeverAnalyzed() }
-        firstAnalysis.withLock { $0.task = task }
+        firstAnalysis.withLockedValue { $0.task = task }
     }
 
     /// Waits for the first analysis, if one started; for tests.
     func firstAnalysisFinished() async {
-        await firstAnalysis.withLock { $0.task }?.value
+        await firstAnalysis.withLockedValue { $0.task }?.value
     }
 
     private func analyzeNeverAnalyzed() async {
@@ -261,7 +262,7 @@ package struct PostgresStorage: SyncStorage {
             }
         } catch {
             logger.warning("could not analyze the tables", metadata: ["error": "\(error)"])
-            firstAnalysis.withLock { $0 = FirstAnalysis() }
+            firstAnalysis.withLockedValue { $0 = FirstAnalysis() }
         }
     }
 
