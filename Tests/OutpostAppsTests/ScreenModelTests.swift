@@ -15,6 +15,24 @@ struct ScreenModelTests {
     static let utc = TimeZone(identifier: "UTC")!
     static let office = LocationFix(latitude: 51.5072, longitude: -0.1276, accuracy: 8)
 
+    /// A test device whose pushes go through ``HeldPushes``, which the test holds and releases.
+    func withHeldPushes(
+        online: Bool = false, server: InMemoryServer = InMemoryServer(), chunkSize: Int = 50,
+        _ body: (TestDevice, HeldPushes) async throws -> Void
+    ) async throws {
+        var held: HeldPushes?
+        try await withTestDevice(
+            online: online, server: server,
+            transport: { inner in
+                let transport = HeldPushes(inner)
+                held = transport
+                return transport
+            }, chunkSize: chunkSize
+        ) { device async throws in
+            try await body(device, try #require(held))
+        }
+    }
+
     // MARK: Attendance
 
     @Test("check-in offline answers at once: Checked In, pending badge read out, offline indicator with its count")
@@ -256,15 +274,7 @@ struct ScreenModelTests {
 
     @Test("the confirmation follows the network: saved offline; online, syncing then registered")
     func activityConfirmation() async throws {
-        var held: HeldPushes?
-        try await withTestDevice(
-            transport: { inner in
-                let transport = HeldPushes(inner)
-                held = transport
-                return transport
-            }
-        ) { device async throws in
-            let pushes = try #require(held)
+        try await withHeldPushes { device, pushes async throws in
             let screen = ActivityFormScreen(log: ActivityLog(engine: device.engine), date: CalendarDay("2026-05-01")!)
             screen.type = "workshop"
             screen.duration = "90"
@@ -321,16 +331,7 @@ struct ScreenModelTests {
         let refusing = InMemoryServer(rejecting: { mutation in
             mutation.fields["name"] == "Bad" ? .init(code: .invalidFields, message: "no permit attached") : nil
         })
-        var held: HeldPushes?
-        try await withTestDevice(
-            online: true, server: refusing,
-            transport: { inner in
-                let transport = HeldPushes(inner)
-                held = transport
-                return transport
-            }
-        ) { device async throws in
-            let pushes = try #require(held)
+        try await withHeldPushes(online: true, server: refusing) { device, pushes async throws in
             let screen = BuildArchiveScreen(archive: BuildArchive(engine: device.engine))
             await screen.save(name: "Bad")
             #expect(screen.saveMessage == "Build \"Bad\" saved; uploading shortly.")
@@ -367,16 +368,7 @@ struct ScreenModelTests {
 
     @Test("a failed upload shows its reason under the build; Sync All shows progress, then a summary alert")
     func archiveSyncAll() async throws {
-        var held: HeldPushes?
-        try await withTestDevice(
-            online: false,
-            transport: { inner in
-                let transport = HeldPushes(inner)
-                held = transport
-                return transport
-            }, chunkSize: 1
-        ) { device async throws in
-            let pushes = try #require(held)
+        try await withHeldPushes(online: false, chunkSize: 1) { device, pushes async throws in
             let screen = BuildArchiveScreen(archive: BuildArchive(engine: device.engine))
             await screen.save(name: "Shed")
             // Offline, a sync fails: the build shows why, under it.
@@ -415,15 +407,7 @@ struct ScreenModelTests {
 
     @Test("the 24-hour banner: shown past the threshold, not dismissible; Retry is busy, toasts on failure, clears on success")
     func banner() async throws {
-        var held: HeldPushes?
-        try await withTestDevice(
-            transport: { inner in
-                let transport = HeldPushes(inner)
-                held = transport
-                return transport
-            }
-        ) { device async throws in
-            let pushes = try #require(held)
+        try await withHeldPushes { device, pushes async throws in
             let banner = SyncNoticeBanner(engine: device.engine)
             let log = AttendanceLog(engine: device.engine, userId: "ana", location: TestLocation(Self.office), timeZone: Self.utc)
             try await log.checkIn()
