@@ -31,10 +31,14 @@ public struct ClientError: Error, Sendable, CustomStringConvertible {
 
     public var code: Code
     public var message: String
+    /// The error that caused this one (a GRDB `DatabaseError`, say), for logs and diagnosis: never shown in
+    /// ``message``, which is the user's.
+    public var underlying: (any Error)?
 
-    public init(_ code: Code, _ message: String) {
+    public init(_ code: Code, _ message: String, underlying: (any Error)? = nil) {
         self.code = code
         self.message = message
+        self.underlying = underlying
     }
 
     public var description: String { message }

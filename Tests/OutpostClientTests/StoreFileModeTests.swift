@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import OutpostClient
 import Testing
 
@@ -30,6 +31,28 @@ struct StoreFileModeTests {
             _ = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
             #expect(try mode(url.path) == 0o600)
             #expect(try mode(url.path + "-wal") == 0o600)
+        }
+    }
+}
+
+/// A store failure keeps its cause for diagnosis, out of the words the user reads.
+@Suite("Store errors")
+struct StoreErrorTests {
+    @Test("a file that is not a store fails to open with the database's error kept as the cause")
+    func notAStore() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-errors-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let url = directory.appendingPathComponent("device.sqlite")
+        try Data(repeating: 0x41, count: 8192).write(to: url)
+        do {
+            _ = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            Issue.record("a file that is not a store opened")
+        } catch let error as ClientError {
+            #expect(error.code == .storeUnavailable)
+            #expect(error.message == "cannot open the device store at \(url.path)")
+            let cause = error.underlying as? DatabaseError
+            #expect(cause?.resultCode == .SQLITE_NOTADB, "\(String(describing: error.underlying))")
         }
     }
 }

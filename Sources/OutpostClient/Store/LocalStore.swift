@@ -96,7 +96,7 @@ public final class LocalStore: Sendable {
         } catch let error as ClientError {
             throw error
         } catch {
-            throw ClientError(.storeUnavailable, "cannot open the device store at \(url.path)")
+            throw ClientError(.storeUnavailable, "cannot open the device store at \(url.path)", underlying: error)
         }
     }
 
@@ -555,7 +555,7 @@ public final class LocalStore: Sendable {
         do {
             payload = try SealedPayload(jsonBytes: opened)
         } catch {
-            throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
+            throw ClientError(.cannotDecrypt, "a sealed payload does not decode", underlying: error)
         }
         let stored: String? = row["sync_status"]
         // Rows written by older versions carry no status: they were synced. A status this version does not know
@@ -621,7 +621,7 @@ public final class LocalStore: Sendable {
             throw error
         } catch {
             if error is CancellationError || Task.isCancelled { throw CancellationError() }
-            throw ClientError(.storeUnavailable, "the device store failed to read or write")
+            throw ClientError(.storeUnavailable, "the device store failed to read or write", underlying: error)
         }
     }
 }
