@@ -103,9 +103,9 @@ public final class DoorScreen {
         }
         // A refusal that reached the device after the banner went up replaces a check-in's banner.
         if let shown = verdict, shown.kind == .checkedIn,
-            let scan = try? await desk.checkIn(of: shown.guestId), scan.syncStatus == .rejected,
             let record = try? await desk.engine.store.record(
                 collection: CheckIn.collection, scope: desk.event, recordId: shown.guestId),
+            record.syncStatus == .rejected, let scan = ScanRecord(record, guest: nil),
             verdict == shown  // Still the banner read: a scan made meanwhile keeps its own.
         {
             verdict = ScanVerdict(.refused(scan, reason: CheckInDesk.verdict(of: record)), guestId: shown.guestId, guest: shown.guest)

@@ -21,14 +21,20 @@ public struct HealthProbeMonitor: ConnectivityMonitor {
     }
 
     public func changes() -> AsyncStream<Bool> {
-        let transport = self.transport
-        let clock = self.clock
-        let interval = self.interval
-        return AsyncStream { continuation in
+        Self.probing(transport, clock: clock, every: interval) { true }
+    }
+
+    /// Online while `pathIsUp` and the server answers `/health`, asked every `interval`: first the current state,
+    /// then every change; ends when its consumer stops.
+    static func probing(
+        _ transport: any SyncTransport, clock: any Clock<Duration>, every interval: Duration,
+        pathIsUp: @escaping @Sendable () -> Bool
+    ) -> AsyncStream<Bool> {
+        AsyncStream { continuation in
             let task = Task {
                 var last: Bool?
                 while !Task.isCancelled {
-                    let online = (try? await transport.health()) != nil
+                    let online = pathIsUp() ? (try? await transport.health()) != nil : false
                     if online != last {
                         continuation.yield(online)
                         last = online

@@ -18,33 +18,24 @@ public struct NetworkPathMonitor: ConnectivityMonitor {
     }
 
     public func changes() -> AsyncStream<Bool> {
-        let (transport, clock, interval) = (self.transport, self.clock, self.interval)
+        let pathIsUp = NIOLockedValueBox(true)
+        nonisolated(unsafe) let monitor = NWPathMonitor()
+        let probes = HealthProbeMonitor.probing(transport, clock: clock, every: interval) { pathIsUp.withLockedValue { $0 } }
         return AsyncStream { continuation in
-            let pathIsUp = NIOLockedValueBox(true)
-            nonisolated(unsafe) let monitor = NWPathMonitor()
             monitor.pathUpdateHandler = { update in
                 let up = update.status == .satisfied
                 pathIsUp.withLockedValue { $0 = up }
-                // A path gone is offline at once; a path back waits for the server's answer below.
+                // A path gone is offline at once; a path back waits for the server's answer.
                 if !up { continuation.yield(false) }
             }
-            let task = Task {
-                var last: Bool?
-                while !Task.isCancelled {
-                    let up = pathIsUp.withLockedValue { $0 }
-                    let online = up ? (try? await transport.health()) != nil : false
-                    if online != last {
-                        continuation.yield(online)
-                        last = online
-                    }
-                    do { try await clock.sleep(for: interval) } catch { break }
-                }
+            let forward = Task {
+                for await online in probes { continuation.yield(online) }
                 continuation.finish()
             }
             monitor.start(queue: DispatchQueue(label: "outpost.network-path"))
             continuation.onTermination = { _ in
                 monitor.cancel()
-                task.cancel()
+                forward.cancel()
             }
         }
     }
