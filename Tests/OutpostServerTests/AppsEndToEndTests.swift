@@ -13,7 +13,7 @@ final class AppSession: @unchecked Sendable {
     let data: String
     let port: String
     var url: String { "http://127.0.0.1:\(port)" }
-    private var server: OutpostProcess.Running?
+    private var server: RunningChild?
 
     init() throws {
         root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-apps-\(UUID())")
@@ -24,12 +24,12 @@ final class AppSession: @unchecked Sendable {
 
     deinit {
         // A failed test's server: killed without waiting (a deinit cannot).
-        if let process = server?.process, process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        server?.signal(SIGKILL)
         try? FileManager.default.removeItem(at: root)
     }
 
     func startServer() async throws {
-        let server = try OutpostProcess.Running(["serve", "--port", port, "--data-dir", data])
+        let server = try await OutpostProcess.start(["serve", "--port", port, "--data-dir", data])
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         self.server = server
     }
@@ -215,7 +215,7 @@ struct AppsEndToEndTests {
 
         // Connectivity returns while the device runs: the three sync well within 60 s.
         let store = session.root.appendingPathComponent("phone-mia/device.sqlite").path
-        let run = try OutpostProcess.Running(["device", "run", "--probe-interval", "1s", "--store", store])
+        let run = try await OutpostProcess.start(["device", "run", "--probe-interval", "1s", "--store", store])
         _ = try await run.waitFor("offline: (3 records waiting to sync)")
         let back = ContinuousClock.now
         try await session.startServer()

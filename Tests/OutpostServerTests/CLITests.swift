@@ -72,7 +72,7 @@ struct CLITests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-cli-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
         let dataDirectory = directory.appendingPathComponent("outpost-data").path
-        let server = try OutpostProcess.Running(["serve", "--port", "0", "--data-dir", dataDirectory])
+        let server = try await OutpostProcess.start(["serve", "--port", "0", "--data-dir", dataDirectory])
         let port = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         #expect(server.stdout.contains("SQLite at"))
         // The generated secret is kept beside the store, readable by its owner only.
@@ -99,7 +99,7 @@ struct CLITests {
     func sigint() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-cli-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
-        let server = try OutpostProcess.Running(["serve", "--port", "0", "--data-dir", directory.path])
+        let server = try await OutpostProcess.start(["serve", "--port", "0", "--data-dir", directory.path])
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         #expect(await server.stop(SIGINT) == 0)
     }
@@ -107,8 +107,8 @@ struct CLITests {
     @Test("two servers on one PostgreSQL behave as one: shared secret, one idempotency space, one set of access rules")
     func twoServersOnePostgres() async throws {
         try await withPostgresDatabase { url in
-            let first = try OutpostProcess.Running(["serve", "--port", "0"], environment: ["OUTPOST_DATABASE_URL": url])
-            let second = try OutpostProcess.Running(["serve", "--port", "0", "--database-url", url])
+            let first = try await OutpostProcess.start(["serve", "--port", "0"], environment: ["OUTPOST_DATABASE_URL": url])
+            let second = try await OutpostProcess.start(["serve", "--port", "0", "--database-url", url])
             let portA = try await first.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
             let portB = try await second.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
             #expect(first.stdout.contains("PostgreSQL at"))

@@ -20,7 +20,7 @@ struct DeviceEndToEndTests {
         let serveArguments = ["serve", "--port", port, "--data-dir", data]
 
         // Given a device set up against a running server,
-        var server = try OutpostProcess.Running(serveArguments)
+        var server = try await OutpostProcess.start(serveArguments)
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         let token = try await OutpostProcess.run(["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--data-dir", data])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -36,9 +36,9 @@ struct DeviceEndToEndTests {
         let written = ["first"] + (try await LocalStore.queueOfflineNotes(at: store, deviceId: "dev-e2e", count: 1500))
 
         // and when it returns, a replay killed with SIGKILL part way through
-        server = try OutpostProcess.Running(serveArguments)
+        server = try await OutpostProcess.start(serveArguments)
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
-        let replay = try OutpostProcess.Running(["device", "sync", "--store", store])
+        let replay = try await OutpostProcess.start(["device", "sync", "--store", store])
         _ = try await replay.waitFor(#"pushed chunk (3):"#)
         _ = await replay.stop(SIGKILL)
 
@@ -87,11 +87,11 @@ extension DeviceEndToEndTests {
             let put = try await OutpostProcess.run(["device", "put", "notes", id, "n=1", "--store", store])
             #expect(put.stdout.contains("pending sync"))
         }
-        let device = try OutpostProcess.Running(
+        let device = try await OutpostProcess.start(
             ["device", "run", "--probe-interval", "1s", "--retry-interval", "2s", "--store", store])
         _ = try await device.waitFor("offline: (3 records waiting to sync)")
         // Relaunched online, it syncs with no user action.
-        let server = try OutpostProcess.Running(["serve", "--port", port, "--data-dir", data])
+        let server = try await OutpostProcess.start(["serve", "--port", port, "--data-dir", data])
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         _ = try await device.waitFor("online: (All records synced)")
         #expect(await device.stop(SIGINT) == 0)

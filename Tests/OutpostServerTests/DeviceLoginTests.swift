@@ -50,7 +50,7 @@ struct DeviceLoginTests {
         let wait = try Self.expiry(of: shortLived).timeIntervalSinceNow + 0.2
         try #require(wait < 3, "the one-second token expires in \(wait) s")
         if wait > 0 { try await Task.sleep(for: .milliseconds(Int(wait * 1000))) }
-        let server = try OutpostProcess.Running(["serve", "--port", port, "--data-dir", data])
+        let server = try await OutpostProcess.start(["serve", "--port", port, "--data-dir", data])
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
 
         // when the device syncs, it fails, says to sign in again, and keeps every record queued;

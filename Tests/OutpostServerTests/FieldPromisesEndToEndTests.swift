@@ -91,7 +91,7 @@ struct FieldPromisesEndToEndTests {
         try await session.startServer()
         _ = try await session.device("phone", user: "ana")
         let store = session.root.appendingPathComponent("phone/device.sqlite").path
-        let run = try OutpostProcess.Running(["device", "run", "--probe-interval", "1s", "--store", store])
+        let run = try await OutpostProcess.start(["device", "run", "--probe-interval", "1s", "--store", store])
         _ = try await run.waitFor("online: (All records synced)")
         #expect(await run.stop(SIGINT) == 0)
         #expect(!run.stdout.contains("offline"), "\(run.stdout)")

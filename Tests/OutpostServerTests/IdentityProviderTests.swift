@@ -182,7 +182,7 @@ struct IdentityProviderTests {
             #expect(refused.stderr.contains(message), "\(refused.stderr)")
         }
 
-        let server = try OutpostProcess.Running([
+        let server = try await OutpostProcess.start([
             "serve", "--port", "0", "--data-dir", data, "--jwks", jwks.path, "--issuer", Provider.issuer, "--audience", Provider.audience,
             "--tenant-claim", "app_metadata.tenant", "--role-claim", "app_metadata.role",
         ])

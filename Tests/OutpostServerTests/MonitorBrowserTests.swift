@@ -45,7 +45,7 @@ struct MonitorBrowserTests {
             let other = try await Fixtures.token(tenant: "globex", user: "gil", role: .organizer, name: "Gil")
             let code = try JSONDecoder().decode(SignInCode.self, from: try await client.send(.post, "/v1/sign-in-codes", token: other).body)
             let base = "http://127.0.0.1:\(port)"
-            let browser = try BrowserScript(
+            let browser = try await BrowserScript(
                 arguments: [
                     Self.script, "--url", base, "--organizer", organizer, "--staff", ana, "--other-organizer", other,
                     "--other-link", base + code.path,
@@ -63,40 +63,21 @@ struct MonitorBrowserTests {
 }
 
 /// The selenium script as a process: lines from its stdout, answers on its stdin.
-final class BrowserScript: @unchecked Sendable {
-    let process = Process()
-    private let input = Pipe()
-    private let output = Pipe()
-    private let errorPipe = Pipe()
-    private let lock = NSLock()
-    private var text = ""
-    private var errorText = ""
+struct BrowserScript {
+    let child: RunningChild
 
-    init(arguments: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3"] + arguments
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errorPipe
-        output.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            self?.lock.withLock { self?.text += String(decoding: data, as: UTF8.self) }
-        }
-        errorPipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            self?.lock.withLock { self?.errorText += String(decoding: data, as: UTF8.self) }
-        }
-        try process.run()
+    init(arguments: [String]) async throws {
+        child = try await RunningChild("/usr/bin/env", ["python3"] + arguments)
     }
 
-    var errors: String { lock.withLock { errorText } }
+    var errors: String { child.stderr }
 
     /// Waits for `line` on the script's stdout; fails with its stderr if it exits first.
     func expect(_ line: String, timeout: Duration = .seconds(90)) async throws {
         let deadline = ContinuousClock.now.advanced(by: timeout)
         while ContinuousClock.now < deadline {
-            if lock.withLock({ text.contains(line) }) { return }
-            if !process.isRunning {
+            if child.stdout.contains(line) { return }
+            if !child.isRunning {
                 throw TestSetupError("the browser script ended before '\(line)': \(errors)")
             }
             try await Task.sleep(for: .milliseconds(50))
@@ -104,19 +85,7 @@ final class BrowserScript: @unchecked Sendable {
         throw TestSetupError("no '\(line)' from the browser script within \(timeout): \(errors)")
     }
 
-    func proceed() {
-        // A script that ended closes its input; the write's failure is not the test's (`wait()` tells how it ended).
-        try? input.fileHandleForWriting.write(contentsOf: Data("go\n".utf8))
-    }
+    func proceed() { child.send("go\n") }
 
-    func wait() async -> Int32 {
-        (try? await Thread.blocking { [self] in
-            process.waitUntilExit()
-            return process.terminationStatus
-        }) ?? -1
-    }
-
-    deinit {
-        if process.isRunning { process.terminate() }
-    }
+    func wait() async -> Int32 { await child.wait() }
 }

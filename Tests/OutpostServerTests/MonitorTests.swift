@@ -234,31 +234,8 @@ enum Tool {
     static func run(_ name: String, _ arguments: [String], input: Data? = nil, in directory: URL? = nil) async throws
         -> (status: Int32, output: String)
     {
-        try await Thread.blocking { try runBlocking(name, arguments, input: input, in: directory) }
-    }
-
-    private static func runBlocking(_ name: String, _ arguments: [String], input: Data?, in directory: URL?) throws
-        -> (status: Int32, output: String)
-    {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [name] + arguments
-        if let directory { process.currentDirectoryURL = directory }
-        let output = try ChildPipe()
-        let stdin = try ChildPipe()
-        process.standardOutput = output.writing
-        process.standardError = output.writing
-        process.standardInput = stdin.reading
-        try process.run()
-        output.closeChildEnd()
-        stdin.closeChildEnd(input: true)
-        // A tool that is missing or exits early closes its input: the write then fails (EPIPE), and its exit status
-        // tells what happened. (`write(_:)` would end the whole test run instead.)
-        if let input { try? stdin.writing.write(contentsOf: input) }
-        try stdin.writing.close()
-        let text = String(decoding: output.reading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, text)
+        let ran = try await Child.run("/usr/bin/env", [name] + arguments, input: input, in: directory)
+        return (ran.status, ran.output)
     }
 }
 

@@ -14,14 +14,14 @@ struct NetworkFaultTests {
     struct Setup {
         let root: URL
         let data: String
-        let server: OutpostProcess.Running
+        let server: RunningChild
         let proxy: FaultProxy
 
         static func start() async throws -> Setup {
             let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-faults-\(UUID())")
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             let data = root.appendingPathComponent("server").path
-            let server = try OutpostProcess.Running(["serve", "--port", "0", "--data-dir", data])
+            let server = try await OutpostProcess.start(["serve", "--port", "0", "--data-dir", data])
             let port = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
             let proxy = try await FaultProxy.start(upstreamPort: Int(port)!)
             return Setup(root: root, data: data, server: server, proxy: proxy)

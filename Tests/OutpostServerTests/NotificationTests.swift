@@ -200,7 +200,7 @@ struct NotificationTests {
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("server").path
         let port = String(try TestPostgres.freePort())
-        let server = try OutpostProcess.Running(["serve", "--port", port, "--data-dir", data])
+        let server = try await OutpostProcess.start(["serve", "--port", port, "--data-dir", data])
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         let token = try await OutpostProcess.run(["token", "--tenant", "acme", "--user", "olga", "--role", "organizer", "--data-dir", data])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)

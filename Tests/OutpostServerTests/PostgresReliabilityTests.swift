@@ -110,8 +110,8 @@ struct PostgresReliabilityTests {
         let database = try await TestPostgres.shared.makeDatabase()
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-two-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }
-        func serve(_ name: String) async throws -> (OutpostProcess.Running, String) {
-            let server = try OutpostProcess.Running(
+        func serve(_ name: String) async throws -> (RunningChild, String) {
+            let server = try await OutpostProcess.start(
                 ["serve", "--port", "0", "--data-dir", root.appendingPathComponent(name).path, "--database-url", database],
                 environment: ["OUTPOST_JWT_SECRET": Self.secret])
             return (server, try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#))
@@ -191,13 +191,13 @@ struct PostgresReliabilityTests {
 
     @Test("PostgreSQL crashes and restarts while devices sync: the server reconnects, the devices retry, nothing is lost")
     func databaseRestartUnderLoad() async throws {
-        let cluster = try await Thread.blocking { try PostgresCluster.create() }
+        let cluster = try await PostgresCluster.create()
         defer { cluster.remove() }
         try await cluster.start()
-        let database = try await Thread.blocking { try cluster.createDatabase("outpost") }
+        let database = try await cluster.createDatabase("outpost")
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pgrestart-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }
-        let server = try OutpostProcess.Running(
+        let server = try await OutpostProcess.start(
             ["serve", "--port", "0", "--data-dir", root.appendingPathComponent("server").path, "--database-url", database],
             environment: ["OUTPOST_JWT_SECRET": Self.secret])
         let port = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
@@ -255,7 +255,7 @@ struct PostgresReliabilityTests {
                 "\(String(describing: down))")
         try await Task.sleep(for: .seconds(2))
         try await cluster.start()
-        #expect(server.process.isRunning, "the server exited with the database: \(server.stderr.suffix(3000))")
+        #expect(server.isRunning, "the server exited with the database: \(server.stderr.suffix(3000))")
 
         var rounds: [Int] = []
         for sync in syncs { rounds.append(try await sync.value) }
@@ -265,7 +265,7 @@ struct PostgresReliabilityTests {
             let counts = try await engine.store.counts()
             #expect(counts.pending == 0 && counts.failed == 0)
         }
-        #expect(server.process.isRunning)
+        #expect(server.isRunning)
         let ids = try await Self.pullAll(observer)
         #expect(ids.count == devices * perDevice)
         #expect(Set(ids) == Set((0..<devices).flatMap { d in (0..<perDevice).map { "d\(d)-\($0)" } }))

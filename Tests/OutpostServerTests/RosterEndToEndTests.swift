@@ -16,7 +16,7 @@ struct RosterEndToEndTests {
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         let data = root.appendingPathComponent("server").path
         let store = ["--store", root.appendingPathComponent("device/device.sqlite").path]
-        let server = try OutpostProcess.Running(["serve", "--port", "0", "--data-dir", data])
+        let server = try await OutpostProcess.start(["serve", "--port", "0", "--data-dir", data])
         let port = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         let url = "http://127.0.0.1:\(port)"
         func token(_ role: String) async throws -> String {

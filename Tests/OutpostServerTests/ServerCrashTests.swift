@@ -24,7 +24,7 @@ struct ServerCrashTests {
             arguments += ["--database-url", database!]
         }
         let environment = ["OUTPOST_JWT_SECRET": Self.secret]
-        var server = try OutpostProcess.Running(arguments, environment: environment)
+        var server = try await OutpostProcess.start(arguments, environment: environment)
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         let authority = try await TokenAuthority(secret: Array(Self.secret.utf8))
         let token = try await authority.token(
@@ -68,7 +68,7 @@ struct ServerCrashTests {
         #expect(unanswered == acked)
 
         // then, restarted, it holds every acknowledged batch whole, and the unanswered one whole or not at all.
-        server = try OutpostProcess.Running(arguments, environment: environment)
+        server = try await OutpostProcess.start(arguments, environment: environment)
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         // On PostgreSQL the killed server's open transaction lives on in its backend until the database
         // notices the dead connection, and a pull shows no change committed after that transaction began

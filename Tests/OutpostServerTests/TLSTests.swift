@@ -14,7 +14,7 @@ struct TLSTests {
         defer { try? FileManager.default.removeItem(at: root) }
         let certificate = root.appendingPathComponent("cert.pem").path
         let key = root.appendingPathComponent("key.pem").path
-        let made = try Shell.run(
+        let made = try await Child.run(
             "openssl",
             ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
              "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", certificate])
@@ -32,7 +32,7 @@ struct TLSTests {
             #expect(refused.stderr.split(separator: "\n").count <= 2, "\(refused.stderr)")
         }
 
-        let server = try OutpostProcess.Running(
+        let server = try await OutpostProcess.start(
             ["serve", "--port", "0", "--data-dir", data, "--tls-cert", certificate, "--tls-key", key])
         let port = try await server.waitFor(#"listening on https://127\.0\.0\.1:(\d+)"#)
         var tls = TLSConfiguration.makeClientConfiguration()

@@ -10,7 +10,7 @@ import Foundation
 enum FakeTime {
     /// `faketime -f offset`: the prefix of a command run with its clock moved.
     static func command(_ offset: String) throws -> [String] {
-        let faketime = Shell.resolve("faketime")
+        let faketime = Child.resolve("faketime")
         guard FileManager.default.isExecutableFile(atPath: faketime) else {
             throw TestSetupError("faketime is missing: install Debian's faketime (.ci/run does)")
         }
@@ -18,11 +18,12 @@ enum FakeTime {
     }
 
     /// The environment a faked process runs with.
-    static func environment() throws -> [String: String] {
-        ["FAKETIME_DONT_FAKE_MONOTONIC": "1", "LD_PRELOAD": try preload.get()]
+    static func environment() async throws -> [String: String] {
+        ["FAKETIME_DONT_FAKE_MONOTONIC": "1", "LD_PRELOAD": try await preload.value]
     }
 
-    private static let preload: Result<String, any Error> = Result {
+    /// Built once per test process.
+    private static let preload = Task<String, any Error> {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-faketime-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let source = directory.appendingPathComponent("timerfd.c")
@@ -39,8 +40,8 @@ enum FakeTime {
                 return (int)syscall(SYS_timerfd_gettime, fd, current);
             }
             """.write(to: source, atomically: true, encoding: .utf8)
-        let compiler = ["cc", "clang"].map(Shell.resolve).first { FileManager.default.isExecutableFile(atPath: $0) } ?? "cc"
-        let built = try Shell.run(compiler, ["-shared", "-fPIC", "-O2", "-o", library.path, source.path])
+        let compiler = ["cc", "clang"].map(Child.resolve).first { FileManager.default.isExecutableFile(atPath: $0) } ?? "cc"
+        let built = try await Child.run(compiler, ["-shared", "-fPIC", "-O2", "-o", library.path, source.path])
         guard built.status == 0 else { throw TestSetupError("could not build the timerfd preload: \(built.output)") }
         return library.path
     }

@@ -22,124 +22,60 @@ struct OutpostProcess {
         var stderr: String
     }
 
-    /// A process for `outpost arguments…`, with this process's environment less its `OUTPOST_` variables.
-    static func process(_ arguments: [String], environment: [String: String]) -> Process {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OUTPOST_") }
-            .merging(environment) { $1 }
-        return process
+    /// This process's environment less its `OUTPOST_` variables, with `environment` over it.
+    static func environment(_ environment: [String: String]) -> [String: String] {
+        ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OUTPOST_") }.merging(environment) { $1 }
     }
 
     /// How long one command may run before it is killed with its children: far beyond any command's own
     /// bounds, so that a command that hangs fails its test with its output instead of holding up the run.
     static let limit = 300
 
-    /// Runs `outpost arguments…` to completion, on a thread of its own: a test waiting for a process never
-    /// holds one of the few threads the other tests' tasks need (there are two on a two-core machine).
+    /// Runs `outpost arguments…` to completion.
     ///
     /// - Parameter clock: an offset such as `+48h` or `-3h` for the device's wall clock (see ``FakeTime``).
     static func run(_ arguments: [String], environment: [String: String] = [:], clock offset: String? = nil) async throws -> Output {
-        try await Thread.blocking { try runBlocking(arguments, environment: environment, clock: offset) }
-    }
-
-    private static func runBlocking(_ arguments: [String], environment: [String: String], clock offset: String?) throws -> Output {
         var command = [executable.path] + arguments
         var environment = environment
         if let offset {
             command = try FakeTime.command(offset) + command
-            environment.merge(try FakeTime.environment()) { $1 }
+            environment.merge(try await FakeTime.environment()) { $1 }
         }
         // coreutils' timeout runs the command in a process group of its own and kills the whole group.
-        let process = process([], environment: environment)
-        process.executableURL = URL(fileURLWithPath: Shell.resolve("timeout"))
-        process.arguments = ["--signal=KILL", String(limit)] + command
-        let out = try ChildPipe()
-        let err = try ChildPipe()
-        process.standardOutput = out.writing
-        process.standardError = err.writing
-        try process.run()
-        out.closeChildEnd()
-        err.closeChildEnd()
-        let stdout = out.reading.readDataToEndOfFile()
-        let stderr = err.reading.readDataToEndOfFile()
-        process.waitUntilExit()
-        var output = Output(
-            status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
-            stderr: String(decoding: stderr, as: UTF8.self))
+        let ran = try await Child.run(
+            "timeout", ["--signal=KILL", String(limit)] + command, environment: Self.environment(environment))
+        var output = Output(status: ran.status, stdout: ran.stdout, stderr: ran.stderr)
         if output.status == 137 { output.stderr += "[test: `outpost \(arguments.joined(separator: " "))` killed after \(limit) s]\n" }
         return output
     }
 
-    /// A long-running `outpost` process whose output is collected as it arrives.
-    final class Running: @unchecked Sendable {
-        let process: Process
-        private let lock = NSLock()
-        private var stdoutText = ""
-        private var stderrText = ""
-        /// Kept while the process runs: their reading ends feed the handlers.
-        private var pipes: [ChildPipe] = []
+    /// Starts a long-running `outpost arguments…`, whose output is collected as it arrives.
+    static func start(_ arguments: [String], environment: [String: String] = [:]) async throws -> RunningChild {
+        try await RunningChild(executable.path, arguments, environment: Self.environment(environment))
+    }
+}
 
-        init(_ arguments: [String], environment: [String: String] = [:]) throws {
-            process = OutpostProcess.process(arguments, environment: environment)
-            let out = try ChildPipe()
-            let err = try ChildPipe()
-            process.standardOutput = out.writing
-            process.standardError = err.writing
-            out.reading.readabilityHandler = { [weak self] handle in
-                let data = handle.availableData
-                self?.lock.withLock { self?.stdoutText += String(decoding: data, as: UTF8.self) }
+extension RunningChild {
+    /// Waits (up to `timeout`) for stdout to hold a match of `pattern`; its first capture group.
+    func waitFor(_ pattern: String, timeout: Duration = .seconds(60)) async throws -> String {
+        let regex = try NSRegularExpression(pattern: pattern)
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        while ContinuousClock.now < deadline {
+            let text = stdout
+            if let match = regex.firstMatch(in: text, range: NSRange(text.startIndex..., in: text)) {
+                let range = match.numberOfRanges > 1 ? match.range(at: 1) : match.range
+                return String(text[Range(range, in: text)!])
             }
-            err.reading.readabilityHandler = { [weak self] handle in
-                let data = handle.availableData
-                self?.lock.withLock { self?.stderrText += String(decoding: data, as: UTF8.self) }
-            }
-            try process.run()
-            out.closeChildEnd()
-            err.closeChildEnd()
-            pipes = [out, err]
+            guard isRunning else { break }
+            try await Task.sleep(for: .milliseconds(20))
         }
-
-        var stdout: String { lock.withLock { stdoutText } }
-        var stderr: String { lock.withLock { stderrText } }
-
-        /// Waits (up to `timeout`) for stdout to hold a match of `pattern`; its first capture group.
-        func waitFor(_ pattern: String, timeout: Duration = .seconds(60)) async throws -> String {
-            let regex = try NSRegularExpression(pattern: pattern)
-            let deadline = ContinuousClock.now.advanced(by: timeout)
-            while ContinuousClock.now < deadline {
-                let text = stdout
-                if let match = regex.firstMatch(in: text, range: NSRange(text.startIndex..., in: text)) {
-                    let range = match.numberOfRanges > 1 ? match.range(at: 1) : match.range
-                    return String(text[Range(range, in: text)!])
-                }
-                guard process.isRunning else { break }
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            throw TestSetupError("no '\(pattern)' from outpost; stdout: \(stdout) stderr: \(stderr)")
-        }
-
-        /// Sends `signal` and waits, on a thread of its own, for the exit status (-1 if that wait failed).
-        func stop(_ signal: Int32 = SIGTERM) async -> Int32 {
-            if process.isRunning { kill(process.processIdentifier, signal) }
-            return (try? await Thread.blocking { [self] in
-                process.waitUntilExit()
-                return process.terminationStatus
-            }) ?? -1
-        }
-
-        deinit {
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        }
+        throw TestSetupError("no '\(pattern)' from the child; stdout: \(stdout) stderr: \(stderr)")
     }
 }
 
 extension Thread {
-    /// Runs blocking `work`, such as a child process and the wait for it, on a new thread and awaits its result.
-    /// On the few threads that run every test's tasks (two on a 2-core machine), `initdb` or a `CREATE DATABASE`
-    /// under load stalled every other test in the process for seconds, and their PostgreSQL operations ran past
-    /// their 20 s bound.
+    /// Runs blocking `work` on a new thread and awaits its result: a test's blocking call never holds one of
+    /// the few threads the other tests' tasks run on (two on a 2-core machine).
     static func blocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             Thread.detachNewThread { continuation.resume(with: Result { try work() }) }

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 
 /// A PostgreSQL cluster of one test's own, which the test may stop and start under load. As root (in CI),
 /// `initdb` and `postgres` refuse to run, so they run as the `postgres` user in a folder it owns.
@@ -16,15 +17,15 @@ final class PostgresCluster: Sendable {
     }
 
     /// A new, stopped cluster in a temporary folder, durable (fsync on) as in production.
-    static func create() throws -> PostgresCluster {
+    static func create() async throws -> PostgresCluster {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pgc-\(UUID().uuidString.prefix(8))")
-        let (binDirectory, data) = try initialize(root: root)
+        let (binDirectory, data) = try await initialize(root: root)
         return PostgresCluster(root: root, data: data, port: try TestPostgres.freePort(), binDirectory: binDirectory)
     }
 
     /// Makes `root` and runs `initdb` in `root/data`; the binaries' folder and the data folder.
-    static func initialize(root: URL) throws -> (binDirectory: String, data: String) {
-        let binDirectory = try Shell.run("pg_config", ["--bindir"]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+    static func initialize(root: URL) async throws -> (binDirectory: String, data: String) {
+        let binDirectory = try await Child.run("pg_config", ["--bindir"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         guard FileManager.default.fileExists(atPath: binDirectory + "/initdb") else {
             throw TestSetupError(
                 "PostgreSQL server binaries are not installed (no initdb in \(binDirectory)); install the postgresql package or set OUTPOST_TEST_DATABASE_URL")
@@ -32,12 +33,12 @@ final class PostgresCluster: Sendable {
         let data = root.appendingPathComponent("data").path
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         if getuid() == 0 {
-            _ = try Shell.run("chown", ["-R", "postgres:postgres", root.path])
-            _ = try Shell.run("chmod", ["755", root.path])
+            _ = try await Child.run("chown", ["-R", "postgres:postgres", root.path])
+            _ = try await Child.run("chmod", ["755", root.path])
         }
         let (initdb, arguments) = command(
             binDirectory, "initdb", ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
-        let result = try Shell.run(initdb, arguments)
+        let result = try await Child.run(initdb, arguments)
         guard result.status == 0 else { throw TestSetupError("initdb failed: \(result.output)") }
         return (binDirectory, data)
     }
@@ -49,28 +50,19 @@ final class PostgresCluster: Sendable {
             : (binDirectory + "/" + tool, arguments)
     }
 
-    private let postmaster = LockedProcess()
+    private let postmaster = NIOLockedValueBox<RunningChild?>(nil)
 
     /// Starts the server and waits until it accepts connections.
     func start() async throws {
         let (program, arguments) = Self.command(
             binDirectory, "postgres",
             ["-D", data, "-p", String(port), "-k", data, "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"])
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Shell.resolve(program))
-        process.arguments = arguments
-        let log = FileManager.default.createFile(atPath: root.appendingPathComponent("postgres.log").path, contents: nil)
-            ? FileHandle(forWritingAtPath: root.appendingPathComponent("postgres.log").path) : nil
-        process.standardOutput = log ?? FileHandle.nullDevice
-        process.standardError = log ?? FileHandle.nullDevice
-        try process.run()
-        postmaster.set(process)
+        let process = try await RunningChild(program, arguments)
+        postmaster.withLockedValue { $0 = process }
         for _ in 0..<600 {
-            let ready = try await Thread.blocking { [binDirectory, port] in
-                try Shell.run(binDirectory + "/pg_isready", ["-h", "127.0.0.1", "-p", String(port), "-q"])
-            }
+            let ready = try await Child.run(binDirectory + "/pg_isready", ["-h", "127.0.0.1", "-p", String(port), "-q"])
             if ready.status == 0 { return }
-            guard process.isRunning else { throw TestSetupError("postgres exited at start") }
+            guard process.isRunning else { throw TestSetupError("postgres exited at start: \(process.stderr)") }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw TestSetupError("postgres did not start within 30 s")
@@ -87,14 +79,17 @@ final class PostgresCluster: Sendable {
             // Wait for the postmaster itself (runuser may outlive it), then for the file it leaves behind.
             for _ in 0..<600 where kill(pid, 0) == 0 { usleep(50_000) }
         }
-        if let process = postmaster.take(), process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        postmaster.withLockedValue { process in
+            process?.signal(SIGKILL)
+            process = nil
+        }
     }
 
     /// Creates a database; its URL.
-    func createDatabase(_ name: String) throws -> String {
-        let result = try Shell.run(
-            "psql", ["-h", "127.0.0.1", "-p", String(port), "-U", "postgres", "-d", "postgres", "-q", "-c", "CREATE DATABASE \(name)"])
-        guard result.status == 0 else { throw TestSetupError("psql failed: \(result.output)") }
+    func createDatabase(_ name: String) async throws -> String {
+        let server = TestPostgres.Server(
+            host: "127.0.0.1", port: port, user: "postgres", password: nil, adminDatabase: "postgres", external: false)
+        try await server.execute("CREATE DATABASE \(name)")
         return "postgres://postgres@127.0.0.1:\(port)/\(name)?sslmode=disable"
     }
 
@@ -103,13 +98,4 @@ final class PostgresCluster: Sendable {
         stop(immediate: true)
         try? FileManager.default.removeItem(at: root)
     }
-}
-
-/// The postmaster's process, shared between a test and its cleanup.
-private final class LockedProcess: @unchecked Sendable {
-    private let lock = NSLock()
-    private var process: Process?
-
-    func set(_ process: Process) { lock.withLock { self.process = process } }
-    func take() -> Process? { lock.withLock { defer { process = nil }; return process } }
 }

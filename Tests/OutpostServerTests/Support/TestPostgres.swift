@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import PostgresNIO
 import Testing
 
 @testable import OutpostServer
@@ -29,7 +30,7 @@ actor TestPostgres {
         let server = try await start()
         counter += 1
         let name = "outpost_test_\(ProcessInfo.processInfo.processIdentifier)_\(counter)"
-        try await runPSQL(server, "CREATE DATABASE \(name)")
+        try await server.execute("CREATE DATABASE \(name)")
         let credentials = server.password.map { "\(server.user):\($0)" } ?? server.user
         return "postgres://\(credentials)@\(server.host):\(server.port)/\(name)?sslmode=disable"
     }
@@ -39,7 +40,7 @@ actor TestPostgres {
         guard let server = try? await start(), server.external,
             let name = URLComponents(string: url)?.path.dropFirst()
         else { return }
-        try? await runPSQL(server, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+        try? await server.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
     }
 
     /// Starts the server once, however many tests ask at the same time.
@@ -58,24 +59,11 @@ actor TestPostgres {
         return try await task.value
     }
 
-    private func runPSQL(_ server: Server, _ sql: String) async throws {
-        var environment = ProcessInfo.processInfo.environment
-        if let password = server.password { environment["PGPASSWORD"] = password }
-        let arguments = [
-            "-h", server.host, "-p", String(server.port), "-U", server.user, "-d", server.adminDatabase,
-            "-v", "ON_ERROR_STOP=1", "-q", "-c", sql,
-        ]
-        let result = try await Thread.blocking { [environment] in try Shell.run("psql", arguments, environment: environment) }
-        guard result.status == 0 else {
-            throw TestSetupError("psql failed: \(result.output)")
-        }
-    }
-
     // MARK: Private cluster
 
     private static func startPrivateCluster() async throws -> Server {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pg-\(UUID().uuidString.prefix(8))")
-        let (binDirectory, data) = try await Thread.blocking { try PostgresCluster.initialize(root: root) }
+        let (binDirectory, data) = try await PostgresCluster.initialize(root: root)
         func command(_ tool: String, _ arguments: [String]) -> (String, [String]) {
             PostgresCluster.command(binDirectory, tool, arguments)
         }
@@ -86,26 +74,18 @@ actor TestPostgres {
             ["-D", data, "-p", String(port), "-k", data, "-c", "listen_addresses=127.0.0.1",
              "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
              "-c", "max_connections=300", "-c", "shared_buffers=64MB"])
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Shell.resolve(postgres))
-        process.arguments = arguments
-        let log = FileHandle(forWritingAtPath: "/dev/null")
-        process.standardOutput = log
-        process.standardError = log
-        try process.run()
-        TestPostgresCleanup.register(pid: process.processIdentifier, directory: root.path)
+        let postmaster = try await RunningChild(postgres, arguments)
+        TestPostgresCleanup.register(postmaster, directory: root.path)
 
         // Wait until it accepts connections.
         for _ in 0..<300 {
-            let ready = try await Thread.blocking {
-                try Shell.run(binDirectory + "/pg_isready", ["-h", "127.0.0.1", "-p", String(port), "-q"])
-            }
+            let ready = try await Child.run(binDirectory + "/pg_isready", ["-h", "127.0.0.1", "-p", String(port), "-q"])
             if ready.status == 0 {
                 return Server(
                     host: "127.0.0.1", port: port, user: "postgres", password: nil, adminDatabase: "postgres",
                     external: false)
             }
-            guard process.isRunning else { throw TestSetupError("postgres exited at start") }
+            guard postmaster.isRunning else { throw TestSetupError("postgres exited at start: \(postmaster.stderr)") }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw TestSetupError("postgres did not start within 15 s")
@@ -139,26 +119,42 @@ actor TestPostgres {
     private static let handedOut = NIOLockedValueBox<Set<UInt16>>([])
 }
 
+extension TestPostgres.Server {
+    /// Runs one statement, such as `CREATE DATABASE`, in the server's admin database.
+    func execute(_ sql: String) async throws {
+        let logger = Logger(label: "outpost.tests.postgres")
+        let configuration = PostgresConnection.Configuration(
+            host: host, port: port, username: user, password: password, database: adminDatabase, tls: .disable)
+        let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
+        do {
+            try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
+        } catch {
+            try? await connection.close()
+            throw TestSetupError("\(sql): \(String(reflecting: error))")
+        }
+        try await connection.close()
+    }
+}
+
 /// Stops the private cluster when the test process exits.
 enum TestPostgresCleanup {
-    nonisolated(unsafe) private static var pid: pid_t = 0
+    nonisolated(unsafe) private static var postmaster: RunningChild?
     nonisolated(unsafe) private static var directory: String = ""
 
-    static func register(pid: pid_t, directory: String) {
-        Self.pid = pid
+    static func register(_ postmaster: RunningChild, directory: String) {
+        Self.postmaster = postmaster
         Self.directory = directory
         atexit {
-            guard TestPostgresCleanup.pid > 0 else { return }
+            guard let launched = TestPostgresCleanup.postmaster else { return }
             // The launched process may be runuser, which does not pass signals on: signal the postmaster itself.
             let pidFile = TestPostgresCleanup.directory + "/data/postmaster.pid"
             if let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
-                let line = text.split(separator: "\n").first, let postmaster = pid_t(line)
+                let line = text.split(separator: "\n").first, let pid = pid_t(line)
             {
-                kill(postmaster, SIGQUIT)
+                kill(pid, SIGQUIT)
+                for _ in 0..<100 where kill(pid, 0) == 0 { usleep(50_000) }
             }
-            kill(TestPostgresCleanup.pid, SIGTERM)
-            var status: Int32 = 0
-            waitpid(TestPostgresCleanup.pid, &status, 0)
+            kill(launched.processIdentifier, SIGKILL)
             try? FileManager.default.removeItem(atPath: TestPostgresCleanup.directory)
         }
     }
@@ -169,34 +165,3 @@ struct TestSetupError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// Runs a program to completion and captures what it printed.
-enum Shell {
-    struct Result {
-        var status: Int32
-        var output: String
-    }
-
-    static func resolve(_ program: String) -> String {
-        if program.hasPrefix("/") { return program }
-        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
-            let candidate = "\(directory)/\(program)"
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-        }
-        return "/usr/bin/\(program)"
-    }
-
-    static func run(_ program: String, _ arguments: [String], environment: [String: String]? = nil) throws -> Result {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: resolve(program))
-        process.arguments = arguments
-        if let environment { process.environment = environment }
-        let pipe = try ChildPipe()
-        process.standardOutput = pipe.writing
-        process.standardError = pipe.writing
-        try process.run()
-        pipe.closeChildEnd()
-        let data = pipe.reading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self))
-    }
-}

@@ -1,0 +1,193 @@
+import Foundation
+import NIOConcurrencyHelpers
+import Subprocess
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The tests' child processes, launched by swift-subprocess (`posix_spawn` with the parent's other descriptors
+/// closed), never by Foundation's `Process`, whose `run()` on Linux can crash the whole test process while it
+/// reads `/proc/self/fd` (swiftlang/swift-corelibs-foundation#5472).
+enum Child {
+    /// How a child ended, and what it printed.
+    struct Output: Sendable {
+        /// The exit code; 128 + the signal's number when a signal ended it, as a shell reports it.
+        var status: Int32
+        var stdout: String
+        var stderr: String
+        /// Both streams, standard output first.
+        var output: String { stdout + stderr }
+    }
+
+    /// More than any child of a test prints; beyond it the run fails rather than holding the output in memory.
+    static let outputLimit = 64 << 20
+
+    /// Runs `program` to completion. `environment` replaces this process's environment when given.
+    static func run(
+        _ program: String, _ arguments: [String], environment: [String: String]? = nil, input: Data? = nil,
+        in directory: URL? = nil
+    ) async throws -> Output {
+        _ = ignoreBrokenPipes
+        let configuration = configuration(program, arguments, environment: environment, in: directory)
+        let result = try await Subprocess.run(
+            configuration, input: .array(Array(input ?? Data())), output: .bytes(limit: outputLimit),
+            error: .bytes(limit: outputLimit))
+        return Output(
+            status: status(result.terminationStatus),
+            stdout: String(decoding: result.standardOutput, as: UTF8.self),
+            stderr: String(decoding: result.standardError, as: UTF8.self))
+    }
+
+    static func configuration(
+        _ program: String, _ arguments: [String], environment: [String: String]?, in directory: URL?
+    ) -> Configuration {
+        Configuration(
+            executable: .path(FilePath(resolve(program))), arguments: Arguments(arguments),
+            environment: environment.map { .custom(Dictionary(uniqueKeysWithValues: $0.map { (Environment.Key(stringLiteral: $0.key), $0.value) })) }
+                ?? .inherit,
+            workingDirectory: directory.map { FilePath($0.path) })
+    }
+
+    static func status(_ termination: TerminationStatus) -> Int32 {
+        switch termination {
+        case .exited(let code): code
+        case .signaled(let signal): 128 + signal
+        }
+    }
+
+    /// The full path of `program`, found on `PATH` as a shell would.
+    static func resolve(_ program: String) -> String {
+        if program.hasPrefix("/") { return program }
+        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
+            let candidate = "\(directory)/\(program)"
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        return "/usr/bin/\(program)"
+    }
+
+    /// A child that exits before reading all its input must fail the write, not end the test process.
+    static let ignoreBrokenPipes: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
+}
+
+/// A long-running child whose output is collected as it arrives, and which a test signals and waits for.
+final class RunningChild: Sendable {
+    let processIdentifier: pid_t
+    private let state: NIOLockedValueBox<State>
+    private let lines: AsyncStream<String>.Continuation
+    private let ended: Task<Int32, Never>
+
+    private struct State {
+        var stdout: [UInt8] = []
+        var stderr: [UInt8] = []
+        var status: Int32?
+    }
+
+    /// Starts `program`; ``send(_:)`` writes to its standard input.
+    init(_ program: String, _ arguments: [String], environment: [String: String]? = nil) async throws {
+        _ = Child.ignoreBrokenPipes
+        let configuration = Child.configuration(program, arguments, environment: environment, in: nil)
+        let state = NIOLockedValueBox(State())
+        let (lineStream, lines) = AsyncStream<String>.makeStream()
+        let started = Started()
+        let ended = Task<Int32, Never> {
+            do {
+                let result = try await Subprocess.run(
+                    configuration, input: .inputWriter, output: .sequence, error: .sequence
+                ) { execution in
+                    started.resume(.success(execution.processIdentifier.value))
+                    try await withThrowingTaskGroup(of: Void.self) { input in
+                        input.addTask {
+                            for await line in lineStream { _ = try await execution.standardInputWriter.write(line) }
+                            try await execution.standardInputWriter.finish()
+                        }
+                        // The output streams end with the child; then its input is of no use.
+                        try await withThrowingTaskGroup(of: Void.self) { outputs in
+                            outputs.addTask {
+                                for try await chunk in execution.standardOutput {
+                                    chunk.withUnsafeBytes { bytes in state.withLockedValue { $0.stdout += bytes } }
+                                }
+                            }
+                            outputs.addTask {
+                                for try await chunk in execution.standardError {
+                                    chunk.withUnsafeBytes { bytes in state.withLockedValue { $0.stderr += bytes } }
+                                }
+                            }
+                            try await outputs.waitForAll()
+                        }
+                        lines.finish()
+                        // A write to a child that has ended fails; that is no failure of the child's.
+                        try? await input.waitForAll()
+                    }
+                }
+                let status = Child.status(result.terminationStatus)
+                state.withLockedValue { $0.status = status }
+                return status
+            } catch {
+                started.resume(.failure(error))
+                state.withLockedValue { $0.stderr += Array("[test: \(error)]".utf8); $0.status = -1 }
+                return -1
+            }
+        }
+        self.state = state
+        self.lines = lines
+        self.ended = ended
+        processIdentifier = try await started.value
+    }
+
+    var stdout: String { state.withLockedValue { String(decoding: $0.stdout, as: UTF8.self) } }
+    var stderr: String { state.withLockedValue { String(decoding: $0.stderr, as: UTF8.self) } }
+    var isRunning: Bool { state.withLockedValue { $0.status == nil } }
+
+    /// Writes `text` to the child's standard input; nothing if it has ended.
+    func send(_ text: String) { lines.yield(text) }
+
+    /// Sends `signal` if the child still runs; nothing else.
+    func signal(_ signal: Int32) {
+        if isRunning { kill(processIdentifier, signal) }
+    }
+
+    /// Waits for the child to end; its status as ``Child/Output/status`` gives it.
+    func wait() async -> Int32 { await ended.value }
+
+    /// Sends `signal` and waits for the exit status.
+    func stop(_ signal: Int32 = SIGTERM) async -> Int32 {
+        self.signal(signal)
+        return await wait()
+    }
+
+    deinit {
+        lines.finish()
+        if state.withLockedValue({ $0.status == nil }) { kill(processIdentifier, SIGKILL) }
+    }
+
+    /// The child's pid, or why it could not start; resumed once.
+    private final class Started: Sendable {
+        private let continuation = NIOLockedValueBox<(CheckedContinuation<pid_t, any Error>?, Result<pid_t, any Error>?)>((nil, nil))
+
+        func resume(_ result: Result<pid_t, any Error>) {
+            let waiting: CheckedContinuation<pid_t, any Error>? = continuation.withLockedValue { state in
+                guard state.1 == nil else { return nil }
+                state.1 = result
+                let waiting = state.0
+                state.0 = nil
+                return waiting
+            }
+            waiting?.resume(with: result)
+        }
+
+        var value: pid_t {
+            get async throws {
+                try await withCheckedThrowingContinuation { waiting in
+                    let result: Result<pid_t, any Error>? = continuation.withLockedValue {
+                        if let result = $0.1 { return result }
+                        $0.0 = waiting
+                        return nil
+                    }
+                    if let result { waiting.resume(with: result) }
+                }
+            }
+        }
+    }
+}
