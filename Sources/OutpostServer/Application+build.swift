@@ -43,6 +43,13 @@ package func buildApplication<Storage: SyncStorage>(
             NotificationWatch(
                 storage: storage, clock: ContinuousClock(), now: now, logger: logger,
                 deliver: { url, body in try await NotificationWatch<Storage>.post(url: url, body: body) }),
+            ConnectorDelivery(
+                storage: storage, clock: ContinuousClock(), now: now, logger: logger, metrics: metrics,
+                send: { connector, body, delivery in
+                    try await ConnectorMessage.post(
+                        connector, body: body, delivery: delivery, timeout: configuration.connectorTimeout, now: Date())
+                },
+                lease: configuration.connectorTimeout * 2),
         ],
         onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
         logger: logger
@@ -94,6 +101,7 @@ package func buildRouter<Storage: SyncStorage>(
     ReviewController(storage: storage, configuration: configuration).addRoutes(to: v1)
     ExportController(storage: storage, configuration: configuration).addRoutes(to: v1)
     NotificationController(storage: storage, configuration: configuration).addRoutes(to: v1)
+    ConnectorController(storage: storage, configuration: configuration, now: now).addRoutes(to: v1)
     MonitorController(
         storage: storage, configuration: configuration, secrets: secrets, devices: devices, metrics: metrics, now: now
     ).addRoutes(to: v1)

@@ -48,6 +48,8 @@ public struct ServerConfiguration: Sendable {
     /// A request body must arrive whole within this long, else the request is answered 408 and its connection
     /// closed: a client that trickles its body, and so never idles out, must not hold a place for longer.
     public var bodyTimeout: Duration
+    /// How long a connector's receiver may take to answer a batch before the batch counts as not taken.
+    public var connectorTimeout: Duration = .seconds(10)
 
     public init(
         host: String = "127.0.0.1",

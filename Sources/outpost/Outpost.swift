@@ -11,7 +11,7 @@ struct Outpost: AsyncParsableCommand {
         abstract: "Offline-first capture and sync: the server, field devices, tokens.",
         subcommands: [
             Serve.self, Token.self, DeviceCommand.self, RosterCommand.self, EventCommand.self, AttendanceCommand.self,
-            ActivityCommand.self, BuildsCommand.self, Demo.self, Bench.self,
+            ActivityCommand.self, BuildsCommand.self, ConnectorCommand.self, Demo.self, Bench.self,
         ]
     )
 }

@@ -45,6 +45,11 @@ struct Serve: AsyncParsableCommand {
     var bodyTimeout: Int = 30
 
     @Option(
+        name: .customLong("connector-timeout"),
+        help: "Seconds a connector's receiver may take to answer a batch; a slower answer is a failed attempt.")
+    var connectorTimeout: Int = 10
+
+    @Option(
         name: .customLong("collections"),
         help: ArgumentHelp(
             "A YAML or JSON file declaring collections beside the standard ones, with their read and write rules.",
@@ -70,6 +75,7 @@ struct Serve: AsyncParsableCommand {
         guard maxConcurrentRequests >= 1 else { throw ValidationError("--max-concurrent-requests must be at least 1") }
         guard maxWaitingRequests >= 0 else { throw ValidationError("--max-waiting-requests must not be negative") }
         guard (1...3600).contains(bodyTimeout) else { throw ValidationError("--body-timeout must be from 1 to 3600 seconds") }
+        guard (1...300).contains(connectorTimeout) else { throw ValidationError("--connector-timeout must be from 1 to 300 seconds") }
         guard !host.isEmpty else { throw ValidationError("--host must not be empty") }
         _ = try identity.provider()
         guard (tlsCertificate == nil) == (tlsKey == nil) else { throw ValidationError("give --tls-cert and --tls-key together") }
@@ -102,6 +108,7 @@ struct Serve: AsyncParsableCommand {
         var configuration = ServerConfiguration(
             host: host, port: port, maxBatchSize: maxBatchSize, maxConcurrentRequests: maxConcurrentRequests,
             maxWaitingRequests: maxWaitingRequests, bodyTimeout: .seconds(bodyTimeout))
+        configuration.connectorTimeout = .seconds(connectorTimeout)
         configuration.escalationEnabled = !noEscalation && ProcessInfo.processInfo.environment["OUTPOST_ESCALATION"] != "off"
         configuration.jwtSecret = try StorageOptions.environmentSecret()
         configuration.tokenRules = identity.rules

@@ -18,6 +18,10 @@ package final class ServerMetrics: Sendable {
     let devices: [DeviceState: Gauge]
     let requestsRunning: Gauge
     let requestsWaiting: Gauge
+    /// Connector batches, by whether the receiver took them.
+    let connectorBatches: [Bool: Counter]
+    let connectorChanges: Counter
+    let connectorsFailing: Gauge
 
     static let latencyBuckets: [Duration] = [
         .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
@@ -58,6 +62,13 @@ package final class ServerMetrics: Sendable {
         }
         requestsRunning = gauge("outpost_http_requests_running", "/v1 requests running now")
         requestsWaiting = gauge("outpost_http_requests_waiting", "/v1 requests waiting for their turn now")
+        connectorBatches = [
+            true: counter("outpost_connector_batches", "Connector batches sent, by outcome", [("result", "delivered")]),
+            false: counter("outpost_connector_batches", "Connector batches sent, by outcome", [("result", "failed")]),
+        ]
+        connectorChanges = counter("outpost_connector_changes", "Changes delivered by connectors")
+        connectorsFailing = gauge(
+            "outpost_connectors_failing", "Connectors whose last \(Connector.failingAfter) or more batches were not taken")
     }
 
     func count(_ results: [MutationResult]) {
@@ -76,9 +87,10 @@ package final class ServerMetrics: Sendable {
 
     /// The exposition text, with the device gauges read from storage first, so that every server sharing
     /// one database reports the same devices.
-    func exposition(storage: some MonitorStorage, gate: AdmissionGate, now: Date) async throws -> String {
+    func exposition(storage: some MonitorStorage & ConnectorStorage, gate: AdmissionGate, now: Date) async throws -> String {
         let counts = try await storage.deviceStateCounts(now: Timestamp(now).millisecondsSince1970)
         for (state, gauge) in devices { gauge.set(to: Double(counts[state] ?? 0)) }
+        connectorsFailing.set(to: Double(try await storage.failingConnectorCount()))
         let admission = gate.snapshot
         requestsRunning.set(to: Double(admission.running))
         requestsWaiting.set(to: Double(admission.waiting))

@@ -224,5 +224,35 @@ extension PostgresStorage {
                 )
                 """,
             ]),
+        Migration(
+            version: "v8-connectors",
+            statements: [
+                // Connectors, and where each has got to; a lease names the one server delivering it.
+                """
+                CREATE TABLE connectors (
+                  tenant TEXT NOT NULL,
+                  id TEXT NOT NULL,
+                  collection TEXT NOT NULL,
+                  scope TEXT NOT NULL,
+                  url TEXT NOT NULL,
+                  secret TEXT NOT NULL,
+                  format TEXT NOT NULL,
+                  paused BOOLEAN NOT NULL,
+                  cursor_xid BIGINT NOT NULL,
+                  cursor_seq BIGINT NOT NULL,
+                  delivered BIGINT NOT NULL,
+                  delivered_changes BIGINT NOT NULL,
+                  failures INTEGER NOT NULL,
+                  last_error TEXT,
+                  last_delivered_at BIGINT,
+                  last_failed_at BIGINT,
+                  next_attempt_at BIGINT NOT NULL,
+                  created_at BIGINT NOT NULL,
+                  lease_owner TEXT,
+                  lease_until BIGINT NOT NULL,
+                  PRIMARY KEY (tenant, id)
+                )
+                """,
+            ]),
     ]
 }

@@ -196,6 +196,35 @@ extension SQLiteStorage {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v6-connectors") { db in
+            try db.execute(
+                sql: """
+                    -- Connectors, and where each has got to; a lease names the one server delivering it.
+                    CREATE TABLE connectors (
+                      tenant TEXT NOT NULL,
+                      id TEXT NOT NULL,
+                      collection TEXT NOT NULL,
+                      scope TEXT NOT NULL,
+                      url TEXT NOT NULL,
+                      secret TEXT NOT NULL,
+                      format TEXT NOT NULL,
+                      paused BOOLEAN NOT NULL,
+                      cursor_xid INTEGER NOT NULL,
+                      cursor_seq INTEGER NOT NULL,
+                      delivered INTEGER NOT NULL,
+                      delivered_changes INTEGER NOT NULL,
+                      failures INTEGER NOT NULL,
+                      last_error TEXT,
+                      last_delivered_at INTEGER,
+                      last_failed_at INTEGER,
+                      next_attempt_at INTEGER NOT NULL,
+                      created_at INTEGER NOT NULL,
+                      lease_owner TEXT,
+                      lease_until INTEGER NOT NULL,
+                      PRIMARY KEY (tenant, id)
+                    ) WITHOUT ROWID;
+                    """)
+        }
         return migrator
     }
 }

@@ -1,0 +1,111 @@
+import Foundation
+import OutpostProtocol
+
+/// A connector: every change of one collection (optionally one scope) of a tenant, delivered in commit order to a
+/// URL outside, in signed batches.
+package struct Connector: Sendable, Hashable {
+    package var tenant: String
+    /// `con_` and 20 hex digits, made by the server.
+    package var id: String
+    package var collection: String
+    /// Empty for every scope of the collection.
+    package var scope: String
+    package var url: String
+    /// The key batches are signed with (HMAC-SHA256); never shown after the connector is made.
+    package var secret: String
+    package var format: NotificationFormat
+    package var paused: Bool
+    /// Every change up to here was delivered; the next batch starts after it.
+    package var cursor: PullCursor
+    /// Batches delivered; also the number of the next one.
+    package var delivered: Int64
+    /// Changes delivered.
+    package var deliveredChanges: Int64
+    /// Failed attempts since the last delivery.
+    package var failures: Int
+    /// Why the last attempt failed; nil after a delivery.
+    package var lastError: String?
+    /// Milliseconds since 1970: the last delivery, the last failure, the next attempt after a failure.
+    package var lastDeliveredAt: Int64?
+    package var lastFailedAt: Int64?
+    package var nextAttemptAt: Int64
+    package var createdAt: Int64
+
+    package init(
+        tenant: String, id: String, collection: String, scope: String, url: String, secret: String,
+        format: NotificationFormat, createdAt: Int64
+    ) {
+        self.tenant = tenant
+        self.id = id
+        self.collection = collection
+        self.scope = scope
+        self.url = url
+        self.secret = secret
+        self.format = format
+        self.paused = false
+        self.cursor = .start
+        self.delivered = 0
+        self.deliveredChanges = 0
+        self.failures = 0
+        self.lastError = nil
+        self.lastDeliveredAt = nil
+        self.lastFailedAt = nil
+        self.nextAttemptAt = 0
+        self.createdAt = createdAt
+    }
+
+    /// A connector is failing once this many attempts in a row have failed: it is shown so, logged at ERROR
+    /// once, counted in `outpost_connectors_failing`, and still tried, from where it stopped.
+    package static let failingAfter = 5
+
+    package var isFailing: Bool { failures >= Self.failingAfter }
+}
+
+/// Connectors and where each has got to. Every change to a connector's position is a compare-and-set on its
+/// cursor, made only by the server process that holds its lease: however many servers share the database, one
+/// delivers a connector at a time and none moves it past a batch its receiver did not take.
+package protocol ConnectorStorage: Sendable {
+    func addConnector(_ connector: Connector) async throws
+    /// The tenant's connectors, oldest first.
+    func connectors(tenant: String) async throws -> [Connector]
+    func connector(tenant: String, id: String) async throws -> Connector?
+    /// False when the tenant has no such connector.
+    func setConnectorPaused(tenant: String, id: String, paused: Bool) async throws -> Bool
+    /// Moves the connector back (or on) to `cursor` and clears its failures; false when there is no such connector.
+    func replayConnector(tenant: String, id: String, from cursor: PullCursor) async throws -> Bool
+    func removeConnector(tenant: String, id: String) async throws -> Bool
+    /// Every tenant's connectors that are not paused: what the deliverers go through.
+    func activeConnectors() async throws -> [Connector]
+    /// Takes or renews the connector's lease for `owner` until `until`, when it is free, expired (before `now`) or
+    /// already `owner`'s; true when `owner` holds it.
+    func leaseConnector(tenant: String, id: String, owner: String, now: Int64, until: Int64) async throws -> Bool
+    /// Gives up `owner`'s leases, when it stops.
+    func releaseConnectors(owner: String) async throws
+    /// Records a delivered batch: the cursor moves from `from` to `to`, if `owner` holds the lease and the cursor is
+    /// still `from`; true when it moved.
+    func connectorDelivered(
+        tenant: String, id: String, owner: String, from: PullCursor, to: PullCursor, changes: Int, at time: Int64
+    ) async throws -> Bool
+    /// Records a failed attempt, if `owner` holds the lease; the connector's failures in a row, or nil when it
+    /// does not hold it.
+    func connectorFailed(
+        tenant: String, id: String, owner: String, error: String, at time: Int64, nextAttemptAt: Int64
+    ) async throws -> Int?
+    /// Connectors failing now, over every tenant: for the metric every server reports alike.
+    func failingConnectorCount() async throws -> Int
+    /// When the server received each version of these records: the latest applied mutation that made it.
+    func receivedTimes(tenant: String, collection: String, recordIds: [String]) async throws -> [RecordVersion: Int64]
+}
+
+/// One version of one record.
+package struct RecordVersion: Sendable, Hashable {
+    package var recordId: String
+    package var scope: String
+    package var version: Int64
+
+    package init(recordId: String, scope: String, version: Int64) {
+        self.recordId = recordId
+        self.scope = scope
+        self.version = version
+    }
+}

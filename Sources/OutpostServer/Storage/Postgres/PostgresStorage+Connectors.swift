@@ -1,0 +1,169 @@
+import Foundation
+import PostgresNIO
+
+extension PostgresStorage {
+    package func addConnector(_ connector: Connector) async throws {
+        try await guarded {
+            try await client.query(
+                """
+                INSERT INTO connectors (tenant, id, collection, scope, url, secret, format, paused, cursor_xid, cursor_seq,
+                  delivered, delivered_changes, failures, next_attempt_at, created_at, lease_until)
+                VALUES (\(connector.tenant), \(connector.id), \(connector.collection), \(connector.scope), \(connector.url),
+                  \(connector.secret), \(connector.format.rawValue), \(connector.paused), \(connector.cursor.xid),
+                  \(connector.cursor.seq), \(connector.delivered), \(connector.deliveredChanges), \(connector.failures),
+                  \(connector.nextAttemptAt), \(connector.createdAt), 0)
+                """, logger: logger)
+        }
+    }
+
+    package func connectors(tenant: String) async throws -> [Connector] {
+        try await guarded {
+            try await Self.connectors(
+                try await client.query(
+                    "SELECT * FROM connectors WHERE tenant = \(tenant) ORDER BY created_at, id", logger: logger))
+        }
+    }
+
+    package func connector(tenant: String, id: String) async throws -> Connector? {
+        try await guarded {
+            try await Self.connectors(
+                try await client.query("SELECT * FROM connectors WHERE tenant = \(tenant) AND id = \(id)", logger: logger)
+            ).first
+        }
+    }
+
+    package func setConnectorPaused(tenant: String, id: String, paused: Bool) async throws -> Bool {
+        try await changedRow(
+            "UPDATE connectors SET paused = \(paused) WHERE tenant = \(tenant) AND id = \(id) RETURNING id")
+    }
+
+    package func replayConnector(tenant: String, id: String, from cursor: PullCursor) async throws -> Bool {
+        try await changedRow(
+            """
+            UPDATE connectors SET cursor_xid = \(cursor.xid), cursor_seq = \(cursor.seq), failures = 0, last_error = NULL,
+              next_attempt_at = 0
+            WHERE tenant = \(tenant) AND id = \(id) RETURNING id
+            """)
+    }
+
+    package func removeConnector(tenant: String, id: String) async throws -> Bool {
+        try await changedRow("DELETE FROM connectors WHERE tenant = \(tenant) AND id = \(id) RETURNING id")
+    }
+
+    package func activeConnectors() async throws -> [Connector] {
+        try await guarded {
+            try await Self.connectors(
+                try await client.query(
+                    "SELECT * FROM connectors WHERE NOT paused ORDER BY tenant, created_at, id", logger: logger))
+        }
+    }
+
+    package func leaseConnector(tenant: String, id: String, owner: String, now: Int64, until: Int64) async throws -> Bool {
+        try await changedRow(
+            """
+            UPDATE connectors SET lease_owner = \(owner), lease_until = \(until)
+            WHERE tenant = \(tenant) AND id = \(id) AND (lease_owner IS NULL OR lease_owner = \(owner) OR lease_until < \(now))
+            RETURNING id
+            """)
+    }
+
+    package func releaseConnectors(owner: String) async throws {
+        try await guarded {
+            try await client.query(
+                "UPDATE connectors SET lease_owner = NULL, lease_until = 0 WHERE lease_owner = \(owner)", logger: logger)
+        }
+    }
+
+    package func connectorDelivered(
+        tenant: String, id: String, owner: String, from: PullCursor, to: PullCursor, changes: Int, at time: Int64
+    ) async throws -> Bool {
+        try await changedRow(
+            """
+            UPDATE connectors SET cursor_xid = \(to.xid), cursor_seq = \(to.seq), delivered = delivered + 1,
+              delivered_changes = delivered_changes + \(Int64(changes)), failures = 0, last_error = NULL,
+              last_delivered_at = \(time), next_attempt_at = 0
+            WHERE tenant = \(tenant) AND id = \(id) AND lease_owner = \(owner) AND cursor_xid = \(from.xid)
+              AND cursor_seq = \(from.seq)
+            RETURNING id
+            """)
+    }
+
+    package func connectorFailed(
+        tenant: String, id: String, owner: String, error: String, at time: Int64, nextAttemptAt: Int64
+    ) async throws -> Int? {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                UPDATE connectors SET failures = failures + 1, last_error = \(error), last_failed_at = \(time),
+                  next_attempt_at = \(nextAttemptAt)
+                WHERE tenant = \(tenant) AND id = \(id) AND lease_owner = \(owner)
+                RETURNING failures
+                """, logger: logger)
+            for try await failures in rows.decode(Int32.self) { return Int(failures) }
+            return nil
+        }
+    }
+
+    package func failingConnectorCount() async throws -> Int {
+        try await guarded {
+            let rows = try await client.query(
+                "SELECT count(*) FROM connectors WHERE NOT paused AND failures >= \(Int32(Connector.failingAfter))",
+                logger: logger)
+            for try await count in rows.decode(Int64.self) { return Int(count) }
+            return 0
+        }
+    }
+
+    package func receivedTimes(tenant: String, collection: String, recordIds: [String]) async throws -> [RecordVersion: Int64] {
+        guard !recordIds.isEmpty else { return [:] }
+        return try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT record_id, scope, version, max(received_at) FROM mutations
+                WHERE tenant = \(tenant) AND collection = \(collection) AND status = 'applied'
+                  AND record_id = ANY(\(recordIds))
+                GROUP BY record_id, scope, version
+                """, logger: logger)
+            var times: [RecordVersion: Int64] = [:]
+            for try await (recordId, scope, version, received) in rows.decode((String, String, Int64, Int64).self) {
+                times[RecordVersion(recordId: recordId, scope: scope, version: version)] = received
+            }
+            return times
+        }
+    }
+
+    /// Runs a statement that returns a row for each row it changed; true when it changed one.
+    private func changedRow(_ query: PostgresQuery) async throws -> Bool {
+        try await guarded {
+            let rows = try await client.query(query, logger: logger)
+            for try await _ in rows { return true }
+            return false
+        }
+    }
+
+    private static func connectors(_ rows: PostgresRowSequence) async throws -> [Connector] {
+        var found: [Connector] = []
+        for try await row in rows {
+            let c = row.makeRandomAccess()
+            guard let format = NotificationFormat(rawValue: try c["format"].decode(String.self)) else {
+                throw StorageError(.corrupt, "a connector has an unknown format")
+            }
+            var connector = Connector(
+                tenant: try c["tenant"].decode(String.self), id: try c["id"].decode(String.self),
+                collection: try c["collection"].decode(String.self), scope: try c["scope"].decode(String.self),
+                url: try c["url"].decode(String.self), secret: try c["secret"].decode(String.self), format: format,
+                createdAt: try c["created_at"].decode(Int64.self))
+            connector.paused = try c["paused"].decode(Bool.self)
+            connector.cursor = PullCursor(xid: try c["cursor_xid"].decode(Int64.self), seq: try c["cursor_seq"].decode(Int64.self))
+            connector.delivered = try c["delivered"].decode(Int64.self)
+            connector.deliveredChanges = try c["delivered_changes"].decode(Int64.self)
+            connector.failures = Int(try c["failures"].decode(Int32.self))
+            connector.lastError = try c["last_error"].decode(String?.self)
+            connector.lastDeliveredAt = try c["last_delivered_at"].decode(Int64?.self)
+            connector.lastFailedAt = try c["last_failed_at"].decode(Int64?.self)
+            connector.nextAttemptAt = try c["next_attempt_at"].decode(Int64.self)
+            found.append(connector)
+        }
+        return found
+    }
+}

@@ -1,0 +1,436 @@
+import Crypto
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOConcurrencyHelpers
+import OutpostProtocol
+import OutpostRecords
+import OutpostTesting
+import Testing
+
+@testable import OutpostServer
+
+/// A connector's receiver on loopback: keeps every request it took, with its headers; answers 500 while `failing`,
+/// and waits `delay` before answering each.
+final class ConnectorReceiver: Sendable {
+    struct Taken: Sendable {
+        var delivery: String
+        var signature: String
+        var body: [UInt8]
+    }
+
+    private struct State {
+        var taken: [Taken] = []
+        var failing = false
+        var delay: Duration = .zero
+        var requests = 0
+    }
+
+    private let state = NIOLockedValueBox(State())
+    private let task: Task<Void, any Error>
+    let url: String
+
+    var taken: [Taken] { state.withLockedValue { $0.taken } }
+    /// Every request, taken or not.
+    var requests: Int { state.withLockedValue { $0.requests } }
+    func fail(_ failing: Bool) { state.withLockedValue { $0.failing = failing } }
+    func delay(_ delay: Duration) { state.withLockedValue { $0.delay = delay } }
+
+    init() async throws {
+        let router = Router()
+        router.post("hook") { [state] request, _ -> Response in
+            let body = Array(buffer: try await request.body.collect(upTo: 8 << 20))
+            let delay = state.withLockedValue { state -> Duration in
+                state.requests += 1
+                return state.delay
+            }
+            if delay > .zero { try await Task.sleep(for: delay) }
+            let failing = state.withLockedValue { state -> Bool in
+                guard !state.failing else { return true }
+                state.taken.append(
+                    Taken(
+                        delivery: request.headers.first { $0.name.canonicalName == "outpost-delivery" }?.value ?? "",
+                        signature: request.headers.first { $0.name.canonicalName == "outpost-signature" }?.value ?? "",
+                        body: body))
+                return false
+            }
+            return Response(status: failing ? .internalServerError : .ok)
+        }
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let app = Application(
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) },
+            logger: Fixtures.quietLogger)
+        task = Task { try await app.runService() }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next(), port > 0 else { throw TestSetupError("the receiver did not start") }
+        url = "http://127.0.0.1:\(port)/hook"
+    }
+
+    func stop() async {
+        task.cancel()
+        _ = try? await task.value
+    }
+
+    /// The batches taken, each once (by delivery id), in the order first taken; every signature checked against
+    /// `secret`.
+    func batches(secret: String) throws -> [ConnectorBatch] {
+        var seen: [String: [UInt8]] = [:]
+        var batches: [ConnectorBatch] = []
+        for taken in taken {
+            #expect(Self.verify(signature: taken.signature, body: taken.body, secret: secret), "a batch's signature does not verify")
+            let batch = try JSONDecoder().decode(ConnectorBatch.self, from: Data(taken.body))
+            #expect(batch.delivery == taken.delivery)
+            if let earlier = seen[batch.delivery] {
+                // Sent again: the same changes.
+                #expect(try JSONDecoder().decode(ConnectorBatch.self, from: Data(earlier)).changes == batch.changes)
+                continue
+            }
+            seen[batch.delivery] = taken.body
+            batches.append(batch)
+        }
+        return batches
+    }
+
+    /// Checks `t=…,v1=…` as a receiver would: HMAC-SHA256 of "t.body" under the secret.
+    static func verify(signature: String, body: [UInt8], secret: String) -> Bool {
+        let parts = Dictionary(
+            signature.split(separator: ",").compactMap { part -> (String, String)? in
+                let pair = part.split(separator: "=", maxSplits: 1)
+                return pair.count == 2 ? (String(pair[0]), String(pair[1])) : nil
+            }, uniquingKeysWith: { first, _ in first })
+        guard let time = parts["t"], let given = parts["v1"] else { return false }
+        let code = HMAC<SHA256>.authenticationCode(for: Array("\(time).".utf8) + body, using: SymmetricKey(data: Array(secret.utf8)))
+        return code.map { String(format: "%02x", $0) }.joined() == given
+    }
+}
+
+/// Checks that `batches` follow on from one another from the start and carry `expected` record ids, in order, once.
+func expectInOrder(_ batches: [ConnectorBatch], _ expected: [String], sourceLocation: SourceLocation = #_sourceLocation) {
+    var cursor = PullCursor.start.token
+    for batch in batches {
+        #expect(batch.from == cursor, "a batch does not start where the one before ended", sourceLocation: sourceLocation)
+        cursor = batch.to
+    }
+    #expect(batches.map(\.sequence) == (0..<batches.count).map { Int64($0 + 1) }, sourceLocation: sourceLocation)
+    #expect(batches.flatMap(\.changes).map(\.recordId) == expected, sourceLocation: sourceLocation)
+}
+
+@Suite("Connectors")
+struct ConnectorTests {
+    static let secret = "a-receivers-secret-of-some-length"
+
+    static func connector(tenant: String = "acme", id: String = "con_1", collection: String = "notes", scope: String = "", url: String)
+        -> Connector
+    {
+        Connector(
+            tenant: tenant, id: id, collection: collection, scope: scope, url: url, secret: secret, format: .json,
+            createdAt: Fixtures.now.millisecondsSince1970)
+    }
+
+    static func delivery<S: SyncStorage>(_ storage: S, now: ManualNow, metrics: ServerMetrics = ServerMetrics()) -> ConnectorDelivery<S> {
+        ConnectorDelivery(
+            storage: storage, clock: ManualClock(), now: { now.date }, logger: Fixtures.quietLogger, metrics: metrics,
+            send: { connector, body, delivery in
+                try await ConnectorMessage.post(connector, body: body, delivery: delivery, timeout: .seconds(5), now: now.date)
+            },
+            batchSize: 3)
+    }
+
+    /// Sends con_1's next batch. On PostgreSQL a change shows only once every older transaction has ended, in
+    /// every database of the test cluster: it is asked again until it shows (30 s at most).
+    static func deliverNext<S: SyncStorage>(_ delivery: ConnectorDelivery<S>, _ storage: S) async throws {
+        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+        while try await !delivery.deliverNext(try #require(try await storage.connector(tenant: "acme", id: "con_1"))) {
+            guard ContinuousClock.now < deadline else { throw TestSetupError("no batch to send for 30 s") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    static func notes(_ ids: [String], at seconds: Double = 0) -> [Mutation] {
+        ids.map { Fixtures.upsert($0, ["t": .string($0)], at: seconds) }
+    }
+
+    @Test("one server holds a connector's lease at a time; the cursor moves only from where it was, by the holder",
+          arguments: StorageKind.allCases)
+    func leases(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            try await storage.addConnector(Self.connector(url: "https://example.org/hook"))
+            try await storage.addConnector(Self.connector(tenant: "other", url: "https://example.org/other"))
+            #expect(try await storage.leaseConnector(tenant: "acme", id: "con_1", owner: "a", now: 1000, until: 2000))
+            #expect(try await !storage.leaseConnector(tenant: "acme", id: "con_1", owner: "b", now: 1500, until: 2500))
+            #expect(try await storage.leaseConnector(tenant: "acme", id: "con_1", owner: "a", now: 1500, until: 2500))
+            // The other tenant's connector of the same id is its own.
+            #expect(try await storage.leaseConnector(tenant: "other", id: "con_1", owner: "b", now: 1500, until: 2500))
+
+            let next = PullCursor(xid: 0, seq: 5)
+            #expect(try await !storage.connectorDelivered(tenant: "acme", id: "con_1", owner: "b", from: .start, to: next, changes: 3, at: 1600))
+            #expect(try await !storage.connectorDelivered(
+                tenant: "acme", id: "con_1", owner: "a", from: PullCursor(xid: 0, seq: 1), to: next, changes: 3, at: 1600))
+            #expect(try await storage.connectorDelivered(tenant: "acme", id: "con_1", owner: "a", from: .start, to: next, changes: 3, at: 1600))
+            // The same batch recorded twice moves it once.
+            #expect(try await !storage.connectorDelivered(tenant: "acme", id: "con_1", owner: "a", from: .start, to: next, changes: 3, at: 1600))
+            var stored = try #require(try await storage.connector(tenant: "acme", id: "con_1"))
+            #expect(stored.cursor == next)
+            #expect(stored.delivered == 1)
+            #expect(stored.deliveredChanges == 3)
+
+            // Failures count up for the holder only; five make it failing.
+            #expect(try await storage.connectorFailed(tenant: "acme", id: "con_1", owner: "b", error: "x", at: 1700, nextAttemptAt: 2700) == nil)
+            for expected in 1...Connector.failingAfter {
+                #expect(
+                    try await storage.connectorFailed(tenant: "acme", id: "con_1", owner: "a", error: "the receiver answered 500", at: 1700, nextAttemptAt: 2700)
+                        == expected)
+            }
+            stored = try #require(try await storage.connector(tenant: "acme", id: "con_1"))
+            #expect(stored.isFailing)
+            #expect(stored.lastError == "the receiver answered 500")
+            #expect(try await storage.failingConnectorCount() == 1)
+
+            // An expired lease is taken over; a released one at once.
+            #expect(try await storage.leaseConnector(tenant: "acme", id: "con_1", owner: "b", now: 2600, until: 3600))
+            try await storage.releaseConnectors(owner: "b")
+            #expect(try await storage.leaseConnector(tenant: "acme", id: "con_1", owner: "c", now: 2700, until: 3700))
+
+            // Replay moves it back and clears its failures; pausing takes it off the active list.
+            #expect(try await storage.replayConnector(tenant: "acme", id: "con_1", from: .start))
+            stored = try #require(try await storage.connector(tenant: "acme", id: "con_1"))
+            #expect(stored.cursor == .start && stored.failures == 0 && stored.lastError == nil)
+            #expect(try await storage.setConnectorPaused(tenant: "acme", id: "con_1", paused: true))
+            #expect(try await storage.activeConnectors().map(\.tenant) == ["other"])
+            #expect(try await storage.failingConnectorCount() == 0)
+            #expect(try await !storage.removeConnector(tenant: "other", id: "con_2"))
+            #expect(try await storage.removeConnector(tenant: "acme", id: "con_1"))
+            #expect(try await storage.connectors(tenant: "acme").isEmpty)
+            #expect(try await storage.connectors(tenant: "other").count == 1)
+        }
+    }
+
+    @Test("batches arrive in commit order, signed, with versions, tombstones and receive times; one scope and one tenant only",
+          arguments: StorageKind.allCases)
+    func delivery(kind: StorageKind) async throws {
+        let receiver = try await ConnectorReceiver()
+        defer { Task { await receiver.stop() } }
+        let now = ManualNow(Fixtures.serverNow.date)
+        try await withStorage(kind) { storage in try await Self.deliversInOrder(storage, receiver: receiver, now: now) }
+    }
+
+    static func deliversInOrder<S: SyncStorage>(_ storage: S, receiver: ConnectorReceiver, now: ManualNow) async throws {
+        do {
+            let delivery = Self.delivery(storage, now: now)
+            try await storage.addConnector(Self.connector(collection: Guest.collection, scope: "gala", url: receiver.url))
+            func guest(_ id: String, _ event: String) -> Mutation {
+                ExportTests.guest(id, event: event, name: "Guest \(id)")
+            }
+            _ = try await storage.push([guest("g1", "gala"), guest("g2", "fair"), guest("g3", "gala")], role: .organizer)
+            _ = try await storage.push([guest("g4", "gala")], tenant: "other", role: .organizer)
+            _ = try await storage.push([guest("g5", "gala"), guest("g6", "gala")], role: .organizer)
+            #expect(try await storage.leaseConnector(tenant: "acme", id: "con_1", owner: delivery.owner, now: 0, until: .max))
+            func deliverAll(upTo changes: Int) async throws {
+                while try receiver.batches(secret: Self.secret).flatMap(\.changes).count < changes {
+                    try await Self.deliverNext(delivery, storage)
+                }
+            }
+            try await deliverAll(upTo: 4)
+            _ = try await storage.push(
+                [Fixtures.delete("g1", at: 5, collection: Guest.collection, device: "admin", scope: "gala")], role: .organizer)
+            try await deliverAll(upTo: 5)
+            #expect(try await !delivery.deliverNext(try #require(try await storage.connector(tenant: "acme", id: "con_1"))))
+            let batches = try receiver.batches(secret: Self.secret)
+            // g1 was deleted after the first batch took it: it comes again, as a tombstone.
+            expectInOrder(batches, ["g1", "g3", "g5", "g6", "g1"])
+            #expect(batches.allSatisfy { $0.collection == Guest.collection && $0.scope == "gala" && $0.connector == "con_1" })
+            let changes = batches.flatMap(\.changes)
+            #expect(changes.last?.tombstone == true)
+            #expect(changes.last?.version == 2)
+            #expect(changes.first?.fields["name"] == .string("Guest g1"))
+            #expect(changes.allSatisfy { $0.receivedAt == Fixtures.time(3600) && $0.scope == "gala" })
+            let stored = try #require(try await storage.connector(tenant: "acme", id: "con_1"))
+            #expect(stored.cursor.token == batches.last?.to)
+            #expect(stored.delivered == Int64(batches.count))
+            #expect(stored.deliveredChanges == 5)
+        }
+    }
+
+    @Test("a batch not taken is sent again, the same, after a growing wait; the connector is failing after five",
+          arguments: StorageKind.allCases)
+    func retries(kind: StorageKind) async throws {
+        let receiver = try await ConnectorReceiver()
+        defer { Task { await receiver.stop() } }
+        let now = ManualNow(Fixtures.serverNow.date)
+        try await withStorage(kind) { storage in try await Self.retriesGrowing(storage, receiver: receiver, now: now) }
+    }
+
+    static func retriesGrowing<S: SyncStorage>(_ storage: S, receiver: ConnectorReceiver, now: ManualNow) async throws {
+        do {
+            let metrics = ServerMetrics()
+            let delivery = Self.delivery(storage, now: now, metrics: metrics)
+            try await storage.addConnector(Self.connector(url: receiver.url))
+            _ = try await storage.push(Self.notes(["n1", "n2"]))
+            #expect(try await storage.leaseConnector(tenant: "acme", id: "con_1", owner: delivery.owner, now: 0, until: .max))
+            receiver.fail(true)
+            var waits: [Int64] = []
+            for _ in 1...Connector.failingAfter {
+                try await Self.deliverNext(delivery, storage)
+                let failed = try #require(try await storage.connector(tenant: "acme", id: "con_1"))
+                waits.append(failed.nextAttemptAt - Timestamp(now.date).millisecondsSince1970)
+                #expect(failed.cursor == .start)
+                #expect(failed.lastError == "the receiver answered 500")
+            }
+            // 1, 2, 4, 8, 16 s, each less up to half at random.
+            for (attempt, wait) in waits.enumerated() {
+                let ceiling = Int64(1000 << attempt)
+                #expect((ceiling / 2...ceiling).contains(wait), "attempt \(attempt + 1) waits \(wait) ms")
+            }
+            #expect(try await storage.connector(tenant: "acme", id: "con_1")?.isFailing == true)
+            let exposition = try await metrics.exposition(storage: storage, gate: AdmissionGate(limit: 1, maxWaiting: 0), now: now.date)
+            #expect(exposition.contains("outpost_connectors_failing 1"))
+            #expect(exposition.contains(#"outpost_connector_batches_total{result="failed"} 5"#))
+
+            receiver.fail(false)
+            try await Self.deliverNext(delivery, storage)
+            #expect(receiver.requests == Connector.failingAfter + 1)
+            expectInOrder(try receiver.batches(secret: Self.secret), ["n1", "n2"])
+            let recovered = try #require(try await storage.connector(tenant: "acme", id: "con_1"))
+            #expect(recovered.failures == 0 && recovered.lastError == nil && !recovered.isFailing)
+            #expect(try await storage.failingConnectorCount() == 0)
+        }
+    }
+
+    @Test("the same changes sent again carry the same delivery id; other changes another")
+    func deliveryIds() throws {
+        let connector = Self.connector(url: "https://example.org/hook")
+        let row = SnapshotRow(
+            collection: "notes", recordId: "n1", scope: "", version: 1, fieldsJSON: #"{"t":"x"}"#, createdAt: 0, updatedAt: 0)
+        let page = PulledChanges(records: [row], cursor: PullCursor(xid: 0, seq: 1), hasMore: false)
+        let first = try ConnectorDelivery<SQLiteStorage>.batch(connector, page, received: [:])
+        let again = try ConnectorDelivery<SQLiteStorage>.batch(connector, page, received: [:])
+        var moved = page
+        moved.cursor = PullCursor(xid: 0, seq: 2)
+        #expect(first.delivery == again.delivery)
+        #expect(first.delivery.hasPrefix("dlv_"))
+        #expect(try ConnectorDelivery<SQLiteStorage>.batch(connector, moved, received: [:]).delivery != first.delivery)
+        var other = connector
+        other.id = "con_2"
+        #expect(try ConnectorDelivery<SQLiteStorage>.batch(other, page, received: [:]).delivery != first.delivery)
+    }
+
+    @Test("the Slack format is a readable message; the signature is what Python's hmac computes")
+    func formats() async throws {
+        let changes = (1...22).map { i in
+            ConnectorChange(
+                recordId: "b\(i)", scope: "", version: 1, tombstone: i == 2, fields: i == 2 ? [:] : ["site": .string("North")],
+                createdAt: Fixtures.time(0), updatedAt: Fixtures.time(0), receivedAt: nil)
+        }
+        let batch = ConnectorBatch(
+            delivery: "dlv_1", connector: "con_1", collection: "builds", scope: nil, sequence: 1, from: "c1.0.0", to: "c1.0.22",
+            changes: changes)
+        let message = try JSONDecoder().decode([String: String].self, from: Data(try ConnectorMessage.body(batch, format: .slack)))
+        let lines = try #require(message["text"]).split(separator: "\n")
+        #expect(lines.first == "builds: 22 changes")
+        #expect(lines[1] == "• b1 v1 — site: North")
+        #expect(lines[2] == "• b2 deleted")
+        #expect(lines.last == "and 2 more")
+
+        let body = Array(#"{"changes":[]}"#.utf8)
+        let signature = ConnectorMessage.signature(secret: Self.secret, body: body, at: Date(timeIntervalSince1970: 1_795_251_600))
+        let script = """
+            import hmac, hashlib, sys
+            secret, body = sys.argv[1].encode(), sys.stdin.buffer.read()
+            print("t=1795251600,v1=" + hmac.new(secret, b"1795251600." + body, hashlib.sha256).hexdigest())
+            """
+        let python = try await Tool.run("python3", ["-c", script, Self.secret], input: Data(body))
+        #expect(python.status == 0, "\(python.output)")
+        #expect(python.output.trimmingCharacters(in: .whitespacesAndNewlines) == signature)
+    }
+
+    @Test("organizers add, list, pause, resume, replay and remove connectors; others, bad input and other tenants are refused",
+          arguments: StorageKind.allCases)
+    func api(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            let otherOrganizer = try await Fixtures.token(tenant: "other", user: "oscar", role: .organizer)
+            let body = try Fixtures.json(["collection": "builds", "url": "https://sheets.example.org/exec/AKfy123"])
+            for role in [Role.staff, .supervisor] {
+                let token = try await Fixtures.token(user: "sam", role: role)
+                let refused = try await client.send(.post, "/v1/connectors", token: token, body: body)
+                #expect(refused.status == .forbidden)
+                #expect(refused.wireError?.code == .forbidden)
+                #expect(try await client.send(.get, "/v1/connectors", token: token).status == .forbidden)
+            }
+            #expect(try await client.send(.get, "/v1/connectors", token: nil).status == .unauthorized)
+
+            let made = try await client.send(.post, "/v1/connectors", token: organizer, body: body)
+            #expect(made.status == .created)
+            let status = try JSONDecoder().decode(ConnectorStatus.self, from: made.body)
+            #expect(status.id.hasPrefix("con_"))
+            #expect(status.host == "sheets.example.org")
+            #expect(status.state == "active")
+            #expect(status.cursor == PullCursor.start.token)
+            let secret = try #require(status.secret)
+            #expect(secret.hasPrefix("osk_") && secret.count == 68)
+            let listed = try await client.send(.get, "/v1/connectors", token: organizer)
+            let text = String(buffer: listed.body)
+            #expect(!text.contains(secret))
+            #expect(!text.contains("AKfy123"))
+            #expect(try JSONDecoder().decode([ConnectorStatus].self, from: listed.body).map(\.id) == [status.id])
+            // The secret chosen by the organizer is never shown.
+            let own = try await client.send(
+                .post, "/v1/connectors", token: organizer,
+                body: try Fixtures.json(["collection": "checkins", "scope": "gala", "url": "http://127.0.0.1:9/hook", "secret": Self.secret, "format": "slack"]))
+            #expect(own.status == .created)
+            #expect(!String(buffer: own.body).contains(Self.secret))
+
+            // Another tenant sees none of them and can change none.
+            #expect(try JSONDecoder().decode([ConnectorStatus].self, from: try await client.send(.get, "/v1/connectors", token: otherOrganizer).body).isEmpty)
+            for (method, path) in [
+                (HTTPRequest.Method.get, ""), (.post, "/pause"), (.post, "/resume"), (.delete, ""),
+            ] {
+                let answer = try await client.send(method, "/v1/connectors/\(status.id)\(path)", token: otherOrganizer)
+                #expect(answer.status == .notFound, "\(method) \(path)")
+                #expect(answer.wireError?.code == .notFound)
+            }
+
+            let paused = try await client.send(.post, "/v1/connectors/\(status.id)/pause", token: organizer)
+            #expect(try JSONDecoder().decode(ConnectorStatus.self, from: paused.body).state == "paused")
+            let resumed = try await client.send(.post, "/v1/connectors/\(status.id)/resume", token: organizer)
+            #expect(try JSONDecoder().decode(ConnectorStatus.self, from: resumed.body).state == "active")
+            let replayed = try await client.post("/v1/connectors/\(status.id)/replay", ["from": "c1.0.7"], token: organizer)
+            #expect(try JSONDecoder().decode(ConnectorStatus.self, from: replayed.body).cursor == "c1.0.7")
+            #expect(try await client.post("/v1/connectors/\(status.id)/replay", ["from": "start"], token: organizer).status == .ok)
+            #expect(try await storage.connector(tenant: "acme", id: status.id)?.cursor == .start)
+
+            // Bad input: one clear error, nothing stored.
+            for (bad, code) in [
+                (#"{"collection":"nope","url":"https://example.org/x"}"#, WireError.Code.unknownCollection),
+                (#"{"collection":"builds","url":"http://example.org/x"}"#, .invalidRequest),
+                (#"{"collection":"builds","url":"https://10.0.0.8/x"}"#, .invalidRequest),
+                (#"{"collection":"builds","url":"https://example.org/x","scope":"a b"}"#, .invalidRequest),
+                (#"{"collection":"builds","url":"https://example.org/x","secret":"short"}"#, .invalidRequest),
+                (#"{"collection":"builds","url":"https://example.org/x","format":"xml"}"#, .invalidJSON),
+                (#"{"collection":"builds","url":"https://example.org/x","tenant":"other"}"#, .invalidJSON),
+                (#"{"collection":"builds"}"#, .invalidJSON),
+                (#"{"collection":"builds","url":"https://example.org/x","format":null}"#, .invalidJSON),
+                (#"{"collection":"builds","url":"https://example.org/x","scope":null}"#, .invalidJSON),
+            ] {
+                let answer = try await client.send(.post, "/v1/connectors", token: organizer, body: ByteBuffer(string: bad))
+                #expect(answer.status.code / 100 == 4, "\(bad)")
+                #expect(answer.wireError?.code == code, "\(bad)")
+            }
+            #expect(try await client.post("/v1/connectors/\(status.id)/replay", ["from": "c2.1"], token: organizer).status == .badRequest)
+            #expect(try await client.post("/v1/connectors/\(status.id)/replay", ["from": "start", "to": "x"], token: organizer).status == .badRequest)
+            #expect(try await storage.connectors(tenant: "acme").count == 2)
+
+            // At most twenty a tenant.
+            for _ in 2..<ConnectorController<SQLiteStorage>.maxConnectors {
+                #expect(try await client.send(.post, "/v1/connectors", token: organizer, body: body).status == .created)
+            }
+            let over = try await client.send(.post, "/v1/connectors", token: organizer, body: body)
+            #expect(over.status == .conflict)
+
+            #expect(try await client.send(.delete, "/v1/connectors/\(status.id)", token: organizer).status == .noContent)
+            #expect(try await client.send(.delete, "/v1/connectors/\(status.id)", token: organizer).status == .notFound)
+        }
+    }
+}
