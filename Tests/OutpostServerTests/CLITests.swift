@@ -186,6 +186,18 @@ struct BenchHarnessTests {
         #expect((result["name"] as? String)?.contains("persistent-failure report") == true)
         #expect(result["unit"] as? String == "ms")
     }
+
+    @Test("`bench connector` delivers its backlog and its live pushes to its receiver, and reports rate and delays")
+    func connector() async throws {
+        let run = try await OutpostProcess.run(["bench", "connector", "--json"])
+        #expect([0, 1].contains(run.status), "\(run.stderr)")
+        let start = try #require(run.stdout.firstIndex(of: "["), "\(run.stdout) \(run.stderr)")
+        let results = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout[start...].utf8)) as? [[String: Any]])
+        // Every change arrived (the scenario fails with a reason otherwise); its three figures are there.
+        #expect(results.count == 3, "\(results)")
+        #expect(results.allSatisfy { ($0["name"] as? String)?.hasPrefix("connector:") == true && ($0["figure"] as? Double ?? 0) > 0 })
+        #expect(results.map { $0["unit"] as? String } == ["changes/s", "ms", "ms"])
+    }
 }
 
 @Suite("Load harness")

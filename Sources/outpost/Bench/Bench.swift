@@ -69,7 +69,7 @@ struct Bench: AsyncParsableCommand {
                 results += try await LocalWriteBench(directory: base, records: records, samples: samples) { line in
                     if !json { say(line) }
                 }.run()
-            case .drain, .devices, .monitor, .failures, .memory, .load:
+            case .drain, .devices, .monitor, .failures, .memory, .load, .connector:
                 for database in [nil] + (databaseURL.map { [$0] } ?? []) {
                     let bench = SyncBench(directory: base, databaseURL: database) { line in if !json { say(line) } }
                     do {
@@ -78,6 +78,7 @@ struct Bench: AsyncParsableCommand {
                         case .devices: results += try await bench.devices()
                         case .monitor: results += try await bench.monitor()
                         case .failures: results += try await bench.failures()
+                        case .connector: results += try await bench.connector()
                         case .load:
                             results += try await bench.load(
                                 devices: devices, duration: .seconds(seconds), interval: .milliseconds(Int64(interval * 1000)))
@@ -113,6 +114,7 @@ enum BenchScenario: String, CaseIterable, ExpressibleByArgument {
     case failures
     case memory
     case load
+    case connector
 }
 
 /// One figure beside its target.
