@@ -345,6 +345,27 @@ struct ConnectorTests {
         #expect(python.output.trimmingCharacters(in: .whitespacesAndNewlines) == signature)
     }
 
+    @Test("Apps Script's answer to a web app that ran (302 to its output) is taken; no other redirect is")
+    func appsScript() {
+        let script = "https://script.google.com/macros/s/AKfy123/exec"
+        let output = "https://script.googleusercontent.com/macros/echo?user_content_key=abc"
+        #expect(ConnectorMessage.isAppsScriptAnswer(url: script, status: 302, location: output))
+        #expect(!ConnectorMessage.isAppsScriptAnswer(url: script, status: 301, location: output))
+        #expect(!ConnectorMessage.isAppsScriptAnswer(url: script, status: 302, location: "https://accounts.google.com/signin"))
+        #expect(!ConnectorMessage.isAppsScriptAnswer(url: script, status: 302, location: "http://script.googleusercontent.com/x"))
+        #expect(!ConnectorMessage.isAppsScriptAnswer(url: script, status: 302, location: nil))
+        #expect(!ConnectorMessage.isAppsScriptAnswer(url: "https://hooks.example.org/x", status: 302, location: output))
+    }
+
+    @Test("the Google Sheets receiver (deploy/google-sheets/Code.gs) keeps a row per record, however often a batch arrives")
+    func sheetsReceiver() async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Sheets/apps_script_test.js")
+        let run = try await Tool.run("node", [script.path])
+        #expect(run.status == 0, "\(run.output)")
+        #expect(run.output.contains("all checks passed"))
+    }
+
     @Test("organizers add, list, pause, resume, replay and remove connectors; others, bad input and other tenants are refused",
           arguments: StorageKind.allCases)
     func api(kind: StorageKind) async throws {

@@ -207,7 +207,19 @@ enum ConnectorMessage {
         let response = try await NotificationClient.shared.execute(request, timeout: .milliseconds(timeout.milliseconds))
         // The answer's body is not wanted; it is read (up to 64 KiB) so that the connection can be used again.
         _ = try? await response.body.collect(upTo: 64 * 1024)
-        guard (200..<300).contains(response.status.code) else { throw Refused(status: Int(response.status.code)) }
+        let status = Int(response.status.code)
+        guard (200..<300).contains(status) || isAppsScriptAnswer(url: connector.url, status: status, location: response.headers.first(name: "Location"))
+        else { throw Refused(status: status) }
+    }
+
+    /// Whether an answer is Google Apps Script's to a web app that ran: a POST to `script.google.com` is answered
+    /// 302 to the script's output on `script.googleusercontent.com`, after `doPost` has run. Any other redirect is
+    /// not taken (and never followed).
+    static func isAppsScriptAnswer(url: String, status: Int, location: String?) -> Bool {
+        guard status == 302, let location, URL(string: url)?.host == "script.google.com",
+            let target = URL(string: location), target.scheme == "https"
+        else { return false }
+        return target.host == "script.googleusercontent.com"
     }
 
     struct Refused: Error {
