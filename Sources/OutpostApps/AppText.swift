@@ -7,6 +7,10 @@ public enum AppText {
     /// Attendance's refusal without a GPS fix: nothing is written without one, online or offline.
     public static let noLocationFix = "GPS signal required. Please move to an open area."
 
+    /// An uploaded build that the crew's sheet has, and one it does not have yet.
+    public static let sheetReceived = "In the crew's sheet"
+    public static let sheetWaiting = "Not in the crew's sheet yet"
+
     /// An activity saved while the device is offline.
     public static let savedOffline = "Saved offline — will sync when connected"
 

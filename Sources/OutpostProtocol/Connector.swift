@@ -109,3 +109,33 @@ public struct ConnectorStatus: Sendable, Hashable, Codable {
         self.secret = secret
     }
 }
+
+/// Whether the tenant's connectors have delivered records (`GET /v1/deliveries`): for a device to show whether a
+/// record the server has is also where its connectors send it, such as a crew's sheet.
+public struct RecordDeliveries: Sendable, Hashable, Codable {
+    /// The records asked for that the caller may read; one the server does not have is left out.
+    public var records: [RecordDelivery]
+
+    public init(records: [RecordDelivery]) {
+        self.records = records
+    }
+}
+
+public struct RecordDelivery: Sendable, Hashable, Codable {
+    public var recordId: String
+    public var scope: String
+    /// The version the server has.
+    public var version: Int64
+    /// The connectors that send this record (paused ones included); none means it goes nowhere else.
+    public var receivers: Int
+    /// True when every one of them has delivered this version (or a later one).
+    public var delivered: Bool
+
+    public init(recordId: String, scope: String, version: Int64, receivers: Int, delivered: Bool) {
+        self.recordId = recordId
+        self.scope = scope
+        self.version = version
+        self.receivers = receivers
+        self.delivered = delivered
+    }
+}

@@ -129,6 +129,32 @@ public actor InMemoryServer {
         return SyncFailureReceipt(recorded: report.failures.count, alreadyKnown: 0, escalationEnabled: true)
     }
 
+    /// Collections a connector sends on, and the version of each record it has sent.
+    private var connected: Set<String> = []
+    private var sent: [String: Int64] = [:]
+
+    /// Gives `collection` a connector, as an organizer adding one does.
+    public func connect(_ collection: String) {
+        connected.insert(collection)
+    }
+
+    /// The connector of `collection` sends every record as it stands now.
+    public func deliverConnected(_ collection: String) {
+        for (key, change) in records where change.collection == collection { sent[key] = change.version }
+    }
+
+    public func deliveries(collection: String, scope: String?, recordIds: [String]) -> RecordDeliveries {
+        let wanted = Set(recordIds)
+        let found = records.filter { $0.value.collection == collection && wanted.contains($0.value.recordId) && (scope == nil || $0.value.scope == scope) }
+        return RecordDeliveries(
+            records: found.sorted { $0.key < $1.key }.map { key, change in
+                let receivers = connected.contains(collection) ? 1 : 0
+                return RecordDelivery(
+                    recordId: change.recordId, scope: change.scope, version: change.version, receivers: receivers,
+                    delivered: receivers > 0 && (sent[key] ?? 0) >= change.version)
+            })
+    }
+
     /// How many times each key was applied (never more than once, if the protocol holds).
     public func applicationCounts() -> [String: Int] {
         applied.reduce(into: [:]) { $0[$1.mutation.idempotencyKey, default: 0] += 1 }
@@ -136,7 +162,7 @@ public actor InMemoryServer {
 }
 
 /// A transport straight to an ``InMemoryServer``, with a switch for the network.
-public final class InMemoryTransport: SyncMonitorTransport, @unchecked Sendable {
+public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransport, @unchecked Sendable {
     public let server: InMemoryServer
     private let lock = NSLock()
     private var _online = true
@@ -186,5 +212,10 @@ public final class InMemoryTransport: SyncMonitorTransport, @unchecked Sendable 
     public func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt {
         guard isOnline else { throw TransportError(kind: .network, message: "offline") }
         return await server.reportFailures(report)
+    }
+
+    public func deliveries(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries {
+        guard isOnline else { throw TransportError(kind: .network, message: "offline") }
+        return await server.deliveries(collection: collection, scope: scope, recordIds: recordIds)
     }
 }

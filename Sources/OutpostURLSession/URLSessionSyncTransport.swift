@@ -10,7 +10,7 @@ import FoundationNetworking
 /// ``HTTPSyncTransport`` (``BearerToken``) and its errors; pulls come a page per request.
 ///
 /// Pass a session configured for the app (a background session cannot serve: the engine awaits each answer).
-public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport {
+public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport {
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
     public let bearer: BearerToken
@@ -67,6 +67,12 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport {
 
     public func health() async throws -> HealthResponse {
         try await send("GET", path: "/health") { try JSONDecoder().decode(HealthResponse.self, from: $0) }
+    }
+
+    public func deliveries(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries {
+        try await send("GET", path: "/v1/deliveries", query: TransportRequest.deliveriesQuery(collection, scope, recordIds)) {
+            try JSONDecoder().decode(RecordDeliveries.self, from: $0)
+        }
     }
 
     public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {

@@ -45,10 +45,11 @@ struct BuildsList: AsyncParsableCommand {
 
     func run() async throws {
         try await options.withDevice { device in
-            let builds = try await BuildArchive(engine: device.engine).list()
+            let builds = try await BuildArchive(engine: device.engine).listWithSheets()
             if builds.isEmpty { say("no builds") }
             for build in builds {
-                say("\(build.buildId)  \(build.name)  \(build.syncStatus.rawValue)")
+                let sheet = build.syncStatus == .synced ? build.sheet.text.map { "  \($0.lowercased())" } ?? "" : ""
+                say("\(build.buildId)  \(build.name)  \(build.syncStatus.rawValue)\(sheet)")
                 if build.syncStatus == .failed || build.syncStatus == .rejected { say("    \(build.syncError ?? "unknown error")") }
             }
             await Delivery.showNotice(device.engine)

@@ -20,6 +20,42 @@ struct BuildArchiveTests {
         }
     }
 
+    @Test("an uploaded build says whether the crew's sheet has it: waiting, then received, again waiting after an edit; nothing without a sheet or offline")
+    func sheetState() async throws {
+        let server = InMemoryServer()
+        try await withTestDevice(online: true, server: server) { device in
+            let archive = BuildArchive(engine: device.engine)
+            let shed = try await archive.save(name: "Shed")
+            await device.delivered()
+            // Builds go to no sheet: uploaded is all there is to say.
+            #expect(try await archive.listWithSheets().map(\.sheet) == [.noSheet])
+            #expect(BuildRow(try await archive.listWithSheets()[0]).sheetText == nil)
+
+            await server.connect("builds")
+            var listed = try await archive.listWithSheets()
+            #expect(listed.map(\.sheet) == [.waiting])
+            #expect(BuildRow(listed[0]).sheetText == "Not in the crew's sheet yet")
+            await server.deliverConnected("builds")
+            listed = try await archive.listWithSheets()
+            #expect(listed.map(\.sheet) == [.received])
+            #expect(BuildRow(listed[0]).sheetText == "In the crew's sheet")
+
+            // A newer version the sheet has not had; a build not uploaded yet is not asked about.
+            _ = try await device.engine.save(LocalStore.Write(collection: "builds", recordId: shed.build.buildId, fields: ["floor": 3]))
+            await device.delivered()
+            await device.setOnline(false)
+            _ = try await archive.save(name: "Roof")
+            #expect(try await archive.listWithSheets().map(\.sheet) == [.unknown, .unknown])
+            await device.setOnline(true)
+            _ = try await device.engine.sync()
+            await server.deliverConnected("builds")
+            _ = try await device.engine.save(LocalStore.Write(collection: "builds", recordId: shed.build.buildId, fields: ["floor": 4]))
+            await device.delivered()
+            listed = try await archive.listWithSheets()
+            #expect(Dictionary(uniqueKeysWithValues: listed.map { ($0.name, $0.sheet) }) == ["Shed": .waiting, "Roof": .received])
+        }
+    }
+
     @Test("a failed upload says the build was saved and can be retried; the list shows the error; retry and sync-all summarise")
     func failedUpload() async throws {
         let refusing = InMemoryServer(rejecting: { mutation in

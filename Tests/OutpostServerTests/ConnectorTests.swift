@@ -366,6 +366,68 @@ struct ConnectorTests {
         #expect(run.output.contains("all checks passed"))
     }
 
+    @Test("/v1/deliveries says, of the caller's own records, whether every connector delivered the version the server has",
+          arguments: StorageKind.allCases)
+    func deliveries(kind: StorageKind) async throws {
+        let receiver = try await ConnectorReceiver()
+        defer { Task { await receiver.stop() } }
+        try await withServer(kind) { client, storage in try await Self.deliveries(client, storage, receiver: receiver) }
+    }
+
+    static func deliveries<S: SyncStorage>(_ client: any TestClientProtocol, _ storage: S, receiver: ConnectorReceiver) async throws {
+        let ana = try await Fixtures.token(user: "ana")
+        let ben = try await Fixtures.token(user: "ben")
+        func build(_ id: String, _ name: String, at seconds: Double = 0) -> Mutation {
+            Fixtures.upsert(id, ["name": .string(name)], at: seconds, collection: "builds")
+        }
+        _ = try await client.push([build("b1", "Shed"), build("b2", "Roof")], token: ana)
+        _ = try await client.push([build("b3", "Barn")], token: ben, device: "dev-b")
+        func ask(_ token: String, _ query: String = "collection=builds&ids=b1,b2,b3,b9") async throws -> [RecordDelivery] {
+            let answer = try await client.send(.get, "/v1/deliveries?\(query)", token: token)
+            #expect(answer.status == .ok, "\(String(buffer: answer.body))")
+            return try JSONDecoder().decode(RecordDeliveries.self, from: answer.body).records
+        }
+        // No connector: the records go nowhere else. Ben's build, and one the server does not have, are left out.
+        #expect(try await ask(ana).map(\.recordId) == ["b1", "b2"])
+        #expect(try await ask(ana).allSatisfy { $0.receivers == 0 && !$0.delivered })
+
+        let now = ManualNow(Fixtures.serverNow.date)
+        let delivery = ConnectorDelivery(
+            storage: storage, clock: ManualClock(), now: { now.date }, logger: Fixtures.quietLogger, metrics: ServerMetrics(),
+            send: { connector, body, delivery in
+                try await ConnectorMessage.post(connector, body: body, delivery: delivery, timeout: .seconds(5), now: now.date)
+            },
+            batchSize: 1)
+        try await storage.addConnector(Self.connector(collection: "builds", url: receiver.url))
+        #expect(try await ask(ana).map { "\($0.recordId) \($0.receivers) \($0.delivered)" } == ["b1 1 false", "b2 1 false"])
+        #expect(try await storage.leaseConnector(tenant: "acme", id: "con_1", owner: delivery.owner, now: 0, until: .max))
+        try await Self.deliverNext(delivery, storage)
+        #expect(try await ask(ana).map { "\($0.recordId) \($0.delivered)" } == ["b1 true", "b2 false"])
+        // A newer version of b1 is not delivered until the connector sends it.
+        _ = try await client.push([build("b1", "Shed, roofed", at: 10)], token: ana)
+        #expect(try await ask(ana).map { "\($0.recordId) v\($0.version) \($0.delivered)" } == ["b2 v1 false", "b1 v2 false"])
+        // A second connector that has sent nothing: delivered only when both have.
+        try await storage.addConnector(Self.connector(id: "con_2", collection: "builds", url: receiver.url))
+        while try receiver.batches(secret: Self.secret).flatMap(\.changes).count < 3 {
+            try await Self.deliverNext(delivery, storage)
+        }
+        let both = try await ask(ana)
+        #expect(both.count == 2 && both.allSatisfy { $0.receivers == 2 && !$0.delivered }, "\(both)")
+
+        // A supervisor reads every build; staff without the event are refused a scoped collection; bad ids are 400.
+        let sue = try await Fixtures.token(user: "sue", role: .supervisor)
+        #expect(try await ask(sue).map(\.recordId).sorted() == ["b1", "b2", "b3"])
+        let scoped = try await client.send(.get, "/v1/deliveries?collection=checkins&ids=g1", token: ana)
+        #expect(scoped.status == .forbidden)
+        for query in ["collection=builds", "collection=builds&ids=", "collection=builds&ids=a,,b", "collection=builds&ids=a%20b",
+                      "collection=builds&ids=" + (0...200).map { "b\($0)" }.joined(separator: ",")] {
+            let answer = try await client.send(.get, "/v1/deliveries?\(query)", token: ana)
+            #expect(answer.status == .badRequest, "\(query)")
+        }
+        #expect(try await client.send(.get, "/v1/deliveries?collection=nope&ids=a", token: ana).status == .notFound)
+        #expect(try await client.send(.get, "/v1/deliveries?collection=builds&ids=b1", token: nil).status == .unauthorized)
+    }
+
     @Test("organizers add, list, pause, resume, replay and remove connectors; others, bad input and other tenants are refused",
           arguments: StorageKind.allCases)
     func api(kind: StorageKind) async throws {

@@ -35,6 +35,26 @@ public struct BuildArchive: Sendable {
         try await engine.store.records(collection: Build.collection).filter { !$0.deleted }.map(BuildEntry.init)
     }
 
+    /// ``list()`` with each uploaded build's ``SheetState``, asked of the server when the device is online.
+    /// Offline, or when the server cannot say, the builds keep ``SheetState/unknown``.
+    public func listWithSheets() async throws -> [BuildEntry] {
+        var builds = try await list()
+        let uploaded = builds.filter { $0.syncStatus == .synced }.map(\.buildId)
+        guard !uploaded.isEmpty, await engine.status.isOnline else { return builds }
+        var states: [String: SheetState] = [:]
+        for start in stride(from: 0, to: uploaded.count, by: 200) {
+            let ids = Array(uploaded[start..<min(start + 200, uploaded.count)])
+            guard let answer = try? await engine.deliveries(collection: Build.collection, recordIds: ids) else { return builds }
+            for record in answer.records {
+                states[record.recordId] = record.receivers == 0 ? .noSheet : record.delivered ? .received : .waiting
+            }
+        }
+        for index in builds.indices {
+            if let state = states[builds[index].buildId] { builds[index].sheet = state }
+        }
+        return builds
+    }
+
     /// Uploads one build again.
     /// - Throws: ``ClientError`` `notFound` for a build this device does not hold.
     public func retry(_ buildId: String) async throws -> BuildRetry {
@@ -72,6 +92,8 @@ public struct BuildEntry: Sendable, Hashable {
     public var syncStatus: RecordSyncStatus
     public var syncError: String?
     public var savedAt: Date
+    /// Whether the crew's sheet has the build; ``SheetState/unknown`` unless ``BuildArchive/listWithSheets()`` asked.
+    public var sheet: SheetState = .unknown
 
     public init(_ record: LocalRecord) {
         buildId = record.recordId
@@ -83,6 +105,27 @@ public struct BuildEntry: Sendable, Hashable {
     }
 
     public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+}
+
+/// Whether the crew's sheet (where the server's connector of builds sends them) has a build.
+public enum SheetState: String, Sendable, Hashable {
+    /// Not known: the device is offline, the build is not uploaded yet, or the server was not asked.
+    case unknown
+    /// Builds go to no sheet: uploaded is done.
+    case noSheet = "no_sheet"
+    /// The server has the build; the sheet does not have this version yet.
+    case waiting
+    /// The sheet has the build as the server has it.
+    case received
+
+    /// What the archive says, or nil when it says nothing.
+    public var text: String? {
+        switch self {
+        case .unknown, .noSheet: nil
+        case .waiting: AppText.sheetWaiting
+        case .received: AppText.sheetReceived
+        }
+    }
 }
 
 /// What saving a build did.

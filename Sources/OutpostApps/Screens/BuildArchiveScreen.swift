@@ -103,7 +103,7 @@ public final class BuildArchiveScreen {
             self.lastSave = now
             saveMessage = now.message
         }
-        if let builds = try? await archive.list() { rows = builds.map(BuildRow.init) }
+        if let builds = try? await archive.listWithSheets() { rows = builds.map(BuildRow.init) }
     }
 }
 
@@ -117,11 +117,13 @@ public struct BuildRow: Sendable, Hashable, Identifiable {
     public var statusText: String
     /// The reason under a failed or refused build.
     public var errorText: String?
+    /// "In the crew's sheet" or "Not in the crew's sheet yet", for an uploaded build when the server said.
+    public var sheetText: String?
     public var badge: SyncBadge
     /// Whether the row offers Retry: a build the server does not have yet.
     public var canRetry: Bool
 
-    init(_ build: BuildEntry) {
+    public init(_ build: BuildEntry) {
         self.build = build
         badge = build.badge
         statusIcon = badge.systemImage
@@ -133,6 +135,7 @@ public struct BuildRow: Sendable, Hashable, Identifiable {
         }
         errorText = build.syncStatus == .failed || build.syncStatus == .rejected ? build.syncError ?? "unknown error" : nil
         canRetry = build.syncStatus != .synced
+        sheetText = build.syncStatus == .synced ? build.sheet.text : nil
     }
 }
 

@@ -7,7 +7,7 @@ import OutpostProtocol
 
 /// The default transport: HTTP and JSON over AsyncHTTPClient, streaming pulls. `URLSessionSyncTransport`
 /// (OutpostURLSession) is the one for apps that ship without NIO.
-public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport {
+public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport {
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
     public let bearer: BearerToken
@@ -83,6 +83,10 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport {
 
     public func health() async throws -> HealthResponse {
         try await send(.GET, path: "/health", query: [], body: nil)
+    }
+
+    public func deliveries(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries {
+        try await send(.GET, path: "/v1/deliveries", query: TransportRequest.deliveriesQuery(collection, scope, recordIds))
     }
 
     public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {

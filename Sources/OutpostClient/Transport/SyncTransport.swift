@@ -45,6 +45,13 @@ public protocol SyncMonitorTransport: SyncTransport {
     func reportFailures(_ report: SyncFailureReport) async throws -> SyncFailureReceipt
 }
 
+/// Whether the server's connectors have sent records on, such as to a crew's sheet.
+public protocol DeliveryStatusTransport: SyncTransport {
+    /// The records the server has of `recordIds` that the caller may read, each with its connectors and whether
+    /// they delivered it (`GET /v1/deliveries`); at most 200 ids.
+    func deliveries(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries
+}
+
 extension BulkSyncTransport {
     public func pullPage(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullPage {
         try PullPage(try await pull(collection: collection, scope: scope, cursor: cursor, limit: limit))
@@ -149,7 +156,15 @@ extension SyncTransport {
     }
 }
 
+extension SyncTransport {
+    package func deliveryStatus(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries {
+        guard let transport = self as? any DeliveryStatusTransport else { throw TransportError.noDeliveryStatus }
+        return try await transport.deliveries(collection: collection, scope: scope, recordIds: recordIds)
+    }
+}
+
 extension TransportError {
+    static let noDeliveryStatus = TransportError(kind: .server, status: 404, message: "this transport reaches no delivery status")
     static let noSyncMonitor = TransportError(kind: .server, status: 404, message: "this transport reaches no sync monitor")
 }
 

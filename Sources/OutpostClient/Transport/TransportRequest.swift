@@ -25,6 +25,10 @@ package enum TransportRequest {
         [("collection", collection), ("scope", scope), ("cursor", cursor), ("limit", limit.map(String.init))]
     }
 
+    package static func deliveriesQuery(_ collection: String, _ scope: String?, _ recordIds: [String]) -> [(String, String?)] {
+        [("collection", collection), ("scope", scope), ("ids", recordIds.joined(separator: ","))]
+    }
+
     package static func snapshotQuery(
         _ collection: String, _ scope: String?, _ continuation: String?, _ limit: Int?
     ) -> [(String, String?)] {

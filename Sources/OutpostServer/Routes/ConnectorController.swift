@@ -5,6 +5,7 @@ import OutpostProtocol
 
 /// `/v1/connectors` (organizers): connectors that deliver a collection's changes to a URL outside
 /// (``ConnectorDelivery``). Supervisors and staff are refused: a connector sends the whole tenant's records.
+/// `/v1/deliveries` tells anyone who may read records whether the connectors have delivered them.
 struct ConnectorController<Storage: SyncStorage> {
     let storage: Storage
     let configuration: ServerConfiguration
@@ -63,6 +64,36 @@ struct ConnectorController<Storage: SyncStorage> {
         group.post("connectors/:connector/pause", use: pause)
         group.post("connectors/:connector/resume", use: resume)
         group.post("connectors/:connector/replay", use: replay)
+        group.get("deliveries", use: deliveries)
+    }
+
+    /// The most record ids one `GET /v1/deliveries` asks about.
+    static var maxDeliveryIds: Int { 200 }
+
+    /// `GET /v1/deliveries?collection=C&ids=a,b[&scope=S]` (anyone who may read the records): whether the tenant's
+    /// connectors have delivered each record's version the server has. Records the caller may not read, and ones
+    /// the server does not have, are left out.
+    @Sendable func deliveries(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
+        let scope = try RequestDecoding.scope(in: request)
+        if let refusal = policy.readRefusal(for: identity, scope: scope) { throw OutpostHTTPError.forbidden(refusal) }
+        let ids = try RequestDecoding.required("ids", in: request).split(separator: ",", omittingEmptySubsequences: false)
+            .map(String.init)
+        guard ids.count <= Self.maxDeliveryIds, ids.allSatisfy(Identifier.isValid) else {
+            throw OutpostHTTPError.badRequest("ids are 1 to \(Self.maxDeliveryIds) record ids, separated by commas")
+        }
+        let positions = try await storage.changePositions(
+            tenant: identity.tenant, collection: policy.name, scope: scope, owner: policy.readOwner(for: identity),
+            recordIds: ids)
+        let connectors = try await storage.connectors(tenant: identity.tenant).filter { $0.collection == policy.name }
+        let records = positions.map { record in
+            let receivers = connectors.filter { $0.scope.isEmpty || $0.scope == record.scope }
+            return RecordDelivery(
+                recordId: record.recordId, scope: record.scope, version: record.version, receivers: receivers.count,
+                delivered: !receivers.isEmpty && receivers.allSatisfy { $0.cursor >= record.position })
+        }
+        return try .json(RecordDeliveries(records: records))
     }
 
     @Sendable func add(_ request: Request, context: OutpostRequestContext) async throws -> Response {

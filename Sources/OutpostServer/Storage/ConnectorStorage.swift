@@ -93,6 +93,10 @@ package protocol ConnectorStorage: Sendable {
     ) async throws -> Int?
     /// Connectors failing now, over every tenant: for the metric every server reports alike.
     func failingConnectorCount() async throws -> Int
+    /// Where each of these records' latest change stands in the change order, and its version: in `scope` (every
+    /// scope when nil), and only `owner`'s when given.
+    func changePositions(tenant: String, collection: String, scope: String?, owner: String?, recordIds: [String])
+        async throws -> [RecordChangePosition]
     /// When the server received each version of these records: the latest applied mutation that made it.
     func receivedTimes(tenant: String, collection: String, recordIds: [String]) async throws -> [RecordVersion: Int64]
 }
@@ -107,5 +111,20 @@ package struct RecordVersion: Sendable, Hashable {
         self.recordId = recordId
         self.scope = scope
         self.version = version
+    }
+}
+
+/// Where a record's latest change stands: a connector whose cursor is at or past `position` has delivered it.
+package struct RecordChangePosition: Sendable, Hashable {
+    package var recordId: String
+    package var scope: String
+    package var version: Int64
+    package var position: PullCursor
+
+    package init(recordId: String, scope: String, version: Int64, position: PullCursor) {
+        self.recordId = recordId
+        self.scope = scope
+        self.version = version
+        self.position = position
     }
 }

@@ -114,6 +114,28 @@ extension PostgresStorage {
         }
     }
 
+    package func changePositions(
+        tenant: String, collection: String, scope: String?, owner: String?, recordIds: [String]
+    ) async throws -> [RecordChangePosition] {
+        guard !recordIds.isEmpty else { return [] }
+        return try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT record_id, scope, version, change_xid, change_seq FROM records
+                WHERE tenant = \(tenant) AND collection = \(collection) AND record_id = ANY(\(recordIds))
+                  AND (\(scope)::text IS NULL OR scope = \(scope)::text)
+                  AND (\(owner)::text IS NULL OR owner = \(owner)::text)
+                ORDER BY change_xid, change_seq
+                """, logger: logger)
+            var positions: [RecordChangePosition] = []
+            for try await (recordId, rowScope, version, xid, seq) in rows.decode((String, String, Int64, Int64, Int64).self) {
+                positions.append(
+                    RecordChangePosition(recordId: recordId, scope: rowScope, version: version, position: PullCursor(xid: xid, seq: seq)))
+            }
+            return positions
+        }
+    }
+
     package func receivedTimes(tenant: String, collection: String, recordIds: [String]) async throws -> [RecordVersion: Int64] {
         guard !recordIds.isEmpty else { return [:] }
         return try await guarded {

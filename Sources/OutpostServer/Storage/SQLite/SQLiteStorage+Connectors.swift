@@ -121,6 +121,33 @@ extension SQLiteStorage {
         }
     }
 
+    package func changePositions(
+        tenant: String, collection: String, scope: String?, owner: String?, recordIds: [String]
+    ) async throws -> [RecordChangePosition] {
+        guard !recordIds.isEmpty else { return [] }
+        return try await pool.read { db in
+            var sql = """
+                SELECT record_id, scope, version, change_seq FROM records
+                WHERE tenant = ? AND collection = ? AND record_id IN (SELECT value FROM json_each(?))
+                """
+            var arguments: StatementArguments = [
+                tenant, collection, String(decoding: try JSONEncoder().encode(recordIds), as: UTF8.self),
+            ]
+            if let scope {
+                sql += " AND scope = ?"
+                arguments += [scope]
+            }
+            if let owner {
+                sql += " AND owner = ?"
+                arguments += [owner]
+            }
+            return try Row.fetchAll(db, sql: sql + " ORDER BY change_seq", arguments: arguments).map { row in
+                RecordChangePosition(
+                    recordId: row[0], scope: row[1], version: row[2], position: PullCursor(xid: 0, seq: row[3]))
+            }
+        }
+    }
+
     package func receivedTimes(tenant: String, collection: String, recordIds: [String]) async throws -> [RecordVersion: Int64] {
         guard !recordIds.isEmpty else { return [:] }
         return try await pool.read { db in
