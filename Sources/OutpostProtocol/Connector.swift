@@ -5,7 +5,7 @@
 /// again, with the same delivery id when its changes are the same: a receiver that keeps the ids it has taken
 /// applies each batch once.
 public struct ConnectorBatch: Sendable, Hashable, Codable {
-    /// The batch's id, the same each time the same changes are sent.
+    /// The batch's id, the same each time the same changes are sent (until the connector is replayed).
     public var delivery: String
     public var connector: String
     public var collection: String

@@ -43,17 +43,20 @@ package func buildApplication<Storage: SyncStorage>(
             NotificationWatch(
                 storage: storage, clock: ContinuousClock(), now: now, logger: logger,
                 deliver: { url, body in try await NotificationWatch<Storage>.post(url: url, body: body) }),
+        ],
+        onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
+        logger: logger
+    )
+    if configuration.deliversConnectors {
+        app.addServices(
             ConnectorDelivery(
                 storage: storage, clock: ContinuousClock(), now: now, logger: logger, metrics: metrics,
                 send: { connector, body, delivery in
                     try await ConnectorMessage.post(
                         connector, body: body, delivery: delivery, timeout: configuration.connectorTimeout, now: Date())
                 },
-                lease: configuration.connectorTimeout * 2),
-        ],
-        onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
-        logger: logger
-    )
+                lease: configuration.connectorTimeout * 2))
+    }
     app.beforeServerStarts {
         try await storage.migrate()
         if let secret = configuration.jwtSecret {

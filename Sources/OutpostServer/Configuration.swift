@@ -50,6 +50,9 @@ public struct ServerConfiguration: Sendable {
     public var bodyTimeout: Duration
     /// How long a connector's receiver may take to answer a batch before the batch counts as not taken.
     public var connectorTimeout: Duration = .seconds(10)
+    /// Whether this process delivers connectors. Off, it serves the connector API and leaves delivery to the other
+    /// servers on its database (with none, changes wait, in order, for one that delivers).
+    public var deliversConnectors = true
 
     public init(
         host: String = "127.0.0.1",

@@ -65,6 +65,11 @@ struct Serve: AsyncParsableCommand {
     var tlsKey: String?
 
     @Flag(
+        name: .customLong("no-connector-delivery"),
+        help: "Serve the connector API, but leave delivering connectors to the other servers on the database.")
+    var noConnectorDelivery = false
+
+    @Flag(
         name: .customLong("no-escalation"),
         help: "Acknowledge persistent-failure reports without recording them (default $OUTPOST_ESCALATION, else on).")
     var noEscalation = false
@@ -109,6 +114,7 @@ struct Serve: AsyncParsableCommand {
             host: host, port: port, maxBatchSize: maxBatchSize, maxConcurrentRequests: maxConcurrentRequests,
             maxWaitingRequests: maxWaitingRequests, bodyTimeout: .seconds(bodyTimeout))
         configuration.connectorTimeout = .seconds(connectorTimeout)
+        configuration.deliversConnectors = !noConnectorDelivery
         configuration.escalationEnabled = !noEscalation && ProcessInfo.processInfo.environment["OUTPOST_ESCALATION"] != "off"
         configuration.jwtSecret = try StorageOptions.environmentSecret()
         configuration.tokenRules = identity.rules

@@ -120,13 +120,16 @@ struct ConnectorEndToEndTests {
         if let database { await TestPostgres.shared.dropDatabase(url: database) }
     }
 
-    @Test("a server killed with SIGKILL mid-delivery and started again delivers the rest, in order, nothing lost")
-    func killedMidDelivery() async throws {
+    @Test("a server killed with SIGKILL mid-delivery and started again delivers the rest, in order, nothing lost",
+          arguments: StorageKind.allCases)
+    func killedMidDelivery(kind: StorageKind) async throws {
         let receiver = try await ConnectorReceiver()
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-connector-kill-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }
+        let database = kind == .postgres ? try await TestPostgres.shared.makeDatabase() : nil
+        let storage = database.map { ["--database-url", $0] } ?? ["--data-dir", root.path]
         let port = String(try TestPostgres.freePort())
-        var server = try await Self.serve(port: port, ["--data-dir", root.path])
+        var server = try await Self.serve(port: port, storage)
         do {
             receiver.delay(.milliseconds(150))
             _ = try await Self.addConnector(port: port, url: receiver.url)
@@ -135,9 +138,35 @@ struct ConnectorEndToEndTests {
             #expect(await server.stop(SIGKILL) == 128 + SIGKILL)
             let before = receiver.taken.count
             #expect(before < 10, "every batch arrived before the kill")
-            server = try await Self.serve(port: port, ["--data-dir", root.path])
+            server = try await Self.serve(port: port, storage)
             let batches = try await Self.waitForChanges(1000, at: receiver)
             expectInOrder(batches, ids)
+        } catch {
+            _ = await server.stop(SIGKILL)
+            await receiver.stop()
+            throw error
+        }
+        #expect(await server.stop() == 0)
+        await receiver.stop()
+        if let database { await TestPostgres.shared.dropDatabase(url: database) }
+    }
+
+    @Test("a server started with --no-connector-delivery delivers nothing; its changes wait, in order, for one that does")
+    func noDelivery() async throws {
+        let receiver = try await ConnectorReceiver()
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-connector-off-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let port = String(try TestPostgres.freePort())
+        var server = try await Self.serve(port: port, ["--data-dir", root.path, "--no-connector-delivery"])
+        do {
+            _ = try await Self.addConnector(port: port, url: receiver.url)
+            let ids = try await Self.write(50, port: port)
+            // Longer than a delivering server takes to start a new connector and send its first batch.
+            try await Task.sleep(for: .seconds(3))
+            #expect(receiver.requests == 0)
+            #expect(await server.stop() == 0)
+            server = try await Self.serve(port: port, ["--data-dir", root.path])
+            expectInOrder(try await Self.waitForChanges(50, at: receiver), ids)
         } catch {
             _ = await server.stop(SIGKILL)
             await receiver.stop()

@@ -196,7 +196,7 @@ struct ConnectorTests {
             // Replay moves it back and clears its failures; pausing takes it off the active list.
             #expect(try await storage.replayConnector(tenant: "acme", id: "con_1", from: .start))
             stored = try #require(try await storage.connector(tenant: "acme", id: "con_1"))
-            #expect(stored.cursor == .start && stored.failures == 0 && stored.lastError == nil)
+            #expect(stored.cursor == .start && stored.failures == 0 && stored.lastError == nil && stored.replays == 1)
             #expect(try await storage.setConnectorPaused(tenant: "acme", id: "con_1", paused: true))
             #expect(try await storage.activeConnectors().map(\.tenant) == ["other"])
             #expect(try await storage.failingConnectorCount() == 0)
@@ -298,7 +298,7 @@ struct ConnectorTests {
         }
     }
 
-    @Test("the same changes sent again carry the same delivery id; other changes another")
+    @Test("the same changes sent again carry the same delivery id; other changes, another connector or a replay another")
     func deliveryIds() throws {
         let connector = Self.connector(url: "https://example.org/hook")
         let row = SnapshotRow(
@@ -314,6 +314,10 @@ struct ConnectorTests {
         var other = connector
         other.id = "con_2"
         #expect(try ConnectorDelivery<SQLiteStorage>.batch(other, page, received: [:]).delivery != first.delivery)
+        // A replay sends the same changes as new batches, which a receiver that keeps the ids it took takes again.
+        var replayed = connector
+        replayed.replays = 1
+        #expect(try ConnectorDelivery<SQLiteStorage>.batch(replayed, page, received: [:]).delivery != first.delivery)
     }
 
     @Test("the Slack format is a readable message; the signature is what Python's hmac computes")

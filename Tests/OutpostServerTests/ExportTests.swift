@@ -51,9 +51,9 @@ struct ExportTests {
             #expect(answer.headers[.contentType] == "text/csv; charset=utf-8")
             #expect(answer.headers[.contentDisposition] == "attachment; filename=\"checkins-A.csv\"")
             let rows = try await Self.pythonRows(answer.body)
-            #expect(Array(rows.first?.prefix(9) ?? []) == [
-                "record_id", "scope", "version", "created_at", "updated_at", "guest_id", "scanned_at", "scanned_by",
-                "isOfflineEntry",
+            #expect(Array(rows.first?.prefix(10) ?? []) == [
+                "record_id", "scope", "version", "created_at", "updated_at", "received_at", "guest_id", "scanned_at",
+                "scanned_by", "isOfflineEntry",
             ])
             let records = Self.records(rows)
             #expect(records.map { $0["guest_id"] } == ["g1", "g2"])
@@ -61,6 +61,9 @@ struct ExportTests {
             #expect(records.map { $0["scanned_at"] } == [Fixtures.time(10).iso8601, Fixtures.time(20).iso8601])
             #expect(records.map { $0["isOfflineEntry"] } == ["", "true"])
             #expect(records.allSatisfy { $0["scope"] == "A" && $0["event_id"] == "A" })
+            // The device's times beside the server's.
+            #expect(records.map { $0["updated_at"] } == [Fixtures.time(10).iso8601, Fixtures.time(20).iso8601])
+            #expect(records.allSatisfy { $0["received_at"] == Fixtures.serverNow.iso8601 })
         }
     }
 

@@ -42,8 +42,14 @@ struct ExportController<Storage: SyncStorage> {
             let page = try await storage.pull(
                 tenant: identity.tenant, collection: policy.name, scope: scope, owner: policy.readOwner(for: identity),
                 after: cursor, limit: configuration.pullMaxLimit, maxBytes: configuration.pageMaxBytes)
-            for record in page.records where !record.tombstone {
-                rows.append(try ExportRow(record))
+            let live = page.records.filter { !$0.tombstone }
+            let received = try await storage.receivedTimes(
+                tenant: identity.tenant, collection: policy.name, recordIds: live.map(\.recordId))
+            for record in live {
+                var row = try ExportRow(record)
+                row.receivedAt = received[RecordVersion(recordId: record.recordId, scope: record.scope, version: record.version)]
+                    .map(Timestamp.init(millisecondsSince1970:))
+                rows.append(row)
             }
             guard rows.count <= maxRecords else {
                 throw OutpostHTTPError(
@@ -72,8 +78,11 @@ struct ExportRow {
     var recordId: String
     var scope: String
     var version: Int64
+    /// The device's times of the record's first write and latest change.
     var createdAt: Timestamp
     var updatedAt: Timestamp
+    /// When the server received the latest change; nil for a record written before the server kept it.
+    var receivedAt: Timestamp?
     var fields: [String: JSONValue]
 
     init(_ record: SnapshotRow) throws {
@@ -114,9 +123,12 @@ struct CSVTable {
         let leading = Self.leadingFields[collection] ?? []
         let others = Set(rows.flatMap(\.fields.keys)).subtracting(leading).sorted()
         let fieldColumns = leading + others
-        var lines = [(["record_id", "scope", "version", "created_at", "updated_at"] + fieldColumns).map(Self.cell)]
+        var lines = [(["record_id", "scope", "version", "created_at", "updated_at", "received_at"] + fieldColumns).map(Self.cell)]
         for row in rows {
-            let own = [row.recordId, row.scope, String(row.version), row.createdAt.iso8601, row.updatedAt.iso8601]
+            let own = [
+                row.recordId, row.scope, String(row.version), row.createdAt.iso8601, row.updatedAt.iso8601,
+                row.receivedAt?.iso8601 ?? "",
+            ]
             lines.append((own + fieldColumns.map { Self.text(row.fields[$0]) }).map(Self.cell))
         }
         text = lines.map { $0.joined(separator: ",") + "\r\n" }.joined()

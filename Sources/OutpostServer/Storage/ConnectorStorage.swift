@@ -21,6 +21,9 @@ package struct Connector: Sendable, Hashable {
     package var delivered: Int64
     /// Changes delivered.
     package var deliveredChanges: Int64
+    /// How many times it was replayed: part of each batch's delivery id, so that a receiver that keeps the ids it
+    /// took takes a replayed batch again.
+    package var replays: Int
     /// Failed attempts since the last delivery.
     package var failures: Int
     /// Why the last attempt failed; nil after a delivery.
@@ -46,6 +49,7 @@ package struct Connector: Sendable, Hashable {
         self.cursor = .start
         self.delivered = 0
         self.deliveredChanges = 0
+        self.replays = 0
         self.failures = 0
         self.lastError = nil
         self.lastDeliveredAt = nil
@@ -71,7 +75,8 @@ package protocol ConnectorStorage: Sendable {
     func connector(tenant: String, id: String) async throws -> Connector?
     /// False when the tenant has no such connector.
     func setConnectorPaused(tenant: String, id: String, paused: Bool) async throws -> Bool
-    /// Moves the connector back (or on) to `cursor` and clears its failures; false when there is no such connector.
+    /// Moves the connector back (or on) to `cursor`, counts a replay and clears its failures; false when there is no
+    /// such connector.
     func replayConnector(tenant: String, id: String, from cursor: PullCursor) async throws -> Bool
     func removeConnector(tenant: String, id: String) async throws -> Bool
     /// Every tenant's connectors that are not paused: what the deliverers go through.

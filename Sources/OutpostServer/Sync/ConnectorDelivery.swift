@@ -24,8 +24,10 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
     let send: @Sendable (_ connector: Connector, _ body: [UInt8], _ delivery: String) async throws -> Void
     /// This process's name in leases.
     let owner = "server-\(UUID().uuidString)"
-    /// How often a caught-up connector looks for new changes, and the list of connectors is read.
+    /// How often a caught-up connector looks for new changes.
     var interval: Duration = .milliseconds(250)
+    /// How often the list of connectors is read, to start delivering new ones and ones whose lease ran out.
+    var listInterval: Duration = .seconds(1)
     /// A lease outlasts a delivery's longest wait, so that it is never taken from a server still sending.
     var lease: Duration = .seconds(20)
     /// The most changes, and stored bytes, a batch carries.
@@ -55,7 +57,7 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
                     } catch {
                         logger.warning("connectors: the list could not be read", metadata: ["error": "\(type(of: error))"])
                     }
-                    do { try await clock.sleep(for: interval) } catch { break }
+                    do { try await clock.sleep(for: listInterval) } catch { break }
                 }
             }
         }
@@ -139,12 +141,12 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
         }
     }
 
-    /// The batch of `page`: its delivery id is a digest of the connector and the two cursors, so the same changes
-    /// sent again carry the same id.
+    /// The batch of `page`: its delivery id is a digest of the connector, its replays and the two cursors, so the
+    /// same changes sent again carry the same id, and a replay's batches new ones.
     static func batch(_ connector: Connector, _ page: PulledChanges, received: [RecordVersion: Int64]) throws -> ConnectorBatch {
         let from = connector.cursor.token
         let to = page.cursor.token
-        let digest = SHA256.hash(data: Array("\(connector.tenant)\u{0}\(connector.id)\u{0}\(from)\u{0}\(to)".utf8))
+        let digest = SHA256.hash(data: Array("\(connector.tenant)\u{0}\(connector.id)\u{0}\(connector.replays)\u{0}\(from)\u{0}\(to)".utf8))
         let changes = try page.records.map { row in
             let change = try row.change()
             return ConnectorChange(

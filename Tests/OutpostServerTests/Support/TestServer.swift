@@ -18,6 +18,8 @@ func withServer(
     _ body: @escaping @Sendable (any TestClientProtocol, any SyncStorage) async throws -> Void
 ) async throws {
     var configuration = ServerConfiguration(port: 0, jwtSecret: Fixtures.secret)
+    // The server's clock stands still here: tests that deliver connectors run a delivery of their own on their clock.
+    configuration.deliversConnectors = false
     configure(&configuration)
     switch kind {
     case .sqlite:

@@ -7,10 +7,11 @@ extension PostgresStorage {
             try await client.query(
                 """
                 INSERT INTO connectors (tenant, id, collection, scope, url, secret, format, paused, cursor_xid, cursor_seq,
-                  delivered, delivered_changes, failures, next_attempt_at, created_at, lease_until)
+                  delivered, delivered_changes, replays, failures, next_attempt_at, created_at, lease_until)
                 VALUES (\(connector.tenant), \(connector.id), \(connector.collection), \(connector.scope), \(connector.url),
                   \(connector.secret), \(connector.format.rawValue), \(connector.paused), \(connector.cursor.xid),
-                  \(connector.cursor.seq), \(connector.delivered), \(connector.deliveredChanges), \(connector.failures),
+                  \(connector.cursor.seq), \(connector.delivered), \(connector.deliveredChanges), \(Int32(connector.replays)),
+                  \(Int32(connector.failures)),
                   \(connector.nextAttemptAt), \(connector.createdAt), 0)
                 """, logger: logger)
         }
@@ -40,8 +41,8 @@ extension PostgresStorage {
     package func replayConnector(tenant: String, id: String, from cursor: PullCursor) async throws -> Bool {
         try await changedRow(
             """
-            UPDATE connectors SET cursor_xid = \(cursor.xid), cursor_seq = \(cursor.seq), failures = 0, last_error = NULL,
-              next_attempt_at = 0
+            UPDATE connectors SET cursor_xid = \(cursor.xid), cursor_seq = \(cursor.seq), replays = replays + 1,
+              failures = 0, last_error = NULL, next_attempt_at = 0
             WHERE tenant = \(tenant) AND id = \(id) RETURNING id
             """)
     }
@@ -179,6 +180,7 @@ extension PostgresStorage {
             connector.cursor = PullCursor(xid: try c["cursor_xid"].decode(Int64.self), seq: try c["cursor_seq"].decode(Int64.self))
             connector.delivered = try c["delivered"].decode(Int64.self)
             connector.deliveredChanges = try c["delivered_changes"].decode(Int64.self)
+            connector.replays = Int(try c["replays"].decode(Int32.self))
             connector.failures = Int(try c["failures"].decode(Int32.self))
             connector.lastError = try c["last_error"].decode(String?.self)
             connector.lastDeliveredAt = try c["last_delivered_at"].decode(Int64?.self)

@@ -242,6 +242,7 @@ extension PostgresStorage {
                   cursor_seq BIGINT NOT NULL,
                   delivered BIGINT NOT NULL,
                   delivered_changes BIGINT NOT NULL,
+                  replays INTEGER NOT NULL,
                   failures INTEGER NOT NULL,
                   last_error TEXT,
                   last_delivered_at BIGINT,

@@ -7,13 +7,13 @@ extension SQLiteStorage {
             try db.execute(
                 sql: """
                     INSERT INTO connectors (tenant, id, collection, scope, url, secret, format, paused, cursor_xid,
-                      cursor_seq, delivered, delivered_changes, failures, next_attempt_at, created_at, lease_until)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+                      cursor_seq, delivered, delivered_changes, replays, failures, next_attempt_at, created_at, lease_until)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
                     """,
                 arguments: [
                     connector.tenant, connector.id, connector.collection, connector.scope, connector.url, connector.secret,
                     connector.format.rawValue, connector.paused, connector.cursor.xid, connector.cursor.seq,
-                    connector.delivered, connector.deliveredChanges, connector.failures, connector.nextAttemptAt,
+                    connector.delivered, connector.deliveredChanges, connector.replays, connector.failures, connector.nextAttemptAt,
                     connector.createdAt,
                 ])
         }
@@ -45,7 +45,8 @@ extension SQLiteStorage {
         try await pool.write { db in
             try db.execute(
                 sql: """
-                    UPDATE connectors SET cursor_xid = ?, cursor_seq = ?, failures = 0, last_error = NULL, next_attempt_at = 0
+                    UPDATE connectors SET cursor_xid = ?, cursor_seq = ?, replays = replays + 1, failures = 0, last_error = NULL,
+                      next_attempt_at = 0
                     WHERE tenant = ? AND id = ?
                     """, arguments: [cursor.xid, cursor.seq, tenant, id])
             return db.changesCount > 0
@@ -178,6 +179,7 @@ extension SQLiteStorage {
         connector.cursor = PullCursor(xid: row["cursor_xid"], seq: row["cursor_seq"])
         connector.delivered = row["delivered"]
         connector.deliveredChanges = row["delivered_changes"]
+        connector.replays = row["replays"]
         connector.failures = row["failures"]
         connector.lastError = row["last_error"]
         connector.lastDeliveredAt = row["last_delivered_at"]

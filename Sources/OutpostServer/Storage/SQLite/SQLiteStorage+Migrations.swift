@@ -213,6 +213,7 @@ extension SQLiteStorage {
                       cursor_seq INTEGER NOT NULL,
                       delivered INTEGER NOT NULL,
                       delivered_changes INTEGER NOT NULL,
+                      replays INTEGER NOT NULL,
                       failures INTEGER NOT NULL,
                       last_error TEXT,
                       last_delivered_at INTEGER,
