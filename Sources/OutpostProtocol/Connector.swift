@@ -126,7 +126,8 @@ public struct RecordDelivery: Sendable, Hashable, Codable {
     public var scope: String
     /// The version the server has.
     public var version: Int64
-    /// The connectors that send this record (paused ones included); none means it goes nowhere else.
+    /// The connectors that send this record as batches (paused ones included, a chat's not); none means it goes
+    /// nowhere else.
     public var receivers: Int
     /// True when every one of them has delivered this version (or a later one).
     public var delivered: Bool

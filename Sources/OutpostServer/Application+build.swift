@@ -55,7 +55,8 @@ package func buildApplication<Storage: SyncStorage>(
                     try await ConnectorMessage.post(
                         connector, body: body, delivery: delivery, timeout: configuration.connectorTimeout, now: Date())
                 },
-                lease: configuration.connectorTimeout * 2))
+                sealer: { try secrets.cursorSealer() },
+                lease: configuration.connectorTimeout * 2 + .seconds(10)))
     }
     app.beforeServerStarts {
         try await storage.migrate()
@@ -104,7 +105,7 @@ package func buildRouter<Storage: SyncStorage>(
     ReviewController(storage: storage, configuration: configuration).addRoutes(to: v1)
     ExportController(storage: storage, configuration: configuration).addRoutes(to: v1)
     NotificationController(storage: storage, configuration: configuration).addRoutes(to: v1)
-    ConnectorController(storage: storage, configuration: configuration, now: now).addRoutes(to: v1)
+    ConnectorController(storage: storage, configuration: configuration, secrets: secrets, now: now).addRoutes(to: v1)
     MonitorController(
         storage: storage, configuration: configuration, secrets: secrets, devices: devices, metrics: metrics, now: now
     ).addRoutes(to: v1)

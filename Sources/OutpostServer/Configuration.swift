@@ -50,6 +50,9 @@ public struct ServerConfiguration: Sendable {
     public var bodyTimeout: Duration
     /// How long a connector's receiver may take to answer a batch before the batch counts as not taken.
     public var connectorTimeout: Duration = .seconds(10)
+    /// Whether notifications and connectors may go to http on this machine (for development and tests). Off, they
+    /// go to https only, so that an organizer cannot make the server reach its own machine's services.
+    public var allowsLoopbackReceivers = false
     /// Whether this process delivers connectors. Off, it serves the connector API and leaves delivery to the other
     /// servers on its database (with none, changes wait, in order, for one that delivers).
     public var deliversConnectors = true

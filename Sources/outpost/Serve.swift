@@ -65,6 +65,11 @@ struct Serve: AsyncParsableCommand {
     var tlsKey: String?
 
     @Flag(
+        name: .customLong("allow-loopback-receivers"),
+        help: "Let notifications and connectors go to http on this machine (development and tests; https only otherwise).")
+    var allowLoopbackReceivers = false
+
+    @Flag(
         name: .customLong("no-connector-delivery"),
         help: "Serve the connector API, but leave delivering connectors to the other servers on the database.")
     var noConnectorDelivery = false
@@ -115,6 +120,7 @@ struct Serve: AsyncParsableCommand {
             maxWaitingRequests: maxWaitingRequests, bodyTimeout: .seconds(bodyTimeout))
         configuration.connectorTimeout = .seconds(connectorTimeout)
         configuration.deliversConnectors = !noConnectorDelivery
+        configuration.allowsLoopbackReceivers = allowLoopbackReceivers
         configuration.escalationEnabled = !noEscalation && ProcessInfo.processInfo.environment["OUTPOST_ESCALATION"] != "off"
         configuration.jwtSecret = try StorageOptions.environmentSecret()
         configuration.tokenRules = identity.rules

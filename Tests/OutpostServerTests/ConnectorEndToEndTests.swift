@@ -15,7 +15,7 @@ struct ConnectorEndToEndTests {
     /// `outpost serve` on `port` (kept across a restart) with `storage`'s options; answers within 1 s make a batch taken.
     static func serve(port: String, _ storage: [String], timeout: Int = 1) async throws -> RunningChild {
         let server = try await OutpostProcess.start(
-            ["serve", "--port", port, "--connector-timeout", String(timeout)] + storage,
+            ["serve", "--port", port, "--connector-timeout", String(timeout), "--allow-loopback-receivers"] + storage,
             environment: ["OUTPOST_JWT_SECRET": secret])
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         return server

@@ -22,6 +22,8 @@ final class ConnectorReceiver: Sendable {
 
     private struct State {
         var taken: [Taken] = []
+        /// The delivery id of every request, taken or not.
+        var attempts: [String] = []
         var failing = false
         var delay: Duration = .zero
         var requests = 0
@@ -34,6 +36,7 @@ final class ConnectorReceiver: Sendable {
     var taken: [Taken] { state.withLockedValue { $0.taken } }
     /// Every request, taken or not.
     var requests: Int { state.withLockedValue { $0.requests } }
+    var attempts: [String] { state.withLockedValue { $0.attempts } }
     func fail(_ failing: Bool) { state.withLockedValue { $0.failing = failing } }
     func delay(_ delay: Duration) { state.withLockedValue { $0.delay = delay } }
 
@@ -41,8 +44,10 @@ final class ConnectorReceiver: Sendable {
         let router = Router()
         router.post("hook") { [state] request, _ -> Response in
             let body = Array(buffer: try await request.body.collect(upTo: 8 << 20))
+            let delivery = request.headers.first { $0.name.canonicalName == "outpost-delivery" }?.value ?? ""
             let delay = state.withLockedValue { state -> Duration in
                 state.requests += 1
+                state.attempts.append(delivery)
                 return state.delay
             }
             if delay > .zero { try await Task.sleep(for: delay) }
@@ -50,12 +55,31 @@ final class ConnectorReceiver: Sendable {
                 guard !state.failing else { return true }
                 state.taken.append(
                     Taken(
-                        delivery: request.headers.first { $0.name.canonicalName == "outpost-delivery" }?.value ?? "",
+                        delivery: delivery,
                         signature: request.headers.first { $0.name.canonicalName == "outpost-signature" }?.value ?? "",
                         body: body))
                 return false
             }
             return Response(status: failing ? .internalServerError : .ok)
+        }
+        // An answer whose head comes at once and whose body never ends.
+        router.post("stall") { _, _ -> Response in
+            Response(
+                status: .ok,
+                body: ResponseBody { writer in
+                    try await Task.sleep(for: .seconds(60))
+                    try await writer.finish(nil)
+                })
+        }
+        // What Apps Script's output page says: the id of the batch its doPost took, or an error page.
+        router.get("output/:delivery") { _, context -> Response in
+            let delivery = context.parameters.get("delivery") ?? ""
+            return Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(string: #"{"taken":"\#(delivery)"}"#)))
+        }
+        router.get("error-page") { _, _ -> Response in
+            Response(status: .ok, headers: [.contentType: "text/html"], body: .init(byteBuffer: ByteBuffer(string: "<html>TypeError</html>")))
         }
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let app = Application(
@@ -67,6 +91,9 @@ final class ConnectorReceiver: Sendable {
         guard let port = await iterator.next(), port > 0 else { throw TestSetupError("the receiver did not start") }
         url = "http://127.0.0.1:\(port)/hook"
     }
+
+    /// Another route of the receiver.
+    func url(_ path: String) -> String { url.replacingOccurrences(of: "/hook", with: path) }
 
     func stop() async {
         task.cancel()
@@ -120,6 +147,8 @@ func expectInOrder(_ batches: [ConnectorBatch], _ expected: [String], sourceLoca
 @Suite("Connectors")
 struct ConnectorTests {
     static let secret = "a-receivers-secret-of-some-length"
+    /// The cursor sealer of the servers `withServer` makes.
+    static let sealer = CursorSealer(secret: SymmetricKey(data: Fixtures.secret))
 
     static func connector(tenant: String = "acme", id: String = "con_1", collection: String = "notes", scope: String = "", url: String)
         -> Connector
@@ -135,14 +164,14 @@ struct ConnectorTests {
             send: { connector, body, delivery in
                 try await ConnectorMessage.post(connector, body: body, delivery: delivery, timeout: .seconds(5), now: now.date)
             },
-            batchSize: 3)
+            sealer: { Self.sealer }, batchSize: 3)
     }
 
     /// Sends con_1's next batch. On PostgreSQL a change shows only once every older transaction has ended, in
     /// every database of the test cluster: it is asked again until it shows (30 s at most).
     static func deliverNext<S: SyncStorage>(_ delivery: ConnectorDelivery<S>, _ storage: S) async throws {
         let deadline = ContinuousClock.now.advanced(by: .seconds(30))
-        while try await !delivery.deliverNext(try #require(try await storage.connector(tenant: "acme", id: "con_1"))) {
+        while try await delivery.deliverNext(try #require(try await storage.connector(tenant: "acme", id: "con_1"))) != .sent {
             guard ContinuousClock.now < deadline else { throw TestSetupError("no batch to send for 30 s") }
             try await Task.sleep(for: .milliseconds(10))
         }
@@ -236,7 +265,7 @@ struct ConnectorTests {
             _ = try await storage.push(
                 [Fixtures.delete("g1", at: 5, collection: Guest.collection, device: "admin", scope: "gala")], role: .organizer)
             try await deliverAll(upTo: 5)
-            #expect(try await !delivery.deliverNext(try #require(try await storage.connector(tenant: "acme", id: "con_1"))))
+            #expect(try await delivery.deliverNext(try #require(try await storage.connector(tenant: "acme", id: "con_1"))) == .nothing)
             let batches = try receiver.batches(secret: Self.secret)
             // g1 was deleted after the first batch took it: it comes again, as a tombstone.
             expectInOrder(batches, ["g1", "g3", "g5", "g6", "g1"])
@@ -247,7 +276,9 @@ struct ConnectorTests {
             #expect(changes.first?.fields["name"] == .string("Guest g1"))
             #expect(changes.allSatisfy { $0.receivedAt == Fixtures.time(3600) && $0.scope == "gala" })
             let stored = try #require(try await storage.connector(tenant: "acme", id: "con_1"))
-            #expect(stored.cursor.token == batches.last?.to)
+            #expect(Self.sealer.token(stored.cursor, tenant: "acme") == batches.last?.to)
+            // Cursors are sealed for the tenant: they tell nothing of other tenants' changes.
+            #expect(batches.dropFirst().allSatisfy { $0.from.hasPrefix("c2.") && $0.to.hasPrefix("c2.") })
             #expect(stored.delivered == Int64(batches.count))
             #expect(stored.deliveredChanges == 5)
         }
@@ -298,26 +329,102 @@ struct ConnectorTests {
         }
     }
 
+    @Test("a batch not taken is sent again ending where it did, with its id: later changes wait for the next batch, and a record changed since comes there",
+          arguments: StorageKind.allCases)
+    func retrySameBatch(kind: StorageKind) async throws {
+        let receiver = try await ConnectorReceiver()
+        defer { Task { await receiver.stop() } }
+        let now = ManualNow(Fixtures.serverNow.date)
+        try await withStorage(kind) { storage in try await Self.retriesSameBatch(storage, receiver: receiver, now: now) }
+    }
+
+    static func retriesSameBatch<S: SyncStorage>(_ storage: S, receiver: ConnectorReceiver, now: ManualNow) async throws {
+        let delivery = Self.delivery(storage, now: now)
+        try await storage.addConnector(Self.connector(url: receiver.url))
+        #expect(try await storage.leaseConnector(tenant: "acme", id: "con_1", owner: delivery.owner, now: 0, until: .max))
+        _ = try await storage.push(Self.notes(["n1", "n2"]))
+        receiver.fail(true)
+        try await Self.deliverNext(delivery, storage)
+        let refused = try #require(receiver.attempts.first)
+        #expect(try await storage.connector(tenant: "acme", id: "con_1")?.pending != nil)
+        // Meanwhile n1 changes again and n3 arrives.
+        _ = try await storage.push([Fixtures.upsert("n1", ["t": "again"], at: 5)] + Self.notes(["n3"], at: 6))
+        receiver.fail(false)
+        try await Self.deliverNext(delivery, storage)
+        try await Self.deliverNext(delivery, storage)
+        let batches = try receiver.batches(secret: Self.secret)
+        #expect(batches.first?.delivery == refused)
+        expectInOrder(batches, ["n2", "n1", "n3"])
+        #expect(batches.last?.changes.first?.fields["t"] == .string("again"))
+        #expect(try await storage.connector(tenant: "acme", id: "con_1")?.pending == nil)
+    }
+
+    @Test("an answer whose body never ends is no answer; Apps Script's output must name the batch")
+    func answers() async throws {
+        let receiver = try await ConnectorReceiver()
+        defer { Task { await receiver.stop() } }
+        let stalled = Self.connector(url: receiver.url("/stall"))
+        let started = ContinuousClock.now
+        await #expect(throws: ConnectorMessage.TimedOut.self) {
+            try await ConnectorMessage.post(stalled, body: Array("{}".utf8), delivery: "dlv_1", timeout: .seconds(1), now: Date())
+        }
+        #expect(ContinuousClock.now - started < .seconds(30))
+        #expect(ConnectorMessage.reason(ConnectorMessage.TimedOut()) == "the receiver did not answer in time")
+
+        try await ConnectorMessage.checkAppsScriptOutput(receiver.url("/output/dlv_7"), delivery: "dlv_7", timeout: .seconds(10))
+        await #expect(throws: ConnectorMessage.NotTakenByScript.self) {
+            try await ConnectorMessage.checkAppsScriptOutput(receiver.url("/output/dlv_6"), delivery: "dlv_7", timeout: .seconds(10))
+        }
+        await #expect(throws: ConnectorMessage.NotTakenByScript.self) {
+            try await ConnectorMessage.checkAppsScriptOutput(receiver.url("/error-page"), delivery: "dlv_7", timeout: .seconds(10))
+        }
+    }
+
+    @Test("receivers are https unless the server allows loopback; no internal address in any of its forms")
+    func receiverURLs() async throws {
+        for host in ["127.1", "2130706433", "0x7f.0.0.1", "10.1", "192.168.0.9", "172.20.1.1", "169.254.169.254", "0.0.0.0"] {
+            #expect(NotificationURL.isInternal(host), "\(host)")
+            #expect(NotificationURL.problem(url: "https://\(host)/x", allowingLoopback: true) != nil, "\(host)")
+        }
+        for host in ["example.org", "8.8.8.8", "172.32.0.1", "script.google.com"] {
+            #expect(!NotificationURL.isInternal(host), "\(host)")
+        }
+        for url in ["https://localhost/x", "https://api.localhost/x", "https://1.2.3.4/x"] {
+            #expect(NotificationURL.problem(url: url, allowingLoopback: true) != nil, "\(url)")
+        }
+        #expect(NotificationURL.problem(url: "https://script.google.com/macros/s/AKfy/exec", allowingLoopback: false) == nil)
+        #expect(NotificationURL.problem(url: "http://127.0.0.1:8080/hook", allowingLoopback: false)?.contains("https") == true)
+        #expect(NotificationURL.problem(url: "http://127.0.0.1:8080/hook", allowingLoopback: true) == nil)
+        try await withServer(.sqlite, configure: { $0.allowsLoopbackReceivers = false }) { client, storage in
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            let answer = try await client.send(
+                .post, "/v1/connectors", token: organizer,
+                body: try Fixtures.json(["collection": "notes", "url": "http://127.0.0.1:6379/x"]))
+            #expect(answer.status == .badRequest)
+            #expect(try await storage.connectors(tenant: "acme").isEmpty)
+        }
+    }
+
     @Test("the same changes sent again carry the same delivery id; other changes, another connector or a replay another")
     func deliveryIds() throws {
         let connector = Self.connector(url: "https://example.org/hook")
         let row = SnapshotRow(
             collection: "notes", recordId: "n1", scope: "", version: 1, fieldsJSON: #"{"t":"x"}"#, createdAt: 0, updatedAt: 0)
         let page = PulledChanges(records: [row], cursor: PullCursor(xid: 0, seq: 1), hasMore: false)
-        let first = try ConnectorDelivery<SQLiteStorage>.batch(connector, page, received: [:])
-        let again = try ConnectorDelivery<SQLiteStorage>.batch(connector, page, received: [:])
-        var moved = page
-        moved.cursor = PullCursor(xid: 0, seq: 2)
-        #expect(first.delivery == again.delivery)
+        func batch(_ connector: Connector, through end: PullCursor = PullCursor(xid: 0, seq: 1)) throws -> ConnectorBatch {
+            try ConnectorDelivery<SQLiteStorage>.batch(connector, page, through: end, received: [:], sealer: Self.sealer)
+        }
+        let first = try batch(connector)
+        #expect(first.delivery == (try batch(connector)).delivery)
         #expect(first.delivery.hasPrefix("dlv_"))
-        #expect(try ConnectorDelivery<SQLiteStorage>.batch(connector, moved, received: [:]).delivery != first.delivery)
+        #expect(try batch(connector, through: PullCursor(xid: 0, seq: 2)).delivery != first.delivery)
         var other = connector
         other.id = "con_2"
-        #expect(try ConnectorDelivery<SQLiteStorage>.batch(other, page, received: [:]).delivery != first.delivery)
+        #expect(try batch(other).delivery != first.delivery)
         // A replay sends the same changes as new batches, which a receiver that keeps the ids it took takes again.
         var replayed = connector
         replayed.replays = 1
-        #expect(try ConnectorDelivery<SQLiteStorage>.batch(replayed, page, received: [:]).delivery != first.delivery)
+        #expect(try batch(replayed).delivery != first.delivery)
     }
 
     @Test("the Slack format is a readable message; the signature is what Python's hmac computes")
@@ -401,7 +508,7 @@ struct ConnectorTests {
             send: { connector, body, delivery in
                 try await ConnectorMessage.post(connector, body: body, delivery: delivery, timeout: .seconds(5), now: now.date)
             },
-            batchSize: 1)
+            sealer: { Self.sealer }, batchSize: 1)
         try await storage.addConnector(Self.connector(collection: "builds", url: receiver.url))
         #expect(try await ask(ana).map { "\($0.recordId) \($0.receivers) \($0.delivered)" } == ["b1 1 false", "b2 1 false"])
         #expect(try await storage.leaseConnector(tenant: "acme", id: "con_1", owner: delivery.owner, now: 0, until: .max))
@@ -410,6 +517,11 @@ struct ConnectorTests {
         // A newer version of b1 is not delivered until the connector sends it.
         _ = try await client.push([build("b1", "Shed, roofed", at: 10)], token: ana)
         #expect(try await ask(ana).map { "\($0.recordId) v\($0.version) \($0.delivered)" } == ["b2 v1 false", "b1 v2 false"])
+        // A chat's connector is not where records are kept: it is not counted.
+        var chat = Self.connector(id: "con_chat", collection: "builds", url: receiver.url)
+        chat.format = .slack
+        try await storage.addConnector(chat)
+        #expect(try await ask(ana).map(\.receivers) == [1, 1])
         // A second connector that has sent nothing: delivered only when both have.
         try await storage.addConnector(Self.connector(id: "con_2", collection: "builds", url: receiver.url))
         while try receiver.batches(secret: Self.secret).flatMap(\.changes).count < 3 {
@@ -483,8 +595,13 @@ struct ConnectorTests {
             #expect(try JSONDecoder().decode(ConnectorStatus.self, from: paused.body).state == "paused")
             let resumed = try await client.send(.post, "/v1/connectors/\(status.id)/resume", token: organizer)
             #expect(try JSONDecoder().decode(ConnectorStatus.self, from: resumed.body).state == "active")
-            let replayed = try await client.post("/v1/connectors/\(status.id)/replay", ["from": "c1.0.7"], token: organizer)
-            #expect(try JSONDecoder().decode(ConnectorStatus.self, from: replayed.body).cursor == "c1.0.7")
+            let cursor = Self.sealer.token(PullCursor(xid: 0, seq: 7), tenant: "acme")
+            let replayed = try await client.post("/v1/connectors/\(status.id)/replay", ["from": cursor], token: organizer)
+            #expect(try JSONDecoder().decode(ConnectorStatus.self, from: replayed.body).cursor == cursor)
+            #expect(try await storage.connector(tenant: "acme", id: status.id)?.cursor == PullCursor(xid: 0, seq: 7))
+            // Another tenant's cursor opens for no one else.
+            let foreign = Self.sealer.token(PullCursor(xid: 0, seq: 7), tenant: "other")
+            #expect(try await client.post("/v1/connectors/\(status.id)/replay", ["from": foreign], token: organizer).status == .badRequest)
             #expect(try await client.post("/v1/connectors/\(status.id)/replay", ["from": "start"], token: organizer).status == .ok)
             #expect(try await storage.connector(tenant: "acme", id: status.id)?.cursor == .start)
 

@@ -21,7 +21,8 @@ struct FuzzTests {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-fuzz-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }
         let server = try await OutpostProcess.start(
-            ["serve", "--port", "0", "--data-dir", root.appendingPathComponent("server").path],
+            // The spec allows http receivers on this machine, which the server takes only when told.
+            ["serve", "--port", "0", "--data-dir", root.appendingPathComponent("server").path, "--allow-loopback-receivers"],
             environment: ["OUTPOST_JWT_SECRET": Self.secret])
         let port = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         let authority = try await TokenAuthority(secret: Array(Self.secret.utf8))

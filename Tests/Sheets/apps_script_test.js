@@ -1,5 +1,7 @@
-// Runs deploy/google-sheets/Code.gs against an in-memory stand-in for SpreadsheetApp: rows per record,
-// updates in place, tombstones, batches sent twice, older versions, formula text, and doPost's answer.
+// Runs deploy/google-sheets/Code.gs against an in-memory stand-in for SpreadsheetApp that reads what is written
+// as Sheets does (a leading apostrophe keeps text; otherwise numbers, dates and formulas are parsed): rows per
+// record, updates in place, tombstones, batches sent twice, older versions, number-like ids, formula text, and
+// doPost's answer.
 // Run by SheetsReceiverTests (swift test); exits non-zero on the first failed check.
 'use strict';
 const fs = require('fs');
@@ -27,11 +29,22 @@ class Sheet {
         values.forEach((line, r) => {
           assert.strictEqual(line.length, columns);
           while (sheet.cells.length < row + r) sheet.cells.push([]);
-          line.forEach((value, c) => { sheet.cells[row - 1 + r][column - 1 + c] = value; });
+          line.forEach((value, c) => { sheet.cells[row - 1 + r][column - 1 + c] = typed(value); });
         });
       },
     };
   }
+}
+
+// What Sheets keeps of a value written with setValues: text after an apostrophe as it is; else a number, a date or
+// a formula when the text reads as one.
+function typed(value) {
+  if (typeof value !== 'string') return value;
+  if (value.startsWith("'")) return value.slice(1);
+  if (value.startsWith('=')) return { formula: value };
+  if (/^-?[0-9]+(\.[0-9]+)?$/.test(value)) return Number(value);
+  if (/^[0-9]{4}-[0-9]{2}-[0-9]{2}$/.test(value)) return { date: value };
+  return value;
 }
 
 class Spreadsheet {
@@ -72,7 +85,7 @@ assert.deepStrictEqual(locks, [['wait', 30000], ['release']]);
 assert.deepStrictEqual(rows()[0], ['recordId', 'scope', 'version', 'deleted', 'createdAt', 'updatedAt', 'receivedAt', 'crew', 'site']);
 assert.deepStrictEqual(rows()[1].slice(0, 4).concat(rows()[1].slice(7)), ['b1', '', 1, false, 4, 'North']);
 // Formula text is kept as text.
-assert.strictEqual(rows()[2][8], '\'=HYPERLINK("http://x")');
+assert.strictEqual(rows()[2][8], '=HYPERLINK("http://x")');
 
 // The same batch again changes nothing.
 const before = JSON.stringify(rows());
@@ -101,4 +114,13 @@ assert.strictEqual(rows().length, 5);
 assert.deepStrictEqual(rows()[4].slice(0, 2), ['b1', 'fair']);
 assert.strictEqual(rows()[4][7], '{"lead":"Ana"}');
 assert.strictEqual(rows()[4][8], '');
+// Ids and values that read as numbers or dates stay text, so a record's row is found again.
+post({ delivery: 'dlv_4', connector: 'con_1', collection: 'builds', sequence: 4, from: 'c1.0.7', to: 'c1.0.8',
+  changes: [change('00123', 1, { permit: '2026-11-21', site: '0042' })] });
+post({ delivery: 'dlv_5', connector: 'con_1', collection: 'builds', sequence: 5, from: 'c1.0.8', to: 'c1.0.9',
+  changes: [change('00123', 2, { permit: '2026-11-22', site: '0042' })] });
+assert.strictEqual(rows().length, 6);
+assert.deepStrictEqual(rows()[5].slice(0, 3), ['00123', '', 2]);
+assert.strictEqual(rows()[5][8], '0042');
+assert.strictEqual(rows()[5][rows()[0].indexOf('permit')], '2026-11-22');
 console.log('apps script receiver: all checks passed');

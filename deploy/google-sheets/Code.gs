@@ -60,8 +60,8 @@ function applyBatch(spreadsheet, batch) {
     if (found && found.version >= change.version) return;
     var values = header.map(function (name, column) {
       switch (column) {
-        case 0: return cell(change.recordId);
-        case 1: return cell(change.scope);
+        case 0: return text(change.recordId);
+        case 1: return text(change.scope);
         case 2: return change.version;
         case 3: return change.tombstone;
         case 4: return change.createdAt;
@@ -77,12 +77,20 @@ function applyBatch(spreadsheet, batch) {
 }
 
 /**
- * A field's value as a cell: text as it is (a leading = + - or @ quoted, so that it is never run as a formula),
- * numbers and booleans as they are, anything else as JSON, nothing for null.
+ * A field's value as a cell: text as text, numbers and booleans as they are, anything else as JSON, nothing for
+ * null.
  */
 function cell(value) {
   if (value === null || value === undefined) return '';
-  if (typeof value === 'string') return /^[=+\-@]/.test(value) ? "'" + value : value;
+  if (typeof value === 'string') return text(value);
   if (typeof value === 'number' || typeof value === 'boolean') return value;
   return JSON.stringify(value);
+}
+
+/**
+ * Text the sheet keeps as it is: a leading apostrophe stops Sheets reading "00123" as a number, "2026-11-21" as
+ * a date, or "=…" as a formula. An empty scope stays empty.
+ */
+function text(value) {
+  return value === '' ? '' : "'" + value;
 }

@@ -44,7 +44,8 @@ public struct BuildArchive: Sendable {
         var states: [String: SheetState] = [:]
         for start in stride(from: 0, to: uploaded.count, by: 200) {
             let ids = Array(uploaded[start..<min(start + 200, uploaded.count)])
-            guard let answer = try? await engine.deliveries(collection: Build.collection, recordIds: ids) else { return builds }
+            // A part the server did not answer leaves its builds unknown; the others are still told.
+            guard let answer = try? await engine.deliveries(collection: Build.collection, recordIds: ids) else { continue }
             for record in answer.records {
                 states[record.recordId] = record.receivers == 0 ? .noSheet : record.delivered ? .received : .waiting
             }

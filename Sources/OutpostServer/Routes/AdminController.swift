@@ -224,7 +224,7 @@ struct AdminController<Storage: SyncStorage> {
             return try await page(refresh: Self.defaultRefresh, event: event, session: session, notice: "Notifications stopped.")
         case "set":
             let url = form["url"] ?? ""
-            if let problem = NotificationURL.problem(url: url) {
+            if let problem = NotificationURL.problem(url: url, allowingLoopback: configuration.allowsLoopbackReceivers) {
                 return try await page(
                     refresh: Self.defaultRefresh, event: event, session: session, notice: "Not saved: \(problem).",
                     status: .badRequest)

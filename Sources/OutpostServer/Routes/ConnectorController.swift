@@ -9,6 +9,7 @@ import OutpostProtocol
 struct ConnectorController<Storage: SyncStorage> {
     let storage: Storage
     let configuration: ServerConfiguration
+    let secrets: ServerSecrets
     let now: @Sendable () -> Date
 
     /// The most connectors one tenant may have.
@@ -86,7 +87,10 @@ struct ConnectorController<Storage: SyncStorage> {
         let positions = try await storage.changePositions(
             tenant: identity.tenant, collection: policy.name, scope: scope, owner: policy.readOwner(for: identity),
             recordIds: ids)
-        let connectors = try await storage.connectors(tenant: identity.tenant).filter { $0.collection == policy.name }
+        // Connectors that send batches, the kind a sheet or a system takes; a chat's messages are not counted.
+        let connectors = try await storage.connectors(tenant: identity.tenant).filter {
+            $0.collection == policy.name && $0.format == .json
+        }
         let records = positions.map { record in
             let receivers = connectors.filter { $0.scope.isEmpty || $0.scope == record.scope }
             return RecordDelivery(
@@ -106,7 +110,9 @@ struct ConnectorController<Storage: SyncStorage> {
         if let scope = new.scope, !Identifier.isValid(scope) {
             throw OutpostHTTPError.badRequest("scope must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }
-        if let problem = NotificationURL.problem(url: new.url) { throw OutpostHTTPError.badRequest(problem) }
+        if let problem = NotificationURL.problem(url: new.url, allowingLoopback: configuration.allowsLoopbackReceivers) {
+            throw OutpostHTTPError.badRequest(problem)
+        }
         if let secret = new.secret, !Self.isAcceptable(secret: secret) {
             throw OutpostHTTPError.badRequest("secret must be 16 to 256 printable ASCII characters")
         }
@@ -118,7 +124,7 @@ struct ConnectorController<Storage: SyncStorage> {
             url: new.url, secret: new.secret ?? "osk_" + Self.hex(count: 32), format: new.format ?? .json,
             createdAt: Timestamp(now()).millisecondsSince1970)
         try await storage.addConnector(connector)
-        var status = Self.status(connector)
+        var status = Self.status(connector, sealer: try secrets.cursorSealer())
         // Shown once, when the server chose it: the organizer gives it to the receiver.
         if new.secret == nil { status.secret = connector.secret }
         return try .json(status, status: .created)
@@ -126,13 +132,14 @@ struct ConnectorController<Storage: SyncStorage> {
 
     @Sendable func list(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try organizer(context)
-        return try .json(try await storage.connectors(tenant: identity.tenant).map(Self.status))
+        let sealer = try secrets.cursorSealer()
+        return try .json(try await storage.connectors(tenant: identity.tenant).map { Self.status($0, sealer: sealer) })
     }
 
     @Sendable func get(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let (identity, id) = try organizerAndConnector(context)
         guard let connector = try await storage.connector(tenant: identity.tenant, id: id) else { throw Self.notFound(id) }
-        return try .json(Self.status(connector))
+        return try .json(Self.status(connector, sealer: try secrets.cursorSealer()))
     }
 
     @Sendable func remove(_ request: Request, context: OutpostRequestContext) async throws -> Response {
@@ -153,13 +160,14 @@ struct ConnectorController<Storage: SyncStorage> {
         let (identity, id) = try organizerAndConnector(context)
         let replay = try await RequestDecoding.decodeBody(
             Replay.self, from: request, maxBytes: 1024, timeout: configuration.bodyTimeout)
-        guard let cursor = replay.from == "start" ? .start : PullCursor(token: replay.from) else {
-            throw OutpostHTTPError.badRequest("from must be start or a cursor from a batch (c1.N.N)")
+        let sealer = try secrets.cursorSealer()
+        guard let cursor = replay.from == "start" ? .start : sealer.cursor(replay.from, tenant: identity.tenant) else {
+            throw OutpostHTTPError.badRequest("from must be start or a cursor from one of this tenant's batches")
         }
         guard try await storage.replayConnector(tenant: identity.tenant, id: id, from: cursor),
             let connector = try await storage.connector(tenant: identity.tenant, id: id)
         else { throw Self.notFound(id) }
-        return try .json(Self.status(connector))
+        return try .json(Self.status(connector, sealer: sealer))
     }
 
     private func setPaused(_ paused: Bool, _ context: OutpostRequestContext) async throws -> Response {
@@ -167,7 +175,7 @@ struct ConnectorController<Storage: SyncStorage> {
         guard try await storage.setConnectorPaused(tenant: identity.tenant, id: id, paused: paused),
             let connector = try await storage.connector(tenant: identity.tenant, id: id)
         else { throw Self.notFound(id) }
-        return try .json(Self.status(connector))
+        return try .json(Self.status(connector, sealer: try secrets.cursorSealer()))
     }
 
     private func organizer(_ context: OutpostRequestContext) throws -> Identity {
@@ -188,12 +196,14 @@ struct ConnectorController<Storage: SyncStorage> {
         OutpostHTTPError(.notFound, .notFound, "no connector \(id)")
     }
 
-    /// The organizer's view: the URL's host only (the whole URL can hold a credential), never the secret.
-    static func status(_ connector: Connector) -> ConnectorStatus {
+    /// The organizer's view: the URL's host only (the whole URL can hold a credential), never the secret, and the
+    /// cursor sealed for the tenant.
+    static func status(_ connector: Connector, sealer: CursorSealer) -> ConnectorStatus {
         ConnectorStatus(
             id: connector.id, collection: connector.collection, scope: connector.scope.isEmpty ? nil : connector.scope,
             host: URL(string: connector.url)?.host ?? "", format: connector.format.rawValue,
-            state: connector.paused ? "paused" : connector.isFailing ? "failing" : "active", cursor: connector.cursor.token,
+            state: connector.paused ? "paused" : connector.isFailing ? "failing" : "active",
+            cursor: sealer.token(connector.cursor, tenant: connector.tenant),
             delivered: connector.delivered, deliveredChanges: connector.deliveredChanges, failures: connector.failures,
             lastError: connector.lastError, lastDeliveredAt: connector.lastDeliveredAt.map(Timestamp.init(millisecondsSince1970:)),
             lastFailedAt: connector.lastFailedAt.map(Timestamp.init(millisecondsSince1970:)),

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Hummingbird
 import OutpostProtocol
 
@@ -53,7 +56,9 @@ struct NotificationController<Storage: SyncStorage> {
         let (identity, event) = try organizer(context)
         let setting = try await RequestDecoding.decodeBody(
             Setting.self, from: request, maxBytes: 16 * 1024, timeout: configuration.bodyTimeout)
-        if let problem = NotificationURL.problem(url: setting.url) { throw OutpostHTTPError.badRequest(problem) }
+        if let problem = NotificationURL.problem(url: setting.url, allowingLoopback: configuration.allowsLoopbackReceivers) {
+            throw OutpostHTTPError.badRequest(problem)
+        }
         let notification = EventNotification(
             tenant: identity.tenant, event: event, url: setting.url, format: setting.format ?? .json)
         try await storage.setNotification(notification)
@@ -86,30 +91,40 @@ struct NotificationController<Storage: SyncStorage> {
     }
 }
 
-/// The URLs notifications go to.
+/// The URLs notifications and connectors go to.
 enum NotificationURL {
-    /// What a notification URL must be, as openapi.yaml says it: https, or http to this machine; a port; a path of
-    /// plain characters (no query: a secret belongs in the path, as chat webhooks put it).
-    static let urlPattern = "^(https://[A-Za-z0-9.-]+|http://(127\\.0\\.0\\.1|localhost|\\[::1\\]))(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/[A-Za-z0-9._~%/+=-]*)?$"
+    /// What such a URL must be, as openapi.yaml says it: https to a host name, whose last label starts with a letter
+    /// (an address is not a name: certificates name hosts), or http to this machine (which the server refuses unless
+    /// started with `--allow-loopback-receivers`); a port; a path of plain characters (no query: a secret belongs in
+    /// the path, as chat webhooks put it).
+    static let urlPattern = "^(https://([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*|http://(127\\.0\\.0\\.1|localhost|\\[::1\\]))(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/[A-Za-z0-9._~%/+=-]*)?$"
 
-    /// Why `url` cannot receive notifications, or nil. An https URL to a private, link-local or loopback IPv4
-    /// address is refused: an organizer must not make the server reach into its own network. (A name that
-    /// resolves to such an address is not caught here.)
-    static func problem(url text: String) -> String? {
+    /// Why `url` cannot receive notifications or batches, or nil. An organizer must not make the server reach into
+    /// its own network: http (to this machine) only when `allowingLoopback`, and no https to a private, link-local or
+    /// loopback IPv4 address, in any of the forms an address can be written in (`127.1`, `2130706433`, `0x7f.1`).
+    /// A name that resolves to such an address is not caught here.
+    static func problem(url text: String, allowingLoopback: Bool) -> String? {
         guard text.count <= 2048, (try? Regex(urlPattern).wholeMatch(in: text)) != nil else {
-            return "url must be https (http only to this machine), with a plain path, at most 2048 characters"
+            return "url must be https to a host name (http only to this machine), with a plain path, at most 2048 characters"
         }
-        if text.hasPrefix("https://"), let host = URL(string: text)?.host, isInternal(host) {
+        if text.hasPrefix("http://"), !allowingLoopback {
+            return "url must be https: this server takes no http receivers on its own machine"
+        }
+        if text.hasPrefix("https://"), let host = URL(string: text)?.host?.lowercased(),
+            isInternal(host) || host == "localhost" || host.hasSuffix(".localhost")
+        {
             return "url must not name a private, link-local or loopback address"
         }
         return nil
     }
 
-    /// Whether `host` is a dotted IPv4 address in 0/8, 10/8, 127/8, 169.254/16, 172.16/12 or 192.168/16.
+    /// Whether `host` is an IPv4 address, written in any form `inet_aton` reads, in 0/8, 10/8, 127/8, 169.254/16,
+    /// 172.16/12 or 192.168/16.
     static func isInternal(_ host: String) -> Bool {
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false).map { Int($0) }
-        guard parts.count == 4, parts.allSatisfy({ $0.map { (0...255).contains($0) } ?? false }) else { return false }
-        let (a, b) = (parts[0]!, parts[1]!)
+        var address = in_addr()
+        guard inet_aton(host, &address) != 0 else { return false }
+        let value = UInt32(bigEndian: address.s_addr)
+        let (a, b) = (value >> 24, (value >> 16) & 0xFF)
         return a == 0 || a == 10 || a == 127 || (a == 169 && b == 254) || (a == 172 && (16...31).contains(b))
             || (a == 192 && b == 168)
     }

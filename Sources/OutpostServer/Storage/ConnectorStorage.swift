@@ -17,6 +17,9 @@ package struct Connector: Sendable, Hashable {
     package var paused: Bool
     /// Every change up to here was delivered; the next batch starts after it.
     package var cursor: PullCursor
+    /// The end of the batch being sent, from just before it was sent until it is taken: sent again, it ends there,
+    /// so that it carries no change past the first attempt's end, and its delivery id.
+    package var pending: PullCursor?
     /// Batches delivered; also the number of the next one.
     package var delivered: Int64
     /// Changes delivered.
@@ -47,6 +50,7 @@ package struct Connector: Sendable, Hashable {
         self.format = format
         self.paused = false
         self.cursor = .start
+        self.pending = nil
         self.delivered = 0
         self.deliveredChanges = 0
         self.replays = 0
@@ -75,8 +79,8 @@ package protocol ConnectorStorage: Sendable {
     func connector(tenant: String, id: String) async throws -> Connector?
     /// False when the tenant has no such connector.
     func setConnectorPaused(tenant: String, id: String, paused: Bool) async throws -> Bool
-    /// Moves the connector back (or on) to `cursor`, counts a replay and clears its failures; false when there is no
-    /// such connector.
+    /// Moves the connector back (or on) to `cursor`, counts a replay, and clears its failures and any batch pending;
+    /// false when there is no such connector.
     func replayConnector(tenant: String, id: String, from cursor: PullCursor) async throws -> Bool
     func removeConnector(tenant: String, id: String) async throws -> Bool
     /// Every tenant's connectors that are not paused: what the deliverers go through.
@@ -86,8 +90,13 @@ package protocol ConnectorStorage: Sendable {
     func leaseConnector(tenant: String, id: String, owner: String, now: Int64, until: Int64) async throws -> Bool
     /// Gives up `owner`'s leases, when it stops.
     func releaseConnectors(owner: String) async throws
-    /// Records a delivered batch: the cursor moves from `from` to `to`, if `owner` holds the lease and the cursor is
-    /// still `from`; true when it moved.
+    /// Marks a batch from `from` to `to` as being sent, and extends `owner`'s lease to `until` so that it outlasts
+    /// the send: if `owner` holds the lease and the cursor is still `from`. False when it does not, and must not send.
+    func connectorSending(
+        tenant: String, id: String, owner: String, from: PullCursor, to: PullCursor, until: Int64
+    ) async throws -> Bool
+    /// Records a delivered batch: the cursor moves from `from` to `to` and the batch is no longer pending, if `owner`
+    /// holds the lease and the cursor is still `from`; true when it moved.
     func connectorDelivered(
         tenant: String, id: String, owner: String, from: PullCursor, to: PullCursor, changes: Int, at time: Int64
     ) async throws -> Bool

@@ -87,10 +87,11 @@ package protocol SyncStorage: Service, MonitorStorage, SessionStorage, Notificat
     /// created. A page holds at most `limit` records and ends, with `hasMore`, at the first record that takes
     /// its stored fields to `maxBytes` or past: a page of large records stays bounded in memory, on the server
     /// and on the device. Records filtered out are passed over, never skipped: the cursor moves only past
-    /// records the page returns.
+    /// records the page returns. `through`, when given, leaves out changes past it: a connector sends a batch
+    /// that was not taken again with no change beyond the batch's end.
     func pull(
-        tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor, limit: Int,
-        maxBytes: Int
+        tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor,
+        through: PullCursor?, limit: Int, maxBytes: Int
     ) async throws -> PulledChanges
 
     /// The cursor and record count a new snapshot starts from.
@@ -115,7 +116,17 @@ package protocol SyncStorage: Service, MonitorStorage, SessionStorage, Notificat
 }
 
 extension SyncStorage {
-    /// ``pull(tenant:collection:scope:owner:after:limit:maxBytes:)`` of every owner's records.
+    /// ``pull(tenant:collection:scope:owner:after:through:limit:maxBytes:)`` to the newest change.
+    package func pull(
+        tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor, limit: Int,
+        maxBytes: Int
+    ) async throws -> PulledChanges {
+        try await pull(
+            tenant: tenant, collection: collection, scope: scope, owner: owner, after: cursor, through: nil, limit: limit,
+            maxBytes: maxBytes)
+    }
+
+    /// ``pull(tenant:collection:scope:owner:after:through:limit:maxBytes:)`` of every owner's records, to the newest change.
     package func pull(
         tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int, maxBytes: Int
     ) async throws -> PulledChanges {

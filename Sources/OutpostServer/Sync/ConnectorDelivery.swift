@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOFoundationCompat
 import OutpostProtocol
 import ServiceLifecycle
 
@@ -22,6 +23,8 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
     let metrics: ServerMetrics
     /// Sends a batch; throws unless the receiver took it.
     let send: @Sendable (_ connector: Connector, _ body: [UInt8], _ delivery: String) async throws -> Void
+    /// Seals the cursors batches carry (see ``CursorSealer``).
+    let sealer: @Sendable () throws -> CursorSealer
     /// This process's name in leases.
     let owner = "server-\(UUID().uuidString)"
     /// How often a caught-up connector looks for new changes.
@@ -44,6 +47,9 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
         let working = NIOLockedValueBox<Set<Key>>([])
         await cancelWhenGracefulShutdown {
             await withDiscardingTaskGroup { group in
+                // Until the list is first read the schema may still be migrating: the failures are not reported.
+                var listed = false
+                let started = ContinuousClock.now
                 while !Task.isCancelled {
                     do {
                         for connector in try await storage.activeConnectors() {
@@ -54,8 +60,11 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
                                 working.withLockedValue { _ = $0.remove(key) }
                             }
                         }
+                        listed = true
                     } catch {
-                        logger.warning("connectors: the list could not be read", metadata: ["error": "\(type(of: error))"])
+                        if listed || ContinuousClock.now - started > .seconds(60) {
+                            logger.warning("connectors: the list could not be read", metadata: ["error": "\(type(of: error))"])
+                        }
                     }
                     do { try await clock.sleep(for: listInterval) } catch { break }
                 }
@@ -65,22 +74,30 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
         try? await storage.releaseConnectors(owner: owner)
     }
 
-    /// Delivers one connector while this process holds its lease and it is neither paused nor removed.
+    /// Delivers one connector while this process holds its lease and it is neither paused nor removed. The lease
+    /// is renewed when half of it is gone, and before each batch for longer than the batch's send can take.
     private func work(_ key: Key) async {
+        var leasedUntil: Int64 = 0
         while !Task.isCancelled {
             do {
                 let time = milliseconds(now())
-                guard try await storage.leaseConnector(
-                    tenant: key.tenant, id: key.id, owner: owner, now: time, until: time + lease.milliseconds),
-                    let connector = try await storage.connector(tenant: key.tenant, id: key.id), !connector.paused
-                else { return }
+                if time >= leasedUntil - lease.milliseconds / 2 {
+                    guard try await storage.leaseConnector(
+                        tenant: key.tenant, id: key.id, owner: owner, now: time, until: time + lease.milliseconds)
+                    else { return }
+                    leasedUntil = time + lease.milliseconds
+                }
+                guard let connector = try await storage.connector(tenant: key.tenant, id: key.id), !connector.paused else {
+                    return
+                }
                 if connector.nextAttemptAt > time {
                     try await clock.sleep(for: min(.milliseconds(connector.nextAttemptAt - time), lease / 4))
                     continue
                 }
-                guard try await deliverNext(connector) else {
-                    try await clock.sleep(for: interval)
-                    continue
+                switch try await deliverNext(connector) {
+                case .sent: leasedUntil = milliseconds(now()) + lease.milliseconds / 2
+                case .nothing: try await clock.sleep(for: interval)
+                case .notHeld: return
                 }
             } catch is CancellationError {
                 return
@@ -92,24 +109,61 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
         }
     }
 
-    /// Sends the connector's next batch, when this process holds its lease; false when it has none.
-    func deliverNext(_ connector: Connector) async throws -> Bool {
+    /// What ``deliverNext(_:)`` did.
+    enum Attempt: Equatable {
+        /// A batch was sent, taken or not, or a batch not taken turned out to hold nothing any more.
+        case sent
+        /// There was nothing to send.
+        case nothing
+        /// This process does not hold the connector's lease, or the connector moved meanwhile: nothing was sent.
+        case notHeld
+    }
+
+    /// Sends the connector's next batch, when this process holds its lease. A batch not taken is sent again with
+    /// nothing past its first end, so that it carries the same delivery id.
+    @discardableResult
+    func deliverNext(_ connector: Connector) async throws -> Attempt {
         let page = try await storage.pull(
             tenant: connector.tenant, collection: connector.collection, scope: connector.scope.isEmpty ? nil : connector.scope,
-            after: connector.cursor, limit: batchSize, maxBytes: batchBytes)
-        guard !page.records.isEmpty else { return false }
-        let received = try await storage.receivedTimes(
-            tenant: connector.tenant, collection: connector.collection, recordIds: page.records.map(\.recordId))
-        let batch = try Self.batch(connector, page, received: received)
-        let body = try ConnectorMessage.body(batch, format: connector.format)
+            owner: nil, after: connector.cursor, through: connector.pending, limit: batchSize, maxBytes: batchBytes)
+        guard !page.records.isEmpty else {
+            guard let pending = connector.pending else { return .nothing }
+            // Every change the batch not taken held has changed again since, past its end: it is sent in a later batch.
+            let moved = try await storage.connectorDelivered(
+                tenant: connector.tenant, id: connector.id, owner: owner, from: connector.cursor, to: pending, changes: 0,
+                at: milliseconds(now()))
+            return moved ? .sent : .notHeld
+        }
+        // A batch not taken ends where it did; a batch cut short by its size ends at its last change.
+        let end = connector.pending.map { page.hasMore ? page.cursor : $0 } ?? page.cursor
+        let batch: ConnectorBatch
+        let body: [UInt8]
+        do {
+            let received = try await storage.receivedTimes(
+                tenant: connector.tenant, collection: connector.collection, recordIds: page.records.map(\.recordId))
+            batch = try Self.batch(connector, page, through: end, received: received, sealer: try sealer())
+            body = try ConnectorMessage.body(batch, format: connector.format)
+        } catch let error as StorageError where error.code == .unavailable {
+            throw error
+        } catch {
+            try await failed(connector, reason: "a change could not be read into a batch")
+            return .sent
+        }
+        guard
+            try await storage.connectorSending(
+                tenant: connector.tenant, id: connector.id, owner: owner, from: connector.cursor, to: end,
+                until: milliseconds(now()) + lease.milliseconds)
+        else { return .notHeld }
         do {
             try await send(connector, body, batch.delivery)
         } catch {
+            // A server stopping is no fault of the receiver's.
+            if error is CancellationError || Task.isCancelled { throw CancellationError() }
             try await failed(connector, reason: ConnectorMessage.reason(error))
-            return true
+            return .sent
         }
         let moved = try await storage.connectorDelivered(
-            tenant: connector.tenant, id: connector.id, owner: owner, from: connector.cursor, to: page.cursor,
+            tenant: connector.tenant, id: connector.id, owner: owner, from: connector.cursor, to: end,
             changes: page.records.count, at: milliseconds(now()))
         metrics.connectorBatches[true]?.increment()
         if moved {
@@ -118,7 +172,7 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
                 logger.notice("connector delivering again", metadata: ["connector": "\(connector.id)", "collection": "\(connector.collection)"])
             }
         }
-        return true
+        return .sent
     }
 
     private func failed(_ connector: Connector, reason: String) async throws {
@@ -141,12 +195,17 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
         }
     }
 
-    /// The batch of `page`: its delivery id is a digest of the connector, its replays and the two cursors, so the
-    /// same changes sent again carry the same id, and a replay's batches new ones.
-    static func batch(_ connector: Connector, _ page: PulledChanges, received: [RecordVersion: Int64]) throws -> ConnectorBatch {
-        let from = connector.cursor.token
-        let to = page.cursor.token
-        let digest = SHA256.hash(data: Array("\(connector.tenant)\u{0}\(connector.id)\u{0}\(connector.replays)\u{0}\(from)\u{0}\(to)".utf8))
+    /// The batch of `page`, ending at `end`: its delivery id is a digest of the connector, its replays and the two
+    /// positions, so a batch sent again carries the same id, and a replay's batches new ones. Its cursors are sealed
+    /// for the tenant, as a pull's are: the change order is every tenant's.
+    static func batch(
+        _ connector: Connector, _ page: PulledChanges, through end: PullCursor, received: [RecordVersion: Int64],
+        sealer: CursorSealer
+    ) throws -> ConnectorBatch {
+        let positions = "\(connector.cursor.xid).\(connector.cursor.seq)\u{0}\(end.xid).\(end.seq)"
+        let digest = SHA256.hash(data: Array("\(connector.tenant)\u{0}\(connector.id)\u{0}\(connector.replays)\u{0}\(positions)".utf8))
+        let from = sealer.token(connector.cursor, tenant: connector.tenant)
+        let to = sealer.token(end, tenant: connector.tenant)
         let changes = try page.records.map { row in
             let change = try row.change()
             return ConnectorChange(
@@ -197,32 +256,74 @@ enum ConnectorMessage {
         return "t=\(seconds),v1=" + code.map { String(format: "%02x", $0) }.joined()
     }
 
-    /// POSTs a batch, signed, within `timeout`; a 2xx answer is delivery.
+    /// POSTs a batch, signed; a 2xx answer within `timeout` (its body included) is delivery.
     static func post(_ connector: Connector, body: [UInt8], delivery: String, timeout: Duration, now: Date) async throws {
-        var request = HTTPClientRequest(url: connector.url)
-        request.method = .POST
-        request.headers.add(name: "Content-Type", value: "application/json")
+        try await within(timeout) {
+            var request = HTTPClientRequest(url: connector.url)
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.headers.add(name: "User-Agent", value: "outpost-connector")
+            request.headers.add(name: "Outpost-Delivery", value: delivery)
+            request.headers.add(name: "Outpost-Signature", value: signature(secret: connector.secret, body: body, at: now))
+            request.body = .bytes(ByteBuffer(bytes: body))
+            let response = try await NotificationClient.shared.execute(request, timeout: .milliseconds(timeout.milliseconds))
+            // Read (up to 64 KiB) so that the connection can be used again.
+            _ = try await response.body.collect(upTo: 64 * 1024)
+            let status = Int(response.status.code)
+            if (200..<300).contains(status) { return }
+            let location = response.headers.first(name: "Location")
+            guard isAppsScriptAnswer(url: connector.url, status: status, location: location), let location else {
+                throw Refused(status: status)
+            }
+            try await checkAppsScriptOutput(location, delivery: delivery, timeout: timeout)
+        }
+    }
+
+    /// Runs `work`, failing with ``TimedOut`` once `timeout` has passed: an answer whose body trickles in counts as
+    /// none.
+    static func within(_ timeout: Duration, _ work: @escaping @Sendable () async throws -> Void) async throws {
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                try await work()
+                return true
+            }
+            group.addTask {
+                try await Task.sleep(for: timeout)
+                return false
+            }
+            defer { group.cancelAll() }
+            guard try await group.next() == true else { throw TimedOut() }
+        }
+    }
+
+    /// Reads the output of Apps Script's `doPost`, which its 302 points to: the batch was taken only when the output
+    /// says so, `{"taken": "<delivery id>"}` (deploy/google-sheets/Code.gs). A script that failed answers an error page.
+    static func checkAppsScriptOutput(_ location: String, delivery: String, timeout: Duration) async throws {
+        var request = HTTPClientRequest(url: location)
         request.headers.add(name: "User-Agent", value: "outpost-connector")
-        request.headers.add(name: "Outpost-Delivery", value: delivery)
-        request.headers.add(name: "Outpost-Signature", value: signature(secret: connector.secret, body: body, at: now))
-        request.body = .bytes(ByteBuffer(bytes: body))
         let response = try await NotificationClient.shared.execute(request, timeout: .milliseconds(timeout.milliseconds))
-        // The answer's body is not wanted; it is read (up to 64 KiB) so that the connection can be used again.
-        _ = try? await response.body.collect(upTo: 64 * 1024)
-        let status = Int(response.status.code)
-        guard (200..<300).contains(status) || isAppsScriptAnswer(url: connector.url, status: status, location: response.headers.first(name: "Location"))
-        else { throw Refused(status: status) }
+        let output = try await response.body.collect(upTo: 64 * 1024)
+        guard response.status.code == 200,
+            let answer = try? JSONDecoder().decode([String: String].self, from: Data(buffer: output)),
+            answer["taken"] == delivery
+        else { throw NotTakenByScript() }
     }
 
     /// Whether an answer is Google Apps Script's to a web app that ran: a POST to `script.google.com` is answered
-    /// 302 to the script's output on `script.googleusercontent.com`, after `doPost` has run. Any other redirect is
-    /// not taken (and never followed).
+    /// 302 to the script's output on `script.googleusercontent.com`. Any other redirect is not taken (and never
+    /// followed).
     static func isAppsScriptAnswer(url: String, status: Int, location: String?) -> Bool {
         guard status == 302, let location, URL(string: url)?.host == "script.google.com",
             let target = URL(string: location), target.scheme == "https"
         else { return false }
         return target.host == "script.googleusercontent.com"
     }
+
+    /// The receiver did not answer in time.
+    struct TimedOut: Error {}
+
+    /// Apps Script ran, but its output does not say it took the batch.
+    struct NotTakenByScript: Error {}
 
     struct Refused: Error {
         var status: Int
@@ -231,6 +332,8 @@ enum ConnectorMessage {
     /// Why a batch was not taken, for the organizer and the log: a status, or what failed; never the URL.
     static func reason(_ error: any Error) -> String {
         if let refused = error as? Refused { return "the receiver answered \(refused.status)" }
+        if error is TimedOut { return "the receiver did not answer in time" }
+        if error is NotTakenByScript { return "the sheet's script did not take the batch" }
         if let client = error as? HTTPClientError {
             switch client {
             case .deadlineExceeded, .readTimeout, .connectTimeout: return "the receiver did not answer in time"

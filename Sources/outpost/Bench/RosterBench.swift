@@ -163,7 +163,9 @@ final class BenchServer: @unchecked Sendable {
 
     init(directory: URL, secret: [UInt8], databaseURL: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = ["serve", "--port", "0", "--data-dir", directory.path] + (databaseURL.map { ["--database-url", $0] } ?? [])
+        // The connector scenario's receiver listens on loopback.
+        process.arguments = ["serve", "--port", "0", "--data-dir", directory.path, "--allow-loopback-receivers"]
+            + (databaseURL.map { ["--database-url", $0] } ?? [])
         var environment = ProcessInfo.processInfo.environment
         environment["OUTPOST_JWT_SECRET"] = String(decoding: secret, as: UTF8.self)
         // $OUTPOST_BENCH_SERVER_LOG names a file for the server's request log, to see where time goes.

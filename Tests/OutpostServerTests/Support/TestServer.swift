@@ -20,6 +20,8 @@ func withServer(
     var configuration = ServerConfiguration(port: 0, jwtSecret: Fixtures.secret)
     // The server's clock stands still here: tests that deliver connectors run a delivery of their own on their clock.
     configuration.deliversConnectors = false
+    // The tests' receivers listen on loopback.
+    configuration.allowsLoopbackReceivers = true
     configure(&configuration)
     switch kind {
     case .sqlite:

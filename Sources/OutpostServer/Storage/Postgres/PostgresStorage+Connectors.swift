@@ -41,8 +41,8 @@ extension PostgresStorage {
     package func replayConnector(tenant: String, id: String, from cursor: PullCursor) async throws -> Bool {
         try await changedRow(
             """
-            UPDATE connectors SET cursor_xid = \(cursor.xid), cursor_seq = \(cursor.seq), replays = replays + 1,
-              failures = 0, last_error = NULL, next_attempt_at = 0
+            UPDATE connectors SET cursor_xid = \(cursor.xid), cursor_seq = \(cursor.seq), pending_xid = NULL,
+              pending_seq = NULL, replays = replays + 1, failures = 0, last_error = NULL, next_attempt_at = 0
             WHERE tenant = \(tenant) AND id = \(id) RETURNING id
             """)
     }
@@ -75,12 +75,25 @@ extension PostgresStorage {
         }
     }
 
+    package func connectorSending(
+        tenant: String, id: String, owner: String, from: PullCursor, to: PullCursor, until: Int64
+    ) async throws -> Bool {
+        try await changedRow(
+            """
+            UPDATE connectors SET pending_xid = \(to.xid), pending_seq = \(to.seq), lease_until = \(until)
+            WHERE tenant = \(tenant) AND id = \(id) AND lease_owner = \(owner) AND cursor_xid = \(from.xid)
+              AND cursor_seq = \(from.seq)
+            RETURNING id
+            """)
+    }
+
     package func connectorDelivered(
         tenant: String, id: String, owner: String, from: PullCursor, to: PullCursor, changes: Int, at time: Int64
     ) async throws -> Bool {
         try await changedRow(
             """
-            UPDATE connectors SET cursor_xid = \(to.xid), cursor_seq = \(to.seq), delivered = delivered + 1,
+            UPDATE connectors SET cursor_xid = \(to.xid), cursor_seq = \(to.seq), pending_xid = NULL, pending_seq = NULL,
+              delivered = delivered + 1,
               delivered_changes = delivered_changes + \(Int64(changes)), failures = 0, last_error = NULL,
               last_delivered_at = \(time), next_attempt_at = 0
             WHERE tenant = \(tenant) AND id = \(id) AND lease_owner = \(owner) AND cursor_xid = \(from.xid)
@@ -178,6 +191,9 @@ extension PostgresStorage {
                 createdAt: try c["created_at"].decode(Int64.self))
             connector.paused = try c["paused"].decode(Bool.self)
             connector.cursor = PullCursor(xid: try c["cursor_xid"].decode(Int64.self), seq: try c["cursor_seq"].decode(Int64.self))
+            if let xid = try c["pending_xid"].decode(Int64?.self), let seq = try c["pending_seq"].decode(Int64?.self) {
+                connector.pending = PullCursor(xid: xid, seq: seq)
+            }
             connector.delivered = try c["delivered"].decode(Int64.self)
             connector.deliveredChanges = try c["delivered_changes"].decode(Int64.self)
             connector.replays = Int(try c["replays"].decode(Int32.self))

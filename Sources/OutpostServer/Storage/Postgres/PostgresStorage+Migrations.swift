@@ -240,6 +240,8 @@ extension PostgresStorage {
                   paused BOOLEAN NOT NULL,
                   cursor_xid BIGINT NOT NULL,
                   cursor_seq BIGINT NOT NULL,
+                  pending_xid BIGINT,
+                  pending_seq BIGINT,
                   delivered BIGINT NOT NULL,
                   delivered_changes BIGINT NOT NULL,
                   replays INTEGER NOT NULL,

@@ -318,8 +318,8 @@ package struct PostgresStorage: SyncStorage {
     // MARK: Reads
 
     package func pull(
-        tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor, limit: Int,
-        maxBytes: Int
+        tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor,
+        through: PullCursor?, limit: Int, maxBytes: Int
     ) async throws -> PulledChanges
     {
         try await guarded {
@@ -327,8 +327,8 @@ package struct PostgresStorage: SyncStorage {
                 // Taken before the read: every transaction older than it has finished, so the read sees them all.
                 let horizon = try await Self.horizon(connection, logger: logger)
                 let query = Self.pullQuery(
-                    tenant: tenant, collection: collection, scope: scope, owner: owner, after: cursor, horizon: horizon,
-                    limit: limit + 1)
+                    tenant: tenant, collection: collection, scope: scope, owner: owner, after: cursor, through: through,
+                    horizon: horizon, limit: limit + 1)
                 var records: [SnapshotRow] = []
                 var last = cursor
                 var hasMore = false
@@ -497,9 +497,20 @@ package struct PostgresStorage: SyncStorage {
     /// Changes after `cursor` and before `horizon`, in commit order.
     static func pullQuery(
         tenant: String, collection: String, scope: String?, owner: String? = nil, after cursor: PullCursor,
-        horizon: Int64, limit: Int
+        through: PullCursor? = nil, horizon: Int64, limit: Int
     ) -> PostgresQuery {
-        """
+        if let through {
+            return """
+                SELECT \(unescaped: changeColumns), change_xid, change_seq FROM records
+                WHERE tenant = \(tenant) AND collection = \(collection)
+                  AND (\(scope)::text IS NULL OR scope = \(scope)::text)
+                  AND (\(owner)::text IS NULL OR owner = \(owner)::text)
+                  AND (change_xid, change_seq) > (\(cursor.xid), \(cursor.seq))
+                  AND (change_xid, change_seq) <= (\(through.xid), \(through.seq)) AND change_xid < \(horizon)
+                ORDER BY change_xid, change_seq LIMIT \(limit)
+                """
+        }
+        return """
         SELECT \(unescaped: changeColumns), change_xid, change_seq FROM records
         WHERE tenant = \(tenant) AND collection = \(collection)
           AND (\(scope)::text IS NULL OR scope = \(scope)::text)

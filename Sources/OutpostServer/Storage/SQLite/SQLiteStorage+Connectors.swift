@@ -45,8 +45,8 @@ extension SQLiteStorage {
         try await pool.write { db in
             try db.execute(
                 sql: """
-                    UPDATE connectors SET cursor_xid = ?, cursor_seq = ?, replays = replays + 1, failures = 0, last_error = NULL,
-                      next_attempt_at = 0
+                    UPDATE connectors SET cursor_xid = ?, cursor_seq = ?, pending_xid = NULL, pending_seq = NULL,
+                      replays = replays + 1, failures = 0, last_error = NULL, next_attempt_at = 0
                     WHERE tenant = ? AND id = ?
                     """, arguments: [cursor.xid, cursor.seq, tenant, id])
             return db.changesCount > 0
@@ -85,13 +85,27 @@ extension SQLiteStorage {
         }
     }
 
+    package func connectorSending(
+        tenant: String, id: String, owner: String, from: PullCursor, to: PullCursor, until: Int64
+    ) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE connectors SET pending_xid = ?, pending_seq = ?, lease_until = ?
+                    WHERE tenant = ? AND id = ? AND lease_owner = ? AND cursor_xid = ? AND cursor_seq = ?
+                    """, arguments: [to.xid, to.seq, until, tenant, id, owner, from.xid, from.seq])
+            return db.changesCount > 0
+        }
+    }
+
     package func connectorDelivered(
         tenant: String, id: String, owner: String, from: PullCursor, to: PullCursor, changes: Int, at time: Int64
     ) async throws -> Bool {
         try await pool.write { db in
             try db.execute(
                 sql: """
-                    UPDATE connectors SET cursor_xid = ?, cursor_seq = ?, delivered = delivered + 1,
+                    UPDATE connectors SET cursor_xid = ?, cursor_seq = ?, pending_xid = NULL, pending_seq = NULL,
+                      delivered = delivered + 1,
                       delivered_changes = delivered_changes + ?, failures = 0, last_error = NULL, last_delivered_at = ?,
                       next_attempt_at = 0
                     WHERE tenant = ? AND id = ? AND lease_owner = ? AND cursor_xid = ? AND cursor_seq = ?
@@ -177,6 +191,9 @@ extension SQLiteStorage {
             secret: row["secret"], format: format, createdAt: row["created_at"])
         connector.paused = row["paused"]
         connector.cursor = PullCursor(xid: row["cursor_xid"], seq: row["cursor_seq"])
+        if let xid: Int64 = row["pending_xid"], let seq: Int64 = row["pending_seq"] {
+            connector.pending = PullCursor(xid: xid, seq: seq)
+        }
         connector.delivered = row["delivered"]
         connector.deliveredChanges = row["delivered_changes"]
         connector.replays = row["replays"]

@@ -211,6 +211,8 @@ extension SQLiteStorage {
                       paused BOOLEAN NOT NULL,
                       cursor_xid INTEGER NOT NULL,
                       cursor_seq INTEGER NOT NULL,
+                      pending_xid INTEGER,
+                      pending_seq INTEGER,
                       delivered INTEGER NOT NULL,
                       delivered_changes INTEGER NOT NULL,
                       replays INTEGER NOT NULL,

@@ -158,8 +158,8 @@ package struct SQLiteStorage: SyncStorage {
     // MARK: Reads
 
     package func pull(
-        tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor, limit: Int,
-        maxBytes: Int
+        tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor,
+        through: PullCursor?, limit: Int, maxBytes: Int
     ) async throws -> PulledChanges
     {
         try await pool.read { db in
@@ -172,6 +172,10 @@ package struct SQLiteStorage: SyncStorage {
             if let owner {
                 sql += " AND owner = ?"
                 arguments += [owner]
+            }
+            if let through {
+                sql += " AND change_seq <= ?"
+                arguments += [through.seq]
             }
             sql += " ORDER BY change_seq LIMIT ?"
             arguments += [limit + 1]
