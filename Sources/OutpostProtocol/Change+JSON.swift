@@ -151,7 +151,9 @@ extension SnapshotResponse {
 enum JSONShape {
     static func error(_ reason: String) -> JSONSyntaxError { JSONSyntaxError(offset: 0, reason: reason) }
 
-    static func member(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+    static func member(
+        _ object: [String: JSONValue], _ key: String, in path: String = ""
+    ) throws(JSONSyntaxError)
         -> JSONValue
     {
         guard let value = object[key] else { throw error("\(path)\(key) is missing") }
@@ -175,37 +177,49 @@ enum JSONShape {
         return value
     }
 
-    static func string(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+    static func string(
+        _ object: [String: JSONValue], _ key: String, in path: String = ""
+    ) throws(JSONSyntaxError)
         -> String
     {
         try required(object, key, in: path, mustBe: "a string", { if case .string(let value) = $0 { value } else { nil } })
     }
 
-    static func optionalString(_ object: [String: JSONValue], _ key: String, in path: String = "")
+    static func optionalString(
+        _ object: [String: JSONValue], _ key: String, in path: String = ""
+    )
         throws(JSONSyntaxError) -> String?
     {
         try optional(object, key, in: path, mustBe: "a string", { if case .string(let value) = $0 { value } else { nil } })
     }
 
-    static func integer(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+    static func integer(
+        _ object: [String: JSONValue], _ key: String, in path: String = ""
+    ) throws(JSONSyntaxError)
         -> Int64
     {
         try required(object, key, in: path, mustBe: "an integer", { if case .integer(let value) = $0 { value } else { nil } })
     }
 
-    static func optionalInteger(_ object: [String: JSONValue], _ key: String, in path: String = "")
+    static func optionalInteger(
+        _ object: [String: JSONValue], _ key: String, in path: String = ""
+    )
         throws(JSONSyntaxError) -> Int64?
     {
         try optional(object, key, in: path, mustBe: "an integer", { if case .integer(let value) = $0 { value } else { nil } })
     }
 
-    static func bool(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+    static func bool(
+        _ object: [String: JSONValue], _ key: String, in path: String = ""
+    ) throws(JSONSyntaxError)
         -> Bool
     {
         try required(object, key, in: path, mustBe: "true or false", { if case .bool(let value) = $0 { value } else { nil } })
     }
 
-    static func object(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+    static func object(
+        _ object: [String: JSONValue], _ key: String, in path: String = ""
+    ) throws(JSONSyntaxError)
         -> [String: JSONValue]
     {
         try required(object, key, in: path, mustBe: "an object", { if case .object(let value) = $0 { value } else { nil } })
@@ -225,7 +239,9 @@ enum JSONShape {
         return elements
     }
 
-    static func timestamp(_ object: [String: JSONValue], _ key: String, in path: String = "") throws(JSONSyntaxError)
+    static func timestamp(
+        _ object: [String: JSONValue], _ key: String, in path: String = ""
+    ) throws(JSONSyntaxError)
         -> Timestamp
     {
         guard let value = Timestamp(iso8601: try string(object, key, in: path)) else {
@@ -398,8 +414,9 @@ enum RawRecords {
         records.reserveCapacity(changes.count)
         for change in changes {
             let fields = try change.fields.jsonBytes()
-            records.append(SnapshotPage.Record(
-                recordId: change.recordId, version: change.version, tombstone: change.tombstone, fieldsJSON: fields[...]))
+            records.append(
+                SnapshotPage.Record(
+                    recordId: change.recordId, version: change.version, tombstone: change.tombstone, fieldsJSON: fields[...]))
         }
         return records
     }
@@ -433,7 +450,9 @@ enum RawRecords {
 
     /// One record of the array member `key`, the `position`th. Its collection, scope and times are checked, not
     /// kept: they are stepped over in place instead of made into strings.
-    private static func record(_ reader: inout JSONReader, in key: String, at position: Int) throws(JSONSyntaxError)
+    private static func record(
+        _ reader: inout JSONReader, in key: String, at position: Int
+    ) throws(JSONSyntaxError)
         -> RawRecord
     {
         // Only errors name the record: the path is made for them alone.

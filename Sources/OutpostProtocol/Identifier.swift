@@ -13,8 +13,9 @@ public enum Identifier {
         var previousDot = false
         for byte in bytes {
             let isDot = byte == UInt8(ascii: ".")
-            guard isAlphanumeric(byte) || isDot || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ":")
-                || byte == UInt8(ascii: "@") || byte == UInt8(ascii: "-")
+            guard
+                isAlphanumeric(byte) || isDot || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ":")
+                    || byte == UInt8(ascii: "@") || byte == UInt8(ascii: "-")
             else { return false }
             if isDot && previousDot { return false }
             previousDot = isDot

@@ -170,7 +170,8 @@ struct JSONReader {
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                let text = highBits < 0x80
+                let text =
+                    highBits < 0x80
                     ? String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
                     : String(validating: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
                 guard let text else { throw JSONSyntaxError(offset: start, reason: "a string that is not valid UTF-8") }

@@ -77,7 +77,9 @@ extension JSONValue {
 
     /// Several members of a document that is an object, in one pass, each as ``member(_:ofObject:)`` reads it:
     /// one value per name, nil for a name the object lacks.
-    public static func members(_ names: [String], ofObject bytes: some Collection<UInt8>) throws(JSONSyntaxError)
+    public static func members(
+        _ names: [String], ofObject bytes: some Collection<UInt8>
+    ) throws(JSONSyntaxError)
         -> [JSONValue?]
     {
         let read: (UnsafeBufferPointer<UInt8>) -> Result<[JSONValue?], JSONSyntaxError> = { buffer in

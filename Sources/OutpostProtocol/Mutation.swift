@@ -84,7 +84,9 @@ extension Mutation {
 
     /// ``sizeProblem(of:)`` for a record that held `existing` before a change: a record already past the
     /// limits (stored before they existed) may still change, as long as the change does not make it larger.
-    public static func sizeProblem(of fields: [String: JSONValue], growingFrom existing: [String: JSONValue]?)
+    public static func sizeProblem(
+        of fields: [String: JSONValue], growingFrom existing: [String: JSONValue]?
+    )
         -> String?
     {
         guard let problem = sizeProblem(of: fields) else { return nil }

@@ -2,8 +2,8 @@ import Foundation
 import Hummingbird
 import HummingbirdCore
 import HummingbirdHTTP2
-import NIOCore
 import Logging
+import NIOCore
 import OutpostProtocol
 
 /// Builds the Outpost server. `main` and the tests call this same function.

@@ -17,7 +17,9 @@ extension ForwardingTransport {
         try await inner.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
     }
 
-    public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    public func snapshot(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotResponse
     {
         try await inner.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)

@@ -91,32 +91,33 @@ public actor InMemoryServer {
     }
 
     public func push(_ request: PushRequest) -> PushResponse {
-        PushResponse(results: request.mutations.map { mutation in
-            if let earlier = processed[mutation.idempotencyKey] {
-                guard earlier.mutation == mutation else {
-                    return .rejected(mutation.idempotencyKey, .idempotencyKeyReused, "idempotency key reused")
+        PushResponse(
+            results: request.mutations.map { mutation in
+                if let earlier = processed[mutation.idempotencyKey] {
+                    guard earlier.mutation == mutation else {
+                        return .rejected(mutation.idempotencyKey, .idempotencyKeyReused, "idempotency key reused")
+                    }
+                    return MutationResult(
+                        idempotencyKey: mutation.idempotencyKey, status: .duplicate, version: earlier.result.version,
+                        originalStatus: earlier.result.status)
                 }
-                return MutationResult(
-                    idempotencyKey: mutation.idempotencyKey, status: .duplicate, version: earlier.result.version,
-                    originalStatus: earlier.result.status)
-            }
-            if let detail = rejection(mutation) {
-                return .rejected(mutation.idempotencyKey, detail.code, detail.message)
-            }
-            let scope: String
-            switch self.scope(of: mutation) {
-            case .success(let resolved): scope = resolved
-            case .failure(let refusal): return .rejected(mutation.idempotencyKey, refusal.code, refusal.message)
-            }
-            let record = "\(mutation.collection)/\(scope)/\(mutation.recordId)"
-            let version = (versions[record] ?? 0) + 1
-            versions[record] = version
-            let result = MutationResult(idempotencyKey: mutation.idempotencyKey, status: .applied, version: version)
-            processed[mutation.idempotencyKey] = (mutation, result)
-            applied.append(Application(deviceId: request.deviceId, mutation: mutation))
-            self.record(mutation, scope: scope, version: version)
-            return result
-        })
+                if let detail = rejection(mutation) {
+                    return .rejected(mutation.idempotencyKey, detail.code, detail.message)
+                }
+                let scope: String
+                switch self.scope(of: mutation) {
+                case .success(let resolved): scope = resolved
+                case .failure(let refusal): return .rejected(mutation.idempotencyKey, refusal.code, refusal.message)
+                }
+                let record = "\(mutation.collection)/\(scope)/\(mutation.recordId)"
+                let version = (versions[record] ?? 0) + 1
+                versions[record] = version
+                let result = MutationResult(idempotencyKey: mutation.idempotencyKey, status: .applied, version: version)
+                processed[mutation.idempotencyKey] = (mutation, result)
+                applied.append(Application(deviceId: request.deviceId, mutation: mutation))
+                self.record(mutation, scope: scope, version: version)
+                return result
+            })
     }
 
     public func heartbeat(_ heartbeat: Heartbeat) -> HeartbeatResponse {
@@ -145,7 +146,9 @@ public actor InMemoryServer {
 
     public func deliveries(collection: String, scope: String?, recordIds: [String]) -> RecordDeliveries {
         let wanted = Set(recordIds)
-        let found = records.filter { $0.value.collection == collection && wanted.contains($0.value.recordId) && (scope == nil || $0.value.scope == scope) }
+        let found = records.filter {
+            $0.value.collection == collection && wanted.contains($0.value.recordId) && (scope == nil || $0.value.scope == scope)
+        }
         return RecordDeliveries(
             records: found.sorted { $0.key < $1.key }.map { key, change in
                 let receivers = connected.contains(collection) ? 1 : 0
@@ -192,7 +195,9 @@ public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransp
         return await server.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
     }
 
-    public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    public func snapshot(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotResponse
     {
         guard isOnline else { throw TransportError(kind: .network, message: "offline") }

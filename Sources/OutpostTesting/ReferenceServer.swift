@@ -80,7 +80,9 @@ public final class ReferenceServer: BulkSyncTransport, @unchecked Sendable {
     /// Streams of pulls opened since the last ``limitStreams(toPages:)``.
     public var streamRequests: Int { lock.withLock { streamCalls } }
 
-    public func pullPageStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    public func pullPageStream(
+        collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
+    )
         -> AsyncThrowingStream<PullPage, any Error>
     {
         let pages = lock.withLock {
@@ -90,7 +92,9 @@ public final class ReferenceServer: BulkSyncTransport, @unchecked Sendable {
         return pullPagesOneByOne(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
     }
 
-    public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    public func snapshot(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotResponse
     {
         try lock.withLock {

@@ -77,7 +77,9 @@ public final class SimulatedNetwork: SyncTransport, @unchecked Sendable {
         return PullResponse(changes: [], cursor: cursor ?? "", hasMore: false)
     }
 
-    public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    public func snapshot(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotResponse
     {
         if roll(\.dropRequest) { throw TransportError(kind: .network, message: "request dropped") }

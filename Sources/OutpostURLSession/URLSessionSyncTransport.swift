@@ -3,7 +3,7 @@ import OutpostClient
 import OutpostProtocol
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// HTTP and JSON over `URLSession`: the transport for an app that ships without NIO. It shares the token rule of
@@ -49,7 +49,9 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
         }
     }
 
-    public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    public func snapshot(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotResponse
     {
         try await send(
@@ -57,7 +59,9 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
         ) { try SnapshotResponse(jsonBytes: $0) }
     }
 
-    public func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    public func snapshotPage(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotPage
     {
         try await send(

@@ -116,7 +116,9 @@ struct AttendanceHistory: AsyncParsableCommand {
             for entry in entries {
                 let place = String(format: "%.5f,%.5f", entry.latitude, entry.longitude)
                 let offline = entry.isOfflineEntry ? "  (offline entry)" : ""
-                say("\(entry.day) \(log.clock(entry.time))  \(entry.action == .checkIn ? "check-in " : "check-out")  \(place)  \(entry.badge.symbol)\(offline)")
+                say(
+                    "\(entry.day) \(log.clock(entry.time))  \(entry.action == .checkIn ? "check-in " : "check-out")  \(place)  \(entry.badge.symbol)\(offline)"
+                )
                 if entry.syncStatus == .failed || entry.syncStatus == .rejected, let error = entry.syncError { say("    \(error)") }
             }
             await Delivery.showNotice(device.engine)

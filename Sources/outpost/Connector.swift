@@ -1,8 +1,8 @@
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
-import OutpostClient
 import NIOHTTP1
+import OutpostClient
 import OutpostProtocol
 
 /// `outpost connector …`: an organizer's connectors, which deliver a collection's changes to a URL outside.
@@ -73,7 +73,8 @@ struct ConnectorList: AsyncParsableCommand {
     /// One connector: what it delivers, where, its state, and how far it has got.
     static func line(_ connector: ConnectorStatus) -> String {
         var line = "\(connector.id)  \(connector.collection)\(connector.scope.map { " (\($0))" } ?? "")  → \(connector.host)  \(connector.state)"
-        line += "  \(connector.deliveredChanges) change\(connector.deliveredChanges == 1 ? "" : "s") in \(connector.delivered) batch\(connector.delivered == 1 ? "" : "es")"
+        line +=
+            "  \(connector.deliveredChanges) change\(connector.deliveredChanges == 1 ? "" : "s") in \(connector.delivered) batch\(connector.delivered == 1 ? "" : "es")"
         line += "  cursor \(connector.cursor)"
         if let lastError = connector.lastError {
             line += "  last error: \(lastError) (\(connector.failures) attempt\(connector.failures == 1 ? "" : "s"))"

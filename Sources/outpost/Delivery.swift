@@ -72,7 +72,8 @@ enum Delivery {
     /// The offline indicator with its count: "Offline · 3 records waiting to sync".
     static func indicator(_ status: SyncStatus) -> String {
         let waiting = status.pendingCount + status.failedCount
-        var text = (status.isOnline ? "Online · " : "Offline · ")
+        var text =
+            (status.isOnline ? "Online · " : "Offline · ")
             + (waiting == 0 ? "nothing waiting to sync" : waiting == 1 ? "1 record waiting to sync" : "\(waiting) records waiting to sync")
         if let refused = status.refusedText { text += "; " + refused }
         return text

@@ -33,10 +33,12 @@ struct DeviceStoreOptions: ParsableArguments {
     func withDevice<T>(escalateAfter: Duration? = nil, _ body: (Device) async throws -> T) async throws -> T {
         try await withDeviceHTTPClient { client in
             // The SDK's errors (ClientError) reach `Main`, which prints their message as the one line.
-            let device = try await Device.open(store: try openStore(), httpClient: client, configure: { configuration in
-                configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
-                if let escalateAfter { configuration.escalation.threshold = escalateAfter }
-            })
+            let device = try await Device.open(
+                store: try openStore(), httpClient: client,
+                configure: { configuration in
+                    configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
+                    if let escalateAfter { configuration.escalation.threshold = escalateAfter }
+                })
             // A delivery a save started stops before the client does: what it had not delivered stays queued.
             do {
                 let result = try await body(device)
@@ -267,7 +269,8 @@ struct DeviceResolve: AsyncParsableCommand {
 }
 
 struct DevicePut: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "put", abstract: "Write any record: saved locally first, then synced if the server answers.")
+    static let configuration = CommandConfiguration(
+        commandName: "put", abstract: "Write any record: saved locally first, then synced if the server answers.")
     @Argument(help: "The collection, such as notes.")
     var collection: String
     @Argument(help: "The record id.")

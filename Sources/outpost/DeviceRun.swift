@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import OutpostProtocol
 import OutpostClient
+import OutpostProtocol
 import OutpostRecords
 import ServiceLifecycle
 

@@ -59,7 +59,8 @@ enum Main {
         }
         // The SDK's and the apps' errors carry the words field staff read.
         let refusedDevice = device ? (error as? TransportError).map(\.cliMessage) : nil
-        let message = (refusedDevice ?? (error as? ClientError).map(cliMessage) ?? Outpost.message(for: error))
+        let message =
+            (refusedDevice ?? (error as? ClientError).map(cliMessage) ?? Outpost.message(for: error))
             .split(separator: "\n").first.map(String.init) ?? "failed"
         FileHandle.standardError.write(Data("outpost: \(message)\n".utf8))
         Foundation.exit(code.rawValue == 0 ? 1 : code.rawValue)

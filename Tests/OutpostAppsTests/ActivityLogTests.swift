@@ -60,8 +60,9 @@ struct ActivityLogTests {
         }
     }
 
-    @Test("three pending registrations sync within 60 s of connectivity returning, with no user action",
-          .timeLimit(.minutes(5)))
+    @Test(
+        "three pending registrations sync within 60 s of connectivity returning, with no user action",
+        .timeLimit(.minutes(5)))
     func threeSyncOnReconnect() async throws {
         try await withTestDevice { device in
             for _ in 0..<3 { _ = try await log(device).register(Self.visit) }

@@ -15,8 +15,9 @@ struct AttendanceLogTests {
         AttendanceLog(engine: device.engine, userId: "ana", location: location, timeZone: Self.utc)
     }
 
-    @Test("without a GPS fix, check-in and check-out are refused with the message, online or offline, and nothing is written",
-          arguments: [false, true])
+    @Test(
+        "without a GPS fix, check-in and check-out are refused with the message, online or offline, and nothing is written",
+        arguments: [false, true])
     func noFix(online: Bool) async throws {
         try await withTestDevice(online: online) { device async throws in
             let log = makeLog(device, location: FixedLocation(nil))

@@ -20,7 +20,9 @@ struct BuildArchiveTests {
         }
     }
 
-    @Test("an uploaded build says whether the crew's sheet has it: waiting, then received, again waiting after an edit; nothing without a sheet or offline")
+    @Test(
+        "an uploaded build says whether the crew's sheet has it: waiting, then received, again waiting after an edit; nothing without a sheet or offline"
+    )
     func sheetState() async throws {
         let server = InMemoryServer()
         try await withTestDevice(online: true, server: server) { device in
@@ -86,7 +88,9 @@ struct BuildArchiveTests {
             // The refused build waits for the user: sync-all does not send it again.
             #expect(summary.description == "3 synced, 0 failed")
             // Retry sends that build alone, as it is: refused again.
-            #expect(try await archive.retry(bad.build.buildId) == .finished(SyncSummary(synced: 0, failed: 0, rejected: 1, reasons: ["no permit attached"], chunks: 1)))
+            #expect(
+                try await archive.retry(bad.build.buildId)
+                    == .finished(SyncSummary(synced: 0, failed: 0, rejected: 1, reasons: ["no permit attached"], chunks: 1)))
             #expect(try await archive.retry(good.build.buildId) == .alreadySynced)
             await #expect(throws: ClientError.self) { try await archive.retry("build-404") }
         }

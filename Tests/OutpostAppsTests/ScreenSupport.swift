@@ -13,7 +13,11 @@ func eventually(_ what: String, _ condition: @escaping @MainActor () -> Bool) as
         while !condition() {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resume = ResumeOnce(continuation)
-                let holds = withObservationTracking { condition() } onChange: { resume() }
+                let holds = withObservationTracking {
+                    condition()
+                } onChange: {
+                    resume()
+                }
                 if holds { resume() }
             }
         }

@@ -171,8 +171,9 @@ struct ConcurrentDownloadTests {
             let first = await Self.heldDownload(store, server)
             // Another process resumes the set from the first one's page and completes it.
             let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
-            #expect(try await ReferenceData(store: other, transport: roster, pageSize: 100)
-                .download(collection: "guests", scope: "ev-1").isReady)
+            #expect(
+                try await ReferenceData(store: other, transport: roster, pageSize: 100)
+                    .download(collection: "guests", scope: "ev-1").isReady)
             server.open()
             #expect(try await first.value(within: testWaitLimit, "the first download").isReady)
             try await Self.expectWhole(store, count: 1000)
@@ -191,8 +192,9 @@ struct ConcurrentDownloadTests {
             await #expect(throws: TransportError.self) {
                 try await ReferenceData(store: other, transport: failing, pageSize: 100).download(collection: "guests", scope: "ev-1")
             }
-            #expect(try await ReferenceData(store: other, transport: roster).state(collection: "guests", scope: "ev-1")
-                == .incomplete(stored: 300, total: 1000))
+            #expect(
+                try await ReferenceData(store: other, transport: roster).state(collection: "guests", scope: "ev-1")
+                    == .incomplete(stored: 300, total: 1000))
             server.open()
             do {
                 _ = try await first.value(within: testWaitLimit, "the overtaken download")
@@ -201,10 +203,12 @@ struct ConcurrentDownloadTests {
                 #expect(error.code == .busy)
             }
             // Nothing of the overtaken download was stored over the other's pages.
-            #expect(try await ReferenceData(store: store, transport: roster).state(collection: "guests", scope: "ev-1")
-                == .incomplete(stored: 300, total: 1000))
-            #expect(try await ReferenceData(store: store, transport: roster, pageSize: 100)
-                .download(collection: "guests", scope: "ev-1").isReady)
+            #expect(
+                try await ReferenceData(store: store, transport: roster).state(collection: "guests", scope: "ev-1")
+                    == .incomplete(stored: 300, total: 1000))
+            #expect(
+                try await ReferenceData(store: store, transport: roster, pageSize: 100)
+                    .download(collection: "guests", scope: "ev-1").isReady)
             try await Self.expectWhole(store, count: 1000)
         }
     }
@@ -231,8 +235,9 @@ struct ConcurrentDownloadTests {
             } catch let error as ClientError {
                 #expect(error.code == .busy)
             }
-            #expect(try await ReferenceData(store: store, transport: roster).state(collection: "guests", scope: "ev-1")
-                == .incomplete(stored: 100, total: 1000))
+            #expect(
+                try await ReferenceData(store: store, transport: roster).state(collection: "guests", scope: "ev-1")
+                    == .incomplete(stored: 100, total: 1000))
             server.open()
             #expect(try await first.value(within: testWaitLimit, "the first download").isReady)
             try await Self.expectWhole(store, count: 1000)

@@ -127,7 +127,11 @@ struct DownloadPipelineTests {
             private let lock = NSLock()
             private var value = 0
             private var running = 0
-            func next() -> Int { lock.withLock { value += 1; running += 1; return value - 1 } }
+            func next() -> Int {
+                lock.withLock {
+                    value += 1; running += 1; return value - 1
+                }
+            }
             func end() { lock.withLock { running -= 1 } }
             var count: Int { lock.withLock { value } }
             var inFlight: Int { lock.withLock { running } }

@@ -81,7 +81,9 @@ struct FieldPromisesTests {
         }
     }
 
-    @Test("a save online returns once durable while the server never answers; the wait for its delivery is bounded and stopping it leaves the record queued")
+    @Test(
+        "a save online returns once durable while the server never answers; the wait for its delivery is bounded and stopping it leaves the record queued"
+    )
     func saveNeverWaits() async throws {
         try await withStore { store, _ in
             let clock = ManualClock()
@@ -153,13 +155,15 @@ struct FieldPromisesTests {
     /// Conflicts a first write of a protected field; takes one made on top of the server's version.
     struct Protected: SyncTransport {
         func push(_ request: PushRequest) async throws -> PushResponse {
-            PushResponse(results: request.mutations.map { mutation in
-                mutation.baseVersion == nil
-                    ? MutationResult(
-                        idempotencyKey: mutation.idempotencyKey, status: .conflict, version: 7,
-                        conflict: ConflictDetail(conflictId: "c1", fields: ["travel_expense"], serverFields: ["travel_expense": 55], serverVersion: 7))
-                    : MutationResult(idempotencyKey: mutation.idempotencyKey, status: .applied, version: 8)
-            })
+            PushResponse(
+                results: request.mutations.map { mutation in
+                    mutation.baseVersion == nil
+                        ? MutationResult(
+                            idempotencyKey: mutation.idempotencyKey, status: .conflict, version: 7,
+                            conflict: ConflictDetail(
+                                conflictId: "c1", fields: ["travel_expense"], serverFields: ["travel_expense": 55], serverVersion: 7))
+                        : MutationResult(idempotencyKey: mutation.idempotencyKey, status: .applied, version: 8)
+                })
         }
         func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse { fatalError() }
         func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse { fatalError() }
@@ -190,7 +194,9 @@ struct FieldPromisesTests {
         }
     }
 
-    @Test("a clock that jumped ahead and came back: writes after it are not stamped in the future, the write made during it is stamped again, and all sync")
+    @Test(
+        "a clock that jumped ahead and came back: writes after it are not stamped in the future, the write made during it is stamped again, and all sync"
+    )
     func clockJump() async throws {
         try await withStore { store, _ in
             let now = ManualNow()

@@ -175,17 +175,19 @@ struct LocalStoreTests {
         }
     }
 
-    @Test("bad input is refused and nothing is written", arguments: [
-        LocalStore.Write(collection: "notes", recordId: "../etc/passwd", fields: ["a": 1]),
-        LocalStore.Write(collection: "notes", recordId: "ok", fields: ["bad name": 1]),
-        LocalStore.Write(collection: "no/such", recordId: "ok", fields: ["a": 1]),
-        LocalStore.Write(collection: "notes", recordId: "ok", fields: ["a": "nul\u{0}"]),
-        LocalStore.Write(collection: "notes", recordId: "ok", fields: ["a": .string(String(repeating: "x", count: 256 * 1024))]),
-        LocalStore.Write(
-            collection: "notes", recordId: "ok",
-            fields: Dictionary(uniqueKeysWithValues: (0..<257).map { ("f\($0)", JSONValue.integer(1)) })),
-        LocalStore.Write(collection: "notes", recordId: "ok", fields: ["a": LocalStoreTests.nested(17)]),
-    ])
+    @Test(
+        "bad input is refused and nothing is written",
+        arguments: [
+            LocalStore.Write(collection: "notes", recordId: "../etc/passwd", fields: ["a": 1]),
+            LocalStore.Write(collection: "notes", recordId: "ok", fields: ["bad name": 1]),
+            LocalStore.Write(collection: "no/such", recordId: "ok", fields: ["a": 1]),
+            LocalStore.Write(collection: "notes", recordId: "ok", fields: ["a": "nul\u{0}"]),
+            LocalStore.Write(collection: "notes", recordId: "ok", fields: ["a": .string(String(repeating: "x", count: 256 * 1024))]),
+            LocalStore.Write(
+                collection: "notes", recordId: "ok",
+                fields: Dictionary(uniqueKeysWithValues: (0..<257).map { ("f\($0)", JSONValue.integer(1)) })),
+            LocalStore.Write(collection: "notes", recordId: "ok", fields: ["a": LocalStoreTests.nested(17)]),
+        ])
     func badInput(write: LocalStore.Write) async throws {
         try await withStore { (store: LocalStore, _: URL) async throws -> Void in
             await #expect(throws: ClientError.self) {

@@ -16,7 +16,11 @@ struct PagedTransferTests {
         private var fetchesAfterStop = 0
         private var stopped = false
 
-        func born() { lock.withLock { alive += 1; peak = max(peak, alive) } }
+        func born() {
+            lock.withLock {
+                alive += 1; peak = max(peak, alive)
+            }
+        }
         func died() { lock.withLock { alive -= 1 } }
         func stored(_ page: Int) { lock.withLock { storedPages.append(page) } }
         func stop() { lock.withLock { stopped = true } }
@@ -94,7 +98,9 @@ struct PagedTransferTests {
         return census
     }
 
-    @Test("a store that finds the set moved on stops the transfer at once: nothing stored after, nothing asked for, no error even if the network fails then", .timeLimit(.minutes(5)))
+    @Test(
+        "a store that finds the set moved on stops the transfer at once: nothing stored after, nothing asked for, no error even if the network fails then",
+        .timeLimit(.minutes(5)))
     func stopsAtOnce() async throws {
         let census = try await Self.stopping(pages: 50, at: 2, failingFrom: 3)
         #expect(census.stores == [0, 1, 2])

@@ -100,8 +100,9 @@ struct PullStreamTests {
         }
     }
 
-    @Test("a stream left for another cursor, or open when the refresh ends, is ended, and with it its request",
-          .timeLimit(.minutes(5)))
+    @Test(
+        "a stream left for another cursor, or open when the refresh ends, is ended, and with it its request",
+        .timeLimit(.minutes(5)))
     func streamsLeftAreEnded() async throws {
         let streams = OpenStreams()
         var ends = streams.ends.makeAsyncIterator()
@@ -122,7 +123,11 @@ struct PullStreamTests {
             // A first page, then the error, again each time it is asked (as an unfolding stream does).
             let calls = NIOLockedValueBox(0)
             return AsyncThrowingStream(unfolding: {
-                guard calls.withLockedValue({ $0 += 1; return $0 }) == 1 else { throw Dropped() }
+                guard
+                    calls.withLockedValue({
+                        $0 += 1; return $0
+                    }) == 1
+                else { throw Dropped() }
                 return try PullPage(PullResponse(changes: [], cursor: "1", hasMore: true))
             })
         }

@@ -29,7 +29,8 @@ struct RecordScopeTests {
         try await withStore { store, _ in
             let server = InMemoryServer(rejecting: rejecting)
             let engine = SyncEngine(
-                store: store, transport: InMemoryTransport(server: server), configuration: SyncConfiguration(deviceId: "dev-1", deliversAfterSave: false),
+                store: store, transport: InMemoryTransport(server: server),
+                configuration: SyncConfiguration(deviceId: "dev-1", deliversAfterSave: false),
                 clock: TestClock<Duration>(), now: ManualNow().closure)
             await engine.setOnline(true)
             try await body(store, engine, server)

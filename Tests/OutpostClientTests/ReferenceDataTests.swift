@@ -66,7 +66,9 @@ struct ReferenceDataTests {
             // Before the refresh, a walk-in is not found.
             server.put("walk-in", ["event_id": "ev-1", "name": "Late Arrival", "email": "late@example.org"], scope: "ev-1")
             server.cancel("g00007")
-            #expect(try await data.lookup(collection: "guests", scope: "ev-1", recordId: "walk-in").message == "Guest not in roster — refresh and try again")
+            #expect(
+                try await data.lookup(collection: "guests", scope: "ev-1", recordId: "walk-in").message
+                    == "Guest not in roster — refresh and try again")
             let summary = try await data.refresh(collection: "guests", scope: "ev-1")
             #expect(summary == RefreshSummary(updated: 1, removed: 1))
             guard case .found(let walkIn) = try await data.lookup(collection: "guests", scope: "ev-1", recordId: "walk-in") else {

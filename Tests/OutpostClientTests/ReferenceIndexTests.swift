@@ -59,7 +59,8 @@ struct ReferenceIndexTests {
             let before = try Self.searchRows(url)
 
             server.put("g00001", ["event_id": "ev-1", "name": "Wilhelmina Okonkwo", "email": "w@example.org"], scope: "ev-1")
-            server.put("g00002", ["event_id": "ev-1", "name": "Guest2 Family2", "email": "guest2@example.org", "check_in_note": "table 4"], scope: "ev-1")
+            server.put(
+                "g00002", ["event_id": "ev-1", "name": "Guest2 Family2", "email": "guest2@example.org", "check_in_note": "table 4"], scope: "ev-1")
             server.cancel("g00003")
             #expect(try await data.refresh(collection: "guests", scope: "ev-1") == RefreshSummary(updated: 2, removed: 1))
 
@@ -250,8 +251,10 @@ struct ReferenceIndexTests {
     /// per-row tokens.
     static func copyAsOlderSchema(from currentURL: URL, to olderURL: URL) throws {
         let (records, state) = try DatabaseQueue(path: currentURL.path).read { db in
-            (try Row.fetchAll(db, sql: "SELECT collection, scope, record_id, payload, version, tokens FROM reference_records"),
-             try Row.fetchAll(db, sql: "SELECT * FROM reference_state"))
+            (
+                try Row.fetchAll(db, sql: "SELECT collection, scope, record_id, payload, version, tokens FROM reference_records"),
+                try Row.fetchAll(db, sql: "SELECT * FROM reference_state")
+            )
         }
         let older = try DatabaseQueue(path: olderURL.path)
         try LocalStore.migrator.migrate(older, upTo: "v2-reference-data")
@@ -280,7 +283,9 @@ struct ReferenceIndexTests {
 
 @Suite("Reference search tokens")
 struct ReferenceTokenTests {
-    @Test("a token is the first 8 bytes of HMAC-SHA256 of kind:term under the derived key", arguments: ["p2:an", "e:ana.1@example.org", "p4:" + String(repeating: "é", count: 40)])
+    @Test(
+        "a token is the first 8 bytes of HMAC-SHA256 of kind:term under the derived key",
+        arguments: ["p2:an", "e:ana.1@example.org", "p4:" + String(repeating: "é", count: 40)])
     func tokenIsHMAC(message: String) {
         let storeKey = SymmetricKey(size: .bits256)
         let index = ReferenceIndex(storeKey: storeKey)
@@ -356,16 +361,19 @@ struct ReferenceWordTests {
         // Letters of both cases, digits, and every kind of ASCII separator, tabs and spaces at the ends; and a few
         // texts that are not all ASCII, which both take the general path.
         let alphabet = Array("aZbYcX09 \t.-_'@,;()/\\+\"!~")
-        var texts = ["", " ", "\t", "a", "ab", "abc", "abcd", "ABCDE", "  Ana  Silva ", "O'Brien-Smith", "x@Y.org ",
-                     "Chloé Müller", "José\u{00A0}Ñúñez", "ana@exämple.org"]
+        var texts = [
+            "", " ", "\t", "a", "ab", "abc", "abcd", "ABCDE", "  Ana  Silva ", "O'Brien-Smith", "x@Y.org ",
+            "Chloé Müller", "José\u{00A0}Ñúñez", "ana@exämple.org",
+        ]
         for _ in 0..<2000 {
             let length = Int(random.next() % 24)
             texts.append(String((0..<length).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] }))
         }
         for name in texts {
             let email = texts[Int(random.next() % UInt64(texts.count))]
-            #expect(index.tokens(name: name, email: email) == index.generalTokens(name: name, email: email),
-                    "name \(name.debugDescription), e-mail \(email.debugDescription)")
+            #expect(
+                index.tokens(name: name, email: email) == index.generalTokens(name: name, email: email),
+                "name \(name.debugDescription), e-mail \(email.debugDescription)")
         }
     }
 

@@ -15,8 +15,10 @@ struct RefreshPipelineTests {
         for i in 0..<600 {
             server.put(
                 String(format: "g%05d", i),
-                ["event_id": "ev-1", "name": .string("Guest\(i % 97) Family\(i)"), "email": .string("guest\(i)@example.org"),
-                 "note": "table 4"],
+                [
+                    "event_id": "ev-1", "name": .string("Guest\(i % 97) Family\(i)"), "email": .string("guest\(i)@example.org"),
+                    "note": "table 4",
+                ],
                 scope: "ev-1")
         }
         for i in 900..<1000 { server.cancel(String(format: "g%05d", i)) }
@@ -30,8 +32,9 @@ struct RefreshPipelineTests {
 
     /// Streams carry as many pages as the refresh asks for (nil), or fewer, as from a server with a lower limit:
     /// the refresh then opens the next stream from the cursor the last one ended at.
-    @Test("more changes than a pull holds: every page stored once, in order, each pulled once, in as many streams as the server allows",
-          .timeLimit(.minutes(5)), arguments: [nil, 1, 2] as [Int?])
+    @Test(
+        "more changes than a pull holds: every page stored once, in order, each pulled once, in as many streams as the server allows",
+        .timeLimit(.minutes(5)), arguments: [nil, 1, 2] as [Int?])
     func severalPages(pagesPerStream: Int?) async throws {
         #expect(Self.pulls >= 3, "the test needs a refresh of at least three pulls")
         try await withStore { store, _ in
@@ -76,7 +79,8 @@ struct RefreshPipelineTests {
             await #expect(throws: TransportError.self) { try await data.refresh(collection: "guests", scope: "ev-1") }
             let firstTwo = 2 * ReferenceData.refreshPageSize
             // The log holds the 600 changed guests first: the first two pages were stored, the rest not.
-            guard case .found(let stored) = try await data.lookup(collection: "guests", scope: "ev-1", recordId: String(format: "g%05d", firstTwo - 1)),
+            guard
+                case .found(let stored) = try await data.lookup(collection: "guests", scope: "ev-1", recordId: String(format: "g%05d", firstTwo - 1)),
                 case .found(let notYet) = try await data.lookup(collection: "guests", scope: "ev-1", recordId: String(format: "g%05d", firstTwo))
             else {
                 Issue.record("a guest is missing after the failed refresh")
@@ -123,7 +127,8 @@ struct RefreshPipelineTests {
         }
     }
 
-    @Test("a refresh overtaken by another while its page was on the way stores nothing: no older value, no cursor moved back", .timeLimit(.minutes(5)))
+    @Test(
+        "a refresh overtaken by another while its page was on the way stores nothing: no older value, no cursor moved back", .timeLimit(.minutes(5)))
     func overtaken() async throws {
         try await withStore { store, _ in
             let roster = ReferenceDataTests.roster(20)

@@ -9,7 +9,8 @@ struct RosterCSVTests {
 
     @Test("quoted fields keep commas, quotes and line breaks, and rows keep their line numbers")
     func quoting() throws {
-        let text = header
+        let text =
+            header
             + "g1,\"Ana, Silva\",ana@example.org,vip,registered,\"says \"\"hi\"\"\",\n"
             + "g2,Ben,ben@example.org,general,confirmed,\"two\nlines\",\"{\"\"level\"\":\"\"info\"\"}\"\n"
             + "g3,Chloé,,general,registered,,\n"
@@ -26,7 +27,8 @@ struct RosterCSVTests {
 
     @Test("every bad row is reported with its line, and no row is returned")
     func badRows() {
-        let text = header
+        let text =
+            header
             + "g1,Ana,ana@example.org,vip,registered,,\n"
             + "../x,Bad Id,b@example.org,vip,registered,,\n"
             + "g3,,c@example.org,vip,registered,,\n"

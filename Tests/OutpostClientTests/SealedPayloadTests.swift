@@ -12,11 +12,15 @@ struct SealedPayloadTests {
     static let conflict = ConflictDetail(
         conflictId: "c1", fields: ["status"], serverFields: ["status": "checked_in", "n": .integer(3)], serverVersion: 7)
 
-    @Test("written without Codable, read by Codable; written by Codable, read without it", arguments: [
-        LocalStore.SealedPayload(fields: ["name": "Zoë \"Q\"\n", "n": .integer(-1), "x": .number(0.5), "o": .object(["a": .array([.null, .bool(true)])])], syncError: nil, conflict: nil),
-        LocalStore.SealedPayload(fields: [:], syncError: "rejected: guest_cancelled — “refer to organizer”", conflict: nil),
-        LocalStore.SealedPayload(fields: ["status": "scanned"], syncError: "conflict on status", conflict: conflict),
-    ])
+    @Test(
+        "written without Codable, read by Codable; written by Codable, read without it",
+        arguments: [
+            LocalStore.SealedPayload(
+                fields: ["name": "Zoë \"Q\"\n", "n": .integer(-1), "x": .number(0.5), "o": .object(["a": .array([.null, .bool(true)])])],
+                syncError: nil, conflict: nil),
+            LocalStore.SealedPayload(fields: [:], syncError: "rejected: guest_cancelled — “refer to organizer”", conflict: nil),
+            LocalStore.SealedPayload(fields: ["status": "scanned"], syncError: "conflict on status", conflict: conflict),
+        ])
     func compatible(payload: LocalStore.SealedPayload) throws {
         let written = Data(try payload.jsonBytes())
         let byCodable = try JSONDecoder().decode(LocalStore.SealedPayload.self, from: written)
@@ -29,8 +33,9 @@ struct SealedPayloadTests {
     func wrapping() throws {
         let fields: [String: JSONValue] = ["name": "Zoë \"Q\"\n", "n": .integer(-1), "o": .object(["a": .array([.null])])]
         for fields in [fields, [:]] {
-            #expect(LocalStore.SealedPayload.wrapping(fieldsJSON: try fields.jsonBytes())
-                == (try LocalStore.SealedPayload(fields: fields, syncError: nil, conflict: nil).jsonBytes()))
+            #expect(
+                LocalStore.SealedPayload.wrapping(fieldsJSON: try fields.jsonBytes())
+                    == (try LocalStore.SealedPayload(fields: fields, syncError: nil, conflict: nil).jsonBytes()))
         }
     }
 

@@ -68,7 +68,9 @@ struct SimulationTests {
 
         func open(_ id: String, _ url: URL, _ transport: CrashPoint) throws -> SyncEngine {
             let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), durableCommits: false)
-            return SyncEngine(store: store, transport: transport, configuration: .init(deviceId: id, chunkSize: 5, deliversAfterSave: false), clock: YieldingClock())
+            return SyncEngine(
+                store: store, transport: transport, configuration: .init(deviceId: id, chunkSize: 5, deliversAfterSave: false), clock: YieldingClock()
+            )
         }
 
         var devices: [SimDevice] = []

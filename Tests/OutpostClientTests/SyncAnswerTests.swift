@@ -14,22 +14,25 @@ struct SyncAnswerTests {
     final class Answering: SyncTransport, @unchecked Sendable {
         private var version: Int64 = 6
         func push(_ request: PushRequest) async throws -> PushResponse {
-            PushResponse(results: request.mutations.map { mutation in
-                version += 1
-                if mutation.fields["travel_expense"] == 70 {
-                    return MutationResult(
-                        idempotencyKey: mutation.idempotencyKey, status: .conflict, version: version,
-                        conflict: ConflictDetail(
-                            conflictId: "c1", fields: ["travel_expense"], serverFields: ["travel_expense": 55],
-                            serverVersion: version - 1))
-                }
-                return MutationResult(idempotencyKey: mutation.idempotencyKey, status: .applied, version: version)
-            })
+            PushResponse(
+                results: request.mutations.map { mutation in
+                    version += 1
+                    if mutation.fields["travel_expense"] == 70 {
+                        return MutationResult(
+                            idempotencyKey: mutation.idempotencyKey, status: .conflict, version: version,
+                            conflict: ConflictDetail(
+                                conflictId: "c1", fields: ["travel_expense"], serverFields: ["travel_expense": 55],
+                                serverVersion: version - 1))
+                    }
+                    return MutationResult(idempotencyKey: mutation.idempotencyKey, status: .applied, version: version)
+                })
         }
         func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
             PullResponse(changes: [], cursor: cursor ?? "", hasMore: false)
         }
-        func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        func snapshot(
+            collection: String, scope: String?, continuation: String?, limit: Int?
+        ) async throws
             -> SnapshotResponse
         { throw TransportError(kind: .network, message: "not served here") }
         func health() async throws -> HealthResponse { HealthResponse(status: "ok", storage: "ok") }

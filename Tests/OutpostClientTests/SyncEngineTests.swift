@@ -114,7 +114,8 @@ struct SyncEngineTests {
             try await withStore { store, _ in
                 let transport = Failing(status: status)
                 let clock = ManualClock()
-                let engine = SyncEngine(store: store, transport: transport, configuration: .init(deviceId: "d", deliversAfterSave: false), clock: clock)
+                let engine = SyncEngine(
+                    store: store, transport: transport, configuration: .init(deviceId: "d", deliversAfterSave: false), clock: clock)
                 try await engine.save(note("r1"))
                 let sync = Task { try await engine.sync() }
                 if expectedCalls > 1 {
@@ -251,7 +252,9 @@ struct SyncEngineTests {
             // The first chunk's answers were being stored while the second went out: they stay stored.
             #expect(summary.synced == 50)
             #expect(summary.failed == 70)
-            #expect(try await store.records().filter { $0.syncStatus == .synced }.map(\.recordId).sorted() == (0..<50).map { String(format: "r%03d", $0) })
+            #expect(
+                try await store.records().filter { $0.syncStatus == .synced }.map(\.recordId).sorted() == (0..<50).map { String(format: "r%03d", $0) }
+            )
             #expect(try await store.outboxCount() == 70)
             observer.beforePush = { _ in }
             let healed = try await engine.sync()
@@ -321,18 +324,21 @@ struct SyncEngineTests {
     func conflictKept() async throws {
         struct Conflicting: SyncTransport {
             func push(_ request: PushRequest) async throws -> PushResponse {
-                PushResponse(results: request.mutations.map {
-                    MutationResult(
-                        idempotencyKey: $0.idempotencyKey, status: .conflict, version: 7,
-                        conflict: ConflictDetail(conflictId: "c1", fields: ["travel_expense"], serverFields: ["travel_expense": 55], serverVersion: 6))
-                })
+                PushResponse(
+                    results: request.mutations.map {
+                        MutationResult(
+                            idempotencyKey: $0.idempotencyKey, status: .conflict, version: 7,
+                            conflict: ConflictDetail(
+                                conflictId: "c1", fields: ["travel_expense"], serverFields: ["travel_expense": 55], serverVersion: 6))
+                    })
             }
             func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse { fatalError() }
             func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse { fatalError() }
             func health() async throws -> HealthResponse { HealthResponse(status: "ok", storage: "ok") }
         }
         try await withStore { store, _ in
-            let engine = SyncEngine(store: store, transport: Conflicting(), configuration: .init(deviceId: "d", deliversAfterSave: false), clock: TestClock<Duration>())
+            let engine = SyncEngine(
+                store: store, transport: Conflicting(), configuration: .init(deviceId: "d", deliversAfterSave: false), clock: TestClock<Duration>())
             try await engine.save(LocalStore.Write(collection: "activities", recordId: "a1", fields: ["travel_expense": 70]))
             let summary = try await engine.sync()
             #expect(summary.rejected == 1 && summary.failed == 0)
@@ -350,7 +356,8 @@ struct SyncEngineTests {
         try await withStore { store, _ in
             let server = InMemoryServer()
             let network = SimulatedNetwork(server: server, seed: 1, faults: .init(dropRequest: 0, dropResponse: 1, delay: 0))
-            let engine = SyncEngine(store: store, transport: network, configuration: .init(deviceId: "d", deliversAfterSave: false), clock: YieldingClock())
+            let engine = SyncEngine(
+                store: store, transport: network, configuration: .init(deviceId: "d", deliversAfterSave: false), clock: YieldingClock())
             for i in 0..<60 { try await engine.save(note("r\(i)")) }
             let failed = try await engine.sync()
             #expect(failed.failed == 60)

@@ -13,7 +13,8 @@ struct SyncHealthTests {
     ) -> SyncEngine {
         SyncEngine(
             store: store, transport: transport,
-            configuration: SyncConfiguration(deviceId: "phone-1", retryDelays: [], appVersion: "test/1", escalation: escalation, deliversAfterSave: false),
+            configuration: SyncConfiguration(
+                deviceId: "phone-1", retryDelays: [], appVersion: "test/1", escalation: escalation, deliversAfterSave: false),
             clock: clock, now: now.closure)
     }
 

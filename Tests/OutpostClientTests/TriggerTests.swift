@@ -31,7 +31,8 @@ struct TriggerTests {
             let server = InMemoryServer()
             let transport = InMemoryTransport(server: server)
             transport.isOnline = false
-            let engine = SyncEngine(store: store, transport: transport, configuration: .init(deviceId: "d", deliversAfterSave: false), clock: TestClock<Duration>())
+            let engine = SyncEngine(
+                store: store, transport: transport, configuration: .init(deviceId: "d", deliversAfterSave: false), clock: TestClock<Duration>())
             #expect(await engine.probe() == false)
             for id in ["a", "b"] { try await engine.save(note(id)) }
             transport.isOnline = true
@@ -113,7 +114,8 @@ struct TriggerTests {
             let server = InMemoryServer()
             let clock = ManualClock()
             let engine = SyncEngine(
-                store: store, transport: InMemoryTransport(server: server), configuration: .init(deviceId: "d", deliversAfterSave: false), clock: clock)
+                store: store, transport: InMemoryTransport(server: server), configuration: .init(deviceId: "d", deliversAfterSave: false),
+                clock: clock)
             await engine.setOnline(true)
             // The other process saved while this one was online; its own push did not get through.
             let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))

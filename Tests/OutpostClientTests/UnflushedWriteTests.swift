@@ -62,9 +62,10 @@ struct UnflushedWriteTests {
             let during = try await task.value
             #expect(during == 1)
             #expect(try await store.queue.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") } == 2)
-            #expect(try await store.queue.read { db in
-                try Int.fetchOne(db, sql: "SELECT count(*) FROM settings WHERE name = 'probe'")
-            } == 1)
+            #expect(
+                try await store.queue.read { db in
+                    try Int.fetchOne(db, sql: "SELECT count(*) FROM settings WHERE name = 'probe'")
+                } == 1)
             // A failure inside rolls back, and commits flush again after it too.
             await #expect(throws: ClientError.self) {
                 try await store.writeUnflushedOnQueue { db in
@@ -73,9 +74,10 @@ struct UnflushedWriteTests {
                 }
             }
             #expect(try await store.queue.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") } == 2)
-            #expect(try await store.queue.read { db in
-                try Int.fetchOne(db, sql: "SELECT count(*) FROM settings WHERE name = 'probe2'")
-            } == 0)
+            #expect(
+                try await store.queue.read { db in
+                    try Int.fetchOne(db, sql: "SELECT count(*) FROM settings WHERE name = 'probe2'")
+                } == 0)
         }
     }
 

@@ -53,9 +53,10 @@ struct WriteTransactionTests {
                     }
                 }
             }
-            #expect(try await store.queue.read { db in
-                try Int.fetchOne(db, sql: "SELECT (SELECT count(*) FROM settings WHERE name = 'probe') + (SELECT count(*) FROM child)")
-            } == 0)
+            #expect(
+                try await store.queue.read { db in
+                    try Int.fetchOne(db, sql: "SELECT (SELECT count(*) FROM settings WHERE name = 'probe') + (SELECT count(*) FROM child)")
+                } == 0)
             for index in 0..<3 {
                 _ = try await store.write(
                     .init(collection: "notes", recordId: "n\(index)", fields: ["title": "kept"]), deviceId: "d", at: Date(),

@@ -24,11 +24,13 @@ struct JSONBytesTests {
     func accepted() throws {
         let text = #" { "a" : "\u00e9\ud83d\ude00\/\\\"\n\t" , "b" : [ -0 , 12.5e-1 , 1E2 , 92233720368547758070 ] , "c" : { } , "d" : [ ] } "#
         let value = try JSONValue(parsing: Array(text.utf8))
-        #expect(value == .object([
-            "a": .string("é😀/\\\"\n\t"),
-            "b": .array([.integer(0), .number(1.25), .integer(100), .number(92_233_720_368_547_758_070)]),
-            "c": .object([:]), "d": .array([]),
-        ]))
+        #expect(
+            value
+                == .object([
+                    "a": .string("é😀/\\\"\n\t"),
+                    "b": .array([.integer(0), .number(1.25), .integer(100), .number(92_233_720_368_547_758_070)]),
+                    "c": .object([:]), "d": .array([]),
+                ]))
         #expect(try JSONValue(parsing: "-9223372036854775808") == .integer(.min))
         #expect(try JSONValue(parsing: "9223372036854775807") == .integer(.max))
         // Whole numbers by their decimal digits, as Foundation reads them, not by the nearest Double.
@@ -43,11 +45,13 @@ struct JSONBytesTests {
         _ = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
     }
 
-    @Test("what is not JSON is refused, as Foundation refuses it", arguments: [
-        "", " ", "{", "}", #"{"a" 1}"#, #"{a:1}"#, "01", "-01", "1.", ".1", "-", "+1", "1e", "1e+",
-        #""\x""#, "\"\u{01}\"", #""\ud800""#, #""\udc00x""#, #""\ud800\u0041""#, #""\u12""#, "tru", "nul", "falsy", "1 2",
-        "[1 2]", "\"open", "1e400", "NaN", "[\"a\"]]",
-    ])
+    @Test(
+        "what is not JSON is refused, as Foundation refuses it",
+        arguments: [
+            "", " ", "{", "}", #"{"a" 1}"#, #"{a:1}"#, "01", "-01", "1.", ".1", "-", "+1", "1e", "1e+",
+            #""\x""#, "\"\u{01}\"", #""\ud800""#, #""\udc00x""#, #""\ud800\u0041""#, #""\u12""#, "tru", "nul", "falsy", "1 2",
+            "[1 2]", "\"open", "1e400", "NaN", "[\"a\"]]",
+        ])
     func refused(text: String) {
         #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: Array(text.utf8)) }
         #expect(throws: (any Error).self) { try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) }
@@ -104,7 +108,9 @@ struct JSONBytesTests {
         #expect(throws: JSONSyntaxError.self) { try JSONValue.number(.infinity).jsonBytes() }
     }
 
-    @Test("one member, or several in one pass, is read without building the others, and is what the whole parse finds (keys compared as strings)", arguments: 0..<10)
+    @Test(
+        "one member, or several in one pass, is read without building the others, and is what the whole parse finds (keys compared as strings)",
+        arguments: 0..<10)
     func member(seed: Int) throws {
         var random = SplitMix(seed: UInt64(seed) + 500)
         for _ in 0..<30 {
@@ -121,11 +127,13 @@ struct JSONBytesTests {
             #expect(try JSONValue.member(name, ofObject: foundation) == object[name]?.canonical)
             // Several at once, in one pass: the same values.
             let other = JSONValue.randomString(using: &random)
-            #expect(try JSONValue.members([name, other, "absent\u{0}"], ofObject: bytes)
-                == [object[name]?.canonical, object[other]?.canonical, nil])
+            #expect(
+                try JSONValue.members([name, other, "absent\u{0}"], ofObject: bytes)
+                    == [object[name]?.canonical, object[other]?.canonical, nil])
         }
-        #expect(try JSONValue.members(["a", "b"], ofObject: Array(#"{"b": 1, "c": {"a": 3}, "a": "x", "b": 2}"#.utf8))
-            == [.string("x"), .integer(1)])
+        #expect(
+            try JSONValue.members(["a", "b"], ofObject: Array(#"{"b": 1, "c": {"a": 3}, "a": "x", "b": 2}"#.utf8))
+                == [.string("x"), .integer(1)])
         #expect(throws: JSONSyntaxError.self) { try JSONValue.members(["a"], ofObject: Array("[1]".utf8)) }
         // Keys written with escapes, or canonically equivalent to a name (the Kelvin sign is K), are that name.
         #expect(try JSONValue.members(["name", "K"], ofObject: Array(#"{"n\u0061me": 1, "\u212A": 2}"#.utf8)) == [.integer(1), .integer(2)])
@@ -165,13 +173,15 @@ struct JSONBytesTests {
         var changes: [Change] = []
         for index in 0..<40 {
             let tombstone = index % 7 == 0
-            let fields: [String: JSONValue] = tombstone
+            let fields: [String: JSONValue] =
+                tombstone
                 ? [:] : ["name": .string("Ana \(index)"), "extra": JSONValue.random(depth: 1, using: &random)]
-            changes.append(Change(
-                collection: "guests", recordId: "g\(index)", scope: seed % 2 == 0 ? "" : "event-\(seed)",
-                version: Int64(index + 1), tombstone: tombstone, fields: fields,
-                createdAt: Timestamp(millisecondsSince1970: 1_795_000_000_000 + Int64(index)),
-                updatedAt: Timestamp(millisecondsSince1970: 1_795_000_100_000 + Int64(index))))
+            changes.append(
+                Change(
+                    collection: "guests", recordId: "g\(index)", scope: seed % 2 == 0 ? "" : "event-\(seed)",
+                    version: Int64(index + 1), tombstone: tombstone, fields: fields,
+                    createdAt: Timestamp(millisecondsSince1970: 1_795_000_000_000 + Int64(index)),
+                    updatedAt: Timestamp(millisecondsSince1970: 1_795_000_100_000 + Int64(index))))
         }
         let pull = PullResponse(changes: changes, cursor: "c-\(seed)", hasMore: seed % 2 == 0)
         let snapshots = [

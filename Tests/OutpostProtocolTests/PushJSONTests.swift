@@ -40,23 +40,41 @@ struct PushJSONTests {
 
     @Test("optional members may be absent or null; a mutation's unknown members are ignored")
     func optionalMembers() throws {
-        let text = #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"delete","clientTimestamp":"2026-11-21T09:00:00.000Z","fields":null,"baseVersion":null,"other":{}}]}"#
+        let text =
+            #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"delete","clientTimestamp":"2026-11-21T09:00:00.000Z","fields":null,"baseVersion":null,"other":{}}]}"#
         let request = try PushRequest(jsonBytes: Array(text.utf8))
         #expect(request == (try JSONDecoder().decode(PushRequest.self, from: Data(text.utf8))))
         #expect(request.mutations[0].fields.isEmpty && request.mutations[0].baseVersion == nil)
     }
 
-    @Test("a malformed request is refused, naming the member and never quoting the value", arguments: [
-        (#"{"mutations":[]}"#, "deviceId is missing"),
-        (#"{"deviceId":"d","mutations":"SECRET"}"#, "mutations must be an array"),
-        (#"{"deviceId":"d","mutations":["SECRET"]}"#, "mutations[0] must be an object"),
-        (#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"SECRET","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#, "mutations[0].op must be upsert or delete"),
-        (#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"SECRET"}]}"#, "mutations[0].clientTimestamp must be an ISO 8601 time"),
-        (#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","fields":["SECRET"],"clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#, "mutations[0].fields must be an object"),
-        (#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","baseVersion":"SECRET","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#, "mutations[0].baseVersion must be an integer"),
-        (#"{"deviceId":"d","mutations":[{"collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#, "mutations[0].idempotencyKey is missing"),
-        (#"["SECRET"]"#, "the body must be an object"),
-    ])
+    @Test(
+        "a malformed request is refused, naming the member and never quoting the value",
+        arguments: [
+            (#"{"mutations":[]}"#, "deviceId is missing"),
+            (#"{"deviceId":"d","mutations":"SECRET"}"#, "mutations must be an array"),
+            (#"{"deviceId":"d","mutations":["SECRET"]}"#, "mutations[0] must be an object"),
+            (
+                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"SECRET","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#,
+                "mutations[0].op must be upsert or delete"
+            ),
+            (
+                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"SECRET"}]}"#,
+                "mutations[0].clientTimestamp must be an ISO 8601 time"
+            ),
+            (
+                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","fields":["SECRET"],"clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#,
+                "mutations[0].fields must be an object"
+            ),
+            (
+                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","baseVersion":"SECRET","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#,
+                "mutations[0].baseVersion must be an integer"
+            ),
+            (
+                #"{"deviceId":"d","mutations":[{"collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#,
+                "mutations[0].idempotencyKey is missing"
+            ),
+            (#"["SECRET"]"#, "the body must be an object"),
+        ])
     func malformed(text: String, expected: String) throws {
         let error = #expect(throws: JSONSyntaxError.self) { try PushRequest(jsonBytes: Array(text.utf8)) }
         #expect(error?.reason.hasPrefix(expected) == true, "\(String(describing: error))")
@@ -101,7 +119,8 @@ extension PushRequest {
 extension MutationResult {
     static func random(using random: inout SplitMix) -> MutationResult {
         let status = MutationResult.Status.allCases.randomElement(using: &random)!
-        let conflict = Bool.random(using: &random)
+        let conflict =
+            Bool.random(using: &random)
             ? ConflictDetail(
                 conflictId: "c-\(Int.random(in: 0...999, using: &random))",
                 fields: (0..<Int.random(in: 0...3, using: &random)).map { _ in JSONValue.randomString(using: &random) },

@@ -37,20 +37,24 @@ struct TimestampTests {
         }
     }
 
-    @Test("round-trips through its wire form", arguments: [
-        Int64(0), 1, -1, 86_399_999, 1_763_732_855_123, -62_135_596_800_000, 253_402_300_799_999,
-    ])
+    @Test(
+        "round-trips through its wire form",
+        arguments: [
+            Int64(0), 1, -1, 86_399_999, 1_763_732_855_123, -62_135_596_800_000, 253_402_300_799_999,
+        ])
     func roundTrips(milliseconds: Int64) throws {
         let timestamp = Timestamp(millisecondsSince1970: milliseconds)
         #expect(Timestamp(iso8601: timestamp.iso8601) == timestamp)
     }
 
-    @Test("refuses anything but ISO 8601 with milliseconds and a zone", arguments: [
-        "", "2026-11-21", "2026-11-21T13:47:35Z", "2026-11-21T13:47:35.12Z", "2026-11-21T13:47:35.1234Z",
-        "2026-11-21T13:47:35.123", "2026-13-01T00:00:00.000Z", "2026-02-30T00:00:00.000Z",
-        "2025-02-29T00:00:00.000Z", "2026-11-21T24:00:00.000Z", "2026-11-21T13:60:00.000Z",
-        "2026-11-21 13:47:35.123Z", "2026-11-21T13:47:35.123+0200", "not a time", "１２３４-11-21T13:47:35.123Z",
-    ])
+    @Test(
+        "refuses anything but ISO 8601 with milliseconds and a zone",
+        arguments: [
+            "", "2026-11-21", "2026-11-21T13:47:35Z", "2026-11-21T13:47:35.12Z", "2026-11-21T13:47:35.1234Z",
+            "2026-11-21T13:47:35.123", "2026-13-01T00:00:00.000Z", "2026-02-30T00:00:00.000Z",
+            "2025-02-29T00:00:00.000Z", "2026-11-21T24:00:00.000Z", "2026-11-21T13:60:00.000Z",
+            "2026-11-21 13:47:35.123Z", "2026-11-21T13:47:35.123+0200", "not a time", "１２３４-11-21T13:47:35.123Z",
+        ])
     func refusesOtherForms(text: String) {
         #expect(Timestamp(iso8601: text) == nil)
     }

@@ -41,8 +41,10 @@ struct WireTypesTests {
     @Test("a failure's reason is made one a server keeps: control characters blanked, cut at 1,000 scalars")
     func reportableError() {
         #expect(SyncFailure.isValidError("GPS signal required\nretry outside\t(2)\r"))
-        for refused in ["", "a\u{0}b", "bell\u{7}", "del\u{7F}", "c1\u{85}", String(repeating: "x", count: 1001),
-                        "e" + String(repeating: "\u{301}", count: 1000)] {
+        for refused in [
+            "", "a\u{0}b", "bell\u{7}", "del\u{7F}", "c1\u{85}", String(repeating: "x", count: 1001),
+            "e" + String(repeating: "\u{301}", count: 1000),
+        ] {
             #expect(!SyncFailure.isValidError(refused), "\(refused.unicodeScalars.count) scalars")
             #expect(SyncFailure.isValidError(SyncFailure.reportableError(refused)))
         }
@@ -70,18 +72,22 @@ struct WireTypesTests {
         #expect(String(decoding: data, as: UTF8.self) == #"{"error":{"code":"forbidden","message":"no"}}"#)
     }
 
-    @Test("identifiers refuse path traversal, separators and control characters", arguments: [
-        "", "..", "a/../b", "../etc/passwd", "a/b", "a\\b", "a b", "a\u{0}b", ".hidden", "-dash", "a..b",
-        String(repeating: "x", count: 129), "é", "a\nb", "a;DROP", "<script>",
-    ])
+    @Test(
+        "identifiers refuse path traversal, separators and control characters",
+        arguments: [
+            "", "..", "a/../b", "../etc/passwd", "a/b", "a\\b", "a b", "a\u{0}b", ".hidden", "-dash", "a..b",
+            String(repeating: "x", count: 129), "é", "a\nb", "a;DROP", "<script>",
+        ])
     func identifierRefuses(text: String) {
         #expect(!Identifier.isValid(text))
     }
 
-    @Test("identifiers accept ordinary ids", arguments: [
-        "r1", "guest-0042", "dev.a", "user@example.org", "2026-11-21T09:00:00.000Z", "a_b:c",
-        String(repeating: "x", count: 128),
-    ])
+    @Test(
+        "identifiers accept ordinary ids",
+        arguments: [
+            "r1", "guest-0042", "dev.a", "user@example.org", "2026-11-21T09:00:00.000Z", "a_b:c",
+            String(repeating: "x", count: 128),
+        ])
     func identifierAccepts(text: String) {
         #expect(Identifier.isValid(text))
     }

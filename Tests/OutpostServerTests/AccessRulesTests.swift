@@ -28,8 +28,9 @@ struct AccessRulesTests {
             for event in ["A", "B"] {
                 for chunk in stride(from: 0, to: ids.count, by: 500) {
                     let results = try await client.push(
-                        ids[chunk..<chunk + 500].map { Self.guest($0, event: event) }, token: organizer, device: "admin")
-                        .results
+                        ids[chunk..<chunk + 500].map { Self.guest($0, event: event) }, token: organizer, device: "admin"
+                    )
+                    .results
                     #expect(results.allSatisfy { $0.status == .applied })
                 }
             }
@@ -74,8 +75,9 @@ struct AccessRulesTests {
         }
     }
 
-    @Test("a delete in a scoped collection names its scope; a scope that differs from the scope field is refused",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a delete in a scoped collection names its scope; a scope that differs from the scope field is refused",
+        arguments: StorageKind.allCases)
     func scopeNamed(kind: StorageKind) async throws {
         try await withServer(kind) { client, _ in
             let organizer = try await Fixtures.token(user: "olga", role: .organizer)
@@ -98,8 +100,9 @@ struct AccessRulesTests {
                 .merging(fields) { $1 }, at: seconds, collection: Activity.collection, device: device)
     }
 
-    @Test("staff read and change only their own attendance, activities and builds; supervisors read all and change their own",
-          arguments: StorageKind.allCases)
+    @Test(
+        "staff read and change only their own attendance, activities and builds; supervisors read all and change their own",
+        arguments: StorageKind.allCases)
     func ownRecords(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token(user: "ana")
@@ -155,8 +158,9 @@ struct AccessRulesTests {
         }
     }
 
-    @Test("a push, heartbeat or failure report under another user's device is refused and changes nothing; a release frees it",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a push, heartbeat or failure report under another user's device is refused and changes nothing; a release frees it",
+        arguments: StorageKind.allCases)
     func boundDevices(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token(user: "ana", name: "Ana")
@@ -195,13 +199,22 @@ struct AccessRulesTests {
 
             // A token bound to one device speaks for no other.
             let door2 = try await Fixtures.token(user: "cat", device: "door-2")
-            #expect(try await client.post("/v1/heartbeats", Heartbeat(deviceId: "door-3", event: nil, pendingCount: 0, failedCount: 0, lastRosterFetch: nil, appVersion: "t/1"), token: door2).status == .forbidden)
-            #expect(try await client.post("/v1/heartbeats", Heartbeat(deviceId: "door-2", event: nil, pendingCount: 0, failedCount: 0, lastRosterFetch: nil, appVersion: "t/1"), token: door2).status == .ok)
+            #expect(
+                try await client.post(
+                    "/v1/heartbeats",
+                    Heartbeat(deviceId: "door-3", event: nil, pendingCount: 0, failedCount: 0, lastRosterFetch: nil, appVersion: "t/1"), token: door2
+                ).status == .forbidden)
+            #expect(
+                try await client.post(
+                    "/v1/heartbeats",
+                    Heartbeat(deviceId: "door-2", event: nil, pendingCount: 0, failedCount: 0, lastRosterFetch: nil, appVersion: "t/1"), token: door2
+                ).status == .ok)
         }
     }
 
-    @Test("a base version above the stored version is refused; a protected field changes only on a base that saw it",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a base version above the stored version is refused; a protected field changes only on a base that saw it",
+        arguments: StorageKind.allCases)
     func reviewedProtectedFields(kind: StorageKind) async throws {
         try await withServer(kind) { client, _ in
             let ana = try await Fixtures.token()
@@ -223,8 +236,9 @@ struct AccessRulesTests {
         }
     }
 
-    @Test("cursors are sealed per tenant: they reveal no position, and another tenant's is refused",
-          arguments: StorageKind.allCases)
+    @Test(
+        "cursors are sealed per tenant: they reveal no position, and another tenant's is refused",
+        arguments: StorageKind.allCases)
     func sealedCursors(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let acme = try await Fixtures.token(tenant: "acme", user: "ana")
@@ -249,8 +263,9 @@ struct AccessRulesTests {
         }
     }
 
-    @Test("a collections file adds a collection with a scope and an own-records rule, and its rules hold",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a collections file adds a collection with a scope and an own-records rule, and its rules hold",
+        arguments: StorageKind.allCases)
     func declaredCollection(kind: StorageKind) async throws {
         let registry = try CollectionRegistry.standard(
             adding: """

@@ -78,8 +78,10 @@ struct AccessSimulationTests {
                     let guest = guests[Int.random(in: 0..<guests.count, using: &random)]
                     write = LocalStore.Write(
                         collection: CheckIn.collection, scope: user.event, recordId: guest,
-                        fields: ["event_id": .string(user.event), "guest_id": .string(guest),
-                                 "scanned_by": .string("phone-\(user.id)")],
+                        fields: [
+                            "event_id": .string(user.event), "guest_id": .string(guest),
+                            "scanned_by": .string("phone-\(user.id)"),
+                        ],
                         timestampField: CheckIn.Field.scannedAt)
                 default:
                     write = LocalStore.Write(collection: "notes", recordId: "n\(step % 3)", fields: ["by": .string(user.id)])

@@ -1,11 +1,5 @@
 import Clocks
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-#if canImport(Glibc)
-import Glibc
-#endif
 import Hummingbird
 import HummingbirdTesting
 import NIOConcurrencyHelpers
@@ -15,6 +9,13 @@ import OutpostTesting
 import Testing
 
 @testable import OutpostServer
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The gate in front of `/v1`: at most `limit` requests run, later ones wait in arrival order, a full queue is
 /// answered 503 at once, and a waiter whose client goes away leaves the queue.
@@ -131,7 +132,11 @@ struct AdmissionGateTests {
         let gate = AdmissionGate(limit: 1, maxWaiting: 10, maxWait: .seconds(3), watch: watch)
         let log = Log()
         let first = Held()
-        let running = Task { try await gate.withAdmission { log.add("first"); await first.wait() } }
+        let running = Task {
+            try await gate.withAdmission {
+                log.add("first"); await first.wait()
+            }
+        }
         try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 0))
         let early = Task { try await gate.withAdmission { log.add("early") } }
         try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 1))
@@ -164,11 +169,19 @@ struct AdmissionGateTests {
         let log = Log()
         let first = Held()
         let last = Held()
-        let running = Task { try await gate.withAdmission { log.add("first"); await first.wait() } }
+        let running = Task {
+            try await gate.withAdmission {
+                log.add("first"); await first.wait()
+            }
+        }
         try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 0))
         let cancelled = Task { try await gate.withAdmission { log.add("cancelled") } }
         try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 1))
-        let next = Task { try await gate.withAdmission { log.add("next"); await last.wait() } }
+        let next = Task {
+            try await gate.withAdmission {
+                log.add("next"); await last.wait()
+            }
+        }
         try await Self.until(gate, is: Self.snapshot(running: 1, waiting: 2))
 
         cancelled.cancel()
@@ -208,7 +221,9 @@ struct AdmissionGateTests {
         let tasks = (0..<400).map { index in
             Task {
                 try await gate.withAdmission {
-                    peak.withLockedValue { $0.now += 1; $0.peak = max($0.peak, $0.now) }
+                    peak.withLockedValue {
+                        $0.now += 1; $0.peak = max($0.peak, $0.now)
+                    }
                     await Task.yield()
                     peak.withLockedValue { $0.now -= 1 }
                 }
@@ -293,7 +308,9 @@ struct AdmissionGateTests {
         }
     }
 
-    @Test("over real sockets: eighteen connections of one account stalling their bodies hold two places of sixteen; another account's pull goes through at once")
+    @Test(
+        "over real sockets: eighteen connections of one account stalling their bodies hold two places of sixteen; another account's pull goes through at once"
+    )
     func oneAccountCannotStallOthers() async throws {
         try await withServer(
             .sqlite, setup: .live,
@@ -313,7 +330,8 @@ struct AdmissionGateTests {
                 try #require(ContinuousClock.now < deadline, "mallory never held two places")
                 try await Task.sleep(for: .milliseconds(50))
             }
-            let reader = HTTPSyncTransport(baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: try await Fixtures.token(user: "ana"))
+            let reader = HTTPSyncTransport(
+                baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: try await Fixtures.token(user: "ana"))
             _ = try await reader.pull(collection: "notes", scope: nil, cursor: nil, limit: 10)
             // The pull was answered while every stalled push still waits for its body (their deadline is 60 s
             // on): without the share it would have waited for a place until they time out.
@@ -390,7 +408,12 @@ struct AdmissionGateTests {
 
     @Test("over HTTP: a full gate answers 503 with the error document and Retry-After; /metrics shows the queue")
     func overHTTP() async throws {
-        try await withServer(.sqlite, configure: { $0.maxConcurrentRequests = 1; $0.maxWaitingRequests = 0 }) { client, _ in
+        try await withServer(
+            .sqlite,
+            configure: {
+                $0.maxConcurrentRequests = 1; $0.maxWaitingRequests = 0
+            }
+        ) { client, _ in
             // One request at a time passes, so sequential requests all succeed.
             let token = try await Fixtures.token()
             for _ in 0..<3 {

@@ -1,10 +1,11 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import OutpostProtocol
 import OutpostRecords
 import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
 
 /// One field app session: a real `outpost serve` process on a fixed port, stopped and started again to cut
 /// the network, and devices that are real `outpost` processes over loopback, each with its own store.
@@ -67,7 +68,9 @@ final class AppSession: @unchecked Sendable {
 
     /// Sets up a device store for `user` and returns a runner of `outpost` commands as that device, each with
     /// its wall clock moved by an offset such as `+48h` (see ``FakeTime``), or true when nil.
-    func clockedDevice(_ id: String, user: String) async throws
+    func clockedDevice(
+        _ id: String, user: String
+    ) async throws
         -> (_ arguments: [String], _ clock: String?) async throws -> OutpostProcess.Output
     {
         let store = ["--store", root.appendingPathComponent("\(id)/device.sqlite").path]
@@ -199,8 +202,12 @@ struct AppsEndToEndTests {
         try await session.startServer()
         let phone = try await session.device("phone-mia", user: "mia")
         let tablet = try await session.device("tablet-mia", user: "mia")
-        let online = try await phone(["activity", "register", "--type", "home-visit", "--date", "2026-11-20", "--duration", "1h30m", "--travel-expense", "12.5"])
-        #expect(online.stdout.hasPrefix("Saved — syncing now (") && online.stdout.contains("\nActivity registered\n"), "\(online.stdout) \(online.stderr)")
+        let online = try await phone([
+            "activity", "register", "--type", "home-visit", "--date", "2026-11-20", "--duration", "1h30m", "--travel-expense", "12.5",
+        ])
+        #expect(
+            online.stdout.hasPrefix("Saved — syncing now (") && online.stdout.contains("\nActivity registered\n"), "\(online.stdout) \(online.stderr)"
+        )
         let id = try #require(online.stdout.split(separator: "(").last?.split(separator: ")").first.map(String.init))
         #expect(try await phone(["activity", "list"]).stdout.contains("\(id)  2026-11-20  home-visit  90 min  travel 12.50  ✓ synced"))
 

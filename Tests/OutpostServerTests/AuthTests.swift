@@ -36,34 +36,55 @@ struct AuthTests {
     static let badTokens: [(String, @Sendable () async throws -> String)] = [
         ("garbage", { "not-a-jwt" }),
         ("expired", { try await Fixtures.token(lifetime: .seconds(-10)) }),
-        ("forged with another secret", {
-            try await Fixtures.token(secret: Array("another-secret-that-is-32-bytes-long!".utf8))
-        }),
-        ("unsigned (alg none)", {
-            let header = Data(#"{"alg":"none","typ":"JWT"}"#.utf8).base64EncodedString()
-            let claims = Data(#"{"tenant":"acme","sub":"ana","role":"admin","name":"x","exp":4102444800}"#.utf8)
-                .base64EncodedString()
-            return "\(header).\(claims)."
-        }),
-        ("HS256-signed under another alg header", {
-            Fixtures.rawToken(header: #"{"alg":"HS512","typ":"JWT"}"#, claims: Fixtures.claims(at: 0))
-        }),
-        ("issued in the future (past the leeway)", {
-            Fixtures.rawToken(claims: Fixtures.claims(at: 0, extra: #","iat":\#(Fixtures.serverSeconds + 300)"#))
-        }),
-        ("not valid before a future time", {
-            Fixtures.rawToken(claims: Fixtures.claims(at: 0, extra: #","nbf":\#(Fixtures.serverSeconds + 300)"#))
-        }),
-        ("living a million years", {
-            Fixtures.rawToken(claims: Fixtures.claims(at: 0, expiresIn: 1_000_000 * 365 * 86400))
-        }),
-        ("tampered payload", {
-            let token = try await Fixtures.token()
-            var parts = token.split(separator: ".").map(String.init)
-            parts[1] = Data(#"{"tenant":"globex","sub":"ana","role":"admin","name":"x","exp":4102444800}"#.utf8)
-                .base64EncodedString().replacingOccurrences(of: "=", with: "")
-            return parts.joined(separator: ".")
-        }),
+        (
+            "forged with another secret",
+            {
+                try await Fixtures.token(secret: Array("another-secret-that-is-32-bytes-long!".utf8))
+            }
+        ),
+        (
+            "unsigned (alg none)",
+            {
+                let header = Data(#"{"alg":"none","typ":"JWT"}"#.utf8).base64EncodedString()
+                let claims = Data(#"{"tenant":"acme","sub":"ana","role":"admin","name":"x","exp":4102444800}"#.utf8)
+                    .base64EncodedString()
+                return "\(header).\(claims)."
+            }
+        ),
+        (
+            "HS256-signed under another alg header",
+            {
+                Fixtures.rawToken(header: #"{"alg":"HS512","typ":"JWT"}"#, claims: Fixtures.claims(at: 0))
+            }
+        ),
+        (
+            "issued in the future (past the leeway)",
+            {
+                Fixtures.rawToken(claims: Fixtures.claims(at: 0, extra: #","iat":\#(Fixtures.serverSeconds + 300)"#))
+            }
+        ),
+        (
+            "not valid before a future time",
+            {
+                Fixtures.rawToken(claims: Fixtures.claims(at: 0, extra: #","nbf":\#(Fixtures.serverSeconds + 300)"#))
+            }
+        ),
+        (
+            "living a million years",
+            {
+                Fixtures.rawToken(claims: Fixtures.claims(at: 0, expiresIn: 1_000_000 * 365 * 86400))
+            }
+        ),
+        (
+            "tampered payload",
+            {
+                let token = try await Fixtures.token()
+                var parts = token.split(separator: ".").map(String.init)
+                parts[1] = Data(#"{"tenant":"globex","sub":"ana","role":"admin","name":"x","exp":4102444800}"#.utf8)
+                    .base64EncodedString().replacingOccurrences(of: "=", with: "")
+                return parts.joined(separator: ".")
+            }
+        ),
     ]
 
     @Test("a malformed, expired, forged, unsigned, misheaded, early, too long-lived or tampered token is 401", arguments: 0..<9)

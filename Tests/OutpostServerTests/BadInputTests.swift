@@ -19,12 +19,42 @@ struct BadInputTests {
         ("array instead of object", Array("[]".utf8), .invalidJSON),
         ("missing deviceId", Array(#"{"mutations":[]}"#.utf8), .invalidJSON),
         ("mutations is a string", Array(#"{"deviceId":"d","mutations":"x"}"#.utf8), .invalidJSON),
-        ("wrong op", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"merge","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#.utf8), .invalidJSON),
-        ("timestamp without milliseconds", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"2026-11-21T09:00:00Z"}]}"#.utf8), .invalidJSON),
-        ("timestamp as a number", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":1763715600000}]}"#.utf8), .invalidJSON),
-        ("fields is an array", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","fields":[1],"clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#.utf8), .invalidJSON),
-        ("baseVersion is a string", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","baseVersion":"1","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#.utf8), .invalidJSON),
-        ("invalid UTF-8", Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","fields":{"a":""#.utf8) + [0xFF, 0xFE] + Array(#""},"clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#.utf8), .invalidJSON),
+        (
+            "wrong op",
+            Array(
+                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"merge","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#
+                    .utf8), .invalidJSON
+        ),
+        (
+            "timestamp without milliseconds",
+            Array(
+                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"2026-11-21T09:00:00Z"}]}"#
+                    .utf8), .invalidJSON
+        ),
+        (
+            "timestamp as a number",
+            Array(
+                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":1763715600000}]}"#
+                    .utf8), .invalidJSON
+        ),
+        (
+            "fields is an array",
+            Array(
+                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","fields":[1],"clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#
+                    .utf8), .invalidJSON
+        ),
+        (
+            "baseVersion is a string",
+            Array(
+                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","baseVersion":"1","clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#
+                    .utf8), .invalidJSON
+        ),
+        (
+            "invalid UTF-8",
+            Array(#"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","fields":{"a":""#.utf8) + [
+                0xFF, 0xFE,
+            ] + Array(#""},"clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#.utf8), .invalidJSON
+        ),
         ("path traversal in deviceId", Array(#"{"deviceId":"../../etc","mutations":[]}"#.utf8), .invalidRequest),
     ]
 
@@ -45,7 +75,8 @@ struct BadInputTests {
     @Test("an error message says where, and never echoes a value")
     func errorMessageLocation() async throws {
         try await withServer(.sqlite) { client, _ in
-            let body = #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"SECRET-VALUE"}]}"#
+            let body =
+                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"SECRET-VALUE"}]}"#
             let response = try await client.send(
                 .post, "/v1/push", token: try await Fixtures.token(), body: ByteBuffer(string: body))
             let message = try #require(response.wireError?.message)
@@ -85,8 +116,9 @@ struct BadInputTests {
         }
     }
 
-    @Test("a push of junk is refused by its shape before it is built: an unknown member, too many values, too many mutations",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a push of junk is refused by its shape before it is built: an unknown member, too many values, too many mutations",
+        arguments: StorageKind.allCases)
     func junkPush(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let token = try await Fixtures.token()
@@ -94,14 +126,22 @@ struct BadInputTests {
             // 8 MB: four million integers in a member no push has, beside a valid batch.
             let junk = "[" + String(repeating: "1,", count: 4_000_000) + "1]"
             let cases: [(String, String, HTTPResponse.Status, WireError.Code, String)] = [
-                ("unknown member, 8 MB", #"{"deviceId":"d","mutations":[\#(mutation)],"padding":\#(junk)}"#, .badRequest, .invalidJSON,
-                 #"a push has the members deviceId and mutations only, not "padding""#),
-                ("unknown member, small", #"{"deviceId":"d","mutations":[\#(mutation)],"extra":1}"#, .badRequest, .invalidJSON,
-                 #"a push has the members deviceId and mutations only, not "extra""#),
-                ("too many values", #"{"deviceId":"d","mutations":[\#(mutation.dropLast()),"junk":\#(junk)}]}"#, .contentTooLarge,
-                 .payloadTooLarge, "a push holds at most 200000 JSON values; split the batch"),
-                ("too many mutations", #"{"deviceId":"d","mutations":[\#(Array(repeating: mutation, count: 501).joined(separator: ","))]}"#,
-                 .contentTooLarge, .batchTooLarge, "a push carries at most 500 mutations; split the batch"),
+                (
+                    "unknown member, 8 MB", #"{"deviceId":"d","mutations":[\#(mutation)],"padding":\#(junk)}"#, .badRequest, .invalidJSON,
+                    #"a push has the members deviceId and mutations only, not "padding""#
+                ),
+                (
+                    "unknown member, small", #"{"deviceId":"d","mutations":[\#(mutation)],"extra":1}"#, .badRequest, .invalidJSON,
+                    #"a push has the members deviceId and mutations only, not "extra""#
+                ),
+                (
+                    "too many values", #"{"deviceId":"d","mutations":[\#(mutation.dropLast()),"junk":\#(junk)}]}"#, .contentTooLarge,
+                    .payloadTooLarge, "a push holds at most 200000 JSON values; split the batch"
+                ),
+                (
+                    "too many mutations", #"{"deviceId":"d","mutations":[\#(Array(repeating: mutation, count: 501).joined(separator: ","))]}"#,
+                    .contentTooLarge, .batchTooLarge, "a push carries at most 500 mutations; split the batch"
+                ),
             ]
             for (name, body, status, code, message) in cases {
                 let response = try await client.send(.post, "/v1/push", token: token, body: ByteBuffer(string: body))
@@ -120,14 +160,23 @@ struct BadInputTests {
             let token = try await Fixtures.token()
             let long = String(repeating: "a", count: 100 * 1024)
             let requests = [
-                ("a repeated Content-Length", "POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
-                 "its Content-Length is invalid or repeated"),
-                ("Content-Length beside Transfer-Encoding",
-                 "POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
-                 "it is not valid HTTP/1.1"),
-                ("a 100 KB address", "GET /v1/pull?collection=\(long) HTTP/1.1\r\nHost: x\r\n\r\n", "its address or headers are longer than the server reads"),
-                ("a 100 KB token", "GET /v1/pull?collection=notes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\(long)\r\n\r\n",
-                 "its address or headers are longer than the server reads"),
+                (
+                    "a repeated Content-Length", "POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
+                    "its Content-Length is invalid or repeated"
+                ),
+                (
+                    "Content-Length beside Transfer-Encoding",
+                    "POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+                    "it is not valid HTTP/1.1"
+                ),
+                (
+                    "a 100 KB address", "GET /v1/pull?collection=\(long) HTTP/1.1\r\nHost: x\r\n\r\n",
+                    "its address or headers are longer than the server reads"
+                ),
+                (
+                    "a 100 KB token", "GET /v1/pull?collection=notes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\(long)\r\n\r\n",
+                    "its address or headers are longer than the server reads"
+                ),
             ]
             for (name, request, reason) in requests {
                 // The server closes with bytes of the request it never read, so the kernel may send a reset that
@@ -143,7 +192,9 @@ struct BadInputTests {
                 }
                 #expect(answer.hasPrefix("HTTP/1.1 400"), "\(name): \(answer.prefix(200))")
                 #expect(answer.lowercased().contains("content-type: application/json"), "\(name)")
-                #expect(answer.hasSuffix(#"{"error":{"code":"invalid_request","message":"the request could not be read: \#(reason)"}}"#), "\(name): \(answer.suffix(200))")
+                #expect(
+                    answer.hasSuffix(#"{"error":{"code":"invalid_request","message":"the request could not be read: \#(reason)"}}"#),
+                    "\(name): \(answer.suffix(200))")
             }
         }
     }
@@ -156,22 +207,33 @@ struct BadInputTests {
         ("far future", Fixtures.upsert("r1", ["n": 1], at: 30 * 86400), .invalidTimestamp),
         ("bad field name", Fixtures.upsert("r1", ["no spaces": 1]), .invalidFields),
         ("NUL in a value", Fixtures.upsert("r1", ["n": "a\u{0}b"]), .invalidFields),
-        ("delete with fields", Mutation(
-            idempotencyKey: "k-del", collection: "notes", recordId: "r1", op: .delete, fields: ["a": 1],
-            clientTimestamp: Fixtures.now), .invalidFields),
+        (
+            "delete with fields",
+            Mutation(
+                idempotencyKey: "k-del", collection: "notes", recordId: "r1", op: .delete, fields: ["a": 1],
+                clientTimestamp: Fixtures.now), .invalidFields
+        ),
         ("negative base version", Fixtures.upsert("r1", ["n": 1], base: -1), .invalidBaseVersion),
         ("key with spaces", Fixtures.upsert("r1", ["n": 1], key: "has space"), .invalidIdempotencyKey),
         ("empty key", Fixtures.upsert("r1", ["n": 1], key: ""), .invalidIdempotencyKey),
-        ("fields over 256 KiB", Fixtures.upsert("r1", ["big": .string(String(repeating: "x", count: 256 * 1024))]),
-         .invalidFields),
-        ("257 fields", Fixtures.upsert("r1", Dictionary(uniqueKeysWithValues: (0..<257).map { ("f\($0)", JSONValue.integer(1)) })),
-         .invalidFields),
-        ("a value nested 17 deep", Fixtures.upsert(
-            "r1", ["deep": (0..<17).reduce(JSONValue.string("x")) { inner, _ in .array([inner]) }]), .invalidFields),
+        (
+            "fields over 256 KiB", Fixtures.upsert("r1", ["big": .string(String(repeating: "x", count: 256 * 1024))]),
+            .invalidFields
+        ),
+        (
+            "257 fields", Fixtures.upsert("r1", Dictionary(uniqueKeysWithValues: (0..<257).map { ("f\($0)", JSONValue.integer(1)) })),
+            .invalidFields
+        ),
+        (
+            "a value nested 17 deep",
+            Fixtures.upsert(
+                "r1", ["deep": (0..<17).reduce(JSONValue.string("x")) { inner, _ in .array([inner]) }]), .invalidFields
+        ),
     ]
 
-    @Test("a bad mutation is rejected with its code, writes nothing, and its neighbours apply",
-          arguments: 0..<14)
+    @Test(
+        "a bad mutation is rejected with its code, writes nothing, and its neighbours apply",
+        arguments: 0..<14)
     func badMutation(index: Int) async throws {
         let (name, bad, code) = Self.badMutations[index]
         try await withServer(.sqlite) { client, storage in

@@ -145,7 +145,10 @@ struct CLITests {
             #expect(try await olga.push(PushRequest(deviceId: "admin", mutations: roster)).results.map(\.status) == [.applied, .applied])
             let build = Fixtures.upsert("b1", ["name": "Block C"], at: 1, collection: Build.collection, device: "d")
             #expect(try await a.push(PushRequest(deviceId: "d", mutations: [build])).results[0].status == .applied)
-            let scans = [RecordRulesTests.scan("g1", event: "gala", device: "door-ben", at: 2), RecordRulesTests.scan("g1", event: "expo", device: "door-ben", at: 3)]
+            let scans = [
+                RecordRulesTests.scan("g1", event: "gala", device: "door-ben", at: 2),
+                RecordRulesTests.scan("g1", event: "expo", device: "door-ben", at: 3),
+            ]
             #expect(try await ben.push(PushRequest(deviceId: "door-ben", mutations: scans)).results.map(\.status) == [.applied, .applied])
             var builds: (ben: Int, sue: Int) = (1, 0)
             var checkIns = 0
@@ -153,7 +156,8 @@ struct CLITests {
             while (builds.sue == 0 || checkIns < 2) && ContinuousClock.now < settled {
                 builds = (
                     try await ben.pull(collection: "builds", scope: nil, cursor: nil, limit: nil).changes.count,
-                    try await sue.pull(collection: "builds", scope: nil, cursor: nil, limit: nil).changes.count)
+                    try await sue.pull(collection: "builds", scope: nil, cursor: nil, limit: nil).changes.count
+                )
                 checkIns = 0
                 for event in ["gala", "expo"] {
                     let changes = try await ben.pull(collection: "checkins", scope: event, cursor: nil, limit: nil).changes

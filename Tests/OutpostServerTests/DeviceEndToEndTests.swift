@@ -80,8 +80,9 @@ extension DeviceEndToEndTests {
         let port = String(try TestPostgres.freePort())
         let token = try await OutpostProcess.run(["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--data-dir", data])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(try await OutpostProcess.run(
-            ["device", "init", "--server", "http://127.0.0.1:\(port)", "--token", token, "--store", store]).status == 0)
+        #expect(
+            try await OutpostProcess.run(
+                ["device", "init", "--server", "http://127.0.0.1:\(port)", "--token", token, "--store", store]).status == 0)
         // Written while the server is down: the app was killed offline.
         for id in ["a", "b", "c"] {
             let put = try await OutpostProcess.run(["device", "put", "notes", id, "n=1", "--store", store])

@@ -22,7 +22,9 @@ struct DeviceLoginTests {
         return Date(timeIntervalSince1970: try #require((claims?["exp"] as? NSNumber)?.doubleValue))
     }
 
-    @Test("records saved offline wait out an expired token, `device sync` says to sign in again, `device login` sends them; another user's token changes nothing")
+    @Test(
+        "records saved offline wait out an expired token, `device sync` says to sign in again, `device login` sends them; another user's token changes nothing"
+    )
     func expiredTokenThenLogin() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-login-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }

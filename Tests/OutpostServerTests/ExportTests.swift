@@ -51,10 +51,11 @@ struct ExportTests {
             #expect(answer.headers[.contentType] == "text/csv; charset=utf-8")
             #expect(answer.headers[.contentDisposition] == "attachment; filename=\"checkins-A.csv\"")
             let rows = try await Self.pythonRows(answer.body)
-            #expect(Array(rows.first?.prefix(10) ?? []) == [
-                "record_id", "scope", "version", "created_at", "updated_at", "received_at", "guest_id", "scanned_at",
-                "scanned_by", "isOfflineEntry",
-            ])
+            #expect(
+                Array(rows.first?.prefix(10) ?? []) == [
+                    "record_id", "scope", "version", "created_at", "updated_at", "received_at", "guest_id", "scanned_at",
+                    "scanned_by", "isOfflineEntry",
+                ])
             let records = Self.records(rows)
             #expect(records.map { $0["guest_id"] } == ["g1", "g2"])
             #expect(records.map { $0["scanned_by"] } == ["door-1", "door-2"])
@@ -67,8 +68,9 @@ struct ExportTests {
         }
     }
 
-    @Test("who may export: supervisors what they may read, organizers all; staff and other tenants nothing",
-          arguments: StorageKind.allCases)
+    @Test(
+        "who may export: supervisors what they may read, organizers all; staff and other tenants nothing",
+        arguments: StorageKind.allCases)
     func access(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token(user: "ana")
@@ -108,8 +110,9 @@ struct ExportTests {
         }
     }
 
-    @Test("activities with their money fields; text a spreadsheet would run stays text; quotes and line breaks round-trip",
-          arguments: StorageKind.allCases)
+    @Test(
+        "activities with their money fields; text a spreadsheet would run stays text; quotes and line breaks round-trip",
+        arguments: StorageKind.allCases)
     func values(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token(user: "ana")
@@ -117,8 +120,10 @@ struct ExportTests {
             let activities = notes.enumerated().map { index, note in
                 Fixtures.upsert(
                     "act-\(index)",
-                    ["type": "home-visit", "date": "2026-11-20", "duration_minutes": 90, "travel_expense": "12.50",
-                     "notes": .string(note)],
+                    [
+                        "type": "home-visit", "date": "2026-11-20", "duration_minutes": 90, "travel_expense": "12.50",
+                        "notes": .string(note),
+                    ],
                     at: Double(index + 1), collection: Activity.collection)
             }
             #expect(try await client.push(activities, token: ana).results.allSatisfy { $0.status == .applied })
@@ -163,8 +168,9 @@ struct ExportTests {
         }
     }
 
-    @Test("the monitor shows the event's name and progress: checked in of the roster, and the last 5 minutes",
-          arguments: StorageKind.allCases)
+    @Test(
+        "the monitor shows the event's name and progress: checked in of the roster, and the last 5 minutes",
+        arguments: StorageKind.allCases)
     func progress(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let organizer = try await Fixtures.token(user: "olga", role: .organizer)

@@ -97,8 +97,9 @@ struct FieldPromisesEndToEndTests {
         #expect(!run.stdout.contains("offline"), "\(run.stdout)")
     }
 
-    @Test("records made offline escalate once the device's clock says they are a day old: at the next start, with no sync tried, on every screen; the notice goes when they sync",
-          .timeLimit(.minutes(5)))
+    @Test(
+        "records made offline escalate once the device's clock says they are a day old: at the next start, with no sync tried, on every screen; the notice goes when they sync",
+        .timeLimit(.minutes(5)))
     func offlineRecordsEscalate() async throws {
         let session = try AppSession()
         try await session.startServer()
@@ -143,8 +144,9 @@ struct FieldPromisesEndToEndTests {
         #expect(entry.fields["scanned_at"] == .string(entry.clientTimestamp.iso8601))
     }
 
-    @Test("a device clock that jumped a day ahead, then fell behind: nothing is lost, a record's later write stays the later, and everything syncs",
-          .timeLimit(.minutes(5)))
+    @Test(
+        "a device clock that jumped a day ahead, then fell behind: nothing is lost, a record's later write stays the later, and everything syncs",
+        .timeLimit(.minutes(5)))
     func clockJumpsForwardAndBack() async throws {
         let session = try AppSession()
         try await session.startServer()
@@ -159,7 +161,9 @@ struct FieldPromisesEndToEndTests {
         // Then three hours behind, offline: the next write is stamped near that clock, not after the jumped ones.
         await session.stopServer()
         let behind = try await phone(["device", "put", "notes", "n1", "v=after"], "-3h")
-        #expect(behind.stdout.contains("saved notes/n1 locally") && behind.stdout.contains("the server cannot be reached"), "\(behind.stdout) \(behind.stderr)")
+        #expect(
+            behind.stdout.contains("saved notes/n1 locally") && behind.stdout.contains("the server cannot be reached"),
+            "\(behind.stdout) \(behind.stderr)")
 
         // Back online on the true clock, hours later than that write: all three go, the jumped ones stamped
         // again before it, and the server holds n1's writes in the order they were made.

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import OutpostProtocol
+import Testing
 
 @testable import OutpostServer
 
@@ -15,8 +15,9 @@ struct FuzzTests {
             .appendingPathComponent("Fuzz/schemathesis.toml")
     }
 
-    @Test("schemathesis finds no failure in any operation, as an organizer and as staff",
-          arguments: [Role.organizer, Role.staff])
+    @Test(
+        "schemathesis finds no failure in any operation, as an organizer and as staff",
+        arguments: [Role.organizer, Role.staff])
     func schemathesis(role: Role) async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-fuzz-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }
@@ -34,8 +35,11 @@ struct FuzzTests {
         var session: [String] = []
         if role == .organizer {
             let signIn = try await Tool.run(
-                "curl", ["-s", "-o", "/dev/null", "-D", "-", "-H", "Origin: http://127.0.0.1:\(port)", "-b", "outpost_csrf=fuzz",
-                         "-d", "csrf=fuzz&token=\(token)", "http://127.0.0.1:\(port)/admin/session"], in: root)
+                "curl",
+                [
+                    "-s", "-o", "/dev/null", "-D", "-", "-H", "Origin: http://127.0.0.1:\(port)", "-b", "outpost_csrf=fuzz",
+                    "-d", "csrf=fuzz&token=\(token)", "http://127.0.0.1:\(port)/admin/session",
+                ], in: root)
             let cookie = try #require(
                 signIn.output.split(separator: "\r\n").first { $0.lowercased().hasPrefix("set-cookie: outpost_session=") }?
                     .dropFirst("set-cookie: ".count).split(separator: ";").first)
@@ -46,10 +50,13 @@ struct FuzzTests {
         print("schemathesis as \(role.rawValue): seed \(seed) (replay: OUTPOST_FUZZ_SEED=\(seed) swift test --filter FuzzTests)")
         let run = try await Tool.run(
             "schemathesis",
-            ["--config-file", Self.configuration.path, "--no-color", "run", "http://127.0.0.1:\(port)/openapi.yaml",
-             "-H", "Authorization: Bearer \(token)"] + session + [
-             "--max-examples", "40", "--seed", String(seed),
-             "--report", "junit", "--report-dir", root.appendingPathComponent("report").path],
+            [
+                "--config-file", Self.configuration.path, "--no-color", "run", "http://127.0.0.1:\(port)/openapi.yaml",
+                "-H", "Authorization: Bearer \(token)",
+            ] + session + [
+                "--max-examples", "40", "--seed", String(seed),
+                "--report", "junit", "--report-dir", root.appendingPathComponent("report").path,
+            ],
             in: root)
         let summary = run.output.split(separator: "\n").filter {
             $0.contains("ST") || $0.contains("failures") || $0.contains("passed") || $0.contains("issues")

@@ -1,7 +1,4 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import Hummingbird
 import HummingbirdTesting
 import JWTKit
@@ -10,6 +7,10 @@ import OutpostTesting
 import Testing
 
 @testable import OutpostServer
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
 
 /// Tokens of an organization's own identity provider, verified against its JWKS served over real HTTP, with
 /// keys the tests make.
@@ -23,8 +24,9 @@ struct IdentityProviderTests {
             body: try Fixtures.json(PushRequest(deviceId: "phone-\(record)", mutations: [Fixtures.upsert(record, ["n": 1])])))
     }
 
-    @Test("RS256, ES256 and EdDSA tokens of the provider sign in, mapped to tenant, user, role and name; the server's own tokens no longer do",
-          arguments: StorageKind.allCases)
+    @Test(
+        "RS256, ES256 and EdDSA tokens of the provider sign in, mapped to tenant, user, role and name; the server's own tokens no longer do",
+        arguments: StorageKind.allCases)
     func providerTokens(kind: StorageKind) async throws {
         let keys = [try await Provider.rsa("rsa-1"), try await Provider.ec("ec-1"), try await Provider.ed("ed-1")]
         let provider = try await Provider(keys: keys)
@@ -45,7 +47,9 @@ struct IdentityProviderTests {
             #expect(try await client.send(.get, "/v1/audit?collection=notes&recordId=r1", token: staff).status == .forbidden)
             // A role array (Keycloak's realm roles) gives its highest Outpost role, beside other applications' roles.
             let roles = try await Provider.token(
-                keys[2], Provider.claims(now: now, changes: ["app_metadata": .object(["tenant": "acme", "role": .array(["offline_access", "staff", "organizer"])])]))
+                keys[2],
+                Provider.claims(
+                    now: now, changes: ["app_metadata": .object(["tenant": "acme", "role": .array(["offline_access", "staff", "organizer"])])]))
             #expect(try await client.send(.get, "/v1/audit?collection=notes&recordId=r1", token: roles).status == .ok)
             // With a provider, a token signed with the server's own secret is not a way in.
             let own = try await client.send(.get, "/v1/pull?collection=notes", token: try await Fixtures.token(role: .admin))
@@ -71,7 +75,10 @@ struct IdentityProviderTests {
             ("no tenant", ["app_metadata": .object(["role": "staff"])]),
             ("an unknown role", ["app_metadata": .object(["tenant": "acme", "role": "boss"])]),
             ("no role", ["app_metadata": .object(["tenant": "acme"])]),
-            ("roles of other applications only", ["app_metadata": .object(["tenant": "acme", "role": .array(["offline_access", "uma_authorization"])])]),
+            (
+                "roles of other applications only",
+                ["app_metadata": .object(["tenant": "acme", "role": .array(["offline_access", "uma_authorization"])])]
+            ),
             ("a user id that is not an identifier", ["sub": "../ana"]),
         ]
         for (name, changes) in faults {
@@ -85,14 +92,18 @@ struct IdentityProviderTests {
         // HS256 with the RSA key's public JWK as the HMAC secret: symmetric algorithms are never taken from a key set.
         let claims = String(decoding: try JSONEncoder().encode(Provider.claims(now: now)), as: UTF8.self)
         cases.append(
-            ("HS256 keyed with the public key",
-             Fixtures.rawToken(header: #"{"alg":"HS256","kid":"rsa-1"}"#, claims: claims, secret: Array(rsa.jwk.utf8))))
-        cases.append(("unsigned", Provider.base64URL(Data(#"{"alg":"none","kid":"rsa-1"}"#.utf8)) + "." + Provider.base64URL(Data(claims.utf8)) + "."))
+            (
+                "HS256 keyed with the public key",
+                Fixtures.rawToken(header: #"{"alg":"HS256","kid":"rsa-1"}"#, claims: claims, secret: Array(rsa.jwk.utf8))
+            ))
+        cases.append(
+            ("unsigned", Provider.base64URL(Data(#"{"alg":"none","kid":"rsa-1"}"#.utf8)) + "." + Provider.base64URL(Data(claims.utf8)) + "."))
         return cases
     }
 
-    @Test("a provider token with the wrong issuer, audience, times, claims, key or algorithm is 401 and writes nothing",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a provider token with the wrong issuer, audience, times, claims, key or algorithm is 401 and writes nothing",
+        arguments: StorageKind.allCases)
     func providerRefusals(kind: StorageKind) async throws {
         let keys = [try await Provider.rsa("rsa-1"), try await Provider.ec("ec-1")]
         let provider = try await Provider(keys: keys)
@@ -129,18 +140,24 @@ struct IdentityProviderTests {
             #expect(try await Self.push(client, token: try await Provider.token(new, Provider.claims(now: clock.date)), record: "b").status == .ok)
             #expect(provider.fetches == fetched + 1)
             // The retired key is gone from the set: its tokens are refused.
-            #expect(try await Self.push(client, token: try await Provider.token(old, Provider.claims(now: clock.date)), record: "c").status == .unauthorized)
+            #expect(
+                try await Self.push(client, token: try await Provider.token(old, Provider.claims(now: clock.date)), record: "c").status
+                    == .unauthorized)
 
             // Twenty tokens naming keys nobody published, at once: no more fetches within the interval.
             for index in 0..<20 {
                 let rogue = try await Provider.ed("made-up-\(index)")
-                #expect(try await Self.push(client, token: try await Provider.token(rogue, Provider.claims(now: clock.date)), record: "d").status == .unauthorized)
+                #expect(
+                    try await Self.push(client, token: try await Provider.token(rogue, Provider.claims(now: clock.date)), record: "d").status
+                        == .unauthorized)
             }
             #expect(provider.fetches == fetched + 1)
             // After the interval, one more unknown key id may fetch once.
             clock.advance(seconds: 31)
             let rogue = try await Provider.ed("made-up-late")
-            #expect(try await Self.push(client, token: try await Provider.token(rogue, Provider.claims(now: clock.date)), record: "e").status == .unauthorized)
+            #expect(
+                try await Self.push(client, token: try await Provider.token(rogue, Provider.claims(now: clock.date)), record: "e").status
+                    == .unauthorized)
             #expect(provider.fetches == fetched + 2)
         }
         await provider.stop()
@@ -154,7 +171,8 @@ struct IdentityProviderTests {
         await provider.stop()
         configuration.keys = .url(URL(string: "http://127.0.0.1:\(try TestPostgres.freePort())/jwks")!)
         try await withServer(.sqlite, configure: { $0.identityProvider = configuration }) { client, _ in
-            let response = try await Self.push(client, token: try await Provider.token(key, Provider.claims(now: Fixtures.serverNow.date)), record: "a")
+            let response = try await Self.push(
+                client, token: try await Provider.token(key, Provider.claims(now: Fixtures.serverNow.date)), record: "a")
             #expect(response.status == .serviceUnavailable)
             #expect(response.wireError?.code == .serviceUnavailable)
             #expect(response.wireError?.message == "the identity provider's keys cannot be fetched; retry later")

@@ -29,9 +29,11 @@ struct LiveServerTests {
             let pulled = try await staff.pull(collection: "notes", scope: nil, cursor: nil, limit: nil)
             #expect(pulled.changes.first?.fields["title"] == "über + 🚀 & more")
             _ = try await organizer.push(
-                PushRequest(deviceId: "org", mutations: [
-                    Fixtures.upsert("g1", ["event_id": "ev.1:a@b", "name": "A"], collection: "guests", device: "org")
-                ]))
+                PushRequest(
+                    deviceId: "org",
+                    mutations: [
+                        Fixtures.upsert("g1", ["event_id": "ev.1:a@b", "name": "A"], collection: "guests", device: "org")
+                    ]))
             try await storage.settle()
             let snapshot = try await staff.snapshot(collection: "guests", scope: "ev.1:a@b", continuation: nil, limit: 10)
             #expect(snapshot.records.map(\.recordId) == ["g1"])
@@ -39,8 +41,9 @@ struct LiveServerTests {
         }
     }
 
-    @Test("a stream of pulls through HTTPSyncTransport: the pages of pulls one by one, up to `pages` or the last change",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a stream of pulls through HTTPSyncTransport: the pages of pulls one by one, up to `pages` or the last change",
+        arguments: StorageKind.allCases)
     func streamedPulls(kind: StorageKind) async throws {
         try await withServer(kind, setup: .live) { client, storage in
             let port = try #require(client.port)
@@ -116,7 +119,9 @@ struct LiveServerTests {
         let inner: any SyncTransport
         let opened = NIOLockedValueBox(0)
 
-        func pullStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+        func pullStream(
+            collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
+        )
             -> AsyncThrowingStream<PullResponse, any Error>
         {
             opened.withLockedValue { $0 += 1 }
@@ -179,7 +184,8 @@ struct LiveServerTests {
         let page = String(decoding: try PullResponse(changes: [], cursor: "c1.0.1", hasMore: true).jsonBytes(), as: UTF8.self)
         let router = Router()
         router.get("v1/pull") { request, _ -> Response in
-            let ending = request.uri.queryParameters["cursor"] == "error"
+            let ending =
+                request.uri.queryParameters["cursor"] == "error"
                 ? #"{"error":{"code":"service_unavailable","message":"storage is unavailable; retry later"}}"# + "\n"
                 : #"{"changes":[{"colle"#
             return Response(

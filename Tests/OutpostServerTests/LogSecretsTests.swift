@@ -29,7 +29,10 @@ struct LogSecretsTests {
         #expect(try await door(["event", "find", "Zelda"]).stdout.contains("walkin-zq"))
         #expect(try await door(["event", "scan", "walkin-zq"]).status == 0)
         #expect(try await door(["attendance", "check-in", "--lat", "48.858844", "--lon", "2.294351"]).status == 0)
-        #expect(try await door(["activity", "register", "--type", "home-visit", "--date", "2026-11-20", "--duration", "45", "--notes", "confided-about-xylophone"]).status == 0)
+        #expect(
+            try await door([
+                "activity", "register", "--type", "home-visit", "--date", "2026-11-20", "--duration", "45", "--notes", "confided-about-xylophone",
+            ]).status == 0)
         #expect(try await door(["builds", "save", "--name", "build-nebula-quartz", "site=harbour-quay-9"]).status == 0)
         #expect(try await door(["device", "put", "notes", "note-1", "text=payload-secret-4471"]).status == 0)
         #expect(try await door(["device", "sync"]).status == 0)
@@ -42,8 +45,11 @@ struct LogSecretsTests {
         let question = try await Tool.run("curl", ["-s", "-c", jar, session.url + code.path])
         let csrf = try #require(question.output.range(of: #"name="csrf" value=""#).map { question.output[$0.upperBound...].prefix { $0 != "\"" } })
         let signedIn = try await Tool.run(
-            "curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", "-b", jar, "-c", jar, "-H", "Origin: \(session.url)",
-                     "-d", "csrf=\(csrf)&code=\(code.code)", session.url + "/admin/session"])
+            "curl",
+            [
+                "-s", "-o", "/dev/null", "-w", "%{http_code}", "-b", jar, "-c", jar, "-H", "Origin: \(session.url)",
+                "-d", "csrf=\(csrf)&code=\(code.code)", session.url + "/admin/session",
+            ])
         #expect(signedIn.output == "303")
         let page = try await Tool.run(
             "curl", ["-s", "-b", session.root.appendingPathComponent("cookies").path, session.url + "/admin/monitor?event=gala"])
@@ -53,9 +59,13 @@ struct LogSecretsTests {
             "curl", ["-s", "-H", "Authorization: Bearer \(forged)", session.url + "/v1/pull?collection=notes"])
         #expect(refused.output.contains("\"error\""))
         let badPush = try await Tool.run(
-            "curl", ["-s", "-H", "Authorization: Bearer \(staffToken)", "-H", "Content-Type: application/json",
-                     "-d", #"{"deviceId":"door-7f3k","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","fields":{"a":"payload-in-bad-request-8812"},"clientTimestamp":"not-a-time"}]}"#,
-                     session.url + "/v1/push"])
+            "curl",
+            [
+                "-s", "-H", "Authorization: Bearer \(staffToken)", "-H", "Content-Type: application/json",
+                "-d",
+                #"{"deviceId":"door-7f3k","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","fields":{"a":"payload-in-bad-request-8812"},"clientTimestamp":"not-a-time"}]}"#,
+                session.url + "/v1/push",
+            ])
         #expect(badPush.output.contains("invalid_json"))
 
         let logs = await session.stopServer()

@@ -25,7 +25,9 @@ struct MonitorSessionTests {
         init(_ client: any TestClientProtocol) { self.client = client }
 
         @discardableResult
-        func send(_ method: HTTPRequest.Method, _ uri: String, form: String? = nil, origin: String? = MonitorSessionTests.origin)
+        func send(
+            _ method: HTTPRequest.Method, _ uri: String, form: String? = nil, origin: String? = MonitorSessionTests.origin
+        )
             async throws -> TestResponse
         {
             var headers: HTTPFields = [:]
@@ -68,8 +70,9 @@ struct MonitorSessionTests {
             .map { $0.trimmingCharacters(in: .whitespaces) }.first { $0.hasPrefix("Max-Age=") }.flatMap { Int($0.dropFirst(8)) }
     }
 
-    @Test("a session is an opaque id the server keeps: it signs in to the monitor only, and signing out ends it for every copy",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a session is an opaque id the server keeps: it signs in to the monitor only, and signing out ends it for every copy",
+        arguments: StorageKind.allCases)
     func sessionKeptByServer(kind: StorageKind) async throws {
         try await withServer(kind) { client, _ in
             let browser = Browser(client)
@@ -104,8 +107,9 @@ struct MonitorSessionTests {
         }
     }
 
-    @Test("signing in only from the server's own page: no Origin, another Origin, no or another CSRF token are refused",
-          arguments: StorageKind.allCases)
+    @Test(
+        "signing in only from the server's own page: no Origin, another Origin, no or another CSRF token are refused",
+        arguments: StorageKind.allCases)
     func signInOnlyFromOwnPage(kind: StorageKind) async throws {
         try await withServer(kind) { client, _ in
             let organizer = try await Fixtures.token(user: "olga", role: .organizer)
@@ -145,8 +149,9 @@ struct MonitorSessionTests {
         }
     }
 
-    @Test("a sign-in link is a code for organizers that only asks; its form uses it once, within five minutes",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a sign-in link is a code for organizers that only asks; its form uses it once, within five minutes",
+        arguments: StorageKind.allCases)
     func signInCodes(kind: StorageKind) async throws {
         let clock = ManualNow(Fixtures.serverNow.date)
         try await withServer(kind, now: { clock.date }) { client, _ in
@@ -184,7 +189,8 @@ struct MonitorSessionTests {
             let late = try await code()
             clock.advance(seconds: 301)
             let expired = Browser(client)
-            #expect(try await expired.send(.post, "/admin/session", form: "csrf=\(try await expired.csrf())&code=\(late.code)").status == .unauthorized)
+            #expect(
+                try await expired.send(.post, "/admin/session", form: "csrf=\(try await expired.csrf())&code=\(late.code)").status == .unauthorized)
             #expect(try await !expired.signedIn)
         }
     }

@@ -17,8 +17,9 @@ struct MonitorTests {
             lastRosterFetch: Fixtures.time(0), appVersion: "test/1")
     }
 
-    @Test("devices report under tenant-scoped fingerprints; the monitor shows ok, stale and offline by the server's clock",
-          arguments: StorageKind.allCases)
+    @Test(
+        "devices report under tenant-scoped fingerprints; the monitor shows ok, stale and offline by the server's clock",
+        arguments: StorageKind.allCases)
     func heartbeatsAndStates(kind: StorageKind) async throws {
         let clock = ManualNow(Fixtures.serverNow.date)
         try await withServer(kind, now: { clock.date }) { client, _ in
@@ -103,8 +104,9 @@ struct MonitorTests {
         SyncFailure(collection: collection, recordId: recordId, firstAttempt: Fixtures.time(-26 * 3600), lastError: error)
     }
 
-    @Test("persistent failures: own records only, counted once, never half-recorded; listed on the monitor and counted in /metrics",
-          arguments: StorageKind.allCases)
+    @Test(
+        "persistent failures: own records only, counted once, never half-recorded; listed on the monitor and counted in /metrics",
+        arguments: StorageKind.allCases)
     func persistentFailures(kind: StorageKind) async throws {
         let metrics = ServerMetrics()
         try await withServer(kind, metrics: metrics) { client, _ in
@@ -231,7 +233,9 @@ struct MonitorTests {
 
 /// A command-line tool from the machine, run to completion.
 enum Tool {
-    static func run(_ name: String, _ arguments: [String], input: Data? = nil, in directory: URL? = nil) async throws
+    static func run(
+        _ name: String, _ arguments: [String], input: Data? = nil, in directory: URL? = nil
+    ) async throws
         -> (status: Int32, output: String)
     {
         let ran = try await Child.run("/usr/bin/env", [name] + arguments, input: input, in: directory)

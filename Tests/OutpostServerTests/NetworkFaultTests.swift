@@ -109,8 +109,9 @@ struct NetworkFaultTests {
         try await setup.finish()
     }
 
-    @Test("a link cut mid-replay, on the way in and on the way back: every write arrives exactly once, in order",
-          arguments: [FaultProxy.Direction.upstream, .downstream])
+    @Test(
+        "a link cut mid-replay, on the way in and on the way back: every write arrives exactly once, in order",
+        arguments: [FaultProxy.Direction.upstream, .downstream])
     func cutMidReplay(direction: FaultProxy.Direction) async throws {
         let setup = try await Setup.start()
         let store = try await setup.device("phone")

@@ -69,8 +69,9 @@ struct NotificationTests {
         try JSONDecoder().decode([String: String].self, from: Data(body.utf8))
     }
 
-    @Test("settings: organizers set, read and remove an event's URL; staff, bad URLs and other tenants are refused",
-          arguments: StorageKind.allCases)
+    @Test(
+        "settings: organizers set, read and remove an event's URL; staff, bad URLs and other tenants are refused",
+        arguments: StorageKind.allCases)
     func settings(kind: StorageKind) async throws {
         try await withServer(kind) { client, _ in
             let organizer = try await Fixtures.token(user: "olga", role: .organizer)
@@ -100,8 +101,9 @@ struct NotificationTests {
         }
     }
 
-    @Test("a device silent for 30 minutes is announced once, its return once; two servers announce once; a receiver that fails is tried again",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a device silent for 30 minutes is announced once, its return once; two servers announce once; a receiver that fails is tried again",
+        arguments: StorageKind.allCases)
     func episodes(kind: StorageKind) async throws {
         let receiver = try await Receiver()
         let now = ManualNow(Fixtures.serverNow.date)
@@ -207,8 +209,10 @@ struct NotificationTests {
         let connection = ["--server", "http://127.0.0.1:\(port)", "--token", token]
 
         let set = try await OutpostProcess.run(
-            ["roster", "event", "--event", "gala", "--name", "Annual Gala", "--notify-url", "https://hooks.example.org/T/B/X",
-             "--notify-format", "slack"] + connection)
+            [
+                "roster", "event", "--event", "gala", "--name", "Annual Gala", "--notify-url", "https://hooks.example.org/T/B/X",
+                "--notify-format", "slack",
+            ] + connection)
         #expect(set.status == 0, "\(set.stderr)")
         #expect(set.stdout.contains("event gala notifies slack"))
         #expect(!set.stdout.contains("hooks.example.org"))
@@ -230,8 +234,9 @@ struct NotificationTests {
         #expect(await server.stop() == 0)
     }
 
-    @Test("the monitor page sets and stops notifications, from its own form only, never showing the whole URL",
-          arguments: StorageKind.allCases)
+    @Test(
+        "the monitor page sets and stops notifications, from its own form only, never showing the whole URL",
+        arguments: StorageKind.allCases)
     func monitorForm(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let organizer = try await Fixtures.token(user: "olga", role: .organizer)
@@ -249,16 +254,21 @@ struct NotificationTests {
             // Not from the page: refused, nothing kept.
             #expect(try await browser.send(.post, "/admin/notifications", form: "csrf=wrong&event=gala&action=set&url=\(hook)").status == .forbidden)
             #expect(
-                try await browser.send(.post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&url=\(hook)", origin: "http://evil.test")
-                    .status == .forbidden)
+                try await browser.send(
+                    .post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&url=\(hook)", origin: "http://evil.test"
+                )
+                .status == .forbidden)
             #expect(try await storage.notification(tenant: "acme", event: "gala") == nil)
 
-            let bad = try await browser.send(.post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&url=http%3A%2F%2Fexample.org%2Fx")
+            let bad = try await browser.send(
+                .post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&url=http%3A%2F%2Fexample.org%2Fx")
             #expect(bad.status == .badRequest)
             #expect(String(buffer: bad.body).contains("Not saved: url must be https"))
 
-            let saved = String(buffer: try await browser.send(
-                .post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&format=slack&url=\(hook)").body)
+            let saved = String(
+                buffer: try await browser.send(
+                    .post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&format=slack&url=\(hook)"
+                ).body)
             #expect(saved.contains("Notifications saved."))
             #expect(saved.contains("Notifications: slack to hooks.slack.com"))
             #expect(!saved.contains("secretpart"))

@@ -181,7 +181,9 @@ struct PostgresConditionalPushTests {
 
     /// The plan PostgreSQL settles on for `sql` after a prepared statement's first runs, one for any tenant,
     /// given the values `arguments`.
-    static func genericPlan(of sql: String, executing arguments: String, in storage: PostgresStorage) async throws
+    static func genericPlan(
+        of sql: String, executing arguments: String, in storage: PostgresStorage
+    ) async throws
         -> String
     {
         try await storage.client.withConnection { connection in
@@ -216,7 +218,9 @@ struct PostgresConditionalPushTests {
     }
 
     /// The path for new records alone: what it did, or nil when the push is not one for it.
-    static func pushNew(_ mutations: [Mutation], in storage: PostgresStorage) async throws
+    static func pushNew(
+        _ mutations: [Mutation], in storage: PostgresStorage
+    ) async throws
         -> PostgresStorage.NewRecordsOutcome?
     {
         let items = Fixtures.items(mutations)

@@ -101,7 +101,7 @@ struct PostgresPlanTests {
         try await Self.withUnanalyzedStorage { storage in
             // Given a database as the third migration left it, holding a note,
             _ = try await storage.push([
-                Fixtures.upsert("n1", ["text": .string("a note")]),
+                Fixtures.upsert("n1", ["text": .string("a note")])
             ])
             try await Self.undoScopedIndexes(in: storage)
             // when a server starts on it,

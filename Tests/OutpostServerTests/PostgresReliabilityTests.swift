@@ -1,12 +1,13 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import OutpostClient
 import OutpostProtocol
 import Testing
 
 @testable import OutpostServer
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
 
 /// PostgreSQL under concurrency and faults: many writers and pullers, several server processes on one
 /// database, and the database itself restarted while devices push.
@@ -251,8 +252,9 @@ struct PostgresReliabilityTests {
         let down = await #expect(throws: (any Error).self) {
             try await observer.pull(collection: "notes", scope: nil, cursor: nil, limit: 1)
         }
-        #expect(down.map { "\($0)" }?.contains("503") == true || down.map { "\($0)" }?.contains("unavailable") == true,
-                "\(String(describing: down))")
+        #expect(
+            down.map { "\($0)" }?.contains("503") == true || down.map { "\($0)" }?.contains("unavailable") == true,
+            "\(String(describing: down))")
         try await Task.sleep(for: .seconds(2))
         try await cluster.start()
         #expect(server.isRunning, "the server exited with the database: \(server.stderr.suffix(3000))")

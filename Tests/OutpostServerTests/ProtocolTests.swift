@@ -12,12 +12,14 @@ import Testing
 
 @Suite("Wire protocol over the real application")
 struct ProtocolTests {
-    @Test("snapshot pages end by size over HTTP, and following their continuations gives every record once",
-          arguments: [1000, 0])
+    @Test(
+        "snapshot pages end by size over HTTP, and following their continuations gives every record once",
+        arguments: [1000, 0])
     func snapshotPagesBySize(pageMaxBytes: Int) async throws {
         let filler = String(repeating: "x", count: 280)
         let guests = (0..<10).map {
-            Fixtures.upsert(String(format: "g%02d", $0), ["event_id": "ev", "note": .string(filler)],
+            Fixtures.upsert(
+                String(format: "g%02d", $0), ["event_id": "ev", "note": .string(filler)],
                 at: Double($0), collection: "guests")
         }
         try await withServer(.sqlite, configure: { $0.pageMaxBytes = pageMaxBytes }) { client, _ in
@@ -52,7 +54,8 @@ struct ProtocolTests {
         let organizer = try await Fixtures.token(role: .organizer)
         let staff = try await Fixtures.token(role: .staff)
         let guests = (0..<25).map {
-            Fixtures.upsert(String(format: "g%03d", $0), ["event_id": "ev-1", "name": .string("Guest \($0)")],
+            Fixtures.upsert(
+                String(format: "g%03d", $0), ["event_id": "ev-1", "name": .string("Guest \($0)")],
                 at: Double($0), collection: "guests")
         }
         func app() throws -> some ApplicationProtocol {
@@ -139,8 +142,9 @@ struct ProtocolTests {
         }
     }
 
-    @Test("a pull page writes stored fields as they are: the same bytes as the canonical writer, a tombstone's fields empty",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a pull page writes stored fields as they are: the same bytes as the canonical writer, a tombstone's fields empty",
+        arguments: StorageKind.allCases)
     func pullPageBytes(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let staff = try await Fixtures.token(role: .staff)
@@ -273,7 +277,9 @@ struct StreamedPullBodyTests {
             from: Self.page(1, hasMore: true), pages: 5, gate: AdmissionGate(limit: 1, maxWaiting: 0),
             metrics: ServerMetrics(), logger: Fixtures.quietLogger, token: \.token
         ) { cursor in
-            let call = calls.withLockedValue { $0 += 1; return $0 }
+            let call = calls.withLockedValue {
+                $0 += 1; return $0
+            }
             guard call == 1 else { throw StorageError(.unavailable, "connection refused") }
             return Self.page(cursor.seq + 1, hasMore: true)
         }

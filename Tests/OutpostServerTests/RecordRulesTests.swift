@@ -22,8 +22,9 @@ struct RecordRulesTests {
             "\(user).\(day).\(action.idSuffix)", fields, at: seconds, collection: Attendance.collection)
     }
 
-    @Test("attendance: coordinates required, own records only, one check-in a day, check-out after check-in, never deleted",
-          arguments: StorageKind.allCases)
+    @Test(
+        "attendance: coordinates required, own records only, one check-in a day, check-out after check-in, never deleted",
+        arguments: StorageKind.allCases)
     func attendanceRules(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token(user: "ana")
@@ -54,9 +55,12 @@ struct RecordRulesTests {
 
             // A second check-in that day is refused; the first sent again is a duplicate; nothing is deleted.
             results = try await client.push(
-                [Self.attendance(.checkIn, at: 5), checkIn,
-                 Fixtures.delete("ana.2026-11-21.in", at: 6, collection: Attendance.collection)],
-                token: ana).results
+                [
+                    Self.attendance(.checkIn, at: 5), checkIn,
+                    Fixtures.delete("ana.2026-11-21.in", at: 6, collection: Attendance.collection),
+                ],
+                token: ana
+            ).results
             #expect(results.map(\.status) == [.rejected, .duplicate, .rejected])
             #expect(results[0].error?.code == .stateConflict)
             #expect(results[2].error?.code == .stateConflict)
@@ -74,8 +78,9 @@ struct RecordRulesTests {
     func attendanceInOnePush(kind: StorageKind) async throws {
         try await withServer(kind) { client, _ in
             let results = try await client.push(
-                [Self.attendance(.checkIn, at: 1), Self.attendance(.checkOut, at: 2)], token: try await Fixtures.token())
-                .results
+                [Self.attendance(.checkIn, at: 1), Self.attendance(.checkOut, at: 2)], token: try await Fixtures.token()
+            )
+            .results
             #expect(results.map(\.status) == [.applied, .applied])
         }
     }
@@ -84,13 +89,16 @@ struct RecordRulesTests {
         let time = Fixtures.time(seconds)
         return Fixtures.upsert(
             guest,
-            ["event_id": .string(event), "guest_id": .string(guest), "scanned_by": .string(device),
-             "scanned_at": .string(time.iso8601)],
+            [
+                "event_id": .string(event), "guest_id": .string(guest), "scanned_by": .string(device),
+                "scanned_at": .string(time.iso8601),
+            ],
             at: seconds, collection: CheckIn.collection, device: device)
     }
 
-    @Test("check-ins: the guest must be on the event's roster and not cancelled; the first scan by device time wins; the audit keeps scan times",
-          arguments: StorageKind.allCases)
+    @Test(
+        "check-ins: the guest must be on the event's roster and not cancelled; the first scan by device time wins; the audit keeps scan times",
+        arguments: StorageKind.allCases)
     func checkInRules(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let staff = try await Fixtures.token()
@@ -138,8 +146,9 @@ struct RecordRulesTests {
         }
     }
 
-    @Test("activities and builds: a new record needs its required fields; money is a decimal string; edits are partial",
-          arguments: StorageKind.allCases)
+    @Test(
+        "activities and builds: a new record needs its required fields; money is a decimal string; edits are partial",
+        arguments: StorageKind.allCases)
     func activityAndBuildRules(kind: StorageKind) async throws {
         try await withServer(kind) { client, _ in
             let staff = try await Fixtures.token()

@@ -1,15 +1,18 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import OutpostProtocol
 import OutpostRecords
 import Testing
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 /// The organizer's roster tools and a device's offline roster, as real `outpost` processes over a socket.
 @Suite("Roster end to end")
 struct RosterEndToEndTests {
-    @Test("import, an interrupted import run again applies nothing twice, download, find offline, walk-in after refresh, cancellation as a tombstone; a bad file imports nothing")
+    @Test(
+        "import, an interrupted import run again applies nothing twice, download, find offline, walk-in after refresh, cancellation as a tombstone; a bad file imports nothing"
+    )
     func rosterDay() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-roster-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }
@@ -50,11 +53,14 @@ struct RosterEndToEndTests {
         #expect(edited != text)
         try edited.write(toFile: csv, atomically: true, encoding: .utf8)
         let changed = try await OutpostProcess.run(["roster", "import", "--event", "gala", csv], environment: organizer)
-        #expect(changed.stdout.contains("imported 1 guest into gala (1199 already imported, left as they were)"), "\(changed.stdout) \(changed.stderr)")
+        #expect(
+            changed.stdout.contains("imported 1 guest into gala (1199 already imported, left as they were)"), "\(changed.stdout) \(changed.stderr)")
 
         // A file with bad rows is reported line by line and imports nothing.
         let bad = root.appendingPathComponent("bad.csv").path
-        try (Guest.columns.joined(separator: ",") + "\nz1,Zed,zed@example.org,vip,registered,,\nz2,,z2@example.org,vip,registered,,\nz3,Zoe,nope,vip,registered,,\n")
+        try
+            (Guest.columns.joined(separator: ",")
+            + "\nz1,Zed,zed@example.org,vip,registered,,\nz2,,z2@example.org,vip,registered,,\nz3,Zoe,nope,vip,registered,,\n")
             .write(toFile: bad, atomically: true, encoding: .utf8)
         let refused = try await OutpostProcess.run(["roster", "import", "--event", "gala", bad], environment: organizer)
         #expect(refused.status != 0)
@@ -73,9 +79,11 @@ struct RosterEndToEndTests {
         #expect(try await OutpostProcess.run(["event", "find", "z2@example.org"] + store).stdout.contains("Guest not in roster"))
 
         // A walk-in is not found until the next refresh; a cancellation arrives as a tombstone.
-        #expect(try await OutpostProcess.run(
-            ["roster", "add", "--event", "gala", "guest_id=walkin-1", "name=Walk In", "email=walk@example.org"],
-            environment: organizer).status == 0)
+        #expect(
+            try await OutpostProcess.run(
+                ["roster", "add", "--event", "gala", "guest_id=walkin-1", "name=Walk In", "email=walk@example.org"],
+                environment: organizer
+            ).status == 0)
         #expect(try await OutpostProcess.run(["roster", "cancel", "--event", "gala", "g000007"], environment: organizer).status == 0)
         let before = try await OutpostProcess.run(["event", "lookup", "walkin-1"] + store)
         #expect(before.status != 0)

@@ -11,8 +11,9 @@ import Testing
 struct ServerCrashTests {
     static let secret = "a-crash-test-secret-of-at-least-32-bytes"
 
-    @Test("a server killed with SIGKILL mid-push keeps everything it acknowledged, and no push is half-applied",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a server killed with SIGKILL mid-push keeps everything it acknowledged, and no push is half-applied",
+        arguments: StorageKind.allCases)
     func killMidPush(kind: StorageKind) async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-crash-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }

@@ -23,8 +23,9 @@ struct StorageBehaviourTests {
         }
     }
 
-    @Test("a push larger than one statement's rows, over two collections, applies every mutation once, in order",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a push larger than one statement's rows, over two collections, applies every mutation once, in order",
+        arguments: StorageKind.allCases)
     func largePush(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in
             let guests = (0..<7).map {
@@ -49,8 +50,9 @@ struct StorageBehaviourTests {
         }
     }
 
-    @Test("a key sent again is a duplicate: nothing is written again, and the original result comes back",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a key sent again is a duplicate: nothing is written again, and the original result comes back",
+        arguments: StorageKind.allCases)
     func duplicate(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in
             let mutation = Fixtures.upsert("r1", ["title": "once"], at: 1)
@@ -107,8 +109,9 @@ struct StorageBehaviourTests {
         }
     }
 
-    @Test("pull pages in commit order with tombstones, and a cursor never repeats or skips",
-          arguments: StorageKind.allCases)
+    @Test(
+        "pull pages in commit order with tombstones, and a cursor never repeats or skips",
+        arguments: StorageKind.allCases)
     func pullPaging(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in
             for batch in 0..<5 {
@@ -172,15 +175,17 @@ struct StorageBehaviourTests {
         }
     }
 
-    @Test("a page of a pull or a snapshot ends by size, and following it still gives every record once",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a page of a pull or a snapshot ends by size, and following it still gives every record once",
+        arguments: StorageKind.allCases)
     func pagesBySize(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in
             // Each record's stored fields take a little over 300 bytes: a page of 1,000 bytes holds four.
             let filler = String(repeating: "x", count: 280)
             _ = try await storage.push(
                 (0..<10).map {
-                    Fixtures.upsert(String(format: "g%02d", $0), ["event_id": "ev", "note": .string(filler)],
+                    Fixtures.upsert(
+                        String(format: "g%02d", $0), ["event_id": "ev", "note": .string(filler)],
                         at: Double($0), collection: "guests")
                 })
             try await storage.settle()
@@ -210,8 +215,9 @@ struct StorageBehaviourTests {
         }
     }
 
-    @Test("a record that a mutation would take past 256 fields or 256 KiB keeps what it had",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a record that a mutation would take past 256 fields or 256 KiB keeps what it had",
+        arguments: StorageKind.allCases)
     func recordGrowth(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in
             let many = Dictionary(uniqueKeysWithValues: (0..<200).map { ("a\($0)", JSONValue.integer(1)) })
@@ -252,8 +258,11 @@ struct StorageBehaviourTests {
     func snapshotCursor(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in
             _ = try await storage.push(
-                (0..<10).map { Fixtures.upsert(String(format: "g%02d", $0), ["event_id": "ev", "n": .integer(Int64($0))],
-                    at: Double($0), collection: "guests") })
+                (0..<10).map {
+                    Fixtures.upsert(
+                        String(format: "g%02d", $0), ["event_id": "ev", "n": .integer(Int64($0))],
+                        at: Double($0), collection: "guests")
+                })
             let start = try await storage.snapshotStart(tenant: "acme", collection: "guests", scope: "ev")
             let first = try await storage.snapshotPage(
                 tenant: "acme", collection: "guests", scope: "ev", after: nil, limit: 5)
@@ -332,8 +341,9 @@ struct StorageBehaviourTests {
         }
     }
 
-    @Test("a protected-field conflict is answered, kept for review and replayed as a duplicate",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a protected-field conflict is answered, kept for review and replayed as a duplicate",
+        arguments: StorageKind.allCases)
     func conflicts(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in
             let activity: [String: JSONValue] = ["type": "visit", "date": "2026-11-20", "duration_minutes": 60]
@@ -380,8 +390,9 @@ struct StorageBehaviourTests {
         }
     }
 
-    @Test("concurrent writers and pullers: every puller ends with exactly the final state",
-          arguments: StorageKind.allCases)
+    @Test(
+        "concurrent writers and pullers: every puller ends with exactly the final state",
+        arguments: StorageKind.allCases)
     func concurrentWritersAndPullers(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in
             let writers = 6
@@ -459,4 +470,3 @@ struct StorageBehaviourTests {
         }
     }
 }
-

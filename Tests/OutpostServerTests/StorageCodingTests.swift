@@ -51,9 +51,11 @@ struct StorageCodingTests {
         for (field, stamp) in meta.stamps { #expect(read.stamps[field]?.v == stamp.v, "\(field)") }
     }
 
-    @Test("stamps that do not decode are reported as corrupt", arguments: [
-        "", "[]", #"{"stamps":[]}"#, #"{"stamps":{"a":{"t":1}}}"#, #"{"deletion":1,"stamps":{}}"#,
-    ])
+    @Test(
+        "stamps that do not decode are reported as corrupt",
+        arguments: [
+            "", "[]", #"{"stamps":[]}"#, #"{"stamps":{"a":{"t":1}}}"#, #"{"deletion":1,"stamps":{}}"#,
+        ])
     func corruptMeta(text: String) {
         let error = #expect(throws: StorageError.self) { try StorageCoding.decode(StoredRecord.Meta.self, from: text) }
         #expect(error?.code == .corrupt)

@@ -7,7 +7,9 @@ import Testing
 /// metrics, and a device's notice that will not be dismissed.
 @Suite("Sync health end to end")
 struct SyncHealthEndToEndTests {
-    @Test("a record failing too long is escalated once: one JSON ERROR line, counted once, a notice that stays until it syncs; logs hold no token, payload or name")
+    @Test(
+        "a record failing too long is escalated once: one JSON ERROR line, counted once, a notice that stays until it syncs; logs hold no token, payload or name"
+    )
     func escalation() async throws {
         let session = try AppSession()
         try await session.startServer()
@@ -15,7 +17,9 @@ struct SyncHealthEndToEndTests {
         let token = try await session.token(user: "ana")
 
         // The server refuses this record (no coordinates): it is set aside, and reported for the organizer.
-        let put = try await device(["device", "put", "attendance", "ana.\(Self.today).in", "action=check_in", "day=\(Self.today)", "note=S3CRET-PAYLOAD"])
+        let put = try await device([
+            "device", "put", "attendance", "ana.\(Self.today).in", "action=check_in", "day=\(Self.today)", "note=S3CRET-PAYLOAD",
+        ])
         #expect(put.stdout.contains("refused by the server"), "\(put.stdout) \(put.stderr)")
         var status = try await device(["device", "status", "--escalate-after", "1s"])
         #expect(status.stdout.contains("attention: 1 record refused by the server"), "\(status.stdout)")

@@ -16,8 +16,10 @@ struct TLSTests {
         let key = root.appendingPathComponent("key.pem").path
         let made = try await Child.run(
             "openssl",
-            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-             "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", certificate])
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", certificate,
+            ])
         try #require(made.status == 0, "\(made.output)")
         let data = root.appendingPathComponent("server").path
 

@@ -1,8 +1,8 @@
 import Foundation
 import OutpostClient
-import OutpostURLSession
 import OutpostProtocol
 import OutpostTesting
+import OutpostURLSession
 import Testing
 
 @testable import OutpostServer
@@ -32,9 +32,11 @@ struct URLSessionTransportTests {
             #expect(pulled.changes.first?.fields["title"] == "über + 🚀 & more")
             #expect(try await staff.pullPage(collection: "notes", scope: nil, cursor: nil, limit: 1).changes.count == 1)
             _ = try await organizer.push(
-                PushRequest(deviceId: "org", mutations: [
-                    Fixtures.upsert("g1", ["event_id": "ev.1:a@b", "name": "A"], collection: "guests", device: "org")
-                ]))
+                PushRequest(
+                    deviceId: "org",
+                    mutations: [
+                        Fixtures.upsert("g1", ["event_id": "ev.1:a@b", "name": "A"], collection: "guests", device: "org")
+                    ]))
             try await storage.settle()
             let snapshot = try await staff.snapshot(collection: "guests", scope: "ev.1:a@b", continuation: nil, limit: 10)
             #expect(snapshot.records.map(\.recordId) == ["g1"])

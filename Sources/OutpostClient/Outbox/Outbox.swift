@@ -17,14 +17,18 @@ extension LocalStore {
 
     /// The next `limit` mutations to push after local sequence `seq`: by client time, then local sequence.
     /// Rejected ones are skipped until retried, so they never block the records behind them.
-    package func nextChunk(after seq: Int64 = 0, limit: Int, maxBytes: Int = LocalStore.chunkMaxBytes) async throws
+    package func nextChunk(
+        after seq: Int64 = 0, limit: Int, maxBytes: Int = LocalStore.chunkMaxBytes
+    ) async throws
         -> [OutboxEntry]
     {
         try await chunk(after: seq, limit: limit, maxBytes: maxBytes, only: nil)
     }
 
     /// ``nextChunk(after:limit:maxBytes:)`` of the entries of `records` alone, or of all when nil.
-    func chunk(after seq: Int64 = 0, limit: Int, maxBytes: Int = LocalStore.chunkMaxBytes, only records: Set<RecordKey>?)
+    func chunk(
+        after seq: Int64 = 0, limit: Int, maxBytes: Int = LocalStore.chunkMaxBytes, only records: Set<RecordKey>?
+    )
         async throws -> [OutboxEntry]
     {
         let sealer = self.sealer
@@ -345,7 +349,8 @@ extension LocalStore {
         // A read first: almost always there is nothing to stamp, and a read costs no commit.
         let any = try await perform {
             try await self.read { db in
-                try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM outbox WHERE state = 'pending' AND client_ts > ?)", arguments: [limit]) ?? false
+                try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM outbox WHERE state = 'pending' AND client_ts > ?)", arguments: [limit])
+                    ?? false
             }
         }
         guard any else { return 0 }

@@ -68,12 +68,14 @@ extension ReferenceData {
                     return PreparedPage(page: page, rows: rows)
                 },
                 store: { page, continuation in
-                    guard let stored = try await storePage(
-                        page, collection: collection, scope: scope, askedWith: continuation)
+                    guard
+                        let stored = try await storePage(
+                            page, collection: collection, scope: scope, askedWith: continuation)
                     else { return false }
                     let elapsed = max(now().timeIntervalSince(started), 0.001)
-                    progress?(DownloadProgress(
-                        stored: stored, total: max(page.page.total, stored), rate: Double(stored - resumedFrom) / elapsed))
+                    progress?(
+                        DownloadProgress(
+                            stored: stored, total: max(page.page.total, stored), rate: Double(stored - resumedFrom) / elapsed))
                     return true
                 }))
         let state = try await state(collection: collection, scope: scope)

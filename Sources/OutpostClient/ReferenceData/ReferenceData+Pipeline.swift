@@ -96,15 +96,16 @@ extension ReferenceData {
             if let next { key = next }
             let prepared = pipeline.add(Task { try await stages.prepare(page) })
             let previous = storing.last?.task
-            let store = pipeline.add(Task {
-                guard try await previous?.value ?? true else { return false }
-                let page = try await prepared.task.value
-                // A page not yet stored when the transfer is cancelled is left for the next one.
-                try Task.checkCancellation()
-                let stored = try await stages.store(page, pageKey)
-                if !stored { pipeline.stop() }
-                return stored
-            })
+            let store = pipeline.add(
+                Task {
+                    guard try await previous?.value ?? true else { return false }
+                    let page = try await prepared.task.value
+                    // A page not yet stored when the transfer is cancelled is left for the next one.
+                    try Task.checkCancellation()
+                    let stored = try await stages.store(page, pageKey)
+                    if !stored { pipeline.stop() }
+                    return stored
+                })
             storing.append((store.task, [current.id, prepared.id, store.id]))
             while storing.count > lookahead {
                 guard try await storeEnded() else { return await pipeline.finish() }

@@ -97,10 +97,11 @@ extension ReferenceData {
         index: ReferenceIndex, at time: Int64, db: Database
     ) throws -> (Int, Int)? {
         // Statements of fixed text are compiled once per connection: a refresh applies several pages.
-        guard let state = try Row.fetchOne(
-            db.cachedStatement(
-                sql: "SELECT cursor, stored FROM reference_state WHERE collection = ? AND scope = ? AND completed_at IS NOT NULL"),
-            arguments: [collection, scope]),
+        guard
+            let state = try Row.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT cursor, stored FROM reference_state WHERE collection = ? AND scope = ? AND completed_at IS NOT NULL"),
+                arguments: [collection, scope]),
             (state["cursor"] as String?) == pulledFrom
         else { return nil }
         // A pull lists a record once, as it is now. Were an id listed twice, only its last change would count:

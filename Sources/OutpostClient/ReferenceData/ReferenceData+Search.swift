@@ -19,10 +19,11 @@ extension ReferenceData {
                         context: "reference:\(collection)/\(scope)/\(recordId)")
                     return .found(ReferenceRecord(recordId: recordId, fields: fields, version: row["version"]))
                 }
-                let cancelled = try Bool.fetchOne(
-                    db.cachedStatement(
-                        sql: "SELECT 1 FROM reference_tombstones WHERE collection = ? AND scope = ? AND record_id = ?"),
-                    arguments: [collection, scope, recordId]) ?? false
+                let cancelled =
+                    try Bool.fetchOne(
+                        db.cachedStatement(
+                            sql: "SELECT 1 FROM reference_tombstones WHERE collection = ? AND scope = ? AND record_id = ?"),
+                        arguments: [collection, scope, recordId]) ?? false
                 return cancelled ? .cancelled : .notFound
             }
         }

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostProtocol
 
 /// Where a device stands with one reference set, such as one event's roster.
 public enum ReferenceState: Sendable, Hashable {
@@ -87,5 +88,3 @@ public struct RefreshSummary: Sendable, Hashable {
         self.removed = removed
     }
 }
-
-import OutpostProtocol

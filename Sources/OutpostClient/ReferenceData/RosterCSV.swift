@@ -34,8 +34,11 @@ package enum RosterCSV {
             if !missing.isEmpty { parts.append("missing \(missing.joined(separator: ", "))") }
             if !unknown.isEmpty { parts.append("unknown \(unknown.joined(separator: ", "))") }
             if Set(names).count != names.count { parts.append("a column appears twice") }
-            return .failure(ProblemList([Problem(
-                line: header.line, message: "the header must name \(Guest.columns.joined(separator: ", ")): \(parts.joined(separator: "; "))")]))
+            return .failure(
+                ProblemList([
+                    Problem(
+                        line: header.line, message: "the header must name \(Guest.columns.joined(separator: ", ")): \(parts.joined(separator: "; "))")
+                ]))
         }
         var rows: [Row] = []
         var seen: [String: Int] = [:]
@@ -149,8 +152,14 @@ package enum RosterCSV {
 
     /// A demo roster of `guests` rows, deterministic for a given count.
     package static func generate(guests: Int) -> String {
-        let first = ["Ana", "Ben", "Chloé", "Dmitri", "Eun-ji", "Farah", "Gustav", "Hana", "Ibrahim", "Jonas", "Kofi", "Lena", "Mateo", "Nadia", "Oskar", "Priya", "Quentin", "Rosa", "Sami", "Tomás"]
-        let last = ["Silva", "Okafor", "Müller", "Tanaka", "Haddad", "Novak", "García", "Kowalski", "Nguyen", "Andersen", "Rossi", "Ivanova", "Mensah", "Dubois", "Park", "Costa", "Ahmed", "Larsen", "Moreau", "Yilmaz"]
+        let first = [
+            "Ana", "Ben", "Chloé", "Dmitri", "Eun-ji", "Farah", "Gustav", "Hana", "Ibrahim", "Jonas", "Kofi", "Lena", "Mateo", "Nadia", "Oskar",
+            "Priya", "Quentin", "Rosa", "Sami", "Tomás",
+        ]
+        let last = [
+            "Silva", "Okafor", "Müller", "Tanaka", "Haddad", "Novak", "García", "Kowalski", "Nguyen", "Andersen", "Rossi", "Ivanova", "Mensah",
+            "Dubois", "Park", "Costa", "Ahmed", "Larsen", "Moreau", "Yilmaz",
+        ]
         var text = Guest.columns.joined(separator: ",") + "\n"
         text.reserveCapacity(guests * 90)
         for i in 0..<guests {
@@ -159,7 +168,8 @@ package enum RosterCSV {
             let access = ["general", "vip", "staff", "press"][i % 4]
             let alert = i % 50 == 0 ? "\"{\"\"level\"\":\"\"info\"\",\"\"text\"\":\"\"Wheelchair access\"\"}\"" : ""
             let note = i % 10 == 0 ? "\"Prefers, if possible, the \"\"side\"\" entrance\"" : ""
-            text += "g\(String(format: "%06d", i)),\(given) \(family) \(i),\(given.lowercased()).\(i)@example.org,\(access),registered,\(note),\(alert)\n"
+            text +=
+                "g\(String(format: "%06d", i)),\(given) \(family) \(i),\(given.lowercased()).\(i)@example.org,\(access),registered,\(note),\(alert)\n"
         }
         return text
     }

@@ -65,9 +65,10 @@ struct Sealer: Sendable {
     /// - Parameter nonce: one of ``nonces(_:)``; nil takes the next one.
     func seal(_ plaintext: some DataProtocol, context: String, nonce: AES.GCM.Nonce? = nil) throws -> Data {
         do {
-            guard let combined = try AES.GCM.seal(
-                plaintext, using: key, nonce: try nonce ?? nonceSequence.next(), authenticating: Array(context.utf8)
-            ).combined
+            guard
+                let combined = try AES.GCM.seal(
+                    plaintext, using: key, nonce: try nonce ?? nonceSequence.next(), authenticating: Array(context.utf8)
+                ).combined
             else { throw ClientError(.cannotDecrypt, "AES-GCM produced no output") }
             return combined
         } catch let error as ClientError {

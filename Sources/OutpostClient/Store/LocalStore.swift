@@ -64,7 +64,7 @@ public final class LocalStore: Sendable {
                 guard sqlite3_file_control(db.sqliteConnection, "main", SQLITE_FCNTL_PERSIST_WAL, &persist) == SQLITE_OK
                 else { throw ClientError(.storeUnavailable, "cannot keep the store's write-ahead log") }
                 #if canImport(Darwin)
-                try db.execute(sql: "PRAGMA fullfsync = ON")
+                    try db.execute(sql: "PRAGMA fullfsync = ON")
                 #endif
             }
             self.queue = try DatabaseQueue(path: url.path, configuration: configuration)
@@ -292,7 +292,9 @@ public final class LocalStore: Sendable {
         let version = try dataVersion(db)
         let seen = clientTime.withLockedValue { $0.dataVersion == version }
         let latest =
-            seen ? nil : try RawStatement(try db.cachedStatement(sql: "SELECT client_ts FROM outbox ORDER BY seq DESC LIMIT 1"), db: db).firstInteger().value
+            seen
+            ? nil
+            : try RawStatement(try db.cachedStatement(sql: "SELECT client_ts FROM outbox ORDER BY seq DESC LIMIT 1"), db: db).firstInteger().value
         let clock = Timestamp(now).millisecondsSince1970
         let lead = Int64(maxClientTimeLead.components.seconds) * 1000
         return clientTime.withLockedValue { time in

@@ -30,11 +30,13 @@ struct RawStatement {
     /// Binds `value` to the 1-based parameter `index`.
     func bind(_ value: String, at index: Int32) throws {
         var value = value
-        try check(value.withUTF8 { bytes in
-            // An empty string still needs a pointer: SQLite binds NULL for none. It copies what it is given.
-            guard let base = bytes.baseAddress else { return sqlite3_bind_text(handle, index, "", 0, Self.transient) }
-            return sqlite3_bind_text(handle, index, UnsafeRawPointer(base).assumingMemoryBound(to: CChar.self), Int32(bytes.count), Self.transient)
-        })
+        try check(
+            value.withUTF8 { bytes in
+                // An empty string still needs a pointer: SQLite binds NULL for none. It copies what it is given.
+                guard let base = bytes.baseAddress else { return sqlite3_bind_text(handle, index, "", 0, Self.transient) }
+                return sqlite3_bind_text(
+                    handle, index, UnsafeRawPointer(base).assumingMemoryBound(to: CChar.self), Int32(bytes.count), Self.transient)
+            })
     }
 
     func bind(_ value: String?, at index: Int32) throws {
@@ -43,10 +45,11 @@ struct RawStatement {
     }
 
     func bind(_ value: Data, at index: Int32) throws {
-        try check(value.withUnsafeBytes { bytes in
-            // A zero-length blob still needs a pointer: SQLite binds NULL for none.
-            sqlite3_bind_blob(handle, index, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(bytes.count), Self.transient)
-        })
+        try check(
+            value.withUnsafeBytes { bytes in
+                // A zero-length blob still needs a pointer: SQLite binds NULL for none.
+                sqlite3_bind_blob(handle, index, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(bytes.count), Self.transient)
+            })
     }
 
     func bind(_ value: Int64, at index: Int32) throws {

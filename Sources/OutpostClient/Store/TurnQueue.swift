@@ -1,4 +1,5 @@
 import NIOConcurrencyHelpers
+
 /// Gives turns per key within the process: one body of a key runs at a time, and callers that find the key taken
 /// wait for their turn in the order they came.
 ///

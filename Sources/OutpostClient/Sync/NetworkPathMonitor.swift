@@ -1,43 +1,43 @@
 #if canImport(Network)
-import Dispatch
-import Network
-import NIOConcurrencyHelpers
+    import Dispatch
+    import Network
+    import NIOConcurrencyHelpers
 
-/// Follows the device's network path (`NWPathMonitor`) and the server: offline at once when the path goes; online
-/// when a path is up and the server answers `/health`, asked every `interval` while the path is up, so that a server
-/// back after an outage, or a captive portal signed in to, is noticed without a change of network.
-public struct NetworkPathMonitor: ConnectivityMonitor {
-    let transport: any SyncTransport
-    let clock: any Clock<Duration>
-    let interval: Duration
+    /// Follows the device's network path (`NWPathMonitor`) and the server: offline at once when the path goes; online
+    /// when a path is up and the server answers `/health`, asked every `interval` while the path is up, so that a server
+    /// back after an outage, or a captive portal signed in to, is noticed without a change of network.
+    public struct NetworkPathMonitor: ConnectivityMonitor {
+        let transport: any SyncTransport
+        let clock: any Clock<Duration>
+        let interval: Duration
 
-    public init(transport: any SyncTransport, clock: any Clock<Duration> = ContinuousClock(), interval: Duration = .seconds(5)) {
-        self.transport = transport
-        self.clock = clock
-        self.interval = interval
-    }
+        public init(transport: any SyncTransport, clock: any Clock<Duration> = ContinuousClock(), interval: Duration = .seconds(5)) {
+            self.transport = transport
+            self.clock = clock
+            self.interval = interval
+        }
 
-    public func changes() -> AsyncStream<Bool> {
-        let pathIsUp = NIOLockedValueBox(true)
-        nonisolated(unsafe) let monitor = NWPathMonitor()
-        let probes = HealthProbeMonitor.probing(transport, clock: clock, every: interval) { pathIsUp.withLockedValue { $0 } }
-        return AsyncStream { continuation in
-            monitor.pathUpdateHandler = { update in
-                let up = update.status == .satisfied
-                pathIsUp.withLockedValue { $0 = up }
-                // A path gone is offline at once; a path back waits for the server's answer.
-                if !up { continuation.yield(false) }
-            }
-            let forward = Task {
-                for await online in probes { continuation.yield(online) }
-                continuation.finish()
-            }
-            monitor.start(queue: DispatchQueue(label: "outpost.network-path"))
-            continuation.onTermination = { _ in
-                monitor.cancel()
-                forward.cancel()
+        public func changes() -> AsyncStream<Bool> {
+            let pathIsUp = NIOLockedValueBox(true)
+            nonisolated(unsafe) let monitor = NWPathMonitor()
+            let probes = HealthProbeMonitor.probing(transport, clock: clock, every: interval) { pathIsUp.withLockedValue { $0 } }
+            return AsyncStream { continuation in
+                monitor.pathUpdateHandler = { update in
+                    let up = update.status == .satisfied
+                    pathIsUp.withLockedValue { $0 = up }
+                    // A path gone is offline at once; a path back waits for the server's answer.
+                    if !up { continuation.yield(false) }
+                }
+                let forward = Task {
+                    for await online in probes { continuation.yield(online) }
+                    continuation.finish()
+                }
+                monitor.start(queue: DispatchQueue(label: "outpost.network-path"))
+                continuation.onTermination = { _ in
+                    monitor.cancel()
+                    forward.cancel()
+                }
             }
         }
     }
-}
 #endif

@@ -206,14 +206,18 @@ public actor SyncEngine {
     /// the queued records are marked failed with the error and the sync ends, to resume on the next trigger.
     /// - Parameter retrying: false to try each chunk once (a quick attempt after a local write).
     /// - Returns: what synced and what failed. A second call while one runs returns at once, `skipped`.
-    public func sync(retrying: Bool = true, progress: (@Sendable (SyncProgress) -> Void)? = nil) async throws
+    public func sync(
+        retrying: Bool = true, progress: (@Sendable (SyncProgress) -> Void)? = nil
+    ) async throws
         -> SyncSummary
     {
         try await sync(only: nil, retrying: retrying, progress: progress)
     }
 
     /// ``sync(retrying:progress:)`` of the entries of `records` alone, or of all when nil.
-    func sync(only records: Set<RecordKey>?, retrying: Bool = true, progress: (@Sendable (SyncProgress) -> Void)? = nil)
+    func sync(
+        only records: Set<RecordKey>?, retrying: Bool = true, progress: (@Sendable (SyncProgress) -> Void)? = nil
+    )
         async throws -> SyncSummary
     {
         guard !status.isSyncing else { return SyncSummary(skipped: true) }
@@ -481,7 +485,8 @@ public actor SyncEngine {
         var fields: [String: JSONValue] = [:]
         for field in conflict.fields { fields[field] = record.fields[field] ?? .null }
         let write = LocalStore.Write(collection: collection, scope: scope.isEmpty ? nil : scope, recordId: recordId, fields: fields)
-        return delivering ? try await save(write) : try await store.write(write, deviceId: configuration.deviceId, at: now(), offline: !status.isOnline)
+        return delivering
+            ? try await save(write) : try await store.write(write, deviceId: configuration.deviceId, at: now(), offline: !status.isOnline)
     }
 
     /// A short reason for a record's failure, fit for a badge.

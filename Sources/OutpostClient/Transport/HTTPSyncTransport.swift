@@ -65,7 +65,9 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
             decode: { try PullPage(jsonBytes: Array($0)) })
     }
 
-    public func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    public func snapshot(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotResponse
     {
         try await send(
@@ -73,7 +75,9 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
             decode: { try SnapshotResponse(jsonBytes: $0) })
     }
 
-    public func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    public func snapshotPage(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotPage
     {
         try await send(
@@ -148,14 +152,18 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     }
 
     /// Streams pulls as the server writes them, one page a line (`GET /v1/pull` with `pages`).
-    public func pullPageStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    public func pullPageStream(
+        collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
+    )
         -> AsyncThrowingStream<PullPage, any Error>
     {
         streamOfPulls(collection, scope, cursor, limit, pages) { try PullPage(jsonBytes: $0) }
     }
 
     /// The same stream, each page decoded whole (see ``BulkSyncTransport/pullStream(collection:scope:cursor:limit:pages:)``).
-    public func pullStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    public func pullStream(
+        collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
+    )
         -> AsyncThrowingStream<PullResponse, any Error>
     {
         streamOfPulls(collection, scope, cursor, limit, pages) { try PullResponse(jsonBytes: $0) }
@@ -268,8 +276,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
 
     private func makeRequest(
         _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?, token: String
-    ) throws -> HTTPClientRequest
-    {
+    ) throws -> HTTPClientRequest {
         let url = try TransportRequest.url(baseURL, path: path, query: query)
         var request = HTTPClientRequest(url: url.absoluteString)
         request.method = method

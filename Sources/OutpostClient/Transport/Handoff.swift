@@ -161,7 +161,8 @@ extension AsyncThrowingStream where Failure == any Error {
     static func produced(
         readAhead: Int = defaultReadAhead,
         onWait: (@Sendable (Handoff<Element>.Party) -> Void)? = nil,
-        by produce: @escaping @Sendable (_ deliver: @escaping @Sendable (Element) async throws -> Void) async throws
+        by produce:
+            @escaping @Sendable (_ deliver: @escaping @Sendable (Element) async throws -> Void) async throws
             -> Void
     ) -> Self
     where Element: Sendable {

@@ -80,7 +80,11 @@ final class SilenceWatch: @unchecked Sendable {
         // Detached: the loop outlives the call that started it, and must not keep its task-locals.
         if start { Task.detached { await self.watch() } }
         defer { lock.withLock { _ = calls.removeValue(forKey: id) } }
-        let result = await withTaskCancellationHandler { await task.result } onCancel: { task.cancel() }
+        let result = await withTaskCancellationHandler {
+            await task.result
+        } onCancel: {
+            task.cancel()
+        }
         // Checked first: a call cut short by the watch fails however its operation ended.
         if silent.withLockedValue({ $0 }) {
             throw TransportError(

@@ -11,7 +11,9 @@ public protocol SyncTransport: Sendable {
     /// Changes of `collection` after `cursor`.
     func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse
     /// One page of a reference collection.
-    func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    func snapshot(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotResponse
     /// Whether the server is reachable and its storage up.
     func health() async throws -> HealthResponse
@@ -25,15 +27,21 @@ public protocol BulkSyncTransport: SyncTransport {
     /// Up to `pages` pulls one after another in one exchange, each page as soon as it arrives: the stream ends
     /// after a page without `hasMore`, or after `pages` pages (the last then says `hasMore`, and a new stream
     /// continues from its cursor). A failure ends the stream with its error, after the pages that arrived whole.
-    func pullPageStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    func pullPageStream(
+        collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
+    )
         -> AsyncThrowingStream<PullPage, any Error>
     /// The same stream with each page decoded as ``SyncTransport/pull(collection:scope:cursor:limit:)`` decodes it,
     /// for the engine's pull, which merges the changes with the device's own.
-    func pullStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    func pullStream(
+        collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
+    )
         -> AsyncThrowingStream<PullResponse, any Error>
     /// ``SyncTransport/snapshot(collection:scope:continuation:limit:)``'s page with each record's fields as the
     /// JSON text sent.
-    func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    func snapshotPage(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotPage
 }
 
@@ -57,13 +65,17 @@ extension BulkSyncTransport {
         try PullPage(try await pull(collection: collection, scope: scope, cursor: cursor, limit: limit))
     }
 
-    public func pullPageStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    public func pullPageStream(
+        collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
+    )
         -> AsyncThrowingStream<PullPage, any Error>
     {
         pullPagesOneByOne(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
     }
 
-    public func pullStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    public func pullStream(
+        collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
+    )
         -> AsyncThrowingStream<PullResponse, any Error>
     {
         oneByOne(from: cursor, pages: pages, more: { $0.hasMore ? $0.cursor : nil }) { from in
@@ -71,7 +83,9 @@ extension BulkSyncTransport {
         }
     }
 
-    public func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    public func snapshotPage(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotPage
     {
         try SnapshotPage(try await snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit))
@@ -81,7 +95,9 @@ extension BulkSyncTransport {
 extension SyncTransport {
     /// ``BulkSyncTransport/pullPageStream(collection:scope:cursor:limit:pages:)`` as separate pulls, one after
     /// another: for transports that cannot stream (and test doubles that change how many pages a stream carries).
-    public func pullPagesOneByOne(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    public func pullPagesOneByOne(
+        collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
+    )
         -> AsyncThrowingStream<PullPage, any Error>
     {
         oneByOne(from: cursor, pages: pages, more: { $0.hasMore ? $0.cursor : nil }) { from in
@@ -115,7 +131,9 @@ extension SyncTransport {
         return try PullPage(try await pull(collection: collection, scope: scope, cursor: cursor, limit: limit))
     }
 
-    package func bulkPullPageStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    package func bulkPullPageStream(
+        collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
+    )
         -> AsyncThrowingStream<PullPage, any Error>
     {
         if let bulk = self as? any BulkSyncTransport {
@@ -124,7 +142,9 @@ extension SyncTransport {
         return pullPagesOneByOne(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
     }
 
-    package func bulkPullStream(collection: String, scope: String?, cursor: String?, limit: Int, pages: Int)
+    package func bulkPullStream(
+        collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
+    )
         -> AsyncThrowingStream<PullResponse, any Error>
     {
         if let bulk = self as? any BulkSyncTransport {
@@ -135,7 +155,9 @@ extension SyncTransport {
         }
     }
 
-    package func bulkSnapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+    package func bulkSnapshotPage(
+        collection: String, scope: String?, continuation: String?, limit: Int?
+    ) async throws
         -> SnapshotPage
     {
         if let bulk = self as? any BulkSyncTransport {

@@ -10,7 +10,9 @@ struct AuthMiddleware: RouterMiddleware {
     let secrets: ServerSecrets
     let now: @Sendable () -> Date
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+    func handle(
+        _ request: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws
         -> Response
     {
         guard request.headers[.authorization] != nil else {
@@ -32,4 +34,3 @@ struct AuthMiddleware: RouterMiddleware {
         return try await next(request, context)
     }
 }
-

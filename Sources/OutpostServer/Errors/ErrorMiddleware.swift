@@ -7,7 +7,9 @@ import OutpostProtocol
 /// Turns every error into the wire error format, so that no response ever carries a stack trace,
 /// SQL text or a payload. Unexpected errors are logged by type only and answered with 500.
 struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+    func handle(
+        _ request: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws
         -> Response
     {
         do {
@@ -68,7 +70,8 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             case .contentTooLarge: "request body is too large"
             default: error.status.code >= 500 ? "internal server error" : error.status.reasonPhrase.lowercased()
             }
-        let status: HTTPResponse.Status = error.status.code >= 500 && error.status != .serviceUnavailable
+        let status: HTTPResponse.Status =
+            error.status.code >= 500 && error.status != .serviceUnavailable
             ? .internalServerError : error.status
         return OutpostHTTPError(status, code, message, headers: error.headers)
     }

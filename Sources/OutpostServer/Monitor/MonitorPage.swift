@@ -176,7 +176,8 @@ package struct MonitorPages: Sendable {
                 let height = count == 0 ? 1 : max(2, Int((Double(count) / Double(most) * 22).rounded()))
                 return "<rect x=\"\(index * 8)\" y=\"\(24 - height)\" width=\"6\" height=\"\(height)\"><title>\(count)</title></rect>"
             }.joined()
-            chartLabel = "Check-ins per 5 minutes over the last hour, oldest first: "
+            chartLabel =
+                "Check-ins per 5 minutes over the last hour, oldest first: "
                 + device.checkIns.map(String.init).joined(separator: ", ")
         }
 

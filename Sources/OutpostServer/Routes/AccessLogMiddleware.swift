@@ -6,7 +6,9 @@ import Logging
 ///
 /// Never the query string, a header or a body, so that no token, payload or personal data reaches a log.
 struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+    func handle(
+        _ request: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws
         -> Response
     {
         let start = ContinuousClock.now

@@ -191,7 +191,9 @@ struct AdminController<Storage: SyncStorage> {
         return try await page(refresh: refresh, event: event, session: session)
     }
 
-    private func page(refresh: Duration, event: String?, session: AdminGrant, notice: String? = nil, status: HTTPResponse.Status = .ok)
+    private func page(
+        refresh: Duration, event: String?, session: AdminGrant, notice: String? = nil, status: HTTPResponse.Status = .ok
+    )
         async throws -> Response
     {
         let report = try await load(event: event, identity: session.identity)

@@ -157,7 +157,9 @@ struct AdmissionMiddleware: RouterMiddleware {
     let gate: AdmissionGate
     let callers: CallerGates
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+    func handle(
+        _ request: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws
         -> Response
     {
         let caller = context.identity.map { "\($0.tenant)\u{0}\($0.userId)" } ?? ""

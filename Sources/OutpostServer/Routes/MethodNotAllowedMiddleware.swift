@@ -35,7 +35,9 @@ final class RouteTable: Sendable {
 struct MethodNotAllowedMiddleware<Context: RequestContext>: RouterMiddleware {
     let table: RouteTable
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+    func handle(
+        _ request: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws
         -> Response
     {
         do {

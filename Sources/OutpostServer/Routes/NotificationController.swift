@@ -1,9 +1,10 @@
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 import Hummingbird
 import OutpostProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `PUT`, `GET` and `DELETE /v1/events/{event}/notifications` (organizers): where the event's organizer hears
 /// that a device has not synced for 30 minutes, is back, or holds records failing for a day (``NotificationWatch``).
@@ -97,7 +98,8 @@ enum NotificationURL {
     /// (an address is not a name: certificates name hosts), or http to this machine (which the server refuses unless
     /// started with `--allow-loopback-receivers`); a port; a path of plain characters (no query: a secret belongs in
     /// the path, as chat webhooks put it).
-    static let urlPattern = "^(https://([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*|http://(127\\.0\\.0\\.1|localhost|\\[::1\\]))(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/[A-Za-z0-9._~%/+=-]*)?$"
+    static let urlPattern =
+        "^(https://([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*|http://(127\\.0\\.0\\.1|localhost|\\[::1\\]))(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/[A-Za-z0-9._~%/+=-]*)?$"
 
     /// Why `url` cannot receive notifications or batches, or nil. An organizer must not make the server reach into
     /// its own network: http (to this machine) only when `allowingLoopback`, and no https to a private, link-local or

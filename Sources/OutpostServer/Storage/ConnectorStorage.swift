@@ -109,7 +109,9 @@ package protocol ConnectorStorage: Sendable {
     func failingConnectorCount() async throws -> Int
     /// Where each of these records' latest change stands in the change order, and its version: in `scope` (every
     /// scope when nil), and only `owner`'s when given.
-    func changePositions(tenant: String, collection: String, scope: String?, owner: String?, recordIds: [String])
+    func changePositions(
+        tenant: String, collection: String, scope: String?, owner: String?, recordIds: [String]
+    )
         async throws -> [RecordChangePosition]
     /// When the server received each version of these records: the latest applied mutation that made it.
     func receivedTimes(tenant: String, collection: String, recordIds: [String]) async throws -> [RecordVersion: Int64]

@@ -80,7 +80,9 @@ package protocol SyncStorage: Service, MonitorStorage, SessionStorage, Notificat
     func signingSecret(creatingWith make: @Sendable () -> [UInt8]) async throws -> [UInt8]
 
     /// Applies a validated push in one transaction and returns one result per item, in order.
-    func push(_ items: [PushItem], context: PushContext, collections: CollectionRegistry) async throws
+    func push(
+        _ items: [PushItem], context: PushContext, collections: CollectionRegistry
+    ) async throws
         -> [MutationResult]
 
     /// Changes after `cursor`, in commit order; `scope` narrows to one scope and `owner` to the records one user

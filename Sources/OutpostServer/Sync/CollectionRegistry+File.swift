@@ -136,7 +136,6 @@ public struct CollectionsFileError: Error, CustomStringConvertible, Sendable {
     init(_ description: String) { self.description = description }
 }
 
-
 extension String {
     fileprivate func replacingLastComma() -> String {
         guard let range = range(of: ", ", options: .backwards) else { return self }

@@ -82,8 +82,9 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
             do {
                 let time = milliseconds(now())
                 if time >= leasedUntil - lease.milliseconds / 2 {
-                    guard try await storage.leaseConnector(
-                        tenant: key.tenant, id: key.id, owner: owner, now: time, until: time + lease.milliseconds)
+                    guard
+                        try await storage.leaseConnector(
+                            tenant: key.tenant, id: key.id, owner: owner, now: time, until: time + lease.milliseconds)
                     else { return }
                     leasedUntil = time + lease.milliseconds
                 }
@@ -240,7 +241,9 @@ enum ConnectorMessage {
     /// "builds: 3 changes", then a line per record (at most 20).
     static func text(_ batch: ConnectorBatch) -> String {
         let shown = 20
-        var lines = ["\(batch.collection)\(batch.scope.map { " (\($0))" } ?? ""): \(batch.changes.count) change\(batch.changes.count == 1 ? "" : "s")"]
+        var lines = [
+            "\(batch.collection)\(batch.scope.map { " (\($0))" } ?? ""): \(batch.changes.count) change\(batch.changes.count == 1 ? "" : "s")"
+        ]
         for change in batch.changes.prefix(shown) {
             let summary = change.fields.keys.sorted().prefix(4).map { "\($0): \(change.fields[$0]!.displayText)" }.joined(separator: ", ")
             lines.append("• \(change.recordId) \(change.tombstone ? "deleted" : "v\(change.version)")\(summary.isEmpty ? "" : " — \(summary)")")

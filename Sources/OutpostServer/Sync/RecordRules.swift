@@ -95,8 +95,9 @@ struct RecordRule: Sendable {
             guard fields[CheckIn.Field.scannedBy]?.stringValue == input.context.deviceId else {
                 return .init(code: .invalidFields, message: "scanned_by must be the pushing device")
             }
-            guard fields[CheckIn.Field.scannedAt]?.stringValue.flatMap(Timestamp.init(iso8601:))
-                == mutation.clientTimestamp
+            guard
+                fields[CheckIn.Field.scannedAt]?.stringValue.flatMap(Timestamp.init(iso8601:))
+                    == mutation.clientTimestamp
             else {
                 return .init(code: .invalidFields, message: "scanned_at must equal the mutation's client timestamp")
             }

@@ -52,7 +52,7 @@ struct Bench: AsyncParsableCommand {
 
     func run() async throws {
         #if DEBUG
-        if !json { say("note: this is a debug build; figures are only meaningful with -c release") }
+            if !json { say("note: this is a debug build; figures are only meaningful with -c release") }
         #endif
         let base = URL(fileURLWithPath: dir ?? FileManager.default.temporaryDirectory.path)
             .appendingPathComponent("outpost-bench-\(UUID().uuidString.prefix(8))")

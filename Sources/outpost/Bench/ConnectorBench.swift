@@ -59,7 +59,9 @@ extension SyncBench {
                     PushRequest(
                         deviceId: "bench",
                         mutations: [
-                            Mutation(idempotencyKey: "live-\(i)", collection: "notes", recordId: id, op: .upsert, fields: ["n": .integer(Int64(i))], clientTimestamp: Timestamp(Date()))
+                            Mutation(
+                                idempotencyKey: "live-\(i)", collection: "notes", recordId: id, op: .upsert, fields: ["n": .integer(Int64(i))],
+                                clientTimestamp: Timestamp(Date()))
                         ]))
                 try await Task.sleep(for: .milliseconds(50))
             }
@@ -71,7 +73,8 @@ extension SyncBench {
             let bound = Double(backlog) / posted.seconds
             return [
                 BenchResult(
-                    name: "connector: a backlog of \(backlog) changes delivered in batches of 100 (\(engine); the same batches POSTed straight: \(Int(bound))/s)",
+                    name:
+                        "connector: a backlog of \(backlog) changes delivered in batches of 100 (\(engine); the same batches POSTed straight: \(Int(bound))/s)",
                     figure: rate, unit: "changes/s", target: "≥ 2,000/s", met: rate >= 2000),
                 BenchResult(
                     name: "connector: push to delivery, p50 (\(engine))", figure: delays.percentile(50), unit: "ms",

@@ -57,15 +57,18 @@ struct LocalWriteBench {
         let p50 = writes.percentile(50) / fsyncs.percentile(50)
         let p99 = writes.percentile(99) / fsyncs.percentile(99)
         let floorP50 = floors.percentile(50) / fsyncs.percentile(50)
-        progress(String(
-            format: "local-write: write p50 %.3f ms p99 %.3f ms; bare fsync p50 %.3f ms p99 %.3f ms; bare SQLite commit p50 %.3f ms p99 %.3f ms (%d samples, %d records)",
-            writes.percentile(50), writes.percentile(99), fsyncs.percentile(50), fsyncs.percentile(99),
-            floors.percentile(50), floors.percentile(99), samples, records))
+        progress(
+            String(
+                format:
+                    "local-write: write p50 %.3f ms p99 %.3f ms; bare fsync p50 %.3f ms p99 %.3f ms; bare SQLite commit p50 %.3f ms p99 %.3f ms (%d samples, %d records)",
+                writes.percentile(50), writes.percentile(99), fsyncs.percentile(50), fsyncs.percentile(99),
+                floors.percentile(50), floors.percentile(99), samples, records))
         return [
             BenchResult(name: "local-write p50 / bare fsync p50", figure: p50, unit: "×", target: "≤ 1.5×", met: p50 <= 1.5),
             BenchResult(name: "local-write p99 / bare fsync p99", figure: p99, unit: "×", target: "≤ 2×", met: p99 <= 2),
             BenchResult(name: "local-write p50", figure: writes.percentile(50), unit: "ms", target: "< 200 ms", met: writes.percentile(50) < 200),
-            BenchResult(name: "bare SQLite commit of the same two rows p50 / bare fsync p50", figure: floorP50, unit: "×", target: "reported", met: true),
+            BenchResult(
+                name: "bare SQLite commit of the same two rows p50 / bare fsync p50", figure: floorP50, unit: "×", target: "reported", met: true),
         ]
     }
 }

@@ -39,8 +39,9 @@ struct RosterBench {
         let time = Timestamp(Date())
         for start in stride(from: 0, to: rows.count, by: 500) {
             let batch = rows[start..<min(start + 500, rows.count)].map {
-                Mutation(idempotencyKey: "load:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, scope: "bench-event",
-                         op: .upsert, fields: $0.fields, clientTimestamp: time)
+                Mutation(
+                    idempotencyKey: "load:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, scope: "bench-event",
+                    op: .upsert, fields: $0.fields, clientTimestamp: time)
             }
             _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: batch))
         }
@@ -66,7 +67,9 @@ struct RosterBench {
         for _ in 0..<1000 {
             let row = rows[Int.random(in: 0..<rows.count, using: &random)]
             let name = row.fields["name"]?.stringValue ?? "Ana"
-            let query = Bool.random(using: &random) ? String(name.prefix(Int.random(in: 2...6, using: &random)))
+            let query =
+                Bool.random(using: &random)
+                ? String(name.prefix(Int.random(in: 2...6, using: &random)))
                 : (row.fields["email"]?.stringValue ?? "")
             searches.add(try await clock.measure { _ = try await data.search(collection: Guest.collection, scope: "bench-event", query: query) })
         }
@@ -78,43 +81,54 @@ struct RosterBench {
         var refreshCPU = Samples()
         for round in 0..<Self.refreshRounds {
             let changed = rows[(round * Self.changedPerRound)..<((round + 1) * Self.changedPerRound)].map {
-                Mutation(idempotencyKey: "change:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, scope: "bench-event",
-                         op: .upsert, fields: ["check_in_note": "moved to table \(round + 4)", "event_id": "bench-event"],
-                         clientTimestamp: Timestamp(Date()))
+                Mutation(
+                    idempotencyKey: "change:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, scope: "bench-event",
+                    op: .upsert, fields: ["check_in_note": "moved to table \(round + 4)", "event_id": "bench-event"],
+                    clientTimestamp: Timestamp(Date()))
             }
             let cancelled = rows.dropLast(round * Self.cancelledPerRound).suffix(Self.cancelledPerRound).map {
-                Mutation(idempotencyKey: "cancel:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, scope: "bench-event",
-                         op: .delete, clientTimestamp: Timestamp(Date()))
+                Mutation(
+                    idempotencyKey: "cancel:\($0.guestId)", collection: Guest.collection, recordId: $0.guestId, scope: "bench-event",
+                    op: .delete, clientTimestamp: Timestamp(Date()))
             }
             for start in stride(from: 0, to: changed.count, by: 500) {
-                _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: Array(changed[start..<min(start + 500, changed.count)])))
+                _ = try await organizerTransport.push(
+                    PushRequest(deviceId: "bench-loader", mutations: Array(changed[start..<min(start + 500, changed.count)])))
             }
             _ = try await organizerTransport.push(PushRequest(deviceId: "bench-loader", mutations: cancelled))
             var summary = RefreshSummary(updated: 0, removed: 0)
             let cpuBefore = Self.processCPUMilliseconds()
-            refreshes.add(try await clock.measure {
-                summary = try await data.refresh(collection: Guest.collection, scope: "bench-event")
-            })
+            refreshes.add(
+                try await clock.measure {
+                    summary = try await data.refresh(collection: Guest.collection, scope: "bench-event")
+                })
             refreshCPU.add(milliseconds: Self.processCPUMilliseconds() - cpuBefore)
             guard summary == RefreshSummary(updated: Self.changedPerRound, removed: Self.cancelledPerRound) else {
                 throw CLIError(
-                    "the refresh saw \(summary.updated) updates and \(summary.removed) removals, not \(Self.changedPerRound) and \(Self.cancelledPerRound)")
+                    "the refresh saw \(summary.updated) updates and \(summary.removed) removals, not \(Self.changedPerRound) and \(Self.cancelledPerRound)"
+                )
             }
         }
         let refresh = refreshes.percentile(50)
 
         let downloadSeconds = download.seconds
-        progress(String(format: "roster: download %.2f s, plain fetch %.2f s; search p50 %.3f ms p99 %.3f ms; refresh median %.1f ms of %@; device CPU %@ ms",
-                        downloadSeconds, plain.seconds, searches.percentile(50), searches.percentile(99), refresh,
-                        refreshes.values.map { String(format: "%.1f", $0) }.joined(separator: ", "),
-                        refreshCPU.values.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
+        progress(
+            String(
+                format: "roster: download %.2f s, plain fetch %.2f s; search p50 %.3f ms p99 %.3f ms; refresh median %.1f ms of %@; device CPU %@ ms",
+                downloadSeconds, plain.seconds, searches.percentile(50), searches.percentile(99), refresh,
+                refreshes.values.map { String(format: "%.1f", $0) }.joined(separator: ", "),
+                refreshCPU.values.map { String(format: "%.1f", $0) }.joined(separator: ", ")))
         return [
             BenchResult(name: "roster download, \(guests) guests", figure: downloadSeconds, unit: "s", target: "≤ 2 s", met: downloadSeconds <= 2),
-            BenchResult(name: "roster download / plain HTTP fetch", figure: downloadSeconds / plain.seconds, unit: "×", target: "reported", met: true),
+            BenchResult(
+                name: "roster download / plain HTTP fetch", figure: downloadSeconds / plain.seconds, unit: "×", target: "reported", met: true),
             BenchResult(name: "search p50", figure: searches.percentile(50), unit: "ms", target: "≤ 10 ms", met: searches.percentile(50) <= 10),
             BenchResult(name: "search p99", figure: searches.percentile(99), unit: "ms", target: "≤ 10 ms", met: searches.percentile(99) <= 10),
-            BenchResult(name: "delta refresh, 1,000 changes + 100 tombstones (median of \(Self.refreshRounds))", figure: refresh, unit: "ms", target: "≤ 15 ms", met: refresh <= 15),
-            BenchResult(name: "delta refresh: the device's CPU time (median)", figure: refreshCPU.percentile(50), unit: "ms", target: "reported", met: true),
+            BenchResult(
+                name: "delta refresh, 1,000 changes + 100 tombstones (median of \(Self.refreshRounds))", figure: refresh, unit: "ms",
+                target: "≤ 15 ms", met: refresh <= 15),
+            BenchResult(
+                name: "delta refresh: the device's CPU time (median)", figure: refreshCPU.percentile(50), unit: "ms", target: "reported", met: true),
         ]
     }
 
@@ -122,9 +136,9 @@ struct RosterBench {
     static func processCPUMilliseconds() -> Double {
         var usage = rusage()
         #if os(Linux)
-        getrusage(Int32(RUSAGE_SELF.rawValue), &usage)
+            getrusage(Int32(RUSAGE_SELF.rawValue), &usage)
         #else
-        getrusage(RUSAGE_SELF, &usage)
+            getrusage(RUSAGE_SELF, &usage)
         #endif
         func milliseconds(_ time: timeval) -> Double { Double(time.tv_sec) * 1000 + Double(time.tv_usec) / 1000 }
         return milliseconds(usage.ru_utime) + milliseconds(usage.ru_stime)
@@ -135,8 +149,11 @@ struct RosterBench {
         var continuation: String?
         repeat {
             var components = URLComponents(url: base.appendingPathComponent("v1/snapshot"), resolvingAgainstBaseURL: false)!
-            components.queryItems = [URLQueryItem(name: "collection", value: Guest.collection), URLQueryItem(name: "scope", value: "bench-event"),
-                                     URLQueryItem(name: "limit", value: "500")] + (continuation.map { [URLQueryItem(name: "continuation", value: $0)] } ?? [])
+            components.queryItems =
+                [
+                    URLQueryItem(name: "collection", value: Guest.collection), URLQueryItem(name: "scope", value: "bench-event"),
+                    URLQueryItem(name: "limit", value: "500"),
+                ] + (continuation.map { [URLQueryItem(name: "continuation", value: $0)] } ?? [])
             var request = HTTPClientRequest(url: components.url!.absoluteString)
             request.headers.add(name: "Authorization", value: "Bearer \(token)")
             let response = try await client.execute(request, timeout: .seconds(30))
@@ -164,7 +181,8 @@ final class BenchServer: @unchecked Sendable {
     init(directory: URL, secret: [UInt8], databaseURL: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         // The connector scenario's receiver listens on loopback.
-        process.arguments = ["serve", "--port", "0", "--data-dir", directory.path, "--allow-loopback-receivers"]
+        process.arguments =
+            ["serve", "--port", "0", "--data-dir", directory.path, "--allow-loopback-receivers"]
             + (databaseURL.map { ["--database-url", $0] } ?? [])
         var environment = ProcessInfo.processInfo.environment
         environment["OUTPOST_JWT_SECRET"] = String(decoding: secret, as: UTF8.self)

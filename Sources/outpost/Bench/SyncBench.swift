@@ -40,7 +40,8 @@ struct SyncBench {
             let fill = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), durableCommits: false)
             for i in 0..<count {
                 try await fill.write(
-                    .init(collection: "notes", recordId: "\(name)-\(i)", fields: ["text": .string("note \(i) from \(name)"), "n": .integer(Int64(i))]),
+                    .init(
+                        collection: "notes", recordId: "\(name)-\(i)", fields: ["text": .string("note \(i) from \(name)"), "n": .integer(Int64(i))]),
                     deviceId: name, at: Date(), offline: true)
             }
         }
@@ -98,7 +99,8 @@ struct SyncBench {
             var engines: [SyncEngine] = []
             for index in 0..<count {
                 engines.append(
-                    try await queuedDevice("dev\(index)", count: records, base: base, token: try await token("staff\(index)", .staff), client: client))
+                    try await queuedDevice("dev\(index)", count: records, base: base, token: try await token("staff\(index)", .staff), client: client)
+                )
             }
             progress("devices (\(engine)): \(count) devices reconnect at once…")
             let clock = ContinuousClock()
@@ -132,7 +134,7 @@ struct SyncBench {
                 BenchResult(
                     name: "\(count) devices × \(records) records reconnecting at once (\(engine))", figure: rate, unit: "mutations/s",
                     target: databaseURL == nil ? "≥ 20,000/s on PostgreSQL (reported here on SQLite)" : "≥ 20,000/s, no error, all present once",
-                    met: exact && (databaseURL == nil || rate >= 20_000)),
+                    met: exact && (databaseURL == nil || rate >= 20_000))
             ]
         }
     }
@@ -144,8 +146,9 @@ struct SyncBench {
             for index in 0..<devices {
                 let transport = HTTPSyncTransport(baseURL: base, token: try await token("staff\(index % 50)", .staff), client: client)
                 _ = try await transport.heartbeat(
-                    Heartbeat(deviceId: "phone-\(index)", event: "gala", pendingCount: index % 7, failedCount: 0,
-                              lastRosterFetch: Timestamp(Date()), appVersion: "bench/1"))
+                    Heartbeat(
+                        deviceId: "phone-\(index)", event: "gala", pendingCount: index % 7, failedCount: 0,
+                        lastRosterFetch: Timestamp(Date()), appVersion: "bench/1"))
             }
             let organizer = try await token("organizer", .organizer)
             var json = Samples()
@@ -177,8 +180,9 @@ struct SyncBench {
                 let report = SyncFailureReport(
                     deviceId: "phone-\(sample % 20)",
                     failures: (0..<10).map {
-                        SyncFailure(collection: "notes", recordId: "r-\(sample)-\($0)", firstAttempt: Timestamp(Date().addingTimeInterval(-90_000)),
-                                    lastError: "The server could not be reached")
+                        SyncFailure(
+                            collection: "notes", recordId: "r-\(sample)-\($0)", firstAttempt: Timestamp(Date().addingTimeInterval(-90_000)),
+                            lastError: "The server could not be reached")
                     })
                 latencies.add(try await clock.measure { _ = try await transport.reportFailures(report) })
             }

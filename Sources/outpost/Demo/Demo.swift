@@ -273,8 +273,9 @@ struct Story {
         var applied = 0
         for guest in serverScans.keys {
             applied += try await storage.audit(
-                tenant: Demo.tenant, collection: CheckIn.collection, recordId: guest, scope: Demo.event)
-                .filter { $0.status == .applied }.count
+                tenant: Demo.tenant, collection: CheckIn.collection, recordId: guest, scope: Demo.event
+            )
+            .filter { $0.status == .applied }.count
         }
         narrator.line("server: \(serverScans.count) check-ins for \(Demo.event), \(applied) applied scans, \(serverDuplicates) duplicates")
         let balanced = serverScans == deviceScans && doubled == 0 && serverDuplicates == 0 && applied == serverScans.count

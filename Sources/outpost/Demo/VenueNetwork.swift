@@ -35,7 +35,9 @@ final class VenueNetwork: @unchecked Sendable {
             return try await transport.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
         }
 
-        func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        func snapshot(
+            collection: String, scope: String?, continuation: String?, limit: Int?
+        ) async throws
             -> SnapshotResponse
         {
             try check()
@@ -47,7 +49,9 @@ final class VenueNetwork: @unchecked Sendable {
             return try await transport.bulkPullPage(collection: collection, scope: scope, cursor: cursor, limit: limit)
         }
 
-        func snapshotPage(collection: String, scope: String?, continuation: String?, limit: Int?) async throws
+        func snapshotPage(
+            collection: String, scope: String?, continuation: String?, limit: Int?
+        ) async throws
             -> SnapshotPage
         {
             try check()

@@ -4,7 +4,7 @@ import Subprocess
 import SystemPackage
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The tests' child processes, launched by swift-subprocess (`posix_spawn` with the parent's other descriptors
@@ -126,7 +126,9 @@ final class RunningChild: Sendable {
                 return status
             } catch {
                 started.resume(.failure(error))
-                state.withLockedValue { $0.stderr += Array("[test: \(error)]".utf8); $0.status = -1 }
+                state.withLockedValue {
+                    $0.stderr += Array("[test: \(error)]".utf8); $0.status = -1
+                }
                 return -1
             }
         }

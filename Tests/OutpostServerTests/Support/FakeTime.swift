@@ -29,17 +29,17 @@ enum FakeTime {
         let source = directory.appendingPathComponent("timerfd.c")
         let library = directory.appendingPathComponent("timerfd.so")
         try """
-            #define _GNU_SOURCE
-            #include <sys/syscall.h>
-            #include <sys/timerfd.h>
-            #include <unistd.h>
-            int timerfd_settime(int fd, int flags, const struct itimerspec *new, struct itimerspec *old) {
-                return (int)syscall(SYS_timerfd_settime, fd, flags, new, old);
-            }
-            int timerfd_gettime(int fd, struct itimerspec *current) {
-                return (int)syscall(SYS_timerfd_gettime, fd, current);
-            }
-            """.write(to: source, atomically: true, encoding: .utf8)
+        #define _GNU_SOURCE
+        #include <sys/syscall.h>
+        #include <sys/timerfd.h>
+        #include <unistd.h>
+        int timerfd_settime(int fd, int flags, const struct itimerspec *new, struct itimerspec *old) {
+            return (int)syscall(SYS_timerfd_settime, fd, flags, new, old);
+        }
+        int timerfd_gettime(int fd, struct itimerspec *current) {
+            return (int)syscall(SYS_timerfd_gettime, fd, current);
+        }
+        """.write(to: source, atomically: true, encoding: .utf8)
         let compiler = ["cc", "clang"].map(Child.resolve).first { FileManager.default.isExecutableFile(atPath: $0) } ?? "cc"
         let built = try await Child.run(compiler, ["-shared", "-fPIC", "-O2", "-o", library.path, source.path])
         guard built.status == 0 else { throw TestSetupError("could not build the timerfd preload: \(built.output)") }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import OutpostProtocol
 import PostgresNIO
+import Testing
 
 @testable import OutpostServer
 
@@ -12,8 +13,6 @@ enum StorageKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
 
     var testDescription: String { rawValue }
 }
-
-import Testing
 
 /// Makes a fresh store of `kind`, migrated and running, hands it to `body`, and cleans up after.
 func withStorage<T: Sendable>(
@@ -30,7 +29,8 @@ func withStorage<T: Sendable>(
         }
     case .postgres:
         let url = try await TestPostgres.shared.makeDatabase()
-        let storage = PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
+        let storage = PostgresStorage(
+            location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
         let result = try await storage.withRunning { storage in
             try await storage.migrate()
             return try await body(storage)
@@ -119,7 +119,9 @@ extension SyncStorage {
     }
 
     /// A page of changes after `cursor`, bounded by the server's default page size in bytes.
-    func pull(tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int)
+    func pull(
+        tenant: String, collection: String, scope: String?, after cursor: PullCursor, limit: Int
+    )
         async throws -> PulledChanges
     {
         try await pull(
@@ -128,7 +130,9 @@ extension SyncStorage {
     }
 
     /// A page of a snapshot, bounded by the server's default page size in bytes.
-    func snapshotPage(tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int)
+    func snapshotPage(
+        tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int
+    )
         async throws -> [SnapshotRow]
     {
         try await snapshotPage(

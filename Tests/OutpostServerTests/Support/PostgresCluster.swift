@@ -28,7 +28,8 @@ final class PostgresCluster: Sendable {
         let binDirectory = try await Child.run("pg_config", ["--bindir"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         guard FileManager.default.fileExists(atPath: binDirectory + "/initdb") else {
             throw TestSetupError(
-                "PostgreSQL server binaries are not installed (no initdb in \(binDirectory)); install the postgresql package or set OUTPOST_TEST_DATABASE_URL")
+                "PostgreSQL server binaries are not installed (no initdb in \(binDirectory)); install the postgresql package or set OUTPOST_TEST_DATABASE_URL"
+            )
         }
         let data = root.appendingPathComponent("data").path
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)

@@ -1,9 +1,9 @@
-import _CryptoExtras
 import Foundation
 import Hummingbird
 import JWTKit
 import NIOConcurrencyHelpers
 import OutpostProtocol
+import _CryptoExtras
 
 @testable import OutpostServer
 

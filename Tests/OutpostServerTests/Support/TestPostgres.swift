@@ -71,9 +71,11 @@ actor TestPostgres {
         let port = try freePort()
         let (postgres, arguments) = command(
             "postgres",
-            ["-D", data, "-p", String(port), "-k", data, "-c", "listen_addresses=127.0.0.1",
-             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-             "-c", "max_connections=300", "-c", "shared_buffers=64MB"])
+            [
+                "-D", data, "-p", String(port), "-k", data, "-c", "listen_addresses=127.0.0.1",
+                "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+                "-c", "max_connections=300", "-c", "shared_buffers=64MB",
+            ])
         let postmaster = try await RunningChild(postgres, arguments)
         TestPostgresCleanup.register(postmaster, directory: root.path)
 
@@ -164,4 +166,3 @@ struct TestSetupError: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
 }
-

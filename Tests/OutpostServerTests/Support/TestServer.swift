@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
 import Hummingbird
-import NIOFoundationCompat
 import HummingbirdTesting
+import NIOFoundationCompat
 import OutpostProtocol
 import Testing
 
@@ -31,7 +31,8 @@ func withServer(
     case .postgres:
         let url = try await TestPostgres.shared.makeDatabase()
         try await run(
-            PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup), configuration,
+            PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup),
+            configuration,
             setup, now, metrics, body)
         await TestPostgres.shared.dropDatabase(url: url)
     }

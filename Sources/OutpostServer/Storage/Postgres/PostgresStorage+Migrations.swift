@@ -119,7 +119,7 @@ extension PostgresStorage {
                   RAISE EXCEPTION 'a record or an idempotency key changed concurrently' USING ERRCODE = '40001';
                 END
                 $$
-                """,
+                """
             ]),
         Migration(
             version: "v4-scoped-indexes",
@@ -255,7 +255,7 @@ extension PostgresStorage {
                   lease_until BIGINT NOT NULL,
                   PRIMARY KEY (tenant, id)
                 )
-                """,
+                """
             ]),
     ]
 }

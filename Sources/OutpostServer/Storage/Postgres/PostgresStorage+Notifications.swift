@@ -39,7 +39,9 @@ extension PostgresStorage {
         }
     }
 
-    package func openEpisode(tenant: String, event: String, fingerprint: String, kind: EpisodeKind, at time: Int64) async throws
+    package func openEpisode(
+        tenant: String, event: String, fingerprint: String, kind: EpisodeKind, at time: Int64
+    ) async throws
         -> Bool
     {
         try await guarded {

@@ -136,7 +136,9 @@ package struct PostgresStorage: SyncStorage {
 
     // MARK: Push
 
-    package func push(_ items: [PushItem], context: PushContext, collections: CollectionRegistry) async throws
+    package func push(
+        _ items: [PushItem], context: PushContext, collections: CollectionRegistry
+    ) async throws
         -> [MutationResult]
     {
         // First without locks (see ``pushOptimistically(_:context:collections:)``); after another writer got
@@ -162,7 +164,9 @@ package struct PostgresStorage: SyncStorage {
         }
     }
 
-    private func pushOnce(_ items: [PushItem], context: PushContext, collections: CollectionRegistry) async throws
+    private func pushOnce(
+        _ items: [PushItem], context: PushContext, collections: CollectionRegistry
+    ) async throws
         -> [MutationResult]
     {
         let tenant = context.tenant
@@ -171,9 +175,12 @@ package struct PostgresStorage: SyncStorage {
         // push of keys the server has all seen (a device replaying chunks whose answers it never heard) is
         // answered by this one query. A key another push claims after this read is caught when the insert
         // below claims fewer keys than planned, and the push starts again.
-        let processed = keys.isEmpty ? [:] : try await client.withConnection { connection in
-            try await Self.processed(tenant: tenant, keys: keys, connection: connection, logger: logger)
-        }
+        let processed =
+            keys.isEmpty
+            ? [:]
+            : try await client.withConnection { connection in
+                try await Self.processed(tenant: tenant, keys: keys, connection: connection, logger: logger)
+            }
         // Duplicates are answered from their idempotency rows: their records need not be read or locked.
         let toRead = PushPlanner.recordKeys(of: items, excluding: Set(processed.keys)).sorted()
         if toRead.isEmpty {
@@ -267,7 +274,9 @@ package struct PostgresStorage: SyncStorage {
     }
 
     /// What earlier pushes left under `keys`.
-    private static func processed(tenant: String, keys: [String], connection: PostgresConnection, logger: Logger)
+    private static func processed(
+        tenant: String, keys: [String], connection: PostgresConnection, logger: Logger
+    )
         async throws -> [String: ProcessedMutation]
     {
         var processed: [String: ProcessedMutation] = [:]
@@ -320,8 +329,7 @@ package struct PostgresStorage: SyncStorage {
     package func pull(
         tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor,
         through: PullCursor?, limit: Int, maxBytes: Int
-    ) async throws -> PulledChanges
-    {
+    ) async throws -> PulledChanges {
         try await guarded {
             try await client.withConnection { connection in
                 // Taken before the read: every transaction older than it has finished, so the read sees them all.
@@ -372,8 +380,7 @@ package struct PostgresStorage: SyncStorage {
     package func snapshotPage(
         tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int,
         maxBytes: Int
-    ) async throws -> [SnapshotRow]
-    {
+    ) async throws -> [SnapshotRow] {
         try await guarded {
             let query = Self.snapshotPageQuery(
                 tenant: tenant, collection: collection, scope: scope, after: position, limit: limit)
@@ -382,9 +389,10 @@ package struct PostgresStorage: SyncStorage {
             for try await (collection, recordId, scope, version, fields, createdAt, updatedAt) in try await client.query(
                 query, logger: logger
             ).decode((String, String, String, Int64, String, Int64, Int64).self) {
-                rows.append(SnapshotRow(
-                    collection: collection, recordId: recordId, scope: scope, version: version, fieldsJSON: fields,
-                    createdAt: createdAt, updatedAt: updatedAt))
+                rows.append(
+                    SnapshotRow(
+                        collection: collection, recordId: recordId, scope: scope, version: version, fieldsJSON: fields,
+                        createdAt: createdAt, updatedAt: updatedAt))
                 bytes += fields.utf8.count
                 if bytes >= maxBytes { break }
             }
@@ -392,7 +400,9 @@ package struct PostgresStorage: SyncStorage {
         }
     }
 
-    package func audit(tenant: String, collection: String, recordId: String, scope: String?) async throws
+    package func audit(
+        tenant: String, collection: String, recordId: String, scope: String?
+    ) async throws
         -> [AuditEntry]
     {
         try await guarded {
@@ -511,13 +521,13 @@ package struct PostgresStorage: SyncStorage {
                 """
         }
         return """
-        SELECT \(unescaped: changeColumns), change_xid, change_seq FROM records
-        WHERE tenant = \(tenant) AND collection = \(collection)
-          AND (\(scope)::text IS NULL OR scope = \(scope)::text)
-          AND (\(owner)::text IS NULL OR owner = \(owner)::text)
-          AND (change_xid, change_seq) > (\(cursor.xid), \(cursor.seq)) AND change_xid < \(horizon)
-        ORDER BY change_xid, change_seq LIMIT \(limit)
-        """
+            SELECT \(unescaped: changeColumns), change_xid, change_seq FROM records
+            WHERE tenant = \(tenant) AND collection = \(collection)
+              AND (\(scope)::text IS NULL OR scope = \(scope)::text)
+              AND (\(owner)::text IS NULL OR owner = \(owner)::text)
+              AND (change_xid, change_seq) > (\(cursor.xid), \(cursor.seq)) AND change_xid < \(horizon)
+            ORDER BY change_xid, change_seq LIMIT \(limit)
+            """
     }
 
     /// How many live records a snapshot will send.
@@ -691,8 +701,10 @@ struct MutationsInsert: PostgresPreparedStatement {
     /// The insert of the rows ``appendRows(tenantless:to:)`` binds, its ``arrayCount`` arrays from `$first` on and
     /// the tenant at `$1`: this statement's and the push statements' (``ConditionalWrite``, ``NewRecordsWrite``).
     static func insert(from first: Int) -> String {
-        let types = ["text", "text", "text", "text", "text", "text", "text", "text", "text", "bigint", "text", "bigint",
-                     "text", "bigint", "text", "text"]
+        let types = [
+            "text", "text", "text", "text", "text", "text", "text", "text", "text", "bigint", "text", "bigint",
+            "text", "bigint", "text", "text",
+        ]
         let arrays = types.enumerated().map { "$\($0.offset + first)::\($0.element)[]" }.joined(separator: ", ")
         return """
             INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name, collection,

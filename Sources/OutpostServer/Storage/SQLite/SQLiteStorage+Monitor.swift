@@ -64,9 +64,10 @@ extension SQLiteStorage {
             try db.execute(
                 sql: "INSERT INTO device_owners (tenant, fingerprint, user_id, bound_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 arguments: [tenant, fingerprint, userId, time])
-            guard let owner = try String.fetchOne(
-                db, sql: "SELECT user_id FROM device_owners WHERE tenant = ? AND fingerprint = ?",
-                arguments: [tenant, fingerprint])
+            guard
+                let owner = try String.fetchOne(
+                    db, sql: "SELECT user_id FROM device_owners WHERE tenant = ? AND fingerprint = ?",
+                    arguments: [tenant, fingerprint])
             else { throw StorageError(.corrupt, "a device binding vanished") }
             return owner
         }

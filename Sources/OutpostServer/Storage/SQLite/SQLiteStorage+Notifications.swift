@@ -34,7 +34,9 @@ extension SQLiteStorage {
         }
     }
 
-    package func openEpisode(tenant: String, event: String, fingerprint: String, kind: EpisodeKind, at time: Int64) async throws
+    package func openEpisode(
+        tenant: String, event: String, fingerprint: String, kind: EpisodeKind, at time: Int64
+    ) async throws
         -> Bool
     {
         try await pool.write { db in

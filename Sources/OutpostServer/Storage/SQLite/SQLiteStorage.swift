@@ -64,7 +64,9 @@ package struct SQLiteStorage: SyncStorage {
 
     // MARK: Push
 
-    package func push(_ items: [PushItem], context: PushContext, collections: CollectionRegistry) async throws
+    package func push(
+        _ items: [PushItem], context: PushContext, collections: CollectionRegistry
+    ) async throws
         -> [MutationResult]
     {
         try await pool.write { db in
@@ -100,14 +102,14 @@ package struct SQLiteStorage: SyncStorage {
             var seq = try Int64.fetchOne(db, sql: "SELECT seq FROM change_counter WHERE id = 1") ?? 0
             let upsert = try db.cachedStatement(
                 sql: """
-                        INSERT INTO records (tenant, collection, record_id, scope, owner, version, tombstone, fields,
-                                             meta, created_at, updated_at, change_seq)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        ON CONFLICT (tenant, collection, record_id, scope) DO UPDATE SET
-                          version = excluded.version, tombstone = excluded.tombstone,
-                          fields = excluded.fields, meta = excluded.meta, created_at = excluded.created_at,
-                          updated_at = excluded.updated_at, change_seq = excluded.change_seq
-                        """)
+                    INSERT INTO records (tenant, collection, record_id, scope, owner, version, tombstone, fields,
+                                         meta, created_at, updated_at, change_seq)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (tenant, collection, record_id, scope) DO UPDATE SET
+                      version = excluded.version, tombstone = excluded.tombstone,
+                      fields = excluded.fields, meta = excluded.meta, created_at = excluded.created_at,
+                      updated_at = excluded.updated_at, change_seq = excluded.change_seq
+                    """)
             for record in plan.records {
                 seq += 1
                 try upsert.execute(
@@ -160,8 +162,7 @@ package struct SQLiteStorage: SyncStorage {
     package func pull(
         tenant: String, collection: String, scope: String?, owner: String?, after cursor: PullCursor,
         through: PullCursor?, limit: Int, maxBytes: Int
-    ) async throws -> PulledChanges
-    {
+    ) async throws -> PulledChanges {
         try await pool.read { db in
             var sql = "SELECT \(Self.changeColumns) FROM records WHERE tenant = ? AND collection = ? AND change_seq > ?"
             var arguments: StatementArguments = [tenant, collection, cursor.seq]
@@ -193,9 +194,10 @@ package struct SQLiteStorage: SyncStorage {
                 }
                 let fields: String = row[5]
                 bytes += fields.utf8.count
-                records.append(SnapshotRow(
-                    collection: row[0], recordId: row[1], scope: row[2], version: row[3], tombstone: row[4],
-                    fieldsJSON: fields, createdAt: row[6], updatedAt: row[7]))
+                records.append(
+                    SnapshotRow(
+                        collection: row[0], recordId: row[1], scope: row[2], version: row[3], tombstone: row[4],
+                        fieldsJSON: fields, createdAt: row[6], updatedAt: row[7]))
                 last = PullCursor(xid: 0, seq: row[8])
             }
             return PulledChanges(records: records, cursor: last, hasMore: hasMore)
@@ -219,10 +221,10 @@ package struct SQLiteStorage: SyncStorage {
     package func snapshotPage(
         tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int,
         maxBytes: Int
-    ) async throws -> [SnapshotRow]
-    {
+    ) async throws -> [SnapshotRow] {
         try await pool.read { db in
-            var sql = "SELECT collection, record_id, scope, version, fields, created_at, updated_at FROM records WHERE tenant = ? AND collection = ? AND tombstone = 0"
+            var sql =
+                "SELECT collection, record_id, scope, version, fields, created_at, updated_at FROM records WHERE tenant = ? AND collection = ? AND tombstone = 0"
             var arguments: StatementArguments = [tenant, collection]
             if let scope {
                 sql += " AND scope = ?"
@@ -247,15 +249,18 @@ package struct SQLiteStorage: SyncStorage {
             while rows.isEmpty || bytes < maxBytes, let row = try cursor.next() {
                 let fields: String = row[4]
                 bytes += fields.utf8.count
-                rows.append(SnapshotRow(
-                    collection: row[0], recordId: row[1], scope: row[2], version: row[3], fieldsJSON: fields,
-                    createdAt: row[5], updatedAt: row[6]))
+                rows.append(
+                    SnapshotRow(
+                        collection: row[0], recordId: row[1], scope: row[2], version: row[3], fieldsJSON: fields,
+                        createdAt: row[5], updatedAt: row[6]))
             }
             return rows
         }
     }
 
-    package func audit(tenant: String, collection: String, recordId: String, scope: String?) async throws
+    package func audit(
+        tenant: String, collection: String, recordId: String, scope: String?
+    ) async throws
         -> [AuditEntry]
     {
         try await pool.read { db in
