@@ -29,8 +29,10 @@ struct ConnectorEndToEndTests {
     /// Adds a connector of `notes` with the CLI; its id.
     static func addConnector(port: String, url: String) async throws -> String {
         let added = try await OutpostProcess.run(
-            ["connector", "add", "--collection", "notes", "--url", url, "--secret", hookSecret,
-             "--server", "http://127.0.0.1:\(port)", "--token", try await token("olga", .organizer)])
+            [
+                "connector", "add", "--collection", "notes", "--url", url, "--secret", hookSecret,
+                "--server", "http://127.0.0.1:\(port)", "--token", try await token("olga", .organizer),
+            ])
         #expect(added.status == 0, "\(added.stderr)")
         #expect(!added.stdout.contains(hookSecret))
         return try #require(added.stdout.split(separator: " ").dropFirst().first.map(String.init))
@@ -45,7 +47,10 @@ struct ConnectorEndToEndTests {
             let time = Timestamp(Date())
             let request = PushRequest(
                 deviceId: "phone-1",
-                mutations: chunk.map { Mutation(idempotencyKey: "k-\($0)", collection: "notes", recordId: $0, op: .upsert, fields: ["id": .string($0)], clientTimestamp: time) })
+                mutations: chunk.map {
+                    Mutation(
+                        idempotencyKey: "k-\($0)", collection: "notes", recordId: $0, op: .upsert, fields: ["id": .string($0)], clientTimestamp: time)
+                })
             #expect(try await transport.push(request).results.allSatisfy { $0.status == .applied })
         }
         return ids
@@ -70,8 +75,9 @@ struct ConnectorEndToEndTests {
         }
     }
 
-    @Test("a receiver that answers 500 and then too slowly loses nothing and takes each batch once; the CLI lists the connector",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a receiver that answers 500 and then too slowly loses nothing and takes each batch once; the CLI lists the connector",
+        arguments: StorageKind.allCases)
     func failingReceiver(kind: StorageKind) async throws {
         let receiver = try await ConnectorReceiver()
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-connector-\(UUID())")
@@ -120,8 +126,9 @@ struct ConnectorEndToEndTests {
         if let database { await TestPostgres.shared.dropDatabase(url: database) }
     }
 
-    @Test("a server killed with SIGKILL mid-delivery and started again delivers the rest, in order, nothing lost",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a server killed with SIGKILL mid-delivery and started again delivers the rest, in order, nothing lost",
+        arguments: StorageKind.allCases)
     func killedMidDelivery(kind: StorageKind) async throws {
         let receiver = try await ConnectorReceiver()
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-connector-kill-\(UUID())")
@@ -131,13 +138,14 @@ struct ConnectorEndToEndTests {
         let port = String(try TestPostgres.freePort())
         var server = try await Self.serve(port: port, storage)
         do {
-            receiver.delay(.milliseconds(150))
-            _ = try await Self.addConnector(port: port, url: receiver.url)
+            // The fourth batch is held unanswered while the server is killed.
+            receiver.hold(after: 3)
             let ids = try await Self.write(1000, port: port)
-            try await Self.waitFor({ receiver.taken.count >= 3 }, "three batches")
+            _ = try await Self.addConnector(port: port, url: receiver.url)
+            try await Self.waitFor({ receiver.requests >= 4 }, "the fourth batch")
             #expect(await server.stop(SIGKILL) == 128 + SIGKILL)
-            let before = receiver.taken.count
-            #expect(before < 10, "every batch arrived before the kill")
+            #expect(receiver.taken.count == 3)
+            receiver.release()
             server = try await Self.serve(port: port, storage)
             let batches = try await Self.waitForChanges(1000, at: receiver)
             expectInOrder(batches, ids)

@@ -27,6 +27,8 @@ final class ConnectorReceiver: Sendable {
         var failing = false
         var delay: Duration = .zero
         var requests = 0
+        /// Requests past this many wait until it is lifted (nil).
+        var holdingAfter: Int?
     }
 
     private let state = NIOLockedValueBox(State())
@@ -39,18 +41,24 @@ final class ConnectorReceiver: Sendable {
     var attempts: [String] { state.withLockedValue { $0.attempts } }
     func fail(_ failing: Bool) { state.withLockedValue { $0.failing = failing } }
     func delay(_ delay: Duration) { state.withLockedValue { $0.delay = delay } }
+    /// Holds every request after the first `count` unanswered until ``release()``.
+    func hold(after count: Int) { state.withLockedValue { $0.holdingAfter = count } }
+    func release() { state.withLockedValue { $0.holdingAfter = nil } }
 
     init() async throws {
         let router = Router()
         router.post("hook") { [state] request, _ -> Response in
             let body = Array(buffer: try await request.body.collect(upTo: 8 << 20))
             let delivery = request.headers.first { $0.name.canonicalName == "outpost-delivery" }?.value ?? ""
-            let delay = state.withLockedValue { state -> Duration in
+            let (delay, number) = state.withLockedValue { state -> (Duration, Int) in
                 state.requests += 1
                 state.attempts.append(delivery)
-                return state.delay
+                return (state.delay, state.requests)
             }
             if delay > .zero { try await Task.sleep(for: delay) }
+            while let limit = state.withLockedValue({ $0.holdingAfter }), number > limit {
+                try await Task.sleep(for: .milliseconds(10))
+            }
             let failing = state.withLockedValue { state -> Bool in
                 guard !state.failing else { return true }
                 state.taken.append(
@@ -150,7 +158,9 @@ struct ConnectorTests {
     /// The cursor sealer of the servers `withServer` makes.
     static let sealer = CursorSealer(secret: SymmetricKey(data: Fixtures.secret))
 
-    static func connector(tenant: String = "acme", id: String = "con_1", collection: String = "notes", scope: String = "", url: String)
+    static func connector(
+        tenant: String = "acme", id: String = "con_1", collection: String = "notes", scope: String = "", url: String
+    )
         -> Connector
     {
         Connector(
@@ -181,8 +191,9 @@ struct ConnectorTests {
         ids.map { Fixtures.upsert($0, ["t": .string($0)], at: seconds) }
     }
 
-    @Test("one server holds a connector's lease at a time; the cursor moves only from where it was, by the holder",
-          arguments: StorageKind.allCases)
+    @Test(
+        "one server holds a connector's lease at a time; the cursor moves only from where it was, by the holder",
+        arguments: StorageKind.allCases)
     func leases(kind: StorageKind) async throws {
         try await withStorage(kind) { storage in
             try await storage.addConnector(Self.connector(url: "https://example.org/hook"))
@@ -195,8 +206,9 @@ struct ConnectorTests {
 
             let next = PullCursor(xid: 0, seq: 5)
             #expect(try await !storage.connectorDelivered(tenant: "acme", id: "con_1", owner: "b", from: .start, to: next, changes: 3, at: 1600))
-            #expect(try await !storage.connectorDelivered(
-                tenant: "acme", id: "con_1", owner: "a", from: PullCursor(xid: 0, seq: 1), to: next, changes: 3, at: 1600))
+            #expect(
+                try await !storage.connectorDelivered(
+                    tenant: "acme", id: "con_1", owner: "a", from: PullCursor(xid: 0, seq: 1), to: next, changes: 3, at: 1600))
             #expect(try await storage.connectorDelivered(tenant: "acme", id: "con_1", owner: "a", from: .start, to: next, changes: 3, at: 1600))
             // The same batch recorded twice moves it once.
             #expect(try await !storage.connectorDelivered(tenant: "acme", id: "con_1", owner: "a", from: .start, to: next, changes: 3, at: 1600))
@@ -209,7 +221,8 @@ struct ConnectorTests {
             #expect(try await storage.connectorFailed(tenant: "acme", id: "con_1", owner: "b", error: "x", at: 1700, nextAttemptAt: 2700) == nil)
             for expected in 1...Connector.failingAfter {
                 #expect(
-                    try await storage.connectorFailed(tenant: "acme", id: "con_1", owner: "a", error: "the receiver answered 500", at: 1700, nextAttemptAt: 2700)
+                    try await storage.connectorFailed(
+                        tenant: "acme", id: "con_1", owner: "a", error: "the receiver answered 500", at: 1700, nextAttemptAt: 2700)
                         == expected)
             }
             stored = try #require(try await storage.connector(tenant: "acme", id: "con_1"))
@@ -236,8 +249,9 @@ struct ConnectorTests {
         }
     }
 
-    @Test("batches arrive in commit order, signed, with versions, tombstones and receive times; one scope and one tenant only",
-          arguments: StorageKind.allCases)
+    @Test(
+        "batches arrive in commit order, signed, with versions, tombstones and receive times; one scope and one tenant only",
+        arguments: StorageKind.allCases)
     func delivery(kind: StorageKind) async throws {
         let receiver = try await ConnectorReceiver()
         defer { Task { await receiver.stop() } }
@@ -284,8 +298,9 @@ struct ConnectorTests {
         }
     }
 
-    @Test("a batch not taken is sent again, the same, after a growing wait; the connector is failing after five",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a batch not taken is sent again, the same, after a growing wait; the connector is failing after five",
+        arguments: StorageKind.allCases)
     func retries(kind: StorageKind) async throws {
         let receiver = try await ConnectorReceiver()
         defer { Task { await receiver.stop() } }
@@ -329,8 +344,9 @@ struct ConnectorTests {
         }
     }
 
-    @Test("a batch not taken is sent again ending where it did, with its id: later changes wait for the next batch, and a record changed since comes there",
-          arguments: StorageKind.allCases)
+    @Test(
+        "a batch not taken is sent again ending where it did, with its id: later changes wait for the next batch, and a record changed since comes there",
+        arguments: StorageKind.allCases)
     func retrySameBatch(kind: StorageKind) async throws {
         let receiver = try await ConnectorReceiver()
         defer { Task { await receiver.stop() } }
@@ -477,8 +493,9 @@ struct ConnectorTests {
         #expect(run.output.contains("all checks passed"))
     }
 
-    @Test("/v1/deliveries says, of the caller's own records, whether every connector delivered the version the server has",
-          arguments: StorageKind.allCases)
+    @Test(
+        "/v1/deliveries says, of the caller's own records, whether every connector delivered the version the server has",
+        arguments: StorageKind.allCases)
     func deliveries(kind: StorageKind) async throws {
         let receiver = try await ConnectorReceiver()
         defer { Task { await receiver.stop() } }
@@ -535,8 +552,10 @@ struct ConnectorTests {
         #expect(try await ask(sue).map(\.recordId).sorted() == ["b1", "b2", "b3"])
         let scoped = try await client.send(.get, "/v1/deliveries?collection=checkins&ids=g1", token: ana)
         #expect(scoped.status == .forbidden)
-        for query in ["collection=builds", "collection=builds&ids=", "collection=builds&ids=a,,b", "collection=builds&ids=a%20b",
-                      "collection=builds&ids=" + (0...200).map { "b\($0)" }.joined(separator: ",")] {
+        for query in [
+            "collection=builds", "collection=builds&ids=", "collection=builds&ids=a,,b", "collection=builds&ids=a%20b",
+            "collection=builds&ids=" + (0...200).map { "b\($0)" }.joined(separator: ","),
+        ] {
             let answer = try await client.send(.get, "/v1/deliveries?\(query)", token: ana)
             #expect(answer.status == .badRequest, "\(query)")
         }
@@ -544,8 +563,9 @@ struct ConnectorTests {
         #expect(try await client.send(.get, "/v1/deliveries?collection=builds&ids=b1", token: nil).status == .unauthorized)
     }
 
-    @Test("organizers add, list, pause, resume, replay and remove connectors; others, bad input and other tenants are refused",
-          arguments: StorageKind.allCases)
+    @Test(
+        "organizers add, list, pause, resume, replay and remove connectors; others, bad input and other tenants are refused",
+        arguments: StorageKind.allCases)
     func api(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let organizer = try await Fixtures.token(user: "olga", role: .organizer)
@@ -577,12 +597,16 @@ struct ConnectorTests {
             // The secret chosen by the organizer is never shown.
             let own = try await client.send(
                 .post, "/v1/connectors", token: organizer,
-                body: try Fixtures.json(["collection": "checkins", "scope": "gala", "url": "http://127.0.0.1:9/hook", "secret": Self.secret, "format": "slack"]))
+                body: try Fixtures.json([
+                    "collection": "checkins", "scope": "gala", "url": "http://127.0.0.1:9/hook", "secret": Self.secret, "format": "slack",
+                ]))
             #expect(own.status == .created)
             #expect(!String(buffer: own.body).contains(Self.secret))
 
             // Another tenant sees none of them and can change none.
-            #expect(try JSONDecoder().decode([ConnectorStatus].self, from: try await client.send(.get, "/v1/connectors", token: otherOrganizer).body).isEmpty)
+            #expect(
+                try JSONDecoder().decode([ConnectorStatus].self, from: try await client.send(.get, "/v1/connectors", token: otherOrganizer).body)
+                    .isEmpty)
             for (method, path) in [
                 (HTTPRequest.Method.get, ""), (.post, "/pause"), (.post, "/resume"), (.delete, ""),
             ] {
@@ -623,7 +647,8 @@ struct ConnectorTests {
                 #expect(answer.wireError?.code == code, "\(bad)")
             }
             #expect(try await client.post("/v1/connectors/\(status.id)/replay", ["from": "c2.1"], token: organizer).status == .badRequest)
-            #expect(try await client.post("/v1/connectors/\(status.id)/replay", ["from": "start", "to": "x"], token: organizer).status == .badRequest)
+            #expect(
+                try await client.post("/v1/connectors/\(status.id)/replay", ["from": "start", "to": "x"], token: organizer).status == .badRequest)
             #expect(try await storage.connectors(tenant: "acme").count == 2)
 
             // At most twenty a tenant.
