@@ -89,14 +89,8 @@ final class ConnectorReceiver: Sendable {
         router.get("error-page") { _, _ -> Response in
             Response(status: .ok, headers: [.contentType: "text/html"], body: .init(byteBuffer: ByteBuffer(string: "<html>TypeError</html>")))
         }
-        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
-        let app = Application(
-            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
-            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) },
-            logger: Fixtures.quietLogger)
-        task = Task { try await app.runService() }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next(), port > 0 else { throw TestSetupError("the receiver did not start") }
+        let (task, port) = try await LoopbackApp.start(router, "the receiver")
+        self.task = task
         url = "http://127.0.0.1:\(port)/hook"
     }
 

@@ -38,13 +38,8 @@ final class TestIdentityProvider: Sendable {
             return Response(
                 status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
         }
-        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
-        let app = Application(
-            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
-            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) })
-        task = Task { try await app.runService() }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next(), port > 0 else { throw TestSetupError("the JWKS server did not start") }
+        let (task, port) = try await LoopbackApp.start(router, "the JWKS server")
+        self.task = task
         url = URL(string: "http://127.0.0.1:\(port)/jwks")!
     }
 
