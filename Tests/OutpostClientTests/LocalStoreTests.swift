@@ -175,6 +175,23 @@ struct LocalStoreTests {
         }
     }
 
+    @Test("a stored value this version does not know is a corrupt store, never read as another")
+    func unknownStoredValues() async throws {
+        try await withStore { store, url in
+            try await store.write(note("r1"), deviceId: "d", at: Date(), offline: true)
+            let queue = try DatabaseQueue(path: url.path)
+            try await queue.write { db in try db.execute(sql: "UPDATE outbox SET op = 'merge'") }
+            do {
+                _ = try await store.nextChunk(limit: 10)
+                Issue.record("an unknown operation was read as another")
+            } catch let error as ClientError {
+                #expect(error.code == .storeCorrupt)
+            }
+            try await queue.write { db in try db.execute(sql: "UPDATE records SET sync_status = 'teleported'") }
+            await #expect(throws: ClientError.self) { _ = try await store.records() }
+        }
+    }
+
     @Test(
         "bad input is refused and nothing is written",
         arguments: [

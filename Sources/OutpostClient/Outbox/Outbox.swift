@@ -73,11 +73,15 @@ extension LocalStore {
                     let key: String = row[1]
                     let scope: String = row[3]
                     let fields = try sealer.open(json: [String: JSONValue].self, from: row[9], context: "outbox:\(key)")
+                    // An operation this version does not know is never sent as another.
+                    guard let op = MutationOperation(rawValue: row[5]) else {
+                        throw ClientError(.storeCorrupt, "a queued change's operation is not one this version knows")
+                    }
                     return OutboxEntry(
                         seq: row[0],
                         mutation: Mutation(
                             idempotencyKey: key, collection: row[2], recordId: row[4], scope: scope.isEmpty ? nil : scope,
-                            op: MutationOperation(rawValue: row[5]) ?? .upsert, fields: fields,
+                            op: op, fields: fields,
                             clientTimestamp: Timestamp(millisecondsSince1970: row[6]), baseVersion: row[7]),
                         attempts: row[8])
                 }

@@ -147,6 +147,15 @@ package struct SnapshotRow: Sendable, Hashable {
 
 /// The JSON coding every engine uses for the JSON columns, so that both store byte-identical text.
 enum StorageCoding {
+    /// The value `raw` names, or a `corrupt` error: a stored value this version does not know is never read as
+    /// another.
+    static func known<Value: RawRepresentable>(_ raw: Value.RawValue, _ what: String) throws -> Value {
+        guard let value = Value(rawValue: raw) else {
+            throw StorageError(.corrupt, "a stored \(what) is not one this version knows")
+        }
+        return value
+    }
+
     static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]

@@ -208,7 +208,7 @@ struct PushLookup: PostgresPreparedStatement {
             return .processed(
                 a,
                 ProcessedMutation(
-                    contentHash: b, status: MutationResult.Status(rawValue: c) ?? .applied, version: version,
+                    contentHash: b, status: try StorageCoding.known(c, "mutation status") as MutationResult.Status, version: version,
                     conflict: try d.map { try StorageCoding.decode(ConflictDetail.self, from: $0) }))
         }
         guard let fields = d, let meta, let tombstone, let createdAt, let updatedAt, let owner else {

@@ -283,7 +283,7 @@ package struct PostgresStorage: SyncStorage {
         let rows = try await connection.query(processedLookup(tenant: tenant, keys: keys), logger: logger)
         for try await (key, hash, status, version, conflict) in rows.decode((String, String, String, Int64, String?).self) {
             processed[key] = ProcessedMutation(
-                contentHash: hash, status: MutationResult.Status(rawValue: status) ?? .applied, version: version,
+                contentHash: hash, status: try StorageCoding.known(status, "mutation status") as MutationResult.Status, version: version,
                 conflict: try conflict.map { try StorageCoding.decode(ConflictDetail.self, from: $0) })
         }
         return processed
@@ -423,7 +423,7 @@ package struct PostgresStorage: SyncStorage {
                         collection: try c["collection"].decode(String.self),
                         recordId: try c["record_id"].decode(String.self),
                         scope: try c["scope"].decode(String.self),
-                        op: MutationOperation(rawValue: try c["op"].decode(String.self)) ?? .upsert,
+                        op: try StorageCoding.known(try c["op"].decode(String.self), "mutation operation") as MutationOperation,
                         fields: try StorageCoding.decode(
                             [String: JSONValue].self, from: try c["fields"].decode(String.self)),
                         deviceId: try c["device_id"].decode(String.self),
@@ -431,7 +431,7 @@ package struct PostgresStorage: SyncStorage {
                         userName: try c["user_name"].decode(String.self),
                         clientTimestamp: Timestamp(millisecondsSince1970: try c["client_ts"].decode(Int64.self)),
                         receivedAt: Timestamp(millisecondsSince1970: try c["received_at"].decode(Int64.self)),
-                        status: MutationResult.Status(rawValue: try c["status"].decode(String.self)) ?? .applied,
+                        status: try StorageCoding.known(try c["status"].decode(String.self), "mutation status") as MutationResult.Status,
                         version: try c["version"].decode(Int64.self)))
             }
             return entries

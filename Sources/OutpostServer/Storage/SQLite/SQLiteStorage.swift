@@ -295,7 +295,7 @@ package struct SQLiteStorage: SyncStorage {
         let conflict: String? = row["conflict"]
         return ProcessedMutation(
             contentHash: row["content_hash"],
-            status: MutationResult.Status(rawValue: row["status"]) ?? .applied,
+            status: try StorageCoding.known(row["status"] as String, "mutation status") as MutationResult.Status,
             version: row["version"],
             conflict: try conflict.map { try StorageCoding.decode(ConflictDetail.self, from: $0) })
     }
@@ -317,12 +317,12 @@ package struct SQLiteStorage: SyncStorage {
     static func auditEntry(_ row: Row) throws -> AuditEntry {
         AuditEntry(
             idempotencyKey: row["idempotency_key"], collection: row["collection"], recordId: row["record_id"],
-            scope: row["scope"], op: MutationOperation(rawValue: row["op"]) ?? .upsert,
+            scope: row["scope"], op: try StorageCoding.known(row["op"] as String, "mutation operation") as MutationOperation,
             fields: try StorageCoding.decode([String: JSONValue].self, from: row["fields"]),
             deviceId: row["device_id"], userId: row["user_id"], userName: row["user_name"],
             clientTimestamp: Timestamp(millisecondsSince1970: row["client_ts"]),
             receivedAt: Timestamp(millisecondsSince1970: row["received_at"]),
-            status: MutationResult.Status(rawValue: row["status"]) ?? .applied, version: row["version"])
+            status: try StorageCoding.known(row["status"] as String, "mutation status") as MutationResult.Status, version: row["version"])
     }
 
     static func conflict(_ row: Row) throws -> ConflictRecord {
