@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostClient
 import OutpostProtocol
 
@@ -165,11 +166,10 @@ public actor InMemoryServer {
 }
 
 /// A transport straight to an ``InMemoryServer``, with a switch for the network.
-public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransport, @unchecked Sendable {
+public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransport, Sendable {
     public let server: InMemoryServer
-    private let lock = NSLock()
-    private var _online = true
-    private var _pushes = 0
+    private let online = NIOLockedValueBox(true)
+    private let pushes = NIOLockedValueBox(0)
 
     public init(server: InMemoryServer) {
         self.server = server
@@ -177,16 +177,16 @@ public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransp
 
     /// While false, every call fails as a network error.
     public var isOnline: Bool {
-        get { lock.withLock { _online } }
-        set { lock.withLock { _online = newValue } }
+        get { online.withLockedValue { $0 } }
+        set { online.withLockedValue { $0 = newValue } }
     }
 
     /// How many pushes reached the server.
-    public var pushCount: Int { lock.withLock { _pushes } }
+    public var pushCount: Int { pushes.withLockedValue { $0 } }
 
     public func push(_ request: PushRequest) async throws -> PushResponse {
         guard isOnline else { throw TransportError(kind: .network, message: "offline") }
-        lock.withLock { _pushes += 1 }
+        pushes.withLockedValue { $0 += 1 }
         return await server.push(request)
     }
 

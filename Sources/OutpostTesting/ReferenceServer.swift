@@ -1,93 +1,97 @@
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostClient
 import OutpostProtocol
 
 /// A reference collection held in memory, served as snapshot pages and pull deltas, with a switch that
 /// fails requests from a chosen page on: enough to test downloads, resumes and refreshes.
-public final class ReferenceServer: BulkSyncTransport, @unchecked Sendable {
-    private let lock = NSLock()
-    /// The rows as they stand, by scope and record id: the same id in two scopes is two rows.
-    private var rows: [String: Change] = [:]
-    /// Every change in order; a pull cursor is a position in it.
-    private var log: [Change] = []
-    private var snapshotCalls = 0
-    private var failFromCall: Int?
-    private var pullCalls = 0
-    private var failPullsFromCall: Int?
-    private var pagesPerStream: Int?
-    private var streamCalls = 0
+public final class ReferenceServer: BulkSyncTransport, Sendable {
+    private struct State {
+        /// The rows as they stand, by scope and record id: the same id in two scopes is two rows.
+        var rows: [String: Change] = [:]
+        /// Every change in order; a pull cursor is a position in it.
+        var log: [Change] = []
+        var snapshotCalls = 0
+        var failFromCall: Int?
+        var pullCalls = 0
+        var failPullsFromCall: Int?
+        var pagesPerStream: Int?
+        var streamCalls = 0
+    }
+
+    private let state = NIOLockedValueBox(State())
 
     public init() {}
 
     /// Adds or changes a row (a walk-in, an edit) in `scope`.
     public func put(_ recordId: String, _ fields: [String: JSONValue], scope: String) {
-        lock.withLock {
+        state.withLockedValue { state in
             let key = "\(scope)/\(recordId)"
-            let version = (rows[key]?.version ?? 0) + 1
+            let version = (state.rows[key]?.version ?? 0) + 1
             let change = Change(
                 collection: "guests", recordId: recordId, scope: scope, version: version, tombstone: false,
                 fields: fields, createdAt: Timestamp(millisecondsSince1970: 0), updatedAt: Timestamp(millisecondsSince1970: 0))
-            rows[key] = change
-            log.append(change)
+            state.rows[key] = change
+            state.log.append(change)
         }
     }
 
     /// Deletes a row (a cancelled registration) in `scope`, or in every scope when nil: a tombstone in the log.
     public func cancel(_ recordId: String, scope: String? = nil) {
-        lock.withLock {
-            for key in rows.keys.sorted() {
-                guard let row = rows[key], row.recordId == recordId, scope == nil || row.scope == scope,
-                    var change = rows.removeValue(forKey: key)
+        state.withLockedValue { state in
+            for key in state.rows.keys.sorted() {
+                guard let row = state.rows[key], row.recordId == recordId, scope == nil || row.scope == scope,
+                    var change = state.rows.removeValue(forKey: key)
                 else { continue }
                 change.tombstone = true
                 change.fields = [:]
                 change.version += 1
-                log.append(change)
+                state.log.append(change)
             }
         }
     }
 
     /// Snapshot requests from number `call` on (0-based) fail as network errors; nil heals.
     public func failSnapshots(fromCall call: Int?) {
-        lock.withLock {
-            failFromCall = call
-            snapshotCalls = 0
+        state.withLockedValue { state in
+            state.failFromCall = call
+            state.snapshotCalls = 0
         }
     }
 
-    public var snapshotRequests: Int { lock.withLock { snapshotCalls } }
+    public var snapshotRequests: Int { state.withLockedValue { $0.snapshotCalls } }
 
     /// Pull requests from number `call` on (0-based, counted from this call) fail as network errors; nil heals.
     public func failPulls(fromCall call: Int?) {
-        lock.withLock {
-            failPullsFromCall = call
-            pullCalls = 0
+        state.withLockedValue { state in
+            state.failPullsFromCall = call
+            state.pullCalls = 0
         }
     }
 
     /// Pull requests since the last ``failPulls(fromCall:)``.
-    public var pullRequests: Int { lock.withLock { pullCalls } }
+    public var pullRequests: Int { state.withLockedValue { $0.pullCalls } }
 
     /// Streams of pulls carry at most `pages` pages, as from a server with a lower limit than the device asks
     /// for; nil leaves the device's number. Resets ``streamRequests``.
     public func limitStreams(toPages pages: Int?) {
-        lock.withLock {
-            pagesPerStream = pages
-            streamCalls = 0
+        state.withLockedValue { state in
+            state.pagesPerStream = pages
+            state.streamCalls = 0
         }
     }
 
     /// Streams of pulls opened since the last ``limitStreams(toPages:)``.
-    public var streamRequests: Int { lock.withLock { streamCalls } }
+    public var streamRequests: Int { state.withLockedValue { $0.streamCalls } }
 
     public func pullPageStream(
         collection: String, scope: String?, cursor: String?, limit: Int, pages: Int
     )
         -> AsyncThrowingStream<PullPage, any Error>
     {
-        let pages = lock.withLock {
-            streamCalls += 1
-            return min(pages, pagesPerStream ?? pages)
+        let pages = state.withLockedValue { state in
+            state.streamCalls += 1
+            return min(pages, state.pagesPerStream ?? pages)
         }
         return pullPagesOneByOne(collection: collection, scope: scope, cursor: cursor, limit: limit, pages: pages)
     }
@@ -97,16 +101,16 @@ public final class ReferenceServer: BulkSyncTransport, @unchecked Sendable {
     ) async throws
         -> SnapshotResponse
     {
-        try lock.withLock {
-            defer { snapshotCalls += 1 }
-            if let failFromCall, snapshotCalls >= failFromCall {
+        try state.withLockedValue { state in
+            defer { state.snapshotCalls += 1 }
+            if let failFromCall = state.failFromCall, state.snapshotCalls >= failFromCall {
                 throw TransportError(kind: .network, message: "connection lost")
             }
-            let sorted = rows.values.filter { scope == nil || $0.scope == scope }.sorted { $0.recordId < $1.recordId }
+            let sorted = state.rows.values.filter { scope == nil || $0.scope == scope }.sorted { $0.recordId < $1.recordId }
             // The continuation: the last id sent and the log position when the snapshot started.
             let parts = continuation?.split(separator: "|", omittingEmptySubsequences: false)
             let after = parts.map { String($0[0]) }
-            let start = parts.flatMap { Int($0[1]) } ?? log.count
+            let start = parts.flatMap { Int($0[1]) } ?? state.log.count
             let remaining = sorted.filter { after == nil || $0.recordId > after! }
             let page = Array(remaining.prefix(limit ?? 500))
             let isLast = remaining.count <= (limit ?? 500)
@@ -117,19 +121,19 @@ public final class ReferenceServer: BulkSyncTransport, @unchecked Sendable {
     }
 
     public func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
-        try lock.withLock {
-            defer { pullCalls += 1 }
-            if let failPullsFromCall, pullCalls >= failPullsFromCall {
+        try state.withLockedValue { state in
+            defer { state.pullCalls += 1 }
+            if let failPullsFromCall = state.failPullsFromCall, state.pullCalls >= failPullsFromCall {
                 throw TransportError(kind: .network, message: "connection lost")
             }
             // The cursor is the log position after the last change sent; changes of other scopes are passed over.
-            var position = min(cursor.flatMap(Int.init) ?? 0, log.count)
+            var position = min(cursor.flatMap(Int.init) ?? 0, state.log.count)
             var page: [Change] = []
-            while position < log.count && page.count < (limit ?? 500) {
-                if scope == nil || log[position].scope == scope { page.append(log[position]) }
+            while position < state.log.count && page.count < (limit ?? 500) {
+                if scope == nil || state.log[position].scope == scope { page.append(state.log[position]) }
                 position += 1
             }
-            let hasMore = log[position...].contains { scope == nil || $0.scope == scope }
+            let hasMore = state.log[position...].contains { scope == nil || $0.scope == scope }
             return PullResponse(changes: page, cursor: String(position), hasMore: hasMore)
         }
     }

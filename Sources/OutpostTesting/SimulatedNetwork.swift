@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostClient
 import OutpostProtocol
 
@@ -21,7 +22,7 @@ public struct SeededGenerator: RandomNumberGenerator, Sendable {
 
 /// A faulty network in front of an ``InMemoryServer``: it drops requests, drops responses after the server
 /// applied them, and delays (by yielding to other tasks), all decided by a seeded generator.
-public final class SimulatedNetwork: SyncTransport, @unchecked Sendable {
+public final class SimulatedNetwork: SyncTransport, Sendable {
     public struct Faults: Sendable {
         public var dropRequest: Double
         public var dropResponse: Double
@@ -37,28 +38,30 @@ public final class SimulatedNetwork: SyncTransport, @unchecked Sendable {
     }
 
     public let server: InMemoryServer
-    private let lock = NSLock()
-    private var generator: SeededGenerator
-    private var faults: Faults
+    private struct State {
+        var generator: SeededGenerator
+        var faults: Faults
+    }
+
+    private let state: NIOLockedValueBox<State>
 
     public init(server: InMemoryServer, seed: UInt64, faults: Faults = Faults()) {
         self.server = server
-        self.generator = SeededGenerator(seed: seed)
-        self.faults = faults
+        self.state = NIOLockedValueBox(State(generator: SeededGenerator(seed: seed), faults: faults))
     }
 
     /// Ends (or starts) the faults.
     public func setFaults(_ faults: Faults) {
-        lock.withLock { self.faults = faults }
+        state.withLockedValue { $0.faults = faults }
     }
 
     private func roll(_ probability: KeyPath<Faults, Double>) -> Bool {
-        lock.withLock { Double.random(in: 0..<1, using: &generator) < faults[keyPath: probability] }
+        state.withLockedValue { Double.random(in: 0..<1, using: &$0.generator) < $0.faults[keyPath: probability] }
     }
 
     private func maybeDelay() async {
         if roll(\.delay) {
-            let yields = lock.withLock { Int.random(in: 1...5, using: &generator) }
+            let yields = state.withLockedValue { Int.random(in: 1...5, using: &$0.generator) }
             for _ in 0..<yields { await Task.yield() }
         }
     }

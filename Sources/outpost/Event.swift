@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostApps
 import OutpostClient
 import OutpostProtocol
@@ -243,18 +244,18 @@ struct OfflineTransport: SyncTransport {
 }
 
 /// A progress bar on a terminal; plain lines every 10 % in a pipe.
-final class ProgressBar: @unchecked Sendable {
+final class ProgressBar: Sendable {
     let label: String
     private let isTerminal = isatty(STDOUT_FILENO) != 0
-    private let lock = NSLock()
-    private var lastDecile = -1
+    /// The last tenth said in a pipe; held while a line is written, so that updates never interleave.
+    private let lastDecile = NIOLockedValueBox(-1)
 
     init(label: String) {
         self.label = label
     }
 
     func update(_ progress: DownloadProgress) {
-        lock.withLock {
+        lastDecile.withLockedValue { lastDecile in
             let fraction = progress.total == 0 ? 1 : Double(progress.stored) / Double(progress.total)
             let rate = "\(Int(progress.rate)) rows/s"
             if isTerminal {

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import OutpostProtocol
 
 /// Writes each log entry as one JSON object on one line of standard error, for log collectors:
@@ -12,7 +13,8 @@ struct JSONLogHandler: LogHandler {
     var logLevel: Logger.Level
     var metadata: Logger.Metadata = [:]
 
-    private static let lock = NSLock()
+    /// Held while a line is written, so that lines from several threads never interleave.
+    private static let writing = NIOLock()
 
     init(label: String, level: Logger.Level) {
         self.label = label
@@ -36,7 +38,7 @@ struct JSONLogHandler: LogHandler {
         line.reserveCapacity(256)
         Self.write(.dictionary(entry), to: &line)
         line.append(0x0A)
-        Self.lock.withLock { FileHandle.standardError.write(Data(line)) }
+        Self.writing.withLock { FileHandle.standardError.write(Data(line)) }
     }
 
     /// A metadata value as JSON; an object's keys sorted.

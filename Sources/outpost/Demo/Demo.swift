@@ -2,6 +2,7 @@ import ArgumentParser
 import AsyncHTTPClient
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import OutpostApps
 import OutpostClient
 import OutpostProtocol
@@ -292,18 +293,11 @@ struct Story {
 
 /// The wall clock plus an offset the demo can move forward.
 final class DemoClock: Sendable {
-    private let offset = LockedSeconds()
+    private let offset = NIOLockedValueBox<Double>(0)
 
-    var now: Date { Date().addingTimeInterval(offset.value) }
+    var now: Date { Date().addingTimeInterval(offset.withLockedValue { $0 }) }
 
     func advance(by span: Duration) {
-        offset.add(Double(span.components.seconds))
-    }
-
-    private final class LockedSeconds: @unchecked Sendable {
-        private let lock = NSLock()
-        private var seconds: Double = 0
-        var value: Double { lock.withLock { seconds } }
-        func add(_ more: Double) { lock.withLock { seconds += more } }
+        offset.withLockedValue { $0 += Double(span.components.seconds) }
     }
 }

@@ -1,16 +1,16 @@
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostClient
 import OutpostProtocol
 
 /// The venue's network in the demo: a switch in front of each device's real HTTP transport. Cut, every
 /// call fails as a dropped connection does; restored, calls go through to the server over loopback.
-final class VenueNetwork: @unchecked Sendable {
-    private let lock = NSLock()
-    private var up = true
+final class VenueNetwork: Sendable {
+    private let up = NIOLockedValueBox(true)
 
     var isUp: Bool {
-        get { lock.withLock { up } }
-        set { lock.withLock { up = newValue } }
+        get { up.withLockedValue { $0 } }
+        set { up.withLockedValue { $0 = newValue } }
     }
 
     func link(_ transport: any SyncTransport) -> any SyncTransport {
