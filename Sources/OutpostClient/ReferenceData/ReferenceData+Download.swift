@@ -59,10 +59,9 @@ extension ReferenceData {
                 next: { page in page.continuation.map { .some($0) } },
                 prepare: { page in
                     // Each record's fields are sealed as the server sent them; only the members indexed are read.
-                    let nonces = try sealer.nonces(page.records.count)
-                    let rows = try await Self.inHalves(Array(zip(page.records, nonces))) { record, nonce in
+                    let rows = try await Self.inHalves(page.records) { record in
                         try Self.prepare(
-                            record, nonce: nonce, collection: collection, scope: scope, sealer: sealer, index: index,
+                            record, collection: collection, scope: scope, sealer: sealer, index: index,
                             withTokens: true)
                     }
                     return PreparedPage(page: page, rows: rows)

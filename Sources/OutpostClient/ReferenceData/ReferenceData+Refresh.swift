@@ -47,12 +47,11 @@ extension ReferenceData {
                 prepare: { page in
                     // As in a download, each change's fields are sealed as the server sent them. In one piece, not
                     // in halves: the next pull and the store already share the cores with it.
-                    let nonces = try sealer.nonces(page.changes.count)
-                    let rows = try zip(page.changes, nonces).map { change, nonce in
+                    let rows = try page.changes.map { change in
                         change.tombstone
                             ? nil
                             : try Self.prepare(
-                                change, nonce: nonce, collection: collection, scope: scope, sealer: sealer, index: index,
+                                change, collection: collection, scope: scope, sealer: sealer, index: index,
                                 withTokens: false)
                     }
                     return (page, rows)

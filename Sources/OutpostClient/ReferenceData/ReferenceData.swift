@@ -98,17 +98,16 @@ public struct ReferenceData: Sendable {
         }
     }
 
-    /// Seals `record` with `nonce` (one of a page's ``Sealer/nonces(_:)``), and works out its fingerprint and, if
-    /// asked, its tokens.
+    /// Seals `record`, and works out its fingerprint and, if asked, its tokens.
     static func prepare(
-        _ record: SnapshotPage.Record, nonce: AES.GCM.Nonce, collection: String, scope: String, sealer: Sealer,
+        _ record: SnapshotPage.Record, collection: String, scope: String, sealer: Sealer,
         index: ReferenceIndex, withTokens: Bool
     ) throws -> PreparedRow {
         let fields = record.fieldsJSON
         let indexed = try JSONValue.members(["name", "email"], ofObject: fields)
         return PreparedRow(
             recordId: record.recordId,
-            payload: try sealer.seal(fields, context: "reference:\(collection)/\(scope)/\(record.recordId)", nonce: nonce),
+            payload: try sealer.seal(fields, context: "reference:\(collection)/\(scope)/\(record.recordId)"),
             version: record.version, name: indexed[0]?.stringValue, email: indexed[1]?.stringValue, index: index,
             withTokens: withTokens)
     }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostProtocol
 
 /// A blind search index: terms become truncated HMACs under a key derived from the store's key, so the
@@ -8,11 +9,8 @@ import OutpostProtocol
 /// Names are indexed by the 2- and 4-character prefixes of each word; a query looks up the longest indexed
 /// prefix of each of its words at once, then the candidates are opened and filtered exactly.
 struct ReferenceIndex: Sendable {
-    /// HMAC-SHA256 (RFC 2104) with the padded key already absorbed into the inner and outer hashes: each token
-    /// copies them instead of starting over, and feeds bytes without `DataProtocol`'s generic path, which
-    /// together cost more than the hashing itself.
-    private let inner: SHA256
-    private let outer: SHA256
+    /// HMAC-SHA256 under the index's key, its key pads already hashed: each token starts from a copy.
+    private let keyed: HMAC<SHA256>
     /// Name terms already hashed and words already folded: a roster's given names, family names and their
     /// prefixes repeat from row to row (e-mails, which do not, are not kept).
     private let memo: Memo
@@ -20,15 +18,7 @@ struct ReferenceIndex: Sendable {
     init(storeKey: SymmetricKey, memoLimit: Int = Memo.defaultLimit) {
         memo = Memo(limit: memoLimit)
         let key = HMAC<SHA256>.authenticationCode(for: Array("outpost-reference-search".utf8), using: storeKey)
-        // A 32-byte key is shorter than SHA-256's 64-byte block: it is padded with zeros, not hashed.
-        var block = [UInt8](repeating: 0, count: 64)
-        key.withUnsafeBytes { bytes in for (offset, byte) in bytes.enumerated() { block[offset] = byte } }
-        var inner = SHA256()
-        var outer = SHA256()
-        inner.update(data: block.map { $0 ^ 0x36 })
-        outer.update(data: block.map { $0 ^ 0x5C })
-        self.inner = inner
-        self.outer = outer
+        keyed = HMAC(key: SymmetricKey(data: key))
     }
 
     private static let posix = Locale(identifier: "en_US_POSIX")
@@ -111,11 +101,9 @@ struct ReferenceIndex: Sendable {
 
     /// The first 8 bytes of HMAC-SHA256 of `message`.
     func token(message: UnsafeRawBufferPointer) -> Int64 {
-        var innerHash = inner
-        innerHash.update(bufferPointer: message)
-        var outerHash = outer
-        innerHash.finalize().withUnsafeBytes { outerHash.update(bufferPointer: $0) }
-        return outerHash.finalize().withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
+        var mac = keyed
+        mac.update(data: message)
+        return mac.finalize().withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
     }
 
     /// Without leading and trailing blanks (what Foundation's `CharacterSet.whitespaces` holds: space
@@ -318,19 +306,18 @@ struct ReferenceIndex: Sendable {
 extension ReferenceIndex {
     /// What ``ReferenceIndex`` has already computed, shared by the threads that prepare a page: at most
     /// `limit` entries of each kind, forgotten all at once past that.
-    final class Memo: @unchecked Sendable {
+    final class Memo: Sendable {
         static let defaultLimit = 65_536
         let limit: Int
-        private let lock = NSLock()
-        private var tokens: [String: Int64] = [:]
-        private var words: [String: [String]] = [:]
+        private let tokens = NIOLockedValueBox<[String: Int64]>([:])
+        private let words = NIOLockedValueBox<[String: [String]]>([:])
 
         init(limit: Int = defaultLimit) { self.limit = limit }
 
         func token(_ term: String, _ compute: () -> Int64) -> Int64 {
-            if let known = lock.withLock({ tokens[term] }) { return known }
+            if let known = tokens.withLockedValue({ $0[term] }) { return known }
             let token = compute()
-            lock.withLock {
+            tokens.withLockedValue { tokens in
                 if tokens.count >= limit { tokens.removeAll(keepingCapacity: true) }
                 tokens[term] = token
             }
@@ -341,27 +328,22 @@ extension ReferenceIndex {
         func token(prefix key: UInt64, _ compute: () -> Int64) -> Int64 {
             // Spread over shards, each with its own lock: the threads preparing a page look prefixes up at once.
             let shard = prefixShards[Int(truncatingIfNeeded: (key &* 0x9E37_79B9_7F4A_7C15) >> 61)]
-            if let known = shard.lock.withLock({ shard.tokens[key] }) { return known }
+            if let known = shard.withLockedValue({ $0[key] }) { return known }
             let token = compute()
-            shard.lock.withLock {
-                if shard.tokens.count >= limit / Self.shardCount { shard.tokens.removeAll(keepingCapacity: true) }
-                shard.tokens[key] = token
+            shard.withLockedValue { tokens in
+                if tokens.count >= limit / Self.shardCount { tokens.removeAll(keepingCapacity: true) }
+                tokens[key] = token
             }
             return token
         }
 
         static let shardCount = 8
-        private let prefixShards = (0..<shardCount).map { _ in PrefixShard() }
-
-        private final class PrefixShard: @unchecked Sendable {
-            let lock = NSLock()
-            var tokens: [UInt64: Int64] = [:]
-        }
+        private let prefixShards = (0..<shardCount).map { _ in NIOLockedValueBox<[UInt64: Int64]>([:]) }
 
         func folded(_ piece: String, _ compute: (String) -> [String]) -> [String] {
-            if let known = lock.withLock({ words[piece] }) { return known }
+            if let known = words.withLockedValue({ $0[piece] }) { return known }
             let folded = compute(piece)
-            lock.withLock {
+            words.withLockedValue { words in
                 if words.count >= limit { words.removeAll(keepingCapacity: true) }
                 words[piece] = folded
             }

@@ -57,17 +57,14 @@ public struct StaticKeyProvider: KeyProvider {
 /// Seals and opens payloads with AES-GCM, bound to the row they belong to.
 struct Sealer: Sendable {
     let key: SymmetricKey
-    let nonceSequence = NonceSequence()
 
     /// `context` (such as the collection and record id) is authenticated, so a sealed value moved to another
-    /// row no longer opens.
-    ///
-    /// - Parameter nonce: one of ``nonces(_:)``; nil takes the next one.
-    func seal(_ plaintext: some DataProtocol, context: String, nonce: AES.GCM.Nonce? = nil) throws -> Data {
+    /// row no longer opens. Each seal draws a random nonce of its own.
+    func seal(_ plaintext: some DataProtocol, context: String) throws -> Data {
         do {
             guard
                 let combined = try AES.GCM.seal(
-                    plaintext, using: key, nonce: try nonce ?? nonceSequence.next(), authenticating: Array(context.utf8)
+                    plaintext, using: key, authenticating: Array(context.utf8)
                 ).combined
             else { throw ClientError(.cannotDecrypt, "AES-GCM produced no output") }
             return combined
@@ -76,11 +73,6 @@ struct Sealer: Sendable {
         } catch {
             throw ClientError(.cannotDecrypt, "cannot seal a payload")
         }
-    }
-
-    /// The next `count` nonces, for a page of seals (see ``NonceSequence``).
-    func nonces(_ count: Int) throws -> [AES.GCM.Nonce] {
-        try (0..<count).map { _ in try nonceSequence.next() }
     }
 
     func open(_ sealed: Data, context: String) throws -> Data {
@@ -122,46 +114,5 @@ struct Sealer: Sendable {
         } catch {
             throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
         }
-    }
-}
-
-/// AES-GCM nonces that never repeat under one key, without a draw from the system's random source each.
-///
-/// NIST SP 800-38D's deterministic construction (8.2.1): a fixed field and an invocation counter. The field is
-/// 64 random bits drawn when the sequence starts, the counter 32 bits from a random start; after 2^32 nonces a
-/// new field is drawn. Each process (each store opened) draws its own, so two sealing with the same key can
-/// share a nonce only if 64 random bits match and their counters overlap. A random nonce of its own costs two
-/// `getrandom` calls on Linux (swift-crypto draws 8 bytes at a time): more than a microsecond of a local
-/// write, and a tenth of a reference row's sealing.
-final class NonceSequence: @unchecked Sendable {
-    private let lock = NSLock()
-    private var field: UInt64
-    private var counter: UInt32
-    /// Nonces left before the next field.
-    private var left: UInt64
-
-    convenience init() {
-        var random = SystemRandomNumberGenerator()
-        self.init(field: random.next(), counter: random.next(), left: 1 << 32)
-    }
-
-    /// A sequence from a given state: for tests.
-    init(field: UInt64, counter: UInt32, left: UInt64) {
-        self.field = field
-        self.counter = counter
-        self.left = left
-    }
-
-    func next() throws -> AES.GCM.Nonce {
-        var bytes = lock.withLock { () -> (UInt64, UInt32) in
-            if left == 0 {
-                var random = SystemRandomNumberGenerator()
-                (field, counter, left) = (random.next(), random.next(), 1 << 32)
-            }
-            left -= 1
-            defer { counter &+= 1 }
-            return (field.bigEndian, counter.bigEndian)
-        }
-        return try withUnsafeBytes(of: &bytes) { try AES.GCM.Nonce(data: $0) }
     }
 }
