@@ -25,6 +25,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.0"),
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.0"),
+        .package(url: "https://github.com/apple/swift-async-algorithms.git", from: "1.0.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
@@ -38,12 +39,18 @@ let package = Package(
     ],
     targets: [
         .target(name: "OutpostProtocol"),
+        // What the server and the SDK share beyond the wire: deadlines for many operations on one task.
+        .target(
+            name: "OutpostConcurrency",
+            dependencies: [.product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
+        ),
         // The field apps' collections: their names, fields and rules, shared by the server, the SDK and the apps.
         .target(name: "OutpostRecords", dependencies: ["OutpostProtocol"]),
         .target(
             name: "OutpostClient",
             dependencies: [
                 "OutpostProtocol",
+                "OutpostConcurrency",
                 "OutpostRecords",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
@@ -54,12 +61,14 @@ let package = Package(
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
             ]
         ),
         .target(
             name: "OutpostServer",
             dependencies: [
                 "OutpostProtocol",
+                "OutpostConcurrency",
                 "OutpostRecords",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdHTTP2", package: "hummingbird"),
@@ -119,6 +128,7 @@ let package = Package(
             name: "OutpostClientTests",
             dependencies: [
                 "OutpostClient",
+                "OutpostConcurrency",
                 "OutpostRecords",
                 "OutpostTesting",
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -140,6 +150,7 @@ let package = Package(
             name: "OutpostServerTests",
             dependencies: [
                 "OutpostServer",
+                "OutpostConcurrency",
                 "OutpostRecords",
                 "OutpostClient",
                 "OutpostApps",

@@ -4,6 +4,7 @@ import Hummingbird
 import HummingbirdTesting
 import NIOConcurrencyHelpers
 import OutpostClient
+import OutpostConcurrency
 import OutpostProtocol
 import OutpostTesting
 import Testing

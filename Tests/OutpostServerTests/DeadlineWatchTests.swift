@@ -1,5 +1,6 @@
 import Foundation
 import NIOConcurrencyHelpers
+import OutpostConcurrency
 import OutpostTesting
 import Testing
 

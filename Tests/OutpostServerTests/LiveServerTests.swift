@@ -274,10 +274,13 @@ struct LiveServerTests {
                 #expect(await pages.next() == "c1.0.1")
                 _ = await sleeps.next()
                 if silent {
-                    // The watch's first look sees the first page; its second, a whole limit of nothing.
-                    clock.advance(by: limit)
-                    _ = await sleeps.next()
-                    clock.advance(by: limit)
+                    // The watch looks every quarter of the limit: three looks pass, the fourth finds a whole limit
+                    // of nothing since the first page.
+                    for _ in 0..<3 {
+                        clock.advance(by: limit / 4)
+                        _ = await sleeps.next()
+                    }
+                    clock.advance(by: limit / 4)
                     await #expect {
                         try await reading.value(within: testWaitLimit, "the silent answer's end")
                     } throws: { error in
@@ -285,12 +288,14 @@ struct LiveServerTests {
                         return error.kind == .network && error.isRetryable && error.message.contains("silent")
                     }
                 } else {
-                    // A page in every limit: the watch looks three times, and the answer ends.
+                    // A page in every half limit: the watch looks twice after each, and the answer ends.
                     for n in 2...4 {
                         step.yield()
                         #expect(await pages.next() == "c1.0.\(n)")
-                        clock.advance(by: limit)
-                        _ = await sleeps.next()
+                        for _ in 0..<2 {
+                            clock.advance(by: limit / 4)
+                            _ = await sleeps.next()
+                        }
                     }
                     step.yield()
                     try await reading.value(within: testWaitLimit, "the answer's end")

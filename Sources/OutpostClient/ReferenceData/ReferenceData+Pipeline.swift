@@ -1,3 +1,4 @@
+import AsyncAlgorithms
 import Foundation
 
 extension ReferenceData {
@@ -19,154 +20,72 @@ extension ReferenceData {
         var store: @Sendable (_ page: Prepared, _ key: Key) async throws -> Bool
     }
 
-    /// Runs a transfer from the page `first` names to the last, in a pipeline: the next page is asked for as soon
-    /// as this one's key is known, and this one is prepared while the one before it is stored, so that the
-    /// server, the network, the CPU work and the store overlap (at most ``lookahead`` pages fetched and not yet
-    /// stored). Pages are stored one at a time, in order; a page fetched but not stored when the transfer stops
-    /// is fetched again by the next one. A page is let go once stored: a transfer holds a few pages at a time,
-    /// whatever its length.
+    /// Runs a transfer from the page `first` names to the last, in a pipeline: fetching, preparing and storing are
+    /// stages of their own, each a task of one task group, handing pages on through `AsyncThrowingChannel`s
+    /// (swift-async-algorithms), which hold none: the next page is asked for as soon as the one before it is handed
+    /// to the preparing stage, and a page is prepared while the one before it is stored, so that the server, the
+    /// network, the CPU work and the store overlap, with at most ``lookahead`` pages fetched and not yet stored (one
+    /// in each stage's hand). Pages are stored one at a time, in order; a page fetched but not stored when the
+    /// transfer stops is fetched again by the next one. A page is let go once stored: a transfer holds a few pages
+    /// at a time, whatever its length.
     ///
     /// Cancelling the calling task stops the transfer: no page is asked for after it, a page being stored
-    /// finishes, and the call throws `CancellationError` once every task of the pipeline has ended. When the
-    /// network fails, the pages already received are stored before its error is thrown.
+    /// finishes, and the call throws `CancellationError` once every stage has ended. When the network fails, the
+    /// pages already received are stored before its error is thrown. When a store returns false, the other stages
+    /// are cancelled, and the call returns normally once they have ended.
     static func transfer<Key: Sendable, Page: Sendable, Prepared: Sendable>(
         from first: Key, _ stages: PageStages<Key, Page, Prepared>
     ) async throws {
-        let pipeline = Pipeline()
-        do {
-            try await withTaskCancellationHandler {
-                try await run(pipeline, from: first, stages)
-            } onCancel: {
-                pipeline.cancel()
-            }
-        } catch {
-            // Nothing of the pipeline outlives the call.
-            pipeline.cancel()
-            await pipeline.finish()
-            throw error
-        }
-    }
-
-    /// Each page's fetch, preparation and store are tasks: a page's preparation starts once it arrives, its store
-    /// once it is prepared and the page before it stored.
-    private static func run<Key: Sendable, Page: Sendable, Prepared: Sendable>(
-        _ pipeline: Pipeline, from first: Key, _ stages: PageStages<Key, Page, Prepared>
-    ) async throws {
-        var fetching: (task: Task<Page, any Error>, id: Int)? = pipeline.add(Task { try await stages.fetch(first) })
-        var key = first
-        // Each page's store, with the ids of its three tasks, to let them go once it is stored.
-        var storing: [(task: Task<Bool, any Error>, ids: [Int])] = []
-        // Waits for the oldest store; false when the transfer has stopped there (a store returned false).
-        func storeEnded() async throws -> Bool {
-            let (task, ids) = storing.removeFirst()
-            let stored: Bool
-            do {
-                stored = try await task.value
-            } catch {
-                // Cancelled by the stop: not an error of the transfer.
-                if pipeline.isStopped { return false }
-                throw error
-            }
-            pipeline.forget(ids)
-            return stored
-        }
-        func stopped() async -> Bool {
-            guard pipeline.isStopped else { return false }
-            await pipeline.finish()
-            return true
-        }
-        while let current = fetching {
-            let page: Page
-            do {
-                page = try await current.task.value
-            } catch {
-                if await stopped() { return }
-                // The network failed: the pages already here are stored first, so that the next attempt resumes
-                // after them.
-                while !storing.isEmpty {
-                    guard try await storeEnded() else { return await pipeline.finish() }
+        let fetched = AsyncThrowingChannel<(key: Key, page: Page), any Error>()
+        let prepared = AsyncThrowingChannel<(key: Key, page: Prepared), any Error>()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await handing(to: fetched) { send in
+                    var key = first
+                    while true {
+                        let page = try await stages.fetch(key)
+                        try await send((key, page))
+                        guard let next = stages.next(page) else { return }
+                        key = next
+                    }
                 }
-                throw error
             }
-            if await stopped() { return }
+            group.addTask {
+                await handing(to: prepared) { send in
+                    for try await (key, page) in fetched {
+                        try await send((key, try await stages.prepare(page)))
+                    }
+                }
+            }
+            for try await (key, page) in prepared {
+                // A page not yet stored when the transfer is cancelled is left for the next one.
+                try Task.checkCancellation()
+                guard try await stages.store(page, key) else {
+                    // The set moved on: nothing more is asked for or stored, and the rest is not an error.
+                    group.cancelAll()
+                    return
+                }
+            }
+            // A cancelled stage ends its channel early: that is the transfer's cancellation, not its end.
             try Task.checkCancellation()
-            let pageKey = key
-            let next = stages.next(page)
-            fetching = next.map { next in pipeline.add(Task { try await stages.fetch(next) }) }
-            if let next { key = next }
-            let prepared = pipeline.add(Task { try await stages.prepare(page) })
-            let previous = storing.last?.task
-            let store = pipeline.add(
-                Task {
-                    guard try await previous?.value ?? true else { return false }
-                    let page = try await prepared.task.value
-                    // A page not yet stored when the transfer is cancelled is left for the next one.
-                    try Task.checkCancellation()
-                    let stored = try await stages.store(page, pageKey)
-                    if !stored { pipeline.stop() }
-                    return stored
-                })
-            storing.append((store.task, [current.id, prepared.id, store.id]))
-            while storing.count > lookahead {
-                guard try await storeEnded() else { return await pipeline.finish() }
-            }
-        }
-        while !storing.isEmpty {
-            guard try await storeEnded() else { return await pipeline.finish() }
         }
     }
 
-    /// The tasks of one transfer still of use, so that cancelling the transfer reaches them all, and it returns
-    /// only once they have ended. A page's tasks are forgotten once it is stored, and with them the page.
-    final class Pipeline: @unchecked Sendable {
-        private struct Entry {
-            var cancel: @Sendable () -> Void
-            var end: @Sendable () async -> Void
-        }
-
-        private let lock = NSLock()
-        private var tasks: [Int: Entry] = [:]
-        private var nextId = 0
-        private var cancelled = false
-        private var stoppedEarly = false
-
-        /// Keeps `task` until forgotten; cancelled at once if the transfer already was.
-        func add<T: Sendable>(_ task: Task<T, any Error>) -> (task: Task<T, any Error>, id: Int) {
-            let (id, cancelNow) = lock.withLock {
-                nextId += 1
-                tasks[nextId] = Entry(cancel: { task.cancel() }, end: { _ = try? await task.value })
-                return (nextId, cancelled)
+    /// Runs a stage that hands what it makes to `channel`, and ends the channel as the stage ends: with its error,
+    /// after what it handed on before it.
+    private static func handing<Element: Sendable>(
+        to channel: AsyncThrowingChannel<Element, any Error>,
+        _ stage: (_ send: (Element) async throws -> Void) async throws -> Void
+    ) async {
+        do {
+            try await stage { element in
+                await channel.send(element)
+                // A send returns without handing the element on when the stage is cancelled.
+                try Task.checkCancellation()
             }
-            if cancelNow { task.cancel() }
-            return (task, id)
-        }
-
-        /// Lets finished tasks go, and what they hold.
-        func forget(_ ids: [Int]) {
-            lock.withLock {
-                for id in ids { tasks[id] = nil }
-            }
-        }
-
-        func cancel() {
-            let live = lock.withLock {
-                cancelled = true
-                return Array(tasks.values)
-            }
-            for entry in live { entry.cancel() }
-        }
-
-        /// A store found the set moved on: everything else is cancelled, and the transfer ends normally.
-        func stop() {
-            lock.withLock { stoppedEarly = true }
-            cancel()
-        }
-
-        var isStopped: Bool { lock.withLock { stoppedEarly } }
-
-        /// Waits for every task not forgotten, whatever their outcome.
-        func finish() async {
-            for entry in lock.withLock({ Array(tasks.values) }) { await entry.end() }
+            channel.finish()
+        } catch {
+            channel.fail(error)
         }
     }
 }

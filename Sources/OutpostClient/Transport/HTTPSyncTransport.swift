@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import NIOFoundationCompat
 import NIOHTTP1
+import OutpostConcurrency
 import OutpostProtocol
 
 /// The default transport: HTTP and JSON over AsyncHTTPClient, streaming pulls. `URLSessionSyncTransport`
@@ -14,7 +15,8 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     private let client: HTTPClient
     private let timeout: TimeAmount
     /// Ends answers that fall silent for as long as `timeout`.
-    private let silence: SilenceWatch
+    private let silence: DeadlineWatch
+    private let silenceLimit: Duration
 
     /// - Parameters:
     ///   - baseURL: the server, such as `http://127.0.0.1:8080`.
@@ -33,7 +35,10 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         self.bearer = BearerToken(token, credentials: credentials)
         self.client = client
         self.timeout = .nanoseconds(timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
-        self.silence = SilenceWatch(limit: timeout, clock: clock)
+        // A quarter of the limit between looks: a silent answer ends between one and one and a quarter limits
+        // after the last piece heard.
+        self.silence = DeadlineWatch(clock: clock, tick: timeout / 4)
+        self.silenceLimit = timeout
     }
 
     /// A client configured for field devices: a refused connection fails at once instead of being retried
@@ -128,6 +133,17 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         }
     }
 
+    /// Runs `operation`, ended with a retryable network error once the server falls silent for the limit.
+    private func untilSilent<T: Sendable>(
+        _ operation: @escaping @Sendable (_ heard: DeadlineWatch.Hearing) async throws -> T
+    ) async throws -> T {
+        let limit = silenceLimit
+        return try await silence.endingSilence(after: limit, operation) {
+            TransportError(
+                kind: .network, message: "the server fell silent for \(limit.components.seconds) s in the middle of its answer")
+        }
+    }
+
     /// One exchange with `token`.
     private func sendOnce<T>(
         _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?, token: String,
@@ -135,7 +151,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     ) async throws -> T {
         let request = try makeRequest(method, path: path, query: query, body: body, token: token)
         let (client, timeout) = (client, timeout)
-        let (response, bytes) = try await silence.run { heard in
+        let (response, bytes) = try await untilSilent { heard in
             do {
                 let response = try await client.execute(request, timeout: timeout)
                 heard()
@@ -175,7 +191,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     private static let maxAnswerBytes = 256 * 1024 * 1024
 
     /// An answer's whole body, each piece heard as it comes.
-    private static func collect(_ body: HTTPClientResponse.Body, heard: SilenceWatch.Hearing) async throws -> ByteBuffer {
+    private static func collect(_ body: HTTPClientResponse.Body, heard: DeadlineWatch.Hearing) async throws -> ByteBuffer {
         var bytes = ByteBuffer()
         for try await piece in body {
             heard()
@@ -199,7 +215,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
                 var ndjson = try makeRequest(.GET, path: "/v1/pull", query: query, body: nil, token: token)
                 ndjson.headers.replaceOrAdd(name: "Accept", value: "application/x-ndjson")
                 let (client, timeout, request) = (client, timeout, ndjson)
-                try await silence.run { heard in
+                try await untilSilent { heard in
                     let response: HTTPClientResponse
                     do {
                         response = try await client.execute(request, timeout: timeout)
@@ -215,7 +231,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
 
     /// The pages of a pull's answer: lines of a stream, or one page from a server that predates streams.
     private static func readPages<Page>(
-        of response: HTTPClientResponse, decode: ([UInt8]) throws -> Page, heard: SilenceWatch.Hearing,
+        of response: HTTPClientResponse, decode: ([UInt8]) throws -> Page, heard: DeadlineWatch.Hearing,
         _ deliver: (Page) async throws -> Void
     ) async throws {
         guard (200..<300).contains(response.status.code) else {

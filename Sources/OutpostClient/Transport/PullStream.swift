@@ -1,15 +1,24 @@
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostProtocol
 
 /// Pulls read from streams of pages (``BulkSyncTransport/pullPageStream(collection:scope:cursor:limit:pages:)``, or
 /// ``BulkSyncTransport/pullStream(collection:scope:cursor:limit:pages:)``): each page asked for is the stream's next when
 /// the stream stands at its cursor, and a new stream starts from the cursor otherwise (the first page, or after a
 /// stream ended with more to come). Asked for by one task at a time: a refresh or a pull takes its pages in order.
+///
+/// Unchecked: the open stream's iterator is used by that one task at a time; the lock guards only which stream is
+/// open, against ``close()``.
 final class PullStream<Page: Sendable>: @unchecked Sendable {
+    private struct Current {
+        var iterator: AsyncThrowingStream<Page, any Error>.AsyncIterator
+        var at: String?
+    }
+
     private let open: @Sendable (String?) -> AsyncThrowingStream<Page, any Error>
     private let cursorOf: @Sendable (Page) -> String
-    private let lock = NSLock()
-    private var current: (iterator: AsyncThrowingStream<Page, any Error>.AsyncIterator, at: String?)?
+    private let lock = NIOLock()
+    private var current: Current?
 
     /// - Parameters:
     ///   - cursor: where the pull after a page continues.
@@ -35,7 +44,7 @@ final class PullStream<Page: Sendable>: @unchecked Sendable {
                 throw error
             }
             if let page = next {
-                lock.withLock { self.current = (iterator, cursorOf(page)) }
+                lock.withLock { self.current = Current(iterator: iterator, at: cursorOf(page)) }
                 return page
             }
         }
@@ -48,7 +57,7 @@ final class PullStream<Page: Sendable>: @unchecked Sendable {
             try Task.checkCancellation()
             throw TransportError(kind: .invalidResponse, message: "the server's stream of changes was empty")
         }
-        lock.withLock { self.current = (iterator, cursorOf(page)) }
+        lock.withLock { self.current = Current(iterator: iterator, at: cursorOf(page)) }
         return page
     }
 

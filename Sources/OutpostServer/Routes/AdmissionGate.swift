@@ -1,6 +1,7 @@
 import Hummingbird
 import NIOConcurrencyHelpers
 import NIOCore
+import OutpostConcurrency
 
 /// Lets at most `limit` requests run at once; the others wait their turn, first come first served.
 ///

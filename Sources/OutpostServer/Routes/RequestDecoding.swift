@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import NIOConcurrencyHelpers
+import OutpostConcurrency
 import OutpostProtocol
 
 /// Reads and decodes request bodies and query parameters, turning every failure into a clear 4xx.

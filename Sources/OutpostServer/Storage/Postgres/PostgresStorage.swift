@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import OutpostConcurrency
 import OutpostProtocol
 import PostgresNIO
 import ServiceLifecycle

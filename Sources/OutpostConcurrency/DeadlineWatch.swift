@@ -2,19 +2,22 @@ import Foundation
 import NIOConcurrencyHelpers
 
 /// Runs an action when a deadline passes, for many operations at once, with one task that wakes every
-/// `tick` while any deadline is pending, and none otherwise.
+/// `tick` while any deadline is pending, and none otherwise. A deadline fires up to one `tick` late.
 ///
-/// A sleeping task per operation would do the same, but on Linux a cancelled `Task.sleep` keeps its task and
-/// its dispatch timer until the time it was to wake: 20 s timeouts at 600 requests a second held about 14 MB
-/// of finished operations' timers. Here a finished operation removes its entry, and the memory goes with it.
-/// A deadline fires up to one `tick` late.
+/// It bounds the server's PostgreSQL operations and request bodies (``bounded(_:_:timedOut:)``), and ends the
+/// device's calls whose answer falls silent (``endingSilence(after:_:silenced:)``).
+///
+/// Home-made, because a sleeping task per operation keeps its memory after the operation ends: on Linux a
+/// cancelled `Task.sleep` keeps its task and dispatch timer until the time it was to wake. Here a finished
+/// operation removes its entry, and the memory goes with it.
 package final class DeadlineWatch: Sendable {
     package struct Entry: Hashable, Sendable {
         fileprivate let id: UInt64
     }
 
     private struct Pending {
-        var deadline: Duration
+        /// Since the watch was made; nil while held (see ``hold(_:)``).
+        var deadline: Duration?
         var action: @Sendable () -> Void
     }
 
@@ -65,13 +68,24 @@ package final class DeadlineWatch: Sendable {
         state.withLockedValue { _ = $0.pending.removeValue(forKey: entry.id) }
     }
 
+    /// Moves a pending deadline to `delay` from now, held or not; harmless once it has fired.
+    package func postpone(_ entry: Entry, by delay: Duration) {
+        let deadline = elapsed() + delay
+        state.withLockedValue { $0.pending[entry.id]?.deadline = deadline }
+    }
+
+    /// Holds a pending deadline: it does not fire until ``postpone(_:by:)`` sets it again.
+    package func hold(_ entry: Entry) {
+        state.withLockedValue { $0.pending[entry.id]?.deadline = nil }
+    }
+
     /// Wakes every tick and runs what is due; ends once nothing is pending (the next deadline starts it again).
     private func watch() async {
         while true {
             try? await sleep(tick)
             let now = elapsed()
             let (due, done) = state.withLockedValue { state -> ([@Sendable () -> Void], Bool) in
-                let dueIds = state.pending.compactMap { $0.value.deadline <= now ? $0.key : nil }
+                let dueIds = state.pending.compactMap { entry in entry.value.deadline.map { $0 <= now } == true ? entry.key : nil }
                 let due = dueIds.compactMap { state.pending.removeValue(forKey: $0)?.action }
                 if state.pending.isEmpty { state.watching = false }
                 return (due, state.pending.isEmpty)
@@ -106,6 +120,57 @@ extension DeadlineWatch {
         } onCancel: {
             operation.cancel()
         }
+    }
+}
+
+extension DeadlineWatch {
+    /// What a call tells the watch that ends it when it falls silent: that it heard a piece of the answer (call
+    /// it as a function), and when it rests.
+    package struct Hearing: Sendable {
+        fileprivate let watch: DeadlineWatch
+        fileprivate let entry: Entry
+        fileprivate let limit: Duration
+
+        package func callAsFunction() {
+            watch.postpone(entry, by: limit)
+        }
+
+        /// Runs `body`, a wait that is not the other side's silence (a stream waiting for its consumer to take
+        /// what it read); the silence counts again from its end.
+        package func resting<T>(_ body: () async throws -> T) async rethrows -> T {
+            watch.hold(entry)
+            defer { watch.postpone(entry, by: limit) }
+            return try await body()
+        }
+    }
+
+    /// Runs `operation` in a task of its own, which is cancelled once it has heard nothing for `limit` (up to a
+    /// `tick` more); the call then throws `silenced()`, however the operation ended. The caller's cancellation
+    /// reaches the operation too.
+    ///
+    /// An HTTP client's deadline bounds only the wait for an answer's head; this bounds the silence of the rest.
+    package func endingSilence<T: Sendable>(
+        after limit: Duration, _ operation: @escaping @Sendable (_ heard: Hearing) async throws -> T,
+        silenced: @escaping @Sendable () -> any Error
+    ) async throws -> T {
+        let silent = NIOLockedValueBox(false)
+        let running = NIOLockedValueBox<Task<T, any Error>?>(nil)
+        // Scheduled before the operation starts, so that a rest at its very start is seen.
+        let entry = schedule(after: limit) {
+            silent.withLockedValue { $0 = true }
+            running.withLockedValue { $0 }?.cancel()
+        }
+        defer { cancel(entry) }
+        let task = Task { try await operation(Hearing(watch: self, entry: entry, limit: limit)) }
+        running.withLockedValue { $0 = task }
+        if silent.withLockedValue({ $0 }) { task.cancel() }
+        let result = await withTaskCancellationHandler {
+            await task.result
+        } onCancel: {
+            task.cancel()
+        }
+        if silent.withLockedValue({ $0 }) { throw silenced() }
+        return try result.get()
     }
 }
 
