@@ -110,118 +110,155 @@ extension LocalStore {
     /// ``writeUnflushed(_:)``).
     func apply(_ results: [(OutboxEntry, MutationResult)], at date: Date) async throws {
         let sealer = self.sealer
+        let decision = Self.decide(results)
+        let through = results.map(\.0.seq).max() ?? 0
         try await perform {
             try self.writeUnflushed { db in
-                let now = Timestamp(date).millisecondsSince1970
-                var touched: [RecordKey: Outcome] = [:]
-                // The time of each touched record's last entry in this chunk.
-                var lastEntry: [RecordKey: Int64] = [:]
-                // Confirmed entries go in one statement at the end; cached: compiling a statement per entry
-                // cost more than running it.
-                var confirmed: [Int64] = []
-                confirmed.reserveCapacity(results.count)
-                let setAside = try db.cachedStatement(
-                    sql: """
-                        UPDATE outbox SET state = ?, attempts = attempts + 1, last_attempt = ?,
-                                          first_attempt = coalesce(first_attempt, ?)
-                        WHERE seq = ?
-                        """)
-                for (entry, result) in results {
-                    let key = RecordKey(entry.mutation)
-                    var outcome = touched[key] ?? Outcome()
-                    let status = result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status
-                    switch status {
-                    case .applied, .duplicate:
-                        confirmed.append(entry.seq)
-                        outcome.version = result.version ?? outcome.version
-                    case .conflict:
-                        confirmed.append(entry.seq)
-                        outcome.version = result.version ?? outcome.version
-                        outcome.conflict = result.conflict
-                        let fields = result.conflict?.fields.joined(separator: ", ") ?? "a protected field"
-                        outcome.error = "Conflict: \(fields) changed on the server; the server kept its value"
-                        outcome.code = "conflict"
-                        outcome.status = .rejected
-                    case .rejected:
-                        let retriable = Self.isRetriable(result.error?.code)
-                        try setAside.execute(arguments: [retriable ? "pending" : "rejected", now, now, entry.seq])
-                        outcome.error = retriable ? Self.clockAheadMessage : result.error?.message ?? "rejected by the server"
-                        outcome.code = result.error?.code.rawValue
-                        if outcome.status != .rejected { outcome.status = retriable ? .failed : .rejected }
-                    }
-                    touched[key] = outcome
-                    lastEntry[key] = max(lastEntry[key] ?? .min, entry.mutation.clientTimestamp.millisecondsSince1970)
-                }
-                if !confirmed.isEmpty {
-                    let delete = RawStatement(
-                        try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))"),
-                        db: db)
-                    try delete.bind("[" + confirmed.map(String.init).joined(separator: ",") + "]", at: 1)
-                    try delete.execute()
-                }
-                // Most answers change only a record's plain columns: read those first. These two statements run
-                // once per record of the chunk, through SQLite's API: GRDB's arguments and rows around each were
-                // most of this transaction's time.
-                let readPlain = RawStatement(
-                    try db.cachedStatement(
-                        sql: "SELECT updated_at, sealed_detail FROM records WHERE collection = ? AND scope = ? AND record_id = ?"),
-                    db: db)
-                var updatedAt: [RecordKey: Int64] = [:]
-                var sealedDetail = Set<RecordKey>()
-                for key in touched.keys {
-                    try readPlain.bind(key.collection, at: 1)
-                    try readPlain.bind(key.scope, at: 2)
-                    try readPlain.bind(key.recordId, at: 3)
-                    // Unknown (NULL: a row from before the column) counts as holding one.
-                    guard let plain = try readPlain.firstRow({ row in (time: row.integer(0), sealed: row.integer(1)) })
-                    else { continue }
-                    updatedAt[key] = plain.time ?? 0
-                    if plain.sealed != 0 { sealedDetail.insert(key) }
-                }
-                let queued = try Self.stillQueued(
-                    updatedAt: updatedAt, lastEntry: lastEntry, through: results.map(\.0.seq).max() ?? 0, db: db)
-                let updatePlain = RawStatement(
-                    try db.cachedStatement(
-                        sql: """
-                            UPDATE records SET version = CASE WHEN ?1 IS NULL THEN version ELSE max(coalesce(version, 0), ?1) END,
-                                               last_sync_attempt = ?2, sync_status = coalesce(?3, sync_status)
-                            WHERE collection = ?4 AND scope = ?5 AND record_id = ?6
-                            """),
-                    db: db)
-                for (key, outcome) in touched where updatedAt[key] != nil {
-                    let stillQueued = queued[key] ?? 0
-                    // Confirmed, with no sync error or conflict in the sealed payload to clear (or with entries
-                    // still queued, which leave it as it is): the sealed payload stays as it is.
-                    if outcome.error == nil && (stillQueued > 0 || !sealedDetail.contains(key)) {
-                        try updatePlain.bind(outcome.version, at: 1)
-                        try updatePlain.bind(now, at: 2)
-                        try updatePlain.bind(stillQueued == 0 ? RecordSyncStatus.synced.rawValue : String?.none, at: 3)
-                        try updatePlain.bind(key.collection, at: 4)
-                        try updatePlain.bind(key.scope, at: 5)
-                        try updatePlain.bind(key.recordId, at: 6)
-                        try updatePlain.execute()
-                        continue
-                    }
-                    guard var record = try Self.record(db, collection: key.collection, scope: key.scope, recordId: key.recordId, sealer: sealer)
-                    else { continue }
-                    if let version = outcome.version { record.version = max(record.version ?? 0, version) }
-                    record.lastSyncAttempt = date
-                    if let error = outcome.error {
-                        record.syncStatus = outcome.status
-                        record.syncError = error
-                        record.syncErrorCode = outcome.code
-                        if let conflict = outcome.conflict { record.conflict = conflict }
-                    } else {
-                        // Entries still queued keep the record pending.
-                        record.syncStatus = stillQueued == 0 ? .synced : .pending
-                        record.syncError = nil
-                        record.syncErrorCode = nil
-                        record.conflict = nil
-                    }
-                    try Self.save(record, db: db, sealer: sealer)
-                }
+                try Self.store(decision, at: Timestamp(date).millisecondsSince1970, db: db)
+                try Self.storeRecords(decision, through: through, at: date, sealer: sealer, db: db)
             }
         }
+    }
+
+    /// What one chunk's answers decide, before anything is stored.
+    struct ChunkDecision {
+        /// Entries the server has: they leave the outbox.
+        var confirmed: [Int64] = []
+        /// Entries refused, and the state each keeps: `pending` for a refusal the device can outgrow, `rejected`
+        /// (set aside) for the others.
+        var refused: [(seq: Int64, state: String)] = []
+        /// What the answers did to each record.
+        var outcomes: [RecordKey: Outcome] = [:]
+        /// The device time of each record's last entry in the chunk.
+        var lastEntry: [RecordKey: Int64] = [:]
+    }
+
+    /// Decides, from the server's answers alone, what becomes of each entry and each record.
+    static func decide(_ results: [(OutboxEntry, MutationResult)]) -> ChunkDecision {
+        var decision = ChunkDecision()
+        decision.confirmed.reserveCapacity(results.count)
+        for (entry, result) in results {
+            let key = RecordKey(entry.mutation)
+            var outcome = decision.outcomes[key] ?? Outcome()
+            let status = result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status
+            switch status {
+            case .applied, .duplicate:
+                decision.confirmed.append(entry.seq)
+                outcome.version = result.version ?? outcome.version
+            case .conflict:
+                decision.confirmed.append(entry.seq)
+                outcome.version = result.version ?? outcome.version
+                outcome.conflict = result.conflict
+                let fields = result.conflict?.fields.joined(separator: ", ") ?? "a protected field"
+                outcome.error = "Conflict: \(fields) changed on the server; the server kept its value"
+                outcome.code = "conflict"
+                outcome.status = .rejected
+            case .rejected:
+                let retriable = isRetriable(result.error?.code)
+                decision.refused.append((entry.seq, retriable ? "pending" : "rejected"))
+                outcome.error = retriable ? clockAheadMessage : result.error?.message ?? "rejected by the server"
+                outcome.code = result.error?.code.rawValue
+                if outcome.status != .rejected { outcome.status = retriable ? .failed : .rejected }
+            }
+            decision.outcomes[key] = outcome
+            decision.lastEntry[key] = max(decision.lastEntry[key] ?? .min, entry.mutation.clientTimestamp.millisecondsSince1970)
+        }
+        return decision
+    }
+
+    /// Stores what becomes of the chunk's entries: confirmed ones deleted, refused ones kept with their state.
+    private static func store(_ decision: ChunkDecision, at now: Int64, db: Database) throws {
+        // Cached: compiling a statement per entry cost more than running it.
+        let refuse = try db.cachedStatement(
+            sql: """
+                UPDATE outbox SET state = ?, attempts = attempts + 1, last_attempt = ?,
+                                  first_attempt = coalesce(first_attempt, ?)
+                WHERE seq = ?
+                """)
+        for (seq, state) in decision.refused {
+            try refuse.execute(arguments: [state, now, now, seq])
+        }
+        guard !decision.confirmed.isEmpty else { return }
+        // Confirmed entries go in one statement.
+        let delete = RawStatement(
+            try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))"), db: db)
+        try delete.bind("[" + decision.confirmed.map(String.init).joined(separator: ",") + "]", at: 1)
+        try delete.execute()
+    }
+
+    /// Stores what becomes of the chunk's records, once its entries are stored: each one's version, status and
+    /// sync error, synced only when none of its entries remain (entries up to `through` were in the chunk).
+    private static func storeRecords(
+        _ decision: ChunkDecision, through: Int64, at date: Date, sealer: Sealer, db: Database
+    ) throws {
+        let now = Timestamp(date).millisecondsSince1970
+        let (updatedAt, sealedDetail) = try plainColumns(of: decision.outcomes.keys, db: db)
+        let queued = try stillQueued(updatedAt: updatedAt, lastEntry: decision.lastEntry, through: through, db: db)
+        let updatePlain = RawStatement(
+            try db.cachedStatement(
+                sql: """
+                    UPDATE records SET version = CASE WHEN ?1 IS NULL THEN version ELSE max(coalesce(version, 0), ?1) END,
+                                       last_sync_attempt = ?2, sync_status = coalesce(?3, sync_status)
+                    WHERE collection = ?4 AND scope = ?5 AND record_id = ?6
+                    """),
+            db: db)
+        for (key, outcome) in decision.outcomes where updatedAt[key] != nil {
+            let stillQueued = queued[key] ?? 0
+            // Confirmed, with no sync error or conflict in the sealed payload to clear (or with entries still
+            // queued, which leave it as it is): the sealed payload stays as it is.
+            if outcome.error == nil && (stillQueued > 0 || !sealedDetail.contains(key)) {
+                try updatePlain.bind(outcome.version, at: 1)
+                try updatePlain.bind(now, at: 2)
+                try updatePlain.bind(stillQueued == 0 ? RecordSyncStatus.synced.rawValue : String?.none, at: 3)
+                try updatePlain.bind(key.collection, at: 4)
+                try updatePlain.bind(key.scope, at: 5)
+                try updatePlain.bind(key.recordId, at: 6)
+                try updatePlain.execute()
+                continue
+            }
+            guard var record = try Self.record(db, collection: key.collection, scope: key.scope, recordId: key.recordId, sealer: sealer)
+            else { continue }
+            if let version = outcome.version { record.version = max(record.version ?? 0, version) }
+            record.lastSyncAttempt = date
+            if let error = outcome.error {
+                record.syncStatus = outcome.status
+                record.syncError = error
+                record.syncErrorCode = outcome.code
+                if let conflict = outcome.conflict { record.conflict = conflict }
+            } else {
+                // Entries still queued keep the record pending.
+                record.syncStatus = stillQueued == 0 ? .synced : .pending
+                record.syncError = nil
+                record.syncErrorCode = nil
+                record.conflict = nil
+            }
+            try Self.save(record, db: db, sealer: sealer)
+        }
+    }
+
+    /// Each record's `updated_at`, and whether its sealed payload holds a sync error or conflict, for the records
+    /// that exist. Most answers change only a record's plain columns: those are read first, through SQLite's API,
+    /// since GRDB's arguments and rows around each were most of the transaction's time.
+    private static func plainColumns(
+        of keys: some Collection<RecordKey>, db: Database
+    ) throws -> (updatedAt: [RecordKey: Int64], sealedDetail: Set<RecordKey>) {
+        let readPlain = RawStatement(
+            try db.cachedStatement(
+                sql: "SELECT updated_at, sealed_detail FROM records WHERE collection = ? AND scope = ? AND record_id = ?"),
+            db: db)
+        var updatedAt: [RecordKey: Int64] = [:]
+        var sealedDetail = Set<RecordKey>()
+        for key in keys {
+            try readPlain.bind(key.collection, at: 1)
+            try readPlain.bind(key.scope, at: 2)
+            try readPlain.bind(key.recordId, at: 3)
+            // Unknown (NULL: a row from before the column) counts as holding one.
+            guard let plain = try readPlain.firstRow({ row in (time: row.integer(0), sealed: row.integer(1)) })
+            else { continue }
+            updatedAt[key] = plain.time ?? 0
+            if plain.sealed != 0 { sealedDetail.insert(key) }
+        }
+        return (updatedAt, sealedDetail)
     }
 
     /// What one chunk's answers did to one record.

@@ -229,12 +229,9 @@ public actor SyncEngine {
             publish()
         }
         var summary = SyncSummary()
-        var reasons: [String: Int] = [:]
+        var tally = SyncTally()
         let total = records == nil ? try await store.outboxCount() : 0
         var sent = 0
-        var synced = Set<RecordKey>()
-        var failed = Set<RecordKey>()
-        var refused = Set<RecordKey>()
         var statusCounted = Date.distantPast
         // One chunk's answer is stored while the next chunk travels, and the next chunk is read while this one
         // travels: device and server work at the same time instead of in turn. A chunk still goes out only
@@ -270,19 +267,7 @@ public actor SyncEngine {
                     _ = try? await following
                     try await storing?.value
                     storing = nil
-                    let message = Self.describe(error)
-                    // Marked failed with the reason, the entries stay queued: a refused token loses nothing, and
-                    // they go out at the first sync after a sign-in.
-                    try await store.markUndelivered(error: message, at: now())
-                    summary.requiresSignIn = error.requiresSignIn
-                    summary.failed = try await store.counts().failed
-                    reasons[message, default: 0] += 1
-                    summary.reasons = reasons.sorted { $0.value > $1.value }.map(\.key)
-                    summary.synced = synced.subtracting(refused).count
-                    summary.rejected = refused.count
-                    try await refreshStatus()
-                    await afterSync()
-                    return summary
+                    return try await endUndelivered(error, tally: tally, summary: summary)
                 }
                 guard response.results.count == chunk.count else {
                     _ = try? await following
@@ -294,25 +279,7 @@ public actor SyncEngine {
                 let store = self.store
                 let answeredAt = now()
                 storing = Task { try await store.apply(pairs, at: answeredAt) }
-                for (entry, result) in pairs {
-                    let key = RecordKey(entry.mutation)
-                    switch result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status {
-                    case .applied, .duplicate:
-                        synced.insert(key)
-                    case .conflict:
-                        refused.insert(key)
-                        synced.remove(key)
-                        reasons["Conflict on a protected field", default: 0] += 1
-                    case .rejected where LocalStore.isRetriable(result.error?.code):
-                        failed.insert(key)
-                        synced.remove(key)
-                        reasons[LocalStore.clockAheadMessage, default: 0] += 1
-                    case .rejected:
-                        refused.insert(key)
-                        synced.remove(key)
-                        reasons[result.error?.message ?? "rejected by the server", default: 0] += 1
-                    }
-                }
+                tally.count(pairs)
                 sent += chunk.count
                 summary.chunks += 1
                 status.lastSyncAt = now()
@@ -340,13 +307,31 @@ public actor SyncEngine {
             try? await refreshStatus()
             throw error
         }
-        summary.synced = synced.subtracting(failed).subtracting(refused).count
-        summary.rejected = refused.count
-        summary.failed = failed.subtracting(refused).count
-        summary.reasons = reasons.sorted { $0.value > $1.value }.map(\.key)
+        summary.synced = tally.synced.subtracting(tally.failed).subtracting(tally.refused).count
+        summary.rejected = tally.refused.count
+        summary.failed = tally.failed.subtracting(tally.refused).count
+        summary.reasons = tally.reasonsByFrequency
         status.lastSyncAt = now()
         try await refreshStatus()
         if summary.chunks > 0 { try? await store.checkpoint() }
+        await afterSync()
+        return summary
+    }
+
+    /// Ends a sync whose push could not be delivered: the entries stay queued, marked failed with the reason,
+    /// so that a refused token loses nothing and they go out at the first sync after a sign-in.
+    private func endUndelivered(_ error: TransportError, tally: SyncTally, summary: SyncSummary) async throws -> SyncSummary {
+        var tally = tally
+        var summary = summary
+        let message = Self.describe(error)
+        try await store.markUndelivered(error: message, at: now())
+        summary.requiresSignIn = error.requiresSignIn
+        summary.failed = try await store.counts().failed
+        tally.reasons[message, default: 0] += 1
+        summary.reasons = tally.reasonsByFrequency
+        summary.synced = tally.synced.subtracting(tally.refused).count
+        summary.rejected = tally.refused.count
+        try await refreshStatus()
         await afterSync()
         return summary
     }
@@ -504,4 +489,40 @@ public actor SyncEngine {
             return "The server sent an answer this app does not understand"
         }
     }
+}
+
+/// What a sync's answers said, record by record, for its summary: the last answer about a record decides.
+struct SyncTally {
+    var synced = Set<RecordKey>()
+    /// Refused for a time the device can outgrow; still queued.
+    var failed = Set<RecordKey>()
+    /// Refused, or kept by the server in a conflict.
+    var refused = Set<RecordKey>()
+    /// Each reason given, with how many answers gave it.
+    var reasons: [String: Int] = [:]
+
+    mutating func count(_ answers: [(OutboxEntry, MutationResult)]) {
+        for (entry, result) in answers {
+            let key = RecordKey(entry.mutation)
+            switch result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status {
+            case .applied, .duplicate:
+                synced.insert(key)
+            case .conflict:
+                refused.insert(key)
+                synced.remove(key)
+                reasons["Conflict on a protected field", default: 0] += 1
+            case .rejected where LocalStore.isRetriable(result.error?.code):
+                failed.insert(key)
+                synced.remove(key)
+                reasons[LocalStore.clockAheadMessage, default: 0] += 1
+            case .rejected:
+                refused.insert(key)
+                synced.remove(key)
+                reasons[result.error?.message ?? "rejected by the server", default: 0] += 1
+            }
+        }
+    }
+
+    /// The reasons, the most frequent first.
+    var reasonsByFrequency: [String] { reasons.sorted { $0.value > $1.value }.map(\.key) }
 }
