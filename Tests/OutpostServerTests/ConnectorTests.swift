@@ -418,9 +418,9 @@ struct ConnectorTests {
     @Test("the same changes sent again carry the same delivery id; other changes, another connector or a replay another")
     func deliveryIds() throws {
         let connector = Self.connector(url: "https://example.org/hook")
-        let row = SnapshotRow(
+        let row = RecordRow(
             collection: "notes", recordId: "n1", scope: "", version: 1, fieldsJSON: #"{"t":"x"}"#, createdAt: 0, updatedAt: 0)
-        let page = PulledChanges(records: [row], cursor: PullCursor(xid: 0, seq: 1), hasMore: false)
+        let page = PulledChanges(changes: [row], cursor: PullCursor(xid: 0, seq: 1), hasMore: false)
         func batch(_ connector: Connector, through end: PullCursor = PullCursor(xid: 0, seq: 1)) throws -> ConnectorBatch {
             try ConnectorDelivery<SQLiteStorage>.batch(connector, page, through: end, received: [:], sealer: Self.sealer)
         }

@@ -19,7 +19,7 @@ struct PostgresGapFreeTests {
             // then a reader sees neither yet: the fast change waits behind the open transaction,
             let during = try await fast.pull(
                 tenant: "acme", collection: "notes", scope: nil, after: .start, limit: 100)
-            #expect(during.records.isEmpty)
+            #expect(during.changes.isEmpty)
             // and once the slow writer commits, the reader, continuing from its cursor, gets both.
             await gate.open()
             _ = try await slowPush.value

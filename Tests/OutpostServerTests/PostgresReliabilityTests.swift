@@ -52,13 +52,13 @@ struct PostgresReliabilityTests {
                         while state != target && ContinuousClock.now < deadline {
                             let page = try await storage.pull(
                                 tenant: "acme", collection: "notes", scope: nil, after: cursor, limit: 500)
-                            for record in page.records {
+                            for record in page.changes {
                                 #expect(record.version >= (state[record.recordId] ?? 0))
                                 state[record.recordId] = record.version
                             }
                             #expect(page.cursor >= cursor)
                             cursor = page.cursor
-                            if page.records.isEmpty { try await Task.sleep(for: .milliseconds(5)) }
+                            if page.changes.isEmpty { try await Task.sleep(for: .milliseconds(5)) }
                         }
                         return state
                     }

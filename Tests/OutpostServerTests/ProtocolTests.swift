@@ -259,7 +259,7 @@ struct StreamedPullBodyTests {
     }
 
     static func page(_ seq: Int64, hasMore: Bool) -> PulledChanges {
-        PulledChanges(records: [], cursor: PullCursor(xid: 0, seq: seq), hasMore: hasMore)
+        PulledChanges(changes: [], cursor: PullCursor(xid: 0, seq: seq), hasMore: hasMore)
     }
 
     static func lines(_ response: Response) async throws -> [String] {

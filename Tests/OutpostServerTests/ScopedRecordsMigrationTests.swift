@@ -23,11 +23,11 @@ struct ScopedRecordsMigrationTests {
         let own = try await storage.pull(
             tenant: "acme", collection: "activities", scope: nil, owner: "ana", after: .start, limit: 10,
             maxBytes: 1 << 20)
-        #expect(own.records.map(\.recordId) == ["a1"])
+        #expect(own.changes.map(\.recordId) == ["a1"])
         let others = try await storage.pull(
             tenant: "acme", collection: "activities", scope: nil, owner: "ben", after: .start, limit: 10,
             maxBytes: 1 << 20)
-        #expect(others.records.isEmpty)
+        #expect(others.changes.isEmpty)
         // Ben may not change Ana's activity: its owner came from its first mutation.
         let refused = try await storage.push(
             [Fixtures.upsert("a1", ["notes": "mine"], at: 50, collection: "activities", device: "dev-b")],

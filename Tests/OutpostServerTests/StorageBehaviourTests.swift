@@ -126,7 +126,7 @@ struct StorageBehaviourTests {
             #expect(all.records.last?.tombstone == true)
             let nothing = try await storage.pull(
                 tenant: "acme", collection: "notes", scope: nil, after: all.cursor, limit: 10)
-            #expect(nothing.records.isEmpty)
+            #expect(nothing.changes.isEmpty)
             #expect(!nothing.hasMore)
             #expect(nothing.cursor == all.cursor)
             // A later change comes after the cursor.
@@ -144,8 +144,8 @@ struct StorageBehaviourTests {
             try await storage.settle()
             let page = try await storage.pull(
                 tenant: "acme", collection: "guests", scope: "ev-1", after: .start, limit: 10)
-            let row = try #require(page.records.first)
-            #expect(page.records.count == 1 && !page.hasMore)
+            let row = try #require(page.changes.first)
+            #expect(page.changes.count == 1 && !page.hasMore)
             #expect(row.collection == "guests" && row.recordId == "g1" && row.scope == "ev-1")
             #expect(row.version == 2 && !row.tombstone)
             #expect(try row.change().fields == ["event_id": "ev-1", "name": "Ana", "note": "late"])
@@ -191,13 +191,13 @@ struct StorageBehaviourTests {
             try await storage.settle()
             let first = try await storage.pull(
                 tenant: "acme", collection: "guests", scope: nil, after: .start, limit: 100, maxBytes: 1000)
-            #expect(first.records.count == 4 && first.hasMore)
+            #expect(first.changes.count == 4 && first.hasMore)
             let all = try await storage.pullAll(collection: "guests", limit: 100, maxBytes: 1000)
             #expect(all.records.map(\.recordId) == (0..<10).map { String(format: "g%02d", $0) })
             // One record larger than a page still goes, alone.
             let single = try await storage.pull(
                 tenant: "acme", collection: "guests", scope: nil, after: .start, limit: 100, maxBytes: 10)
-            #expect(single.records.count == 1 && single.hasMore)
+            #expect(single.changes.count == 1 && single.hasMore)
 
             var snapshot: [String] = []
             var after: RecordPosition?
@@ -427,7 +427,7 @@ struct StorageBehaviourTests {
                         while state != target && ContinuousClock.now < deadline {
                             let page = try await storage.pull(
                                 tenant: "acme", collection: "notes", scope: nil, after: cursor, limit: 13)
-                            for record in page.records {
+                            for record in page.changes {
                                 #expect(record.version >= (state[record.recordId] ?? 0))
                                 state[record.recordId] = record.version
                             }

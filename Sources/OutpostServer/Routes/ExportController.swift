@@ -42,7 +42,7 @@ struct ExportController<Storage: SyncStorage> {
             let page = try await storage.pull(
                 tenant: identity.tenant, collection: policy.name, scope: scope, owner: policy.readOwner(for: identity),
                 after: cursor, limit: configuration.pullMaxLimit, maxBytes: configuration.pageMaxBytes)
-            let live = page.records.filter { !$0.tombstone }
+            let live = page.changes.filter { !$0.tombstone }
             let received = try await storage.receivedTimes(
                 tenant: identity.tenant, collection: policy.name, recordIds: live.map(\.recordId))
             for record in live {
@@ -85,7 +85,7 @@ struct ExportRow {
     var receivedAt: Timestamp?
     var fields: [String: JSONValue]
 
-    init(_ record: SnapshotRow) throws {
+    init(_ record: RecordRow) throws {
         guard case .object(let fields) = try JSONValue(parsing: Array(record.fieldsJSON.utf8)) else {
             throw OutpostHTTPError(.internalServerError, .internalError, "a stored record's fields are not an object")
         }

@@ -154,10 +154,10 @@ struct SyncController<Storage: SyncStorage> {
     }
 
     private static func pageBytes(_ page: PulledChanges, token: (PullCursor) -> String) throws -> [UInt8] {
-        let rows = page.records
+        let rows = page.changes
         return try PullResponse.jsonBytes(count: rows.count, cursor: token(page.cursor), hasMore: page.hasMore) {
             (output: inout [UInt8]) throws(JSONSyntaxError) in
-            try SnapshotRow.writeJSON(rows, to: &output)
+            try RecordRow.writeJSON(rows, to: &output)
         }
     }
 
@@ -221,7 +221,7 @@ struct SyncController<Storage: SyncStorage> {
             bytes: try SnapshotResponse.jsonBytes(
                 count: page.count, total: state.total, continuation: continuation, cursor: isLast ? state.cursor : nil
             ) { (output: inout [UInt8]) throws(JSONSyntaxError) in
-                try SnapshotRow.writeJSON(page, to: &output)
+                try RecordRow.writeJSON(page, to: &output)
             })
     }
 }

@@ -5,7 +5,7 @@ import ServiceLifecycle
 ///
 /// On SQLite, writes are serial and `seq` alone orders them. On PostgreSQL, `xid` is the writing
 /// transaction's id and `seq` breaks ties; a reader only delivers changes of transactions older than every
-/// transaction still running, so a slow writer's change is never skipped (see `Storage.docc`).
+/// transaction still running, so a slow writer's change is never skipped (the DocC article *Sync*, "Gap-free pulls", says why).
 package struct PullCursor: Sendable, Hashable, Comparable {
     package var xid: Int64
     package var seq: Int64
@@ -42,7 +42,7 @@ package struct PullCursor: Sendable, Hashable, Comparable {
 /// One page of a pull, straight from storage.
 package struct PulledChanges: Sendable {
     /// As stored: their fields text goes into the page as it is.
-    package var records: [SnapshotRow]
+    package var changes: [RecordRow]
     /// The cursor after the last record, or the request's cursor when there was none.
     package var cursor: PullCursor
     package var hasMore: Bool
@@ -104,7 +104,7 @@ package protocol SyncStorage: Service, MonitorStorage, SessionStorage, Notificat
     func snapshotPage(
         tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int,
         maxBytes: Int
-    ) async throws -> [SnapshotRow]
+    ) async throws -> [RecordRow]
 
     /// Every processed mutation of one record id, in client-time order: in one scope, or in every scope when
     /// `scope` is nil.

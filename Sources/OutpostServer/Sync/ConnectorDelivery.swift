@@ -127,7 +127,7 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
         let page = try await storage.pull(
             tenant: connector.tenant, collection: connector.collection, scope: connector.scope.isEmpty ? nil : connector.scope,
             owner: nil, after: connector.cursor, through: connector.pending, limit: batchSize, maxBytes: batchBytes)
-        guard !page.records.isEmpty else {
+        guard !page.changes.isEmpty else {
             guard let pending = connector.pending else { return .nothing }
             // Every change the batch not taken held has changed again since, past its end: it is sent in a later batch.
             let moved = try await storage.connectorDelivered(
@@ -141,7 +141,7 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
         let body: [UInt8]
         do {
             let received = try await storage.receivedTimes(
-                tenant: connector.tenant, collection: connector.collection, recordIds: page.records.map(\.recordId))
+                tenant: connector.tenant, collection: connector.collection, recordIds: page.changes.map(\.recordId))
             batch = try Self.batch(connector, page, through: end, received: received, sealer: try sealer())
             body = try ConnectorMessage.body(batch, format: connector.format)
         } catch let error as StorageError where error.code == .unavailable {
@@ -165,10 +165,10 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
         }
         let moved = try await storage.connectorDelivered(
             tenant: connector.tenant, id: connector.id, owner: owner, from: connector.cursor, to: end,
-            changes: page.records.count, at: milliseconds(now()))
+            changes: page.changes.count, at: milliseconds(now()))
         metrics.connectorBatches[true]?.increment()
         if moved {
-            metrics.connectorChanges.increment(by: Int64(page.records.count))
+            metrics.connectorChanges.increment(by: Int64(page.changes.count))
             if connector.isFailing {
                 logger.notice("connector delivering again", metadata: ["connector": "\(connector.id)", "collection": "\(connector.collection)"])
             }
@@ -207,7 +207,7 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
         let digest = SHA256.hash(data: Array("\(connector.tenant)\u{0}\(connector.id)\u{0}\(connector.replays)\u{0}\(positions)".utf8))
         let from = sealer.token(connector.cursor, tenant: connector.tenant)
         let to = sealer.token(end, tenant: connector.tenant)
-        let changes = try page.records.map { row in
+        let changes = try page.changes.map { row in
             let change = try row.change()
             return ConnectorChange(
                 recordId: change.recordId, scope: change.scope, version: change.version, tombstone: change.tombstone,

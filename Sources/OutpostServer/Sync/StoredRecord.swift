@@ -109,7 +109,7 @@ package struct StoredRecord: Sendable, Hashable {
 /// A record as a snapshot or pull page sends it, its fields still the JSON text storage holds: that text is
 /// written into the page as it is, since parsing and rewriting it was most of a page's cost. Every engine
 /// stores fields as compact JSON objects (`StorageCoding`). A tombstone's fields are sent empty.
-package struct SnapshotRow: Sendable, Hashable {
+package struct RecordRow: Sendable, Hashable {
     package var collection: String
     package var recordId: String
     package var scope: String
@@ -130,7 +130,7 @@ package struct SnapshotRow: Sendable, Hashable {
     }
 
     /// Rows as a JSON array.
-    static func writeJSON(_ rows: [SnapshotRow], to output: inout [UInt8]) throws(JSONSyntaxError) {
+    static func writeJSON(_ rows: [RecordRow], to output: inout [UInt8]) throws(JSONSyntaxError) {
         try JSONWriter.array(rows, to: &output) { (row, output: inout [UInt8]) throws(JSONSyntaxError) in
             try row.writeJSON(to: &output)
         }

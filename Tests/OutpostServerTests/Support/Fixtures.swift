@@ -133,7 +133,7 @@ extension SyncStorage {
     func snapshotPage(
         tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int
     )
-        async throws -> [SnapshotRow]
+        async throws -> [RecordRow]
     {
         try await snapshotPage(
             tenant: tenant, collection: collection, scope: scope, after: position, limit: limit,
@@ -151,7 +151,7 @@ extension SyncStorage {
         while true {
             let page = try await pull(
                 tenant: tenant, collection: collection, scope: scope, after: cursor, limit: limit, maxBytes: maxBytes)
-            records += try page.records.map { try $0.change() }
+            records += try page.changes.map { try $0.change() }
             cursor = page.cursor
             if !page.hasMore { return (records, cursor) }
         }

@@ -338,7 +338,7 @@ package struct PostgresStorage: SyncStorage {
                 let query = Self.pullQuery(
                     tenant: tenant, collection: collection, scope: scope, owner: owner, after: cursor, through: through,
                     horizon: horizon, limit: limit + 1)
-                var records: [SnapshotRow] = []
+                var records: [RecordRow] = []
                 var last = cursor
                 var hasMore = false
                 var bytes = 0
@@ -353,12 +353,12 @@ package struct PostgresStorage: SyncStorage {
                     }
                     bytes += fields.utf8.count
                     records.append(
-                        SnapshotRow(
+                        RecordRow(
                             collection: rowCollection, recordId: recordId, scope: rowScope, version: version,
                             tombstone: tombstone, fieldsJSON: fields, createdAt: createdAt, updatedAt: updatedAt))
                     last = PullCursor(xid: xid, seq: seq)
                 }
-                return PulledChanges(records: records, cursor: last, hasMore: hasMore)
+                return PulledChanges(changes: records, cursor: last, hasMore: hasMore)
             }
         }
     }
@@ -381,17 +381,17 @@ package struct PostgresStorage: SyncStorage {
     package func snapshotPage(
         tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int,
         maxBytes: Int
-    ) async throws -> [SnapshotRow] {
+    ) async throws -> [RecordRow] {
         try await guarded {
             let query = Self.snapshotPageQuery(
                 tenant: tenant, collection: collection, scope: scope, after: position, limit: limit)
-            var rows: [SnapshotRow] = []
+            var rows: [RecordRow] = []
             var bytes = 0
             for try await (collection, recordId, scope, version, fields, createdAt, updatedAt) in try await client.query(
                 query, logger: logger
             ).decode((String, String, String, Int64, String, Int64, Int64).self) {
                 rows.append(
-                    SnapshotRow(
+                    RecordRow(
                         collection: collection, recordId: recordId, scope: scope, version: version, fieldsJSON: fields,
                         createdAt: createdAt, updatedAt: updatedAt))
                 bytes += fields.utf8.count

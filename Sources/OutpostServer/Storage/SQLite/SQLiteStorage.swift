@@ -182,7 +182,7 @@ package struct SQLiteStorage: SyncStorage {
             arguments += [limit + 1]
             // Read in place, by position (the order of `changeColumns`): a pull can carry thousands of rows. The
             // statement is compiled once per connection: a device's refresh is a run of pulls.
-            var records: [SnapshotRow] = []
+            var records: [RecordRow] = []
             var last = cursor
             var hasMore = false
             var bytes = 0
@@ -195,12 +195,12 @@ package struct SQLiteStorage: SyncStorage {
                 let fields: String = row[5]
                 bytes += fields.utf8.count
                 records.append(
-                    SnapshotRow(
+                    RecordRow(
                         collection: row[0], recordId: row[1], scope: row[2], version: row[3], tombstone: row[4],
                         fieldsJSON: fields, createdAt: row[6], updatedAt: row[7]))
                 last = PullCursor(xid: 0, seq: row[8])
             }
-            return PulledChanges(records: records, cursor: last, hasMore: hasMore)
+            return PulledChanges(changes: records, cursor: last, hasMore: hasMore)
         }
     }
 
@@ -221,7 +221,7 @@ package struct SQLiteStorage: SyncStorage {
     package func snapshotPage(
         tenant: String, collection: String, scope: String?, after position: RecordPosition?, limit: Int,
         maxBytes: Int
-    ) async throws -> [SnapshotRow] {
+    ) async throws -> [RecordRow] {
         try await pool.read { db in
             var sql =
                 "SELECT collection, record_id, scope, version, fields, created_at, updated_at FROM records WHERE tenant = ? AND collection = ? AND tombstone = 0"
@@ -243,14 +243,14 @@ package struct SQLiteStorage: SyncStorage {
                 sql += " ORDER BY record_id, scope LIMIT ?"
             }
             arguments += [limit]
-            var rows: [SnapshotRow] = []
+            var rows: [RecordRow] = []
             var bytes = 0
             let cursor = try Row.fetchCursor(db.cachedStatement(sql: sql), arguments: arguments)
             while rows.isEmpty || bytes < maxBytes, let row = try cursor.next() {
                 let fields: String = row[4]
                 bytes += fields.utf8.count
                 rows.append(
-                    SnapshotRow(
+                    RecordRow(
                         collection: row[0], recordId: row[1], scope: row[2], version: row[3], fieldsJSON: fields,
                         createdAt: row[5], updatedAt: row[6]))
             }
