@@ -58,7 +58,10 @@ struct SealNonceTests {
         #expect(Set(nonces).count == 1000)
         #expect(Set(sealed).count == 1000)
         #expect(try sealer.open(sealed[7], context: "reference:guests/ev-1/g7") == plain)
-        #expect(throws: ClientError.self) { try sealer.open(sealed[7], context: "reference:guests/ev-1/g8") }
+        let refused = #expect(throws: ClientError.self) { try sealer.open(sealed[7], context: "reference:guests/ev-1/g8") }
+        // The message is the device's; swift-crypto's error is kept beneath it.
+        #expect(refused?.message == "a sealed payload does not open with this device's key")
+        #expect(refused?.underlying is CryptoKitError)
         // Two sealers on the same key (two stores opened) draw their own.
         let other = Sealer(key: sealer.key)
         #expect(!nonces.contains(Data(try other.seal(plain, context: "c").prefix(12))))

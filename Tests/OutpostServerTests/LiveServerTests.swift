@@ -341,13 +341,13 @@ struct LiveServerTests {
         }
     }
 
-    @Test("an unreachable server is a retryable network error")
+    @Test("an unreachable server is a retryable network error that keeps AsyncHTTPClient's error beneath")
     func unreachable() async throws {
         let transport = HTTPSyncTransport(baseURL: URL(string: "http://127.0.0.1:1")!, token: "t", timeout: .seconds(5))
-        await #expect {
-            _ = try await transport.health()
-        } throws: { error in
-            (error as? TransportError)?.kind == .network && (error as? TransportError)?.isRetryable == true
-        }
+        let error = await #expect(throws: TransportError.self) { _ = try await transport.health() }
+        #expect(error?.kind == .network)
+        #expect(error?.isRetryable == true)
+        #expect(error?.message == "the server could not be reached")
+        #expect(error?.underlying != nil)
     }
 }

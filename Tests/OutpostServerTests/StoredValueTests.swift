@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 import OutpostProtocol
 import PostgresNIO
@@ -34,5 +35,32 @@ struct StoredValueTests {
         } else if let postgres = storage as? PostgresStorage {
             try await postgres.client.query(PostgresQuery(unsafeSQL: sql), logger: postgres.logger)
         }
+    }
+}
+
+/// A storage error says what failed in words fit to log and answer, and keeps the engine's error beneath.
+@Suite("Storage errors")
+struct StorageErrorCauseTests {
+    struct Refused: Error {}
+
+    @Test("PostgreSQL's errors are translated to a message, and kept as the underlying error")
+    func postgresKeepsCause() {
+        let error = PostgresStorage.translate(Refused())
+        #expect(error.code == .unavailable)
+        #expect(error.message == "PostgreSQL is unreachable")
+        #expect(error.underlying is Refused)
+    }
+
+    @Test("a SQLite store that cannot be opened says where, and keeps GRDB's error")
+    func sqliteKeepsCause() throws {
+        // A file where the store's directory should be.
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-not-a-directory-\(UUID().uuidString)")
+        try Data("x".utf8).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let error = #expect(throws: StorageError.self) { _ = try SQLiteStorage(directory: file) }
+        #expect(error?.code == .configuration)
+        #expect(error?.message.contains(file.path) == true)
+        #expect(error?.underlying != nil)
+        #expect(error?.message.contains("SQLite error") == false)
     }
 }

@@ -7,6 +7,10 @@ import Testing
 
 @testable import OutpostServer
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 /// ``URLSessionSyncTransport`` against the real application on a real loopback socket, through FoundationNetworking.
 @Suite("URLSession transport")
 struct URLSessionTransportTests {
@@ -109,5 +113,6 @@ struct URLSessionTransportTests {
         let error = await #expect(throws: TransportError.self) { try await transport.health() }
         #expect(error?.kind == .network)
         #expect(error?.isRetryable == true)
+        #expect(error?.underlying is URLError)
     }
 }

@@ -71,7 +71,7 @@ struct Sealer: Sendable {
         } catch let error as ClientError {
             throw error
         } catch {
-            throw ClientError(.cannotDecrypt, "cannot seal a payload")
+            throw ClientError(.cannotDecrypt, "cannot seal a payload", underlying: error)
         }
     }
 
@@ -79,7 +79,7 @@ struct Sealer: Sendable {
         do {
             return try AES.GCM.open(AES.GCM.SealedBox(combined: sealed), using: key, authenticating: Array(context.utf8))
         } catch {
-            throw ClientError(.cannotDecrypt, "a sealed payload does not open with this device's key")
+            throw ClientError(.cannotDecrypt, "a sealed payload does not open with this device's key", underlying: error)
         }
     }
 
@@ -103,7 +103,7 @@ struct Sealer: Sendable {
         do {
             return try [String: JSONValue](parsingObject: data)
         } catch {
-            throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
+            throw ClientError(.cannotDecrypt, "a sealed payload does not decode", underlying: error)
         }
     }
 
@@ -112,7 +112,7 @@ struct Sealer: Sendable {
         do {
             return try JSONDecoder().decode(type, from: data)
         } catch {
-            throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
+            throw ClientError(.cannotDecrypt, "a sealed payload does not decode", underlying: error)
         }
     }
 }

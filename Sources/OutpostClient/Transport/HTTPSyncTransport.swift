@@ -159,7 +159,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
             } catch let error as TransportError {
                 throw error
             } catch {
-                throw TransportError(kind: .network, message: "the server could not be reached")
+                throw TransportError(kind: .network, message: "the server could not be reached", underlying: error)
             }
         }
         let data = Data(buffer: bytes)
@@ -220,7 +220,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
                     do {
                         response = try await client.execute(request, timeout: timeout)
                     } catch {
-                        throw TransportError(kind: .network, message: "the server could not be reached")
+                        throw TransportError(kind: .network, message: "the server could not be reached", underlying: error)
                     }
                     heard()
                     try await Self.readPages(of: response, decode: decode, heard: heard, deliver)
@@ -252,7 +252,8 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
                 return try decode(bytes)
             } catch {
                 throw TransportError(
-                    kind: .invalidResponse, status: status, message: "the server's answer is not Outpost's protocol")
+                    kind: .invalidResponse, status: status, message: "the server's answer is not Outpost's protocol",
+                    underlying: error)
             }
         }
         // A server that predates streams answers one page, as an ordinary pull.
@@ -263,7 +264,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
             } catch let error as TransportError {
                 throw error
             } catch {
-                throw TransportError(kind: .network, message: "the connection dropped during a pull")
+                throw TransportError(kind: .network, message: "the connection dropped during a pull", underlying: error)
             }
             let page = try page(Array(buffer: bytes))
             try await heard.resting { try await deliver(page) }
@@ -282,7 +283,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         } catch let error as TransportError {
             throw error
         } catch {
-            throw TransportError(kind: .network, message: "the connection dropped during a pull")
+            throw TransportError(kind: .network, message: "the connection dropped during a pull", underlying: error)
         }
         // A last line without its newline is a page cut short: the stream broke.
         guard !lines.holdsPartialLine else {

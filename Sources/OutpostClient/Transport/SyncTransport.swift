@@ -206,13 +206,17 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     public var status: Int?
     /// The server's error body, when it sent one.
     public var wire: WireError?
+    /// What a person is told; never the underlying error's text.
     public var message: String
+    /// The error beneath, for diagnostics: AsyncHTTPClient's or URLSession's, or a decoder's.
+    public var underlying: (any Error)?
 
-    public init(kind: Kind, status: Int? = nil, wire: WireError? = nil, message: String) {
+    public init(kind: Kind, status: Int? = nil, wire: WireError? = nil, message: String, underlying: (any Error)? = nil) {
         self.kind = kind
         self.status = status
         self.wire = wire
         self.message = message
+        self.underlying = underlying
     }
 
     /// Whether trying again later may succeed: a network failure, a 5xx, 429, or 408 (the body came too slowly).

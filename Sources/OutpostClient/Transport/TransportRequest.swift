@@ -48,7 +48,8 @@ package enum TransportRequest {
         do {
             return try decode(data)
         } catch {
-            throw TransportError(kind: .invalidResponse, status: status, message: "the server's answer is not Outpost's protocol")
+            throw TransportError(
+                kind: .invalidResponse, status: status, message: "the server's answer is not Outpost's protocol", underlying: error)
         }
     }
 }

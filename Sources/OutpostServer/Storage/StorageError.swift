@@ -16,11 +16,15 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
     }
 
     public var code: Code
+    /// What the server logs and answers; never the underlying error's text, which may hold a query.
     public var message: String
+    /// The error beneath, for diagnostics: PostgresNIO's or GRDB's.
+    public var underlying: (any Error)?
 
-    public init(_ code: Code, _ message: String) {
+    public init(_ code: Code, _ message: String, underlying: (any Error)? = nil) {
         self.code = code
         self.message = message
+        self.underlying = underlying
     }
 
     public var description: String { "\(message) (\(code))" }

@@ -627,20 +627,20 @@ package struct PostgresStorage: SyncStorage {
 
     static func translate(_ error: any Error) -> StorageError {
         if let error = error as? StorageError { return error }
-        guard let error = error as? PSQLError else {
-            return StorageError(.unavailable, "PostgreSQL is unreachable")
+        guard let psql = error as? PSQLError else {
+            return StorageError(.unavailable, "PostgreSQL is unreachable", underlying: error)
         }
-        guard error.code == .server, let state = error.serverInfo?[.sqlState] else {
-            return StorageError(.unavailable, "PostgreSQL is unreachable (\(error.code))")
+        guard psql.code == .server, let state = psql.serverInfo?[.sqlState] else {
+            return StorageError(.unavailable, "PostgreSQL is unreachable (\(psql.code))", underlying: error)
         }
         switch state {
         case "40P01", "40001", "23505":
             // Deadlock, serialization failure, or a key claimed concurrently: the push is retried.
-            return StorageError(.concurrentClaim, "concurrent write (SQLSTATE \(state))")
+            return StorageError(.concurrentClaim, "concurrent write (SQLSTATE \(state))", underlying: error)
         case _ where state.hasPrefix("08") || state.hasPrefix("53") || state.hasPrefix("57"):
-            return StorageError(.unavailable, "PostgreSQL is unavailable (SQLSTATE \(state))")
+            return StorageError(.unavailable, "PostgreSQL is unavailable (SQLSTATE \(state))", underlying: error)
         default:
-            return StorageError(StorageError.Code(rawValue: "query_failed"), "a query failed (SQLSTATE \(state))")
+            return StorageError(StorageError.Code(rawValue: "query_failed"), "a query failed (SQLSTATE \(state))", underlying: error)
         }
     }
 }

@@ -29,7 +29,7 @@ package struct SQLiteStorage: SyncStorage {
             self.pool = try DatabasePool(
                 path: directory.appendingPathComponent(Self.databaseFileName).path, configuration: configuration)
         } catch {
-            throw StorageError(.configuration, "cannot open the SQLite store in \(directory.path)")
+            throw StorageError(.configuration, "cannot open the SQLite store in \(directory.path)", underlying: error)
         }
     }
 
