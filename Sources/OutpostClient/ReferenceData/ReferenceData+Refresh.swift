@@ -103,6 +103,37 @@ extension ReferenceData {
                 arguments: [collection, scope]),
             (state["cursor"] as String?) == pulledFrom
         else { return nil }
+        let plan = try plan(
+            page, rows: rows, storedBefore: state["stored"], collection: collection, scope: scope, index: index, db: db)
+        try store(plan, cursor: page.cursor, collection: collection, scope: scope, index: index, at: time, db: db)
+        return (plan.updates.count + plan.retokenized.count + plan.walkIns.count, plan.tombstoneIds.count)
+    }
+
+    /// What a pulled page does to a set, decided from the page and the set's rows as stored.
+    struct RefreshPlan {
+        /// Rows updated in place: same fingerprint, same tokens.
+        var updates: [(ordinal: Int64, row: PreparedRow)]
+        /// Rows updated with their tokens worked out again, and the tokens they were indexed with.
+        var retokenized: [(ordinal: Int64, row: PreparedRow, tokens: String?, old: String?)]
+        /// Rows a tombstone removes, and the tokens they were indexed with.
+        var removed: [(id: String, ordinal: Int64, tokens: String?)]
+        /// Rows the set did not have.
+        var walkIns: [PreparedRow]
+        /// Ids of tombstones, kept whether or not the row was here.
+        var tombstoneIds: [String]
+        /// The set's row count once the page is stored.
+        var stored: Int
+        /// Index entries to take out: the ordinal and the tokens it was indexed with.
+        var unindexed: [(ordinal: Int64, tokens: String)]
+        /// Ids of rows to index again.
+        var reindexed: [String]
+    }
+
+    /// Reads the page's rows as stored, and decides what becomes of each: nothing is written.
+    private static func plan(
+        _ page: PullPage, rows: [PreparedRow?], storedBefore: Int, collection: String, scope: String,
+        index: ReferenceIndex, db: Database
+    ) throws -> RefreshPlan {
         // A pull lists a record once, as it is now. Were an id listed twice, only its last change would count:
         // taking a row out of a contentless FTS5 index twice would damage the index.
         var last: [String: Int] = [:]
@@ -142,7 +173,7 @@ extension ReferenceData {
         // The page's other changes: walk-ins, and tombstones of rows this device never had.
         let walkIns = changes.indices.compactMap { found.contains(changes[$0].recordId) ? nil : rows[kept[$0]] }
         let tombstoneIds = changes.indices.filter { rows[kept[$0]] == nil }.map { changes[$0].recordId }
-        let stored = (state["stored"] as Int) + walkIns.count - removed.count
+        let stored = storedBefore + walkIns.count - removed.count
 
         // Index entries to take out (ordinal and the tokens it was indexed with), and rows to index again.
         var unindexed: [(ordinal: Int64, tokens: String)] = removed.compactMap { removed in
@@ -154,6 +185,18 @@ extension ReferenceData {
             if tokens != nil { reindexed.append(row.recordId) }
         }
 
+        return RefreshPlan(
+            updates: updates, retokenized: retokenized, removed: removed, walkIns: walkIns, tombstoneIds: tombstoneIds,
+            stored: stored, unindexed: unindexed, reindexed: reindexed)
+    }
+
+    /// Writes a page's plan, and moves the set's cursor to `cursor`.
+    private static func store(
+        _ plan: RefreshPlan, cursor: String, collection: String, scope: String, index: ReferenceIndex, at time: Int64,
+        db: Database
+    ) throws {
+        let (updates, retokenized, removed, walkIns) = (plan.updates, plan.retokenized, plan.removed, plan.walkIns)
+        let (tombstoneIds, stored, unindexed, reindexed) = (plan.tombstoneIds, plan.stored, plan.unindexed, plan.reindexed)
         // A row replaced keeps its ordinal: one probe of the table by it, where an upsert first probed the
         // unique index of ids. A walk-in takes the next ordinal.
         if !updates.isEmpty {
@@ -203,7 +246,7 @@ extension ReferenceData {
         }
         try db.cachedStatement(
             sql: "UPDATE reference_state SET cursor = ?, stored = ?, total = ?, refreshed_at = ? WHERE collection = ? AND scope = ?"
-        ).execute(arguments: [page.cursor, stored, stored, time, collection, scope])
+        ).execute(arguments: [cursor, stored, stored, time, collection, scope])
         // The search index last: once a transaction has written to a virtual table, SQLite opens a savepoint in
         // it for every writing statement after, and FTS5 flushes its pending terms at each.
         if !unindexed.isEmpty {
@@ -218,7 +261,6 @@ extension ReferenceData {
         try onRows(
             "INSERT INTO reference_index (rowid, tokens) SELECT ordinal, tokens FROM reference_records",
             among: reindexed, where: "tokens IS NOT NULL")
-        return (updates.count + retokenized.count + walkIns.count, tombstoneIds.count)
     }
 
     /// Ids as a JSON array, for `json_each`: one statement for a whole page's ids.
