@@ -161,7 +161,7 @@ struct DeviceRecords: AsyncParsableCommand {
         let records = try await store.records(filter)
         for record in records {
             let fields = record.fields.keys.sorted().map { "\($0)=\(record.fields[$0]!.displayText)" }.joined(separator: " ")
-            say("\(record.badge.symbol)  \(record.path)  \(record.deleted ? "(deleted)" : fields)")
+            say("\(record.badge.symbol)  \(record.path)  \(record.tombstone ? "(deleted)" : fields)")
             for line in Self.details(record) { say("    \(line)") }
         }
         if records.isEmpty { say(rejected ? "no refused records" : "no records") }

@@ -254,7 +254,7 @@ struct RecordScopeTests {
         #expect(g2.syncStatus == .synced)
         #expect(g2.version == 1)
         let g3 = try #require(try await store.record(collection: CheckIn.collection, scope: "expo", recordId: "g3"))
-        #expect(g3.deleted)
+        #expect(g3.tombstone)
         #expect(try await store.record(collection: CheckIn.collection, recordId: "g4")?.fields == ["note": "no event"])
         #expect(try await store.counts() == RecordCounts(pending: 3))
         // And the outbox is kept in order, each entry opening, the check-ins' naming their events

@@ -33,7 +33,7 @@ public struct ActivityLog: Sendable {
     /// - Throws: ``ClientError`` `notFound` for an activity this device does not hold, `invalidInput`.
     public func edit(_ recordId: String, changes: [String: JSONValue]) async throws -> ActivitySave {
         guard let existing = try await engine.store.record(collection: Activity.collection, recordId: recordId),
-            !existing.deleted
+            !existing.tombstone
         else {
             throw ClientError(.notFound, "no activity \(recordId) on this device; refresh the list to fetch others'")
         }
@@ -62,7 +62,7 @@ public struct ActivityLog: Sendable {
     /// Activities on this device, newest first, each with its sync badge.
     public func list() async throws -> [ActivityEntry] {
         try await engine.store.records(collection: Activity.collection)
-            .filter { !$0.deleted }
+            .filter { !$0.tombstone }
             .map(ActivityEntry.init)
             .sorted { ($0.date, $0.updatedAt) > ($1.date, $1.updatedAt) }
     }

@@ -131,7 +131,7 @@ public struct AttendanceEntry: Sendable, Hashable {
 
     /// The entry a stored record holds, or nil when it is not an attendance record.
     public init?(_ record: LocalRecord) {
-        guard record.collection == Attendance.collection, !record.deleted,
+        guard record.collection == Attendance.collection, !record.tombstone,
             let parts = Attendance.parse(recordId: record.recordId),
             let latitude = FieldRules.number(record.fields[Attendance.Field.latitude]),
             let longitude = FieldRules.number(record.fields[Attendance.Field.longitude])

@@ -32,7 +32,7 @@ public struct BuildArchive: Sendable {
 
     /// Every build on the device, newest first, with its status and, for a failed one, why.
     public func list() async throws -> [BuildEntry] {
-        try await engine.store.records(collection: Build.collection).filter { !$0.deleted }.map(BuildEntry.init)
+        try await engine.store.records(collection: Build.collection).filter { !$0.tombstone }.map(BuildEntry.init)
     }
 
     /// ``list()`` with each uploaded build's ``SheetState``, asked of the server when the device is online.
@@ -59,7 +59,7 @@ public struct BuildArchive: Sendable {
     /// Uploads one build again.
     /// - Throws: ``ClientError`` `notFound` for a build this device does not hold.
     public func retry(_ buildId: String) async throws -> BuildRetry {
-        guard let record = try await engine.store.record(collection: Build.collection, recordId: buildId), !record.deleted else {
+        guard let record = try await engine.store.record(collection: Build.collection, recordId: buildId), !record.tombstone else {
             throw ClientError(.notFound, "no build \(buildId) in this archive")
         }
         if record.syncStatus == .synced { return .alreadySynced }

@@ -211,7 +211,7 @@ public struct ScanRecord: Sendable, Hashable {
     public var guest: GuestDetails?
 
     public init?(_ record: LocalRecord, guest: GuestDetails?) {
-        guard record.collection == CheckIn.collection, !record.deleted,
+        guard record.collection == CheckIn.collection, !record.tombstone,
             let event = record.fields[CheckIn.Field.eventId]?.stringValue,
             let scannedBy = record.fields[CheckIn.Field.scannedBy]?.stringValue
         else { return nil }

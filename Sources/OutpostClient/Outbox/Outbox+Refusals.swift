@@ -12,7 +12,7 @@ extension LocalStore {
         var entries: [[String: JSONValue]]
     }
 
-    /// Archives `record` with its set-aside entries into `discarded`, and removes those entries.
+    /// Archives `record` with its rejected entries into `discarded`, and removes those entries.
     static func archiveRefused(_ record: LocalRecord, db: Database, sealer: Sealer, at time: Int64) throws {
         let rows = try Row.fetchAll(
             db,

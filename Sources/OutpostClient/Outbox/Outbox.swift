@@ -101,7 +101,7 @@ extension LocalStore {
     /// Applies the server's answer to one pushed chunk, in one transaction.
     ///
     /// `applied` and `duplicate` confirm the entry; `conflict` confirms it and marks the record rejected with
-    /// the server's value beside its own, for the user to choose; `rejected` sets the entry aside and marks
+    /// the server's value beside its own, for the user to choose; `rejected` keeps the entry as rejected and marks
     /// the record rejected with the reason, except a refusal the device can outgrow (its clock ran ahead of
     /// the server's, see ``isRetriable(_:)``), which keeps the entry queued and marks the record failed.
     /// A record becomes synced only when none of its entries remain.
@@ -125,7 +125,7 @@ extension LocalStore {
         /// Entries the server has: they leave the outbox.
         var confirmed: [Int64] = []
         /// Entries refused, and the state each keeps: `pending` for a refusal the device can outgrow, `rejected`
-        /// (set aside) for the others.
+        /// for the others.
         var refused: [(seq: Int64, state: String)] = []
         /// What the answers did to each record.
         var outcomes: [RecordKey: Outcome] = [:]
@@ -281,13 +281,13 @@ extension LocalStore {
     static let clockAheadMessage = "The device's clock is ahead of the server's: check the date and time settings"
 
     /// How many outbox entries each record (given by its `updated_at`) still has, after a chunk's entries up to
-    /// `maxSeq` were confirmed or set aside.
+    /// `maxSeq` were confirmed or rejected.
     ///
     /// The outbox has no index on record ids, so that local writes stay cheap, and a pass over all of it per
     /// chunk was a tenth of a drain. Most records need none. One whose last local write is its last entry in
     /// the chunk (its `updated_at` is that entry's time, and device time only moves forward) has no entry after
     /// the chunk; what can remain of it lies at or below `maxSeq`, where, the chunk's entries gone, only
-    /// entries set aside or put back by a retry are left, a short walk by sequence. The others, written again
+    /// entries rejected or put back by a retry are left, a short walk by sequence. The others, written again
     /// meanwhile or changed by a pull, are counted in one pass over the outbox.
     static func stillQueued(
         updatedAt: [RecordKey: Int64], lastEntry: [RecordKey: Int64], through maxSeq: Int64, db: Database
@@ -347,7 +347,7 @@ extension LocalStore {
         }
     }
 
-    /// Puts a record's set-aside (refused) mutations back in the queue as they are, and makes the record
+    /// Puts a record's rejected mutations back in the queue as they are, and makes the record
     /// pending again; a nil `collection` or `scope` matches any. Returns how many entries were requeued.
     @discardableResult
     package func requeue(collection: String? = nil, scope: String? = nil, recordId: String) async throws -> Int {

@@ -26,8 +26,9 @@ public struct LocalRecord: Sendable, Hashable {
     public var scope: String
     public var recordId: String
     public var fields: [String: JSONValue]
-    /// True once deleted on this device (or by the server); the record is kept until the delete syncs.
-    public var deleted: Bool
+    /// True once deleted on this device (or by the server): a tombstone, as the server calls it too, kept until
+    /// the delete syncs.
+    public var tombstone: Bool
     public var syncStatus: RecordSyncStatus
     /// When the device last tried to send it.
     public var lastSyncAttempt: Date?
@@ -51,6 +52,12 @@ public struct LocalRecord: Sendable, Hashable {
 
     /// True while the record still waits for the network: pending, or failed and to be tried again.
     public var isWaitingToSync: Bool { syncStatus == .pending || syncStatus == .failed }
+
+    @available(*, deprecated, renamed: "tombstone")
+    public var deleted: Bool {
+        get { tombstone }
+        set { tombstone = newValue }
+    }
 }
 
 extension LocalRecord {

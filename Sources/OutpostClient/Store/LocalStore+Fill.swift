@@ -16,7 +16,7 @@ extension LocalStore {
                         let record = LocalRecord(
                             collection: collection, scope: "", recordId: "seed-\(i)",
                             fields: ["name": .string("Guest \(i)"), "email": .string("guest\(i)@example.org"), "n": .integer(Int64(i))],
-                            deleted: false, syncStatus: .synced, lastSyncAttempt: nil, syncError: nil, isOfflineEntry: false,
+                            tombstone: false, syncStatus: .synced, lastSyncAttempt: nil, syncError: nil, isOfflineEntry: false,
                             createdAt: time, updatedAt: time, version: 1, conflict: nil)
                         try Self.save(record, db: db, sealer: sealer)
                     }

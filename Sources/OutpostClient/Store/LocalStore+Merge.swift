@@ -59,7 +59,7 @@ extension LocalStore {
                     let isQueued = queued.contains(key)
                     let record = LocalRecord(
                         collection: change.collection, scope: change.scope, recordId: change.recordId, fields: fields,
-                        deleted: deleted,
+                        tombstone: deleted,
                         syncStatus: isQueued ? existing?.syncStatus ?? .pending : existing?.conflict != nil ? .failed : .synced,
                         lastSyncAttempt: existing?.lastSyncAttempt,
                         syncError: isQueued || existing?.conflict != nil ? existing?.syncError : nil,

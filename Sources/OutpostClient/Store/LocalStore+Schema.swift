@@ -209,7 +209,7 @@ extension LocalStore {
         }
         migrator.registerMigration("v10-rejected-records") { db in
             // A record the server refused waits for the user, not for the network: `rejected`, counted from the
-            // same partial index. Records whose only entries were set aside become rejected. An outbox entry
+            // same partial index. Records whose only entries were rejected become rejected. An outbox entry
             // names the field its client time fills (a check-in's `scanned_at`), so that an entry stamped by a
             // clock that had jumped ahead can be stamped again. A discarded record leaves a sealed copy.
             try db.execute(
@@ -233,6 +233,10 @@ extension LocalStore {
                       payload BLOB NOT NULL
                     );
                     """)
+        }
+        migrator.registerMigration("v11-record-tombstones") { db in
+            // A deleted record is a tombstone on the device as on the server.
+            try db.execute(sql: "ALTER TABLE records RENAME COLUMN deleted TO tombstone")
         }
         return migrator
     }

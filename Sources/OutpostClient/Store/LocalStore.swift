@@ -21,7 +21,7 @@ public final class LocalStore: Sendable {
     /// The latest client time written, in milliseconds (device time only moves forward), and the store's
     /// `data_version` when it was last known to be the latest.
     private let clientTime: NIOLockedValueBox<ClientTime>
-    /// How many times set-aside entries were put back in the queue through this store, so that a sync that
+    /// How many times rejected entries were put back in the queue through this store, so that a sync that
     /// read its next chunk ahead can tell whether an older entry may now belong in it.
     let requeues = NIOLockedValueBox(0)
     /// Downloads of reference sets under way through this store, one at a time per set.
@@ -208,10 +208,10 @@ public final class LocalStore: Sendable {
                 if var existing = record {
                     if write.op == .delete {
                         existing.fields = [:]
-                        existing.deleted = true
+                        existing.tombstone = true
                     } else {
                         existing.fields.merge(fields) { $1 }
-                        existing.deleted = false
+                        existing.tombstone = false
                     }
                     existing.updatedAt = timestamp
                     existing.syncStatus = .pending
@@ -224,7 +224,7 @@ public final class LocalStore: Sendable {
                 } else {
                     record = LocalRecord(
                         collection: write.collection, scope: scope, recordId: write.recordId,
-                        fields: write.op == .delete ? [:] : fields, deleted: write.op == .delete,
+                        fields: write.op == .delete ? [:] : fields, tombstone: write.op == .delete,
                         syncStatus: .pending, lastSyncAttempt: nil, syncError: nil,
                         isOfflineEntry: isNew && offline, createdAt: timestamp, updatedAt: timestamp, version: nil,
                         conflict: nil)
@@ -573,7 +573,7 @@ public final class LocalStore: Sendable {
         }
         let lastAttempt: Int64? = row["last_sync_attempt"]
         return LocalRecord(
-            collection: collection, scope: scope, recordId: recordId, fields: payload.fields, deleted: row["deleted"],
+            collection: collection, scope: scope, recordId: recordId, fields: payload.fields, tombstone: row["tombstone"],
             syncStatus: status,
             lastSyncAttempt: lastAttempt.map { Timestamp(millisecondsSince1970: $0).date },
             syncError: payload.syncError, syncErrorCode: payload.syncErrorCode, isOfflineEntry: row["is_offline_entry"],
@@ -594,7 +594,7 @@ public final class LocalStore: Sendable {
         let statement = RawStatement(
             try db.cachedStatement(
                 sql: """
-                    INSERT OR REPLACE INTO records (collection, scope, record_id, payload, deleted, sync_status,
+                    INSERT OR REPLACE INTO records (collection, scope, record_id, payload, tombstone, sync_status,
                                                     last_sync_attempt, is_offline_entry, created_at, updated_at, version,
                                                     sealed_detail)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -603,7 +603,7 @@ public final class LocalStore: Sendable {
         try statement.bind(record.scope, at: 2)
         try statement.bind(record.recordId, at: 3)
         try statement.bind(sealedPayload, at: 4)
-        try statement.bind(record.deleted, at: 5)
+        try statement.bind(record.tombstone, at: 5)
         try statement.bind(record.syncStatus.rawValue, at: 6)
         try statement.bind(record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, at: 7)
         try statement.bind(record.isOfflineEntry, at: 8)

@@ -409,7 +409,7 @@ public actor SyncEngine {
     /// had jumped ahead are.
     static let futureAllowance = Duration.seconds(3600)
 
-    /// Sends one record again, alone: its set-aside entries go back in the queue as they are (a refused record
+    /// Sends one record again, alone: its rejected entries go back in the queue as they are (a refused record
     /// the user sends unchanged, say once the organizer reinstated a guest), or, for a conflict, the device's
     /// values of the conflicting fields go on top of the server's (see ``resendOverServerValue(collection:scope:recordId:)``).
     /// Only that record's entries are pushed.
