@@ -40,7 +40,7 @@ extension ReferenceData {
         let prepared = AsyncThrowingChannel<(key: Key, page: Prepared), any Error>()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                await handing(to: fetched) { send in
+                await fetched.feed { send in
                     var key = first
                     while true {
                         let page = try await stages.fetch(key)
@@ -51,7 +51,7 @@ extension ReferenceData {
                 }
             }
             group.addTask {
-                await handing(to: prepared) { send in
+                await prepared.feed { send in
                     for try await (key, page) in fetched {
                         try await send((key, try await stages.prepare(page)))
                     }
@@ -68,24 +68,6 @@ extension ReferenceData {
             }
             // A cancelled stage ends its channel early: that is the transfer's cancellation, not its end.
             try Task.checkCancellation()
-        }
-    }
-
-    /// Runs a stage that hands what it makes to `channel`, and ends the channel as the stage ends: with its error,
-    /// after what it handed on before it.
-    private static func handing<Element: Sendable>(
-        to channel: AsyncThrowingChannel<Element, any Error>,
-        _ stage: (_ send: (Element) async throws -> Void) async throws -> Void
-    ) async {
-        do {
-            try await stage { element in
-                await channel.send(element)
-                // A send returns without handing the element on when the stage is cancelled.
-                try Task.checkCancellation()
-            }
-            channel.finish()
-        } catch {
-            channel.fail(error)
         }
     }
 }

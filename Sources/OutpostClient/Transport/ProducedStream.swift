@@ -25,20 +25,29 @@ extension AsyncThrowingStream where Failure == any Error {
     where Element: Sendable {
         precondition(readAhead > 0, "a produced stream reads at least one element ahead")
         let channel = AsyncThrowingChannel<Element, any Error>()
-        let producer = Task {
-            do {
-                try await produce { element in
-                    await channel.send(element)
-                    // A send returns without handing the element over when the producing task is cancelled.
-                    try Task.checkCancellation()
-                }
-                channel.finish()
-            } catch {
-                channel.fail(error)
-            }
-        }
+        let producer = Task { await channel.feed(by: produce) }
         let consumer = ProducedStreamConsumer(elements: channel.buffer(policy: .bounded(readAhead)), producer: producer)
         return AsyncThrowingStream(unfolding: { try await consumer.next() })
+    }
+}
+
+extension AsyncThrowingChannel where Failure == any Error {
+    /// Runs `produce`, handing what it makes to this channel, and ends the channel as `produce` ends: with its
+    /// error, after what it handed on before it. Once the producing task is cancelled, `send` throws
+    /// `CancellationError`, its element not handed on.
+    func feed(
+        by produce: (_ send: @escaping @Sendable (Element) async throws -> Void) async throws -> Void
+    ) async {
+        do {
+            try await produce { element in
+                await self.send(element)
+                // A send returns without handing the element on when the producing task is cancelled.
+                try Task.checkCancellation()
+            }
+            finish()
+        } catch {
+            fail(error)
+        }
     }
 }
 
