@@ -1,8 +1,8 @@
 /// Pushes read and written without `JSONEncoder` and `JSONDecoder`: every queued record crosses the wire in
-/// one, and Codable was about a third of a server's time per push. The bytes are the JSON the Codable
-/// conformances read and write, keys sorted and absent optionals left out, as a sorted-key `JSONEncoder`
-/// writes them; the server hashes a mutation's bytes to catch a key sent again with other content, so
-/// those bytes must not change (tested against Foundation's).
+/// one, and Codable costs too much per value for that. The bytes are the JSON the Codable conformances read
+/// and write, keys sorted and absent optionals left out, as a sorted-key `JSONEncoder` writes them; the server
+/// hashes a mutation's bytes to catch a key sent again with other content, so those bytes must not change
+/// (tested against Foundation's).
 extension Mutation {
     /// Reads a mutation from its parsed JSON object; `path` (such as `mutations[3].`) prefixes the member an
     /// error names.

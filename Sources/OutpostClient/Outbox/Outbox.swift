@@ -34,8 +34,8 @@ extension LocalStore {
         let sealer = self.sealer
         return try await perform {
             try await self.read { db in
-                // Cached, and read by position: compiling the statement and finding each column by name were
-                // a third of this read. The outbox goes in seq order: the order of the writes.
+                // Cached, and read by position: no chunk compiles the statement again or finds a column by
+                // name. The outbox goes in seq order: the order of the writes.
                 var rows: [Row]
                 if let records {
                     var ids: [UInt8] = []
@@ -168,7 +168,7 @@ extension LocalStore {
 
     /// Stores what becomes of the chunk's entries: confirmed ones deleted, refused ones kept with their state.
     private static func store(_ decision: ChunkDecision, at now: Int64, db: Database) throws {
-        // Cached: compiling a statement per entry cost more than running it.
+        // Cached: compiling a statement per entry costs more than running it.
         let refuse = try db.cachedStatement(
             sql: """
                 UPDATE outbox SET state = ?, attempts = attempts + 1, last_attempt = ?,
@@ -238,7 +238,7 @@ extension LocalStore {
 
     /// Each record's `updated_at`, and whether its sealed payload holds a sync error or conflict, for the records
     /// that exist. Most answers change only a record's plain columns: those are read first, through SQLite's API,
-    /// since GRDB's arguments and rows around each were most of the transaction's time.
+    /// since GRDB's arguments and rows around each would outweigh the rest of the transaction.
     private static func plainColumns(
         of keys: some Collection<RecordKey>, db: Database
     ) throws -> (updatedAt: [RecordKey: Int64], sealedDetail: Set<RecordKey>) {
@@ -284,7 +284,7 @@ extension LocalStore {
     /// `maxSeq` were confirmed or rejected.
     ///
     /// The outbox has no index on record ids, so that local writes stay cheap, and a pass over all of it per
-    /// chunk was a tenth of a drain. Most records need none. One whose last local write is its last entry in
+    /// chunk would slow a drain. Most records need none. One whose last local write is its last entry in
     /// the chunk (its `updated_at` is that entry's time, and device time only moves forward) has no entry after
     /// the chunk; what can remain of it lies at or below `maxSeq`, where, the chunk's entries gone, only
     /// entries rejected or put back by a retry are left, a short walk by sequence. The others, written again

@@ -44,7 +44,7 @@ public struct ReferenceData: Sendable {
         return .incomplete(stored: row["stored"], total: row["total"])
     }
 
-    /// Runs `prepare` over `items` in two halves at once: sealing and tokens are most of a page's CPU time on
+    /// Runs `prepare` over `items` in two halves at once: sealing and tokens are a page's heaviest CPU work on
     /// the device.
     static func inHalves<Item: Sendable, Output: Sendable>(
         _ items: [Item], _ prepare: @escaping @Sendable (Item) throws -> Output
@@ -112,7 +112,7 @@ public struct ReferenceData: Sendable {
             withTokens: withTokens)
     }
 
-    /// Rows per multi-row `INSERT`: one statement per row cost more than the B-tree work it does.
+    /// Rows per multi-row `INSERT`: one statement per row costs more than the B-tree work it does.
     static let insertBatch = 50
 
     /// The statements that insert 1 to ``insertBatch`` rows: the set's collection and scope are bound once, as

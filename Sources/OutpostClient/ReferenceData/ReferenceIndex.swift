@@ -26,8 +26,8 @@ struct ReferenceIndex: Sendable {
     /// Lower-case, without diacritics, split into words.
     ///
     /// The text is cut at ASCII spaces and punctuation first. ASCII pieces, most of most names, are lower-cased
-    /// byte by byte; the others go through Foundation's folding, which costs about 10 µs a call on Linux, once
-    /// per distinct piece when `memo` is given.
+    /// byte by byte; the others go through Foundation's folding, which is slow on Linux, once per distinct
+    /// piece when `memo` is given.
     static func words(_ text: String, memo: Memo? = nil) -> [String] {
         var words: [String] = []
         var piece: [UInt8] = []

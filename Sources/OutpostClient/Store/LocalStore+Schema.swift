@@ -87,7 +87,7 @@ extension LocalStore {
         migrator.registerMigration("v3-reference-tokens") { db in
             // Each reference row keeps its own search tokens (a JSON array), so that a change removes exactly
             // its old ones and a download builds the index in one sorted pass. They replace the index of the
-            // search table by record, a second B-tree every download paid for.
+            // search table by record, a second B-tree every download would build.
             try db.execute(
                 sql: """
                     ALTER TABLE reference_records ADD COLUMN tokens TEXT;
@@ -108,7 +108,7 @@ extension LocalStore {
         }
         migrator.registerMigration("v5-reference-token-sets") { db in
             // The search index names its set (collection and scope) by a small number instead of repeating
-            // both texts in each of its rows, about five per guest: 40 % fewer pages for a download to write.
+            // both texts in each of its rows, about five per guest, so that a download writes fewer pages.
             try db.execute(
                 sql: """
                     CREATE TABLE reference_sets (
@@ -136,9 +136,9 @@ extension LocalStore {
         }
         migrator.registerMigration("v7-reference-fts") { db in
             // The search index becomes SQLite's FTS5, over each row's tokens: it takes each stored page as a
-            // small segment and merges segments as they accumulate, where a B-tree of (token, record) pairs,
-            // random keys, had to be sorted and built in one pass after the last page (a third of a 100,000-guest
-            // download). FTS5 names documents by integer: rows get one (`ordinal`), in the order they arrive.
+            // small segment and merges segments as they accumulate, so that no B-tree of (token, record) pairs,
+            // random keys, has to be sorted and built in one pass after a download's last page.
+            // FTS5 names documents by integer: rows get one (`ordinal`), in the order they arrive.
             // Contentless: the index keeps tokens only, and each row keeps its own, as the index has them
             // (16 hex digits each, space-separated), so that a change removes exactly those.
             try db.execute(

@@ -8,10 +8,8 @@ extension LocalStore {
     ///
     /// Every read of the store goes through here rather than GRDB's `read`, which turns `PRAGMA query_only` on
     /// and off around each read: SQLite expires every prepared statement of the connection when such a flag
-    /// changes, so each read had every cached statement (a local write's inserts, the outbox's read, the
-    /// updates of a push's answer) compiled again at its next use. Under perf, with 50 devices syncing, that
-    /// compiling was 19 % of the devices' time; it is now 1 % (the cached `PRAGMA synchronous` statements,
-    /// which SQLite prepares again each run to apply them).
+    /// changes, so each read would have every cached statement (a local write's inserts, the outbox's read, the
+    /// updates of a push's answer) compiled again at its next use. Reads must not toggle `query_only`.
     func read<T: Sendable>(_ reads: @Sendable (Database) throws -> T) async throws -> T {
         try await queue.unsafeRead { db in try Self.deferred(db, reads) }
     }
@@ -23,9 +21,9 @@ extension LocalStore {
 
     /// Runs `updates` in one transaction that takes the write lock at once (`BEGIN IMMEDIATE`), through
     /// statements prepared once per connection: GRDB's `write` prepares its `BEGIN` and `COMMIT` again on every
-    /// call, which on a local write cost about as much as its two inserts. Both run through SQLite's API
-    /// (`RawStatement`): GRDB's checks around each statement were about 3 µs of a local write. GRDB still sees
-    /// the transaction where it looks, in SQLite's autocommit state and its commit hook.
+    /// call, which on a local write costs about as much as its two inserts. Both run through SQLite's API
+    /// (`RawStatement`), without GRDB's checks around each statement, which weigh on a write this small. GRDB
+    /// still sees the transaction where it looks, in SQLite's autocommit state and its commit hook.
     ///
     /// Rolls back and rethrows when `updates` or the commit fails.
     func writeImmediate<T>(_ updates: (Database) throws -> T) throws -> T {
@@ -69,7 +67,7 @@ extension LocalStore {
     /// The commit is in the write-ahead log at once, so a crash of the process loses nothing; the next durable
     /// commit (any local write) or checkpoint flushes it with everything before it. A power cut before then may
     /// lose it, never reorder it: the engine then sends those mutations again and the server answers them as
-    /// duplicates. A flush per pushed chunk was a tenth of a drain's time on the device.
+    /// duplicates. A pushed chunk's results must not cost a drain a flush of their own.
     ///
     /// Synchronous on purpose: GRDB's async variant refuses every statement but a rollback once the task is
     /// cancelled, which could leave the connection unflushed for the local writes after it.
@@ -96,7 +94,7 @@ extension LocalStore {
     }
 
     /// One transaction as ``writeImmediate(_:)`` runs it, its commit not flushed. The pragmas are cached too:
-    /// through GRDB, these four statements were compiled again for every pushed chunk's answer.
+    /// through GRDB, these four statements would be compiled again for every pushed chunk's answer.
     private static func unflushed<T>(_ db: Database, durable: Bool, _ updates: (Database) throws -> T) throws -> T {
         guard durable else { return try immediate(db, updates) }
         try RawStatement(try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL"), db: db).execute()

@@ -283,8 +283,8 @@ public actor SyncEngine {
                 sent += chunk.count
                 summary.chunks += 1
                 status.lastSyncAt = now()
-                // Counting the pending records took a tenth of a drain when done after every chunk; ten times a
-                // second is as often as a person can read it. The count after the last chunk is exact.
+                // The pending records are counted at most ten times a second, as often as a person can read it, not
+                // after every chunk: counting costs a drain time. The count after the last chunk is exact.
                 if now().timeIntervalSince(statusCounted) >= Self.statusInterval {
                     try await refreshStatus()
                     statusCounted = now()

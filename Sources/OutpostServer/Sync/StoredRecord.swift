@@ -107,8 +107,9 @@ package struct StoredRecord: Sendable, Hashable {
 }
 
 /// A record as a snapshot or pull page sends it, its fields still the JSON text storage holds: that text is
-/// written into the page as it is, since parsing and rewriting it was most of a page's cost. Every engine
-/// stores fields as compact JSON objects (`StorageCoding`). A tombstone's fields are sent empty.
+/// written into the page as it is, never parsed and written again, which would cost more than the rest of the
+/// page. Every engine stores fields as compact JSON objects (`StorageCoding`). A tombstone's fields are sent
+/// empty.
 package struct RecordRow: Sendable, Hashable {
     package var collection: String
     package var recordId: String

@@ -65,12 +65,12 @@ package struct PostgresLocation: Sendable, Hashable {
         // Up to `pool_size` connections, each closed after 10 s unused, and no keep-alive pings. PostgresNIO's pool
         // starts a keep-alive timer (30 s by default) and an idle timer (60 s by default) each time a connection
         // goes back to it, and cancels them when the connection is leased again. On Linux a cancelled sleep keeps
-        // its task and timer until the time it was to wake, so at thousands of queries a second those timers held
-        // about 30 MB of the server's memory (`bench load` on PostgreSQL). Without keep-alive and with a 10 s idle
-        // timer, only the idle timers remain, each alive a sixth as long. A connection is never unused long enough
-        // for a firewall to drop it silently, which keep-alive pings were for. (A fixed pool, minimum equal to
-        // maximum, would start neither timer, but PostgresNIO 1.33 traps when a restart under load leaves it
-        // below its minimum with requests waiting.)
+        // its task and timer until the time it was to wake, so at thousands of queries a second those timers hold
+        // much of the server's memory. Without keep-alive and with a 10 s idle timer, only the idle timers
+        // remain, each alive a sixth as long. A connection is never unused long enough for a firewall to drop it
+        // silently, which keep-alive pings guard against. (A fixed pool, minimum equal to maximum, would start
+        // neither timer, but PostgresNIO 1.33 traps when a restart under load leaves it below its minimum with
+        // requests waiting.)
         configuration.options.maximumConnections = poolSize
         configuration.options.minimumConnections = 0
         configuration.options.connectionIdleTimeout = Self.idleTimeout

@@ -124,11 +124,11 @@ extension PostgresStorage {
         Migration(
             version: "v4-scoped-indexes",
             statements: [
-                // A collection without a scope (every record's scope is '') had both scope indexes kept for it on
-                // every write, though no read uses them: a pull of the whole collection reads records_by_change,
+                // The scope indexes hold only records with a scope: no read of a collection without one (every
+                // record's scope is '') uses them, since a pull of the whole collection reads records_by_change,
                 // and a page by id the primary key. Scoped reads name a scope, which proves `scope <> ''` once
-                // PostgreSQL plans them with their values, as it plans every read here. Two fewer index
-                // entries for each record of such a collection: 5–7 % more pushed records a second.
+                // PostgreSQL plans them with their values, as it plans every read here. A write to such a
+                // collection then keeps two fewer index entries.
                 // The table is locked first, whole: building an index takes a lock that a push's write waits
                 // for, and dropping one a lock that waits for a push's read, so a migration that took them in
                 // turn could deadlock with another server's push that had read and was about to write. Reads

@@ -13,8 +13,7 @@ import PostgresNIO
 ///   version read;
 /// - inserts the records it found missing and claims the idempotency keys with plain inserts: a record or key
 ///   someone else has stored since fails on its unique index (SQLSTATE 23505). No `ON CONFLICT` clause: its
-///   check is a second probe of the index for every row, and PostgreSQL's btree comparisons were a fifth of its
-///   work on a push.
+///   check is a second probe of the index for every row, and each row must probe its index once.
 ///
 /// If an update or a lock falls short, the statement raises SQLSTATE 40001 (`outpost_concurrent_change()`).
 /// Either way PostgreSQL undoes all of it, and the push runs again on the locked path, which never loses to
@@ -300,10 +299,9 @@ struct ConditionalWrite: PostgresPreparedStatement {
 /// in one statement: it probes the push's records and idempotency keys by primary key, stopping at the first
 /// one stored, and if there is none, inserts them all. Otherwise it writes nothing, and reads them as
 /// ``PushLookup`` does: its rows are what it read. The push's records are its own keys to look up, and its
-/// mutations' keys the idempotency keys. (Reading whole rows whether or not any is stored cost a push of new
-/// records about 4 % of the 50-device throughput.) A record or key another writer stores
-/// between the read and the insert fails on its unique index (SQLSTATE 23505), which undoes the statement; the
-/// push then starts again on the locked path.
+/// mutations' keys the idempotency keys. (It reads whole rows only when one is stored: most pushes of new
+/// records find none.) A record or key another writer stores between the read and the insert fails on its
+/// unique index (SQLSTATE 23505), which undoes the statement; the push then starts again on the locked path.
 struct NewRecordsWrite: PostgresPreparedStatement {
     static let sql = """
         WITH existing AS MATERIALIZED (

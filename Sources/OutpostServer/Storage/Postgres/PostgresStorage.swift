@@ -230,10 +230,9 @@ package struct PostgresStorage: SyncStorage {
 
     /// PostgreSQL plans a table it has never analyzed from default guesses. Those tie a push's primary-key
     /// probe with every index that starts with (tenant, collection), and the planner may pick one of those:
-    /// each key then walks the whole collection. On a new database the first drain of 10,000 records took
-    /// 11–13 s instead of 3.6–3.9 s (on a busy machine), until autovacuum's first analysis, which comes up to
-    /// a minute later. So once this process has pushed ``firstAnalysisAfter`` rows, it analyzes the tables
-    /// that no one has yet; if that fails, it tries again after as many rows more.
+    /// each key then walks the whole collection, until autovacuum's first analysis, which comes up to a minute
+    /// later. So once this process has pushed ``firstAnalysisAfter`` rows, it analyzes the tables that no one
+    /// has yet; if that fails, it tries again after as many rows more.
     private func noteWritten(_ count: Int) {
         let start = firstAnalysis.withLockedValue { state -> Bool in
             guard !state.started else { return false }
@@ -477,11 +476,11 @@ package struct PostgresStorage: SyncStorage {
 
     /// The idempotency rows of `keys`: one primary-key probe per key.
     ///
-    /// Planned as a join on the tenant's value, these lookups followed the statistics: a tenant they have not
-    /// seen yet is estimated at one row, so every index starting with the tenant looked as cheap as the primary
-    /// key, and the planner scanned all of the tenant's rows for each key (a drain of 10,000 records slowed from
-    /// 2 ms to 200 ms a chunk until the next ANALYZE). Here the tenant is a sub-select, whose value the planner
-    /// does not look up, and each key is a lateral lookup of its own: a probe whatever the statistics say.
+    /// Planned as a join on the tenant's value, these lookups would follow the statistics: a tenant they have
+    /// not seen yet is estimated at one row, so every index starting with the tenant looks as cheap as the
+    /// primary key, and the planner may scan all of the tenant's rows for each key until the next ANALYZE.
+    /// Here the tenant is a sub-select, whose value the planner does not look up, and each key is a lateral
+    /// lookup of its own: a probe whatever the statistics say.
     static func processedLookup(tenant: String, keys: [String]) -> PostgresQuery {
         """
         SELECT m.* FROM unnest(\(keys)::text[]) AS u(k), LATERAL (
@@ -646,7 +645,7 @@ package struct PostgresStorage: SyncStorage {
 }
 
 /// A push's records, one statement for all of them, prepared once per connection: every push runs it, and
-/// parsing and planning it each time was a fifth of PostgreSQL's work on a push.
+/// PostgreSQL must not parse and plan it again each time.
 struct RecordsInsert: PostgresPreparedStatement {
     static let sql = """
         INSERT INTO records (tenant, collection, record_id, scope, owner, version, tombstone, fields, meta,
