@@ -37,7 +37,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         self.timeout = .nanoseconds(timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
         // A quarter of the limit between looks: a silent answer ends between one and one and a quarter limits
         // after the last piece heard.
-        self.silence = DeadlineWatch(clock: clock, tick: timeout / 4)
+        self.silence = DeadlineWatch(clock: clock, tick: max(timeout / 4, .milliseconds(10)))
         self.silenceLimit = timeout
     }
 
