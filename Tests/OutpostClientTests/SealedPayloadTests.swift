@@ -45,9 +45,9 @@ struct SealedPayloadTests {
     }
 }
 
-/// Each seal draws a random nonce (swift-crypto's own); a nonce never repeats under a key, and what it seals
-/// opens only in its own row.
-@Suite("Sealing with random nonces")
+/// Each seal takes its sealer's next nonce (a random field and a counter); a nonce never repeats under a key,
+/// and what it seals opens only in its own row.
+@Suite("Sealing with a sequence of nonces")
 struct SealNonceTests {
     @Test("a thousand seals of the same value under one key have a thousand nonces, and each opens only in its row")
     func nonces() throws {
@@ -65,5 +65,18 @@ struct SealNonceTests {
         // Two sealers on the same key (two stores opened) draw their own.
         let other = Sealer(key: sealer.key)
         #expect(!nonces.contains(Data(try other.seal(plain, context: "c").prefix(12))))
+    }
+
+    @Test("a sequence counts from its field; it wraps its counter, and after 2^32 nonces it draws a new field")
+    func sequence() throws {
+        let sequence = NonceSequence(field: 0x0102_0304_0506_0708, counter: .max, left: 3)
+        let nonces = try (0..<5).map { _ in Data(try sequence.next()) }
+        #expect(nonces[0] == Data([1, 2, 3, 4, 5, 6, 7, 8, 0xFF, 0xFF, 0xFF, 0xFF]))
+        #expect(nonces[1] == Data([1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0]))
+        #expect(nonces[2] == Data([1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 1]))
+        // Three were left: the fourth has a field of its own, and the fifth follows it.
+        #expect(nonces[3].prefix(8) != nonces[0].prefix(8))
+        #expect(nonces[4].prefix(8) == nonces[3].prefix(8))
+        #expect(nonces[4].suffix(4) != nonces[3].suffix(4))
     }
 }

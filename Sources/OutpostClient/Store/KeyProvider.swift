@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostProtocol
 
 /// Supplies the key that seals a device store's payloads.
@@ -57,14 +58,15 @@ public struct StaticKeyProvider: KeyProvider {
 /// Seals and opens payloads with AES-GCM, bound to the row they belong to.
 struct Sealer: Sendable {
     let key: SymmetricKey
+    let nonces = NonceSequence()
 
     /// `context` (such as the collection and record id) is authenticated, so a sealed value moved to another
-    /// row no longer opens. Each seal draws a random nonce of its own.
+    /// row no longer opens. Each seal takes the next of the sealer's ``NonceSequence``.
     func seal(_ plaintext: some DataProtocol, context: String) throws -> Data {
         do {
             guard
                 let combined = try AES.GCM.seal(
-                    plaintext, using: key, authenticating: Array(context.utf8)
+                    plaintext, using: key, nonce: try nonces.next(), authenticating: Array(context.utf8)
                 ).combined
             else { throw ClientError(.cannotDecrypt, "AES-GCM produced no output") }
             return combined
@@ -114,5 +116,48 @@ struct Sealer: Sendable {
         } catch {
             throw ClientError(.cannotDecrypt, "a sealed payload does not decode", underlying: error)
         }
+    }
+}
+
+/// AES-GCM nonces that never repeat under one key, without a draw from the system's random source each.
+///
+/// NIST SP 800-38D's deterministic construction (8.2.1): a fixed field and an invocation counter. The field is
+/// 64 random bits drawn when the sequence starts, the counter 32 bits from a random start; after 2^32 nonces a
+/// new field is drawn. Each sealer (each store opened) draws its own, so two sealing with the same key can
+/// share a nonce only if 64 random bits match and their counters overlap.
+///
+/// Home-made because swift-crypto's random nonce costs two `getrandom` calls on Linux, and with it a delta
+/// refresh of a roster missed its target (BENCHMARKS.md).
+final class NonceSequence: Sendable {
+    private struct State {
+        var field: UInt64
+        var counter: UInt32
+        /// Nonces left before the next field.
+        var left: UInt64
+    }
+
+    private let state: NIOLockedValueBox<State>
+
+    convenience init() {
+        var random = SystemRandomNumberGenerator()
+        self.init(field: random.next(), counter: random.next(), left: 1 << 32)
+    }
+
+    /// A sequence from a given state: for tests.
+    init(field: UInt64, counter: UInt32, left: UInt64) {
+        state = NIOLockedValueBox(State(field: field, counter: counter, left: left))
+    }
+
+    func next() throws -> AES.GCM.Nonce {
+        var bytes = state.withLockedValue { state -> (UInt64, UInt32) in
+            if state.left == 0 {
+                var random = SystemRandomNumberGenerator()
+                state = State(field: random.next(), counter: random.next(), left: 1 << 32)
+            }
+            state.left -= 1
+            defer { state.counter &+= 1 }
+            return (state.field.bigEndian, state.counter.bigEndian)
+        }
+        return try withUnsafeBytes(of: &bytes) { try AES.GCM.Nonce(data: $0) }
     }
 }
