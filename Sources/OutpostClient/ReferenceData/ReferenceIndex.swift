@@ -9,8 +9,12 @@ import OutpostProtocol
 /// Names are indexed by the 2- and 4-character prefixes of each word; a query looks up the longest indexed
 /// prefix of each of its words at once, then the candidates are opened and filtered exactly.
 struct ReferenceIndex: Sendable {
-    /// HMAC-SHA256 under the index's key, its key pads already hashed: each token starts from a copy.
-    private let keyed: HMAC<SHA256>
+    /// HMAC-SHA256 (RFC 2104) with the padded key already absorbed into the inner and outer hashes: each token
+    /// copies them and feeds its bytes without `DataProtocol`'s generic path (tested equal to swift-crypto's HMAC).
+    /// Home-made because a copy of swift-crypto's keyed `HMAC`, the same hashing behind its generic `update`,
+    /// made a roster download and a delta refresh measurably slower (BENCHMARKS.md).
+    private let inner: SHA256
+    private let outer: SHA256
     /// Name terms already hashed and words already folded: a roster's given names, family names and their
     /// prefixes repeat from row to row (e-mails, which do not, are not kept).
     private let memo: Memo
@@ -18,7 +22,15 @@ struct ReferenceIndex: Sendable {
     init(storeKey: SymmetricKey, memoLimit: Int = Memo.defaultLimit) {
         memo = Memo(limit: memoLimit)
         let key = HMAC<SHA256>.authenticationCode(for: Array("outpost-reference-search".utf8), using: storeKey)
-        keyed = HMAC(key: SymmetricKey(data: key))
+        // A 32-byte key is shorter than SHA-256's 64-byte block: it is padded with zeros, not hashed.
+        var block = [UInt8](repeating: 0, count: 64)
+        key.withUnsafeBytes { bytes in for (offset, byte) in bytes.enumerated() { block[offset] = byte } }
+        var inner = SHA256()
+        var outer = SHA256()
+        inner.update(data: block.map { $0 ^ 0x36 })
+        outer.update(data: block.map { $0 ^ 0x5C })
+        self.inner = inner
+        self.outer = outer
     }
 
     private static let posix = Locale(identifier: "en_US_POSIX")
@@ -101,9 +113,11 @@ struct ReferenceIndex: Sendable {
 
     /// The first 8 bytes of HMAC-SHA256 of `message`.
     func token(message: UnsafeRawBufferPointer) -> Int64 {
-        var mac = keyed
-        mac.update(data: message)
-        return mac.finalize().withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
+        var innerHash = inner
+        innerHash.update(bufferPointer: message)
+        var outerHash = outer
+        innerHash.finalize().withUnsafeBytes { outerHash.update(bufferPointer: $0) }
+        return outerHash.finalize().withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }
     }
 
     /// Without leading and trailing blanks (what Foundation's `CharacterSet.whitespaces` holds: space
