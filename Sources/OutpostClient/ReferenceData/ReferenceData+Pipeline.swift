@@ -2,8 +2,9 @@ import AsyncAlgorithms
 import Foundation
 
 extension ReferenceData {
-    /// Pages a transfer holds fetched but not yet stored, besides the one being asked for.
-    static let lookahead = 3
+    /// Pages a transfer holds fetched but not yet stored, besides the one being asked for: one being stored,
+    /// one being prepared, one waiting for the preparing stage, and one in the fetching stage's hand.
+    static let lookahead = 4
 
     /// The stages of a paged transfer (a download's snapshot pages, a refresh's pulls). Each page is named by a
     /// key the page before it gives.
@@ -22,10 +23,10 @@ extension ReferenceData {
 
     /// Runs a transfer from the page `first` names to the last, in a pipeline: fetching, preparing and storing are
     /// stages of their own, each a task of one task group, handing pages on through `AsyncThrowingChannel`s
-    /// (swift-async-algorithms), which hold none: the next page is asked for as soon as the one before it is handed
-    /// to the preparing stage, and a page is prepared while the one before it is stored, so that the server, the
-    /// network, the CPU work and the store overlap, with at most ``lookahead`` pages fetched and not yet stored (one
-    /// in each stage's hand). Pages are stored one at a time, in order; a page fetched but not stored when the
+    /// (swift-async-algorithms), with room for one page between fetching and preparing: the next page is asked for
+    /// as soon as the one before it is handed on, and a page is prepared while the one before it is stored, so that
+    /// the server, the network, the CPU work and the store overlap, with at most ``lookahead`` pages fetched and not
+    /// yet stored. Pages are stored one at a time, in order; a page fetched but not stored when the
     /// transfer stops is fetched again by the next one. A page is let go once stored: a transfer holds a few pages
     /// at a time, whatever its length.
     ///
@@ -52,7 +53,7 @@ extension ReferenceData {
             }
             group.addTask {
                 await prepared.feed { send in
-                    for try await (key, page) in fetched {
+                    for try await (key, page) in fetched.buffer(policy: .bounded(1)) {
                         try await send((key, try await stages.prepare(page)))
                     }
                 }
