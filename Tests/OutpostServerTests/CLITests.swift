@@ -191,6 +191,20 @@ struct BenchHarnessTests {
         #expect(result["unit"] as? String == "ms")
     }
 
+    @Test("`bench local-write roster`, small: both device scenarios complete on the store's current schema")
+    func deviceScenarios() async throws {
+        let run = try await OutpostProcess.run(
+            ["bench", "local-write", "roster", "--records", "500", "--guests", "2000", "--samples", "20", "--json"])
+        #expect([0, 1].contains(run.status), "\(run.stderr)")
+        let start = try #require(run.stdout.firstIndex(of: "["), "\(run.stdout) \(run.stderr)")
+        let results = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout[start...].utf8)) as? [[String: Any]])
+        let names = results.compactMap { $0["name"] as? String }
+        for expected in ["local-write p50", "bare SQLite commit", "roster download", "search p50", "delta refresh"] {
+            #expect(names.contains { $0.hasPrefix(expected) }, "\(expected) missing: \(names)")
+        }
+        #expect(results.allSatisfy { ($0["figure"] as? Double ?? 0) > 0 }, "\(results)")
+    }
+
     @Test("`bench connector` delivers its backlog and its live pushes to its receiver, and reports rate and delays")
     func connector() async throws {
         let run = try await OutpostProcess.run(["bench", "connector", "--json"])

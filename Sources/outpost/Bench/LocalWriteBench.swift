@@ -96,7 +96,7 @@ final class SQLiteFloorProbe {
         for sql in [
             "BEGIN IMMEDIATE",
             """
-            INSERT OR REPLACE INTO records (collection, record_id, payload, deleted, sync_status, last_sync_attempt,
+            INSERT OR REPLACE INTO records (collection, record_id, payload, tombstone, sync_status, last_sync_attempt,
                                             is_offline_entry, created_at, updated_at, version)
             VALUES ('checkins', ?1, ?2, 0, 'pending', NULL, 1, ?3, ?3, NULL)
             """,
