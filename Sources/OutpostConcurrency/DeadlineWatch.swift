@@ -145,18 +145,20 @@ extension DeadlineWatch {
     }
 
     /// Runs `operation` in a task of its own, which is cancelled once it has heard nothing for `limit` (up to a
-    /// `tick` more); the call then throws `silenced()`, however the operation ended. The caller's cancellation
-    /// reaches the operation too.
+    /// `tick` more), or nothing at all for `first`; the call then throws `silenced()`, however the operation
+    /// ended. The caller's cancellation reaches the operation too.
     ///
     /// An HTTP client's deadline bounds only the wait for an answer's head; this bounds the silence of the rest.
+    /// Give `first` beyond the client's deadline, so that a server that never answers fails with the client's
+    /// own error.
     package func endingSilence<T: Sendable>(
-        after limit: Duration, _ operation: @escaping @Sendable (_ heard: Hearing) async throws -> T,
+        after limit: Duration, first: Duration? = nil, _ operation: @escaping @Sendable (_ heard: Hearing) async throws -> T,
         silenced: @escaping @Sendable () -> any Error
     ) async throws -> T {
         let silent = NIOLockedValueBox(false)
         let running = NIOLockedValueBox<Task<T, any Error>?>(nil)
         // Scheduled before the operation starts, so that a rest at its very start is seen.
-        let entry = schedule(after: limit) {
+        let entry = schedule(after: first ?? limit) {
             silent.withLockedValue { $0 = true }
             running.withLockedValue { $0 }?.cancel()
         }

@@ -134,6 +134,33 @@ struct ProducedStreamTests {
         #expect(watch.pendingCount == 0)
     }
 
+    @Test("a call that hears nothing at all is ended at its first deadline, not at the limit")
+    func firstDeadline() async throws {
+        let clock = ManualClock()
+        let tick = Duration.seconds(10)
+        let watch = DeadlineWatch(clock: clock, tick: tick)
+        var sleeps = clock.sleeps.makeAsyncIterator()
+        struct Silenced: Error {}
+        let call = Task {
+            try await watch.endingSilence(after: .seconds(30), first: .seconds(60)) { _ in
+                for await _ in AsyncStream<Void>.makeStream().stream {}
+            } silenced: {
+                Silenced()
+            }
+        }
+        _ = await sleeps.next()
+        // Five looks, 50 s: past the limit, short of the first deadline.
+        for _ in 0..<5 {
+            clock.advance(by: tick)
+            _ = await sleeps.next()
+            #expect(watch.pendingCount == 1)
+        }
+        clock.advance(by: tick)
+        await #expect(throws: Silenced.self) {
+            try await call.value(within: testWaitLimit, "the call the watch ends")
+        }
+    }
+
     @Test("a call that keeps hearing is never ended, and leaves nothing pending")
     func hearingKeepsACall() async throws {
         let clock = ManualClock()

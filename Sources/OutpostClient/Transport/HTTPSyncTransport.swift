@@ -138,7 +138,8 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         _ operation: @escaping @Sendable (_ heard: DeadlineWatch.Hearing) async throws -> T
     ) async throws -> T {
         let limit = silenceLimit
-        return try await silence.endingSilence(after: limit, operation) {
+        // Until the answer's head, AsyncHTTPClient's own deadline (the same limit) bounds the wait.
+        return try await silence.endingSilence(after: limit, first: limit * 2, operation) {
             TransportError(
                 kind: .network, message: "the server fell silent for \(limit.components.seconds) s in the middle of its answer")
         }
