@@ -194,7 +194,7 @@ struct BenchHarnessTests {
     @Test("`bench local-write roster`, small: both device scenarios complete on the store's current schema")
     func deviceScenarios() async throws {
         let run = try await OutpostProcess.run(
-            ["bench", "local-write", "roster", "--records", "500", "--guests", "2000", "--samples", "20", "--json"])
+            ["bench", "local-write", "roster", "--records", "500", "--guests", "5500", "--samples", "20", "--json"])
         #expect([0, 1].contains(run.status), "\(run.stderr)")
         let start = try #require(run.stdout.firstIndex(of: "["), "\(run.stdout) \(run.stderr)")
         let results = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout[start...].utf8)) as? [[String: Any]])
