@@ -130,9 +130,12 @@ extension DeadlineWatch {
         fileprivate let watch: DeadlineWatch
         fileprivate let entry: Entry
         fileprivate let limit: Duration
+        /// Whether anything was heard yet.
+        fileprivate let heardAny: NIOLockedValueBox<Bool>
 
         package func callAsFunction() {
             watch.postpone(entry, by: limit)
+            heardAny.withLockedValue { $0 = true }
         }
 
         /// Runs `body`, a wait that is not the other side's silence (a stream waiting for its consumer to take
@@ -145,15 +148,15 @@ extension DeadlineWatch {
     }
 
     /// Runs `operation` in a task of its own, which is cancelled once it has heard nothing for `limit` (up to a
-    /// `tick` more), or nothing at all for `first`; the call then throws `silenced()`, however the operation
-    /// ended. The caller's cancellation reaches the operation too.
+    /// `tick` more), or nothing at all for `first`; the call then throws `silenced(heardAnything)`, however the
+    /// operation ended. The caller's cancellation reaches the operation too.
     ///
     /// An HTTP client's deadline bounds only the wait for an answer's head; this bounds the silence of the rest.
     /// Give `first` beyond the client's deadline, so that a server that never answers fails with the client's
     /// own error.
     package func endingSilence<T: Sendable>(
         after limit: Duration, first: Duration? = nil, _ operation: @escaping @Sendable (_ heard: Hearing) async throws -> T,
-        silenced: @escaping @Sendable () -> any Error
+        silenced: @escaping @Sendable (_ heardAnything: Bool) -> any Error
     ) async throws -> T {
         let silent = NIOLockedValueBox(false)
         let running = NIOLockedValueBox<Task<T, any Error>?>(nil)
@@ -163,7 +166,8 @@ extension DeadlineWatch {
             running.withLockedValue { $0 }?.cancel()
         }
         defer { cancel(entry) }
-        let task = Task { try await operation(Hearing(watch: self, entry: entry, limit: limit)) }
+        let heardAny = NIOLockedValueBox(false)
+        let task = Task { try await operation(Hearing(watch: self, entry: entry, limit: limit, heardAny: heardAny)) }
         running.withLockedValue { $0 = task }
         if silent.withLockedValue({ $0 }) { task.cancel() }
         let result = await withTaskCancellationHandler {
@@ -171,7 +175,7 @@ extension DeadlineWatch {
         } onCancel: {
             task.cancel()
         }
-        if silent.withLockedValue({ $0 }) { throw silenced() }
+        if silent.withLockedValue({ $0 }) { throw silenced(heardAny.withLockedValue { $0 }) }
         return try result.get()
     }
 }

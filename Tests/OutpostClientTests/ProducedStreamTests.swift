@@ -88,6 +88,19 @@ struct ProducedStreamTests {
         held.finish()
     }
 
+    /// Moves `clock` on by `tick`, `count` times, each once the watch sleeps again, and checks that the call is
+    /// still watched after each look.
+    private static func look(
+        _ count: Int, every tick: Duration, on clock: ManualClock, sleeps: inout AsyncStream<Duration>.Iterator,
+        watch: DeadlineWatch, sourceLocation: SourceLocation = #_sourceLocation
+    ) async {
+        for _ in 0..<count {
+            clock.advance(by: tick)
+            _ = await sleeps.next()
+            #expect(watch.pendingCount == 1, sourceLocation: sourceLocation)
+        }
+    }
+
     @Test("a call that rests is not ended by the silence watch; the silence after its rest counts again")
     func restIsNotSilence() async throws {
         let clock = ManualClock()
@@ -106,7 +119,7 @@ struct ProducedStreamTests {
                 rest.yield()
                 // After the rest, nothing more is heard.
                 for await _ in AsyncStream<Void>.makeStream().stream {}
-            } silenced: {
+            } silenced: { _ in
                 Silenced()
             }
         }
@@ -114,19 +127,11 @@ struct ProducedStreamTests {
         _ = await rests.next()
         _ = await sleeps.next()
         // Twelve looks while it rests, four limits: a silent call would have been ended at the third.
-        for _ in 0..<12 {
-            clock.advance(by: tick)
-            _ = await sleeps.next()
-            #expect(watch.pendingCount == 1)
-        }
+        await Self.look(12, every: tick, on: clock, sleeps: &sleeps, watch: watch)
         open.yield()
         _ = await rests.next()
         // The end of the rest counts as heard: two looks pass, the third (a whole limit later) ends the call.
-        for _ in 0..<2 {
-            clock.advance(by: tick)
-            _ = await sleeps.next()
-            #expect(watch.pendingCount == 1)
-        }
+        await Self.look(2, every: tick, on: clock, sleeps: &sleeps, watch: watch)
         clock.advance(by: tick)
         await #expect(throws: Silenced.self) {
             try await call.value(within: testWaitLimit, "the call the watch ends")
@@ -140,25 +145,23 @@ struct ProducedStreamTests {
         let tick = Duration.seconds(10)
         let watch = DeadlineWatch(clock: clock, tick: tick)
         var sleeps = clock.sleeps.makeAsyncIterator()
-        struct Silenced: Error {}
+        struct Silenced: Error { var heardAnything: Bool }
         let call = Task {
             try await watch.endingSilence(after: .seconds(30), first: .seconds(60)) { _ in
                 for await _ in AsyncStream<Void>.makeStream().stream {}
-            } silenced: {
-                Silenced()
+            } silenced: { heardAnything in
+                Silenced(heardAnything: heardAnything)
             }
         }
         _ = await sleeps.next()
         // Five looks, 50 s: past the limit, short of the first deadline.
-        for _ in 0..<5 {
-            clock.advance(by: tick)
-            _ = await sleeps.next()
-            #expect(watch.pendingCount == 1)
-        }
+        await Self.look(5, every: tick, on: clock, sleeps: &sleeps, watch: watch)
         clock.advance(by: tick)
-        await #expect(throws: Silenced.self) {
+        let error = await #expect(throws: Silenced.self) {
             try await call.value(within: testWaitLimit, "the call the watch ends")
         }
+        // It heard nothing at all: the transport says the server could not be reached.
+        #expect(error?.heardAnything == false)
     }
 
     @Test("a call that keeps hearing is never ended, and leaves nothing pending")
@@ -177,7 +180,7 @@ struct ProducedStreamTests {
                     told.yield(count)
                 }
                 return count
-            } silenced: {
+            } silenced: { _ in
                 CancellationError()
             }
         }

@@ -139,9 +139,11 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     ) async throws -> T {
         let limit = silenceLimit
         // Until the answer's head, AsyncHTTPClient's own deadline (the same limit) bounds the wait.
-        return try await silence.endingSilence(after: limit, first: limit * 2, operation) {
-            TransportError(
-                kind: .network, message: "the server fell silent for \(limit.components.seconds) s in the middle of its answer")
+        return try await silence.endingSilence(after: limit, first: limit * 2, operation) { heardAnything in
+            heardAnything
+                ? TransportError(
+                    kind: .network, message: "the server fell silent for \(limit.components.seconds) s in the middle of its answer")
+                : TransportError(kind: .network, message: "the server could not be reached")
         }
     }
 
