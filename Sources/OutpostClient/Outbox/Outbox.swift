@@ -140,7 +140,7 @@ extension LocalStore {
         for (entry, result) in results {
             let key = RecordKey(entry.mutation)
             var outcome = decision.outcomes[key] ?? Outcome()
-            let status = result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status
+            let status = result.settledStatus
             switch status {
             case .applied, .duplicate:
                 decision.confirmed.append(entry.seq)
@@ -499,4 +499,9 @@ struct RecordKey: Hashable, Sendable {
     init(_ mutation: Mutation) {
         self.init(mutation.collection, mutation.scope ?? "", mutation.recordId)
     }
+}
+
+extension MutationResult {
+    /// How the mutation ended on the server: a duplicate answers as the first delivery was answered.
+    var settledStatus: Status { status == .duplicate ? (originalStatus ?? .applied) : status }
 }

@@ -504,7 +504,7 @@ struct SyncTally {
     mutating func count(_ answers: [(OutboxEntry, MutationResult)]) {
         for (entry, result) in answers {
             let key = RecordKey(entry.mutation)
-            switch result.status == .duplicate ? (result.originalStatus ?? .applied) : result.status {
+            switch result.settledStatus {
             case .applied, .duplicate:
                 synced.insert(key)
             case .conflict:
