@@ -40,14 +40,18 @@ enum Child {
             stderr: String(decoding: result.standardError, as: UTF8.self))
     }
 
+    /// `ownGroup` starts the child as the leader of a new process group, which a signal to the group ends
+    /// with everything it started.
     static func configuration(
-        _ program: String, _ arguments: [String], environment: [String: String]?, in directory: URL?
+        _ program: String, _ arguments: [String], environment: [String: String]?, in directory: URL?, ownGroup: Bool = false
     ) -> Configuration {
-        Configuration(
+        var options = PlatformOptions()
+        if ownGroup { options.processGroupID = 0 }
+        return Configuration(
             executable: .path(FilePath(resolve(program))), arguments: Arguments(arguments),
             environment: environment.map { .custom(Dictionary(uniqueKeysWithValues: $0.map { (Environment.Key(stringLiteral: $0.key), $0.value) })) }
                 ?? .inherit,
-            workingDirectory: directory.map { FilePath($0.path) })
+            workingDirectory: directory.map { FilePath($0.path) }, platformOptions: options)
     }
 
     static func status(_ termination: TerminationStatus) -> Int32 {
@@ -72,6 +76,9 @@ enum Child {
 }
 
 /// A long-running child whose output is collected as it arrives, and which a test signals and waits for.
+///
+/// It leads a process group of its own, which ``OrphanReaper/shared`` kills if the test process ends, however it
+/// ends, while the child still runs.
 final class RunningChild: Sendable {
     let processIdentifier: pid_t
     private let state: NIOLockedValueBox<State>
@@ -87,7 +94,7 @@ final class RunningChild: Sendable {
     /// Starts `program`; ``send(_:)`` writes to its standard input.
     init(_ program: String, _ arguments: [String], environment: [String: String]? = nil) async throws {
         _ = Child.ignoreBrokenPipes
-        let configuration = Child.configuration(program, arguments, environment: environment, in: nil)
+        let configuration = Child.configuration(program, arguments, environment: environment, in: nil, ownGroup: true)
         let state = NIOLockedValueBox(State())
         let (lineStream, lines) = AsyncStream<String>.makeStream()
         let started = Started()
@@ -96,6 +103,7 @@ final class RunningChild: Sendable {
                 let result = try await Subprocess.run(
                     configuration, input: .inputWriter, output: .sequence, error: .sequence
                 ) { execution in
+                    OrphanReaper.shared.watch(execution.processIdentifier.value)
                     started.resume(.success(execution.processIdentifier.value))
                     try await withThrowingTaskGroup(of: Void.self) { input in
                         input.addTask {
@@ -122,6 +130,7 @@ final class RunningChild: Sendable {
                     }
                 }
                 let status = Child.status(result.terminationStatus)
+                OrphanReaper.shared.forget(result.processIdentifier.value)
                 state.withLockedValue { $0.status = status }
                 return status
             } catch {
@@ -190,6 +199,74 @@ final class RunningChild: Sendable {
                     if let result { waiting.resume(with: result) }
                 }
             }
+        }
+    }
+}
+
+/// A shell that outlives the test process to kill the process groups it left running.
+///
+/// The test process registers each long-running child's group on a pipe whose only writer it holds, and withdraws
+/// the group once the child has ended. When the pipe closes, whether the test process exited, crashed or was
+/// killed, the shell kills every group still registered: no server, database or browser a test started keeps
+/// running without a test to stop it. The shell ignores the signals a terminal sends to the test process's group.
+final class OrphanReaper: Sendable {
+    /// The reaper of this test process, started on first use.
+    static let shared: OrphanReaper = {
+        do { return try OrphanReaper() } catch { fatalError("cannot start the orphan reaper: \(error)") }
+    }()
+
+    private static let script = """
+        trap '' HUP INT TERM
+        live=' '
+        while IFS= read -r line; do
+          case $line in
+            +*) live="$live${line#+} " ;;
+            -*) kept=' '; for group in $live; do [ "$group" = "${line#-}" ] || kept="$kept$group "; done; live=$kept ;;
+          esac
+        done
+        for group in $live; do kill -9 "-$group" 2>/dev/null; done
+        """
+
+    private let writer: NIOLockedValueBox<Int32?>
+    private let ended: Task<Int32, any Error>
+
+    init() throws {
+        _ = Child.ignoreBrokenPipes
+        let (reader, write) = try FileDescriptor.pipe()
+        // Only this process may hold the writing end, or the pipe would outlive it.
+        _ = fcntl(write.rawValue, F_SETFD, FD_CLOEXEC)
+        writer = NIOLockedValueBox(write.rawValue)
+        let configuration = Child.configuration("/bin/sh", ["-c", Self.script], environment: nil, in: nil, ownGroup: true)
+        ended = Task.detached {
+            let result = try await Subprocess.run(
+                configuration, input: .fileDescriptor(reader, closeAfterSpawningProcess: true), output: .discarded,
+                error: .discarded)
+            return Child.status(result.terminationStatus)
+        }
+    }
+
+    /// Registers the process group `group`, to be killed if the pipe closes before ``forget(_:)``.
+    func watch(_ group: pid_t) { send("+\(group)\n") }
+
+    /// Withdraws `group`, whose leader has ended.
+    func forget(_ group: pid_t) { send("-\(group)\n") }
+
+    /// Closes the pipe, as the test process's end would, and waits for the shell to kill what is registered and
+    /// exit; its exit status.
+    func close() async throws -> Int32 {
+        writer.withLockedValue { writer in
+            if let open = writer { Glibc.close(open) }
+            writer = nil
+        }
+        return try await ended.value
+    }
+
+    /// One line is shorter than `PIPE_BUF`, so it is written whole or not at all.
+    private func send(_ line: String) {
+        writer.withLockedValue { writer in
+            guard let writer else { return }
+            var bytes = Array(line.utf8)
+            _ = Glibc.write(writer, &bytes, bytes.count)
         }
     }
 }
