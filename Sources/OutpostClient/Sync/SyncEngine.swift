@@ -228,85 +228,19 @@ public actor SyncEngine {
             status.isSyncing = false
             publish()
         }
-        var summary = SyncSummary()
-        var tally = SyncTally()
-        let total = records == nil ? try await store.outboxCount() : 0
-        var sent = 0
-        var statusCounted = Date.distantPast
-        // One chunk's answer is stored while the next chunk travels, and the next chunk is read while this one
-        // travels: device and server work at the same time instead of in turn. A chunk still goes out only
-        // after the server answered the one before, so the server sees the mutations in order. Were the
-        // device to stop before an answer is stored, the chunk is sent again and the server answers
-        // `duplicate`.
-        var storing: Task<Void, any Error>?
-        // The highest local sequence sent in this sync.
-        var lastSent: Int64 = 0
-
+        var run = SyncRun(total: records == nil ? try await store.outboxCount() : 0)
         do {
             try await store.restampFutureEntries(now: now(), maxLead: Self.futureAllowance)
-            var chunk = try await store.chunk(limit: configuration.chunkSize, only: records)
-            while true {
-                if chunk.isEmpty {
-                    // Every answer stored, what is still pending after the last entry sent was written meanwhile.
-                    // (An entry sent and kept queued, refused for a time the device can outgrow, waits for the
-                    // next sync.)
-                    try await storing?.value
-                    storing = nil
-                    chunk = try await store.chunk(after: lastSent, limit: configuration.chunkSize, only: records)
-                    if chunk.isEmpty { break }
-                }
-                let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
-                let lastSeq = chunk.last?.seq ?? 0
-                lastSent = max(lastSent, lastSeq)
-                let requeues = store.requeues.withLockedValue { $0 }
-                async let following = store.chunk(after: lastSeq, limit: configuration.chunkSize, only: records)
-                let response: PushResponse
-                do {
-                    response = try await push(request, retrying: retrying)
-                } catch let error as TransportError {
-                    _ = try? await following
-                    try await storing?.value
-                    storing = nil
-                    return try await endUndelivered(error, tally: tally, summary: summary)
-                }
-                guard response.results.count == chunk.count else {
-                    _ = try? await following
-                    throw TransportError(kind: .invalidResponse, message: "the server answered a different number of results")
-                }
-                let pairs = Array(zip(chunk, response.results))
-                // Answers are stored in the order they came.
-                try await storing?.value
-                let store = self.store
-                let answeredAt = now()
-                storing = Task { try await store.apply(pairs, at: answeredAt) }
-                tally.count(pairs)
-                sent += chunk.count
-                summary.chunks += 1
-                status.lastSyncAt = now()
-                // The pending records are counted at most ten times a second, as often as a person can read it, not
-                // after every chunk: counting costs a drain time. The count after the last chunk is exact.
-                if now().timeIntervalSince(statusCounted) >= Self.statusInterval {
-                    try await refreshStatus()
-                    statusCounted = now()
-                }
-                progress?(SyncProgress(sent: sent, total: max(total, sent), chunk: summary.chunks))
-                chunk = try await following
-                if store.requeues.withLockedValue({ $0 }) != requeues {
-                    // A retry put entries back while this chunk was out; they may be older than the chunk read
-                    // ahead, and go out first. (One put back by another process goes out at the end.)
-                    try await storing?.value
-                    storing = nil
-                    chunk = try await store.chunk(limit: configuration.chunkSize, only: records)
-                }
+            if let undelivered = try await deliverChunks(only: records, retrying: retrying, progress: progress, run: &run) {
+                return try await endUndelivered(undelivered, tally: run.tally, summary: run.summary)
             }
         } catch {
-            // An answer being stored finishes first: the sync ends with the store settled.
-            _ = try? await storing?.value
-            storing = nil
             // The counts were last taken up to a tenth of a second ago: take them again for the status.
             try? await refreshStatus()
             throw error
         }
+        var summary = run.summary
+        let tally = run.tally
         summary.synced = tally.synced.subtracting(tally.failed).subtracting(tally.refused).count
         summary.rejected = tally.refused.count
         summary.failed = tally.failed.subtracting(tally.refused).count
@@ -316,6 +250,85 @@ public actor SyncEngine {
         if summary.chunks > 0 { try? await store.checkpoint() }
         await afterSync()
         return summary
+    }
+
+    /// Pushes the queued entries (of `records` alone, when given) chunk by chunk, in order, and stores each
+    /// answer.
+    ///
+    /// One chunk's answer is stored while the next chunk travels, and the next chunk is read while this one
+    /// travels: device and server work at the same time instead of in turn. A chunk still goes out only after the
+    /// server answered the one before, so the server sees the mutations in order. Were the device to stop before
+    /// an answer is stored, the chunk is sent again and the server answers `duplicate`.
+    ///
+    /// - Returns: nil once every chunk is answered and every answer stored; the error of a push that could not
+    ///   be delivered, with every answer before it stored.
+    private func deliverChunks(
+        only records: Set<RecordKey>?, retrying: Bool, progress: (@Sendable (SyncProgress) -> Void)?, run: inout SyncRun
+    ) async throws -> TransportError? {
+        var answer = StoringAnswer()
+        do {
+            var chunk = try await store.chunk(limit: configuration.chunkSize, only: records)
+            while true {
+                if chunk.isEmpty {
+                    // Every answer stored, what is still pending after the last entry sent was written meanwhile.
+                    // (An entry sent and kept queued, refused for a time the device can outgrow, waits for the
+                    // next sync.)
+                    try await answer.settle()
+                    chunk = try await store.chunk(after: run.lastSent, limit: configuration.chunkSize, only: records)
+                    if chunk.isEmpty { return nil }
+                }
+                let lastSeq = chunk.last?.seq ?? 0
+                run.lastSent = max(run.lastSent, lastSeq)
+                let requeues = store.requeues.withLockedValue { $0 }
+                async let following = store.chunk(after: lastSeq, limit: configuration.chunkSize, only: records)
+                let response: PushResponse
+                do {
+                    let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
+                    response = try await push(request, retrying: retrying)
+                } catch let error as TransportError {
+                    _ = try? await following
+                    try await answer.settle()
+                    return error
+                }
+                guard response.results.count == chunk.count else {
+                    _ = try? await following
+                    throw TransportError(kind: .invalidResponse, message: "the server answered a different number of results")
+                }
+                let pairs = Array(zip(chunk, response.results))
+                // Answers are stored in the order they came.
+                try await answer.settle()
+                answer.start(pairs, in: store, at: now())
+                try await count(pairs, progress: progress, run: &run)
+                chunk = try await following
+                if store.requeues.withLockedValue({ $0 }) != requeues {
+                    // A retry put entries back while this chunk was out; they may be older than the chunk read
+                    // ahead, and go out first. (One put back by another process goes out at the end.)
+                    try await answer.settle()
+                    chunk = try await store.chunk(limit: configuration.chunkSize, only: records)
+                }
+            }
+        } catch {
+            // An answer being stored finishes first: the sync ends with the store settled.
+            await answer.abandon()
+            throw error
+        }
+    }
+
+    /// Counts a chunk's answers into `run` and tells the status and `progress`.
+    private func count(
+        _ pairs: [(OutboxEntry, MutationResult)], progress: (@Sendable (SyncProgress) -> Void)?, run: inout SyncRun
+    ) async throws {
+        run.tally.count(pairs)
+        run.sent += pairs.count
+        run.summary.chunks += 1
+        status.lastSyncAt = now()
+        // The pending records are counted at most ten times a second, as often as a person can read it, not
+        // after every chunk: counting costs a drain time. The count after the last chunk is exact.
+        if now().timeIntervalSince(run.statusCounted) >= Self.statusInterval {
+            try await refreshStatus()
+            run.statusCounted = now()
+        }
+        progress?(SyncProgress(sent: run.sent, total: max(run.total, run.sent), chunk: run.summary.chunks))
     }
 
     /// Ends a sync whose push could not be delivered: the entries stay queued, marked failed with the reason,
@@ -492,6 +505,44 @@ public actor SyncEngine {
 }
 
 /// What a sync's answers said, record by record, for its summary: the last answer about a record decides.
+/// What one sync has sent and been answered so far.
+struct SyncRun {
+    var tally = SyncTally()
+    var summary = SyncSummary()
+    /// The entries queued as the sync started; 0 for a sync of some records alone.
+    var total: Int
+    var sent = 0
+    /// The highest local sequence sent.
+    var lastSent: Int64 = 0
+    /// When the pending records were last counted for the status.
+    var statusCounted = Date.distantPast
+}
+
+/// The answer of one chunk, stored while the next chunk travels.
+struct StoringAnswer {
+    private var storing: Task<Void, any Error>?
+
+    /// Waits until the answer being stored, if any, is stored.
+    ///
+    /// - Throws: what storing it threw.
+    mutating func settle() async throws {
+        try await storing?.value
+        storing = nil
+    }
+
+    /// Starts storing `pairs`; the answer before must be settled.
+    mutating func start(_ pairs: [(OutboxEntry, MutationResult)], in store: LocalStore, at date: Date) {
+        precondition(storing == nil, "an answer is stored only after the one before")
+        storing = Task { try await store.apply(pairs, at: date) }
+    }
+
+    /// Waits until the answer being stored, if any, is stored or has failed.
+    mutating func abandon() async {
+        _ = try? await storing?.value
+        storing = nil
+    }
+}
+
 struct SyncTally {
     var synced = Set<RecordKey>()
     /// Refused for a time the device can outgrow; still queued.
