@@ -18,7 +18,9 @@ package final class DeadlineWatch: Sendable {
     private struct Pending {
         /// Since the watch was made; nil while held (see ``hold(_:)``).
         var deadline: Duration?
-        var action: @Sendable () -> Void
+        /// Whether ``postpone(_:by:heard:)`` was told something was heard.
+        var heard = false
+        var action: @Sendable (_ heardAnything: Bool) -> Void
     }
 
     private struct State {
@@ -50,6 +52,13 @@ package final class DeadlineWatch: Sendable {
     /// Runs `action` once `delay` has passed, unless ``cancel(_:)`` comes first.
     @discardableResult
     package func schedule(after delay: Duration, _ action: @escaping @Sendable () -> Void) -> Entry {
+        schedule(after: delay) { _ in action() }
+    }
+
+    /// Runs `action` once `delay` has passed, unless ``cancel(_:)`` comes first; `action` learns whether
+    /// ``postpone(_:by:heard:)`` was ever told something was heard.
+    @discardableResult
+    package func schedule(after delay: Duration, _ action: @escaping @Sendable (_ heardAnything: Bool) -> Void) -> Entry {
         let deadline = elapsed() + delay
         let (entry, start) = state.withLockedValue { state -> (Entry, Bool) in
             state.nextId += 1
@@ -68,10 +77,14 @@ package final class DeadlineWatch: Sendable {
         state.withLockedValue { _ = $0.pending.removeValue(forKey: entry.id) }
     }
 
-    /// Moves a pending deadline to `delay` from now, held or not; harmless once it has fired.
-    package func postpone(_ entry: Entry, by delay: Duration) {
+    /// Moves a pending deadline to `delay` from now, held or not; harmless once it has fired. `heard` records
+    /// that the other side was heard, for the action.
+    package func postpone(_ entry: Entry, by delay: Duration, heard: Bool = false) {
         let deadline = elapsed() + delay
-        state.withLockedValue { $0.pending[entry.id]?.deadline = deadline }
+        state.withLockedValue { state in
+            state.pending[entry.id]?.deadline = deadline
+            if heard { state.pending[entry.id]?.heard = true }
+        }
     }
 
     /// Holds a pending deadline: it does not fire until ``postpone(_:by:)`` sets it again.
@@ -84,13 +97,13 @@ package final class DeadlineWatch: Sendable {
         while true {
             try? await sleep(tick)
             let now = elapsed()
-            let (due, done) = state.withLockedValue { state -> ([@Sendable () -> Void], Bool) in
+            let (due, done) = state.withLockedValue { state -> ([Pending], Bool) in
                 let dueIds = state.pending.compactMap { entry in entry.value.deadline.map { $0 <= now } == true ? entry.key : nil }
-                let due = dueIds.compactMap { state.pending.removeValue(forKey: $0)?.action }
+                let due = dueIds.compactMap { state.pending.removeValue(forKey: $0) }
                 if state.pending.isEmpty { state.watching = false }
                 return (due, state.pending.isEmpty)
             }
-            for action in due { action() }
+            for pending in due { pending.action(pending.heard) }
             if done { return }
         }
     }
@@ -130,12 +143,9 @@ extension DeadlineWatch {
         fileprivate let watch: DeadlineWatch
         fileprivate let entry: Entry
         fileprivate let limit: Duration
-        /// Whether anything was heard yet.
-        fileprivate let heardAny: NIOLockedValueBox<Bool>
 
         package func callAsFunction() {
-            watch.postpone(entry, by: limit)
-            heardAny.withLockedValue { $0 = true }
+            watch.postpone(entry, by: limit, heard: true)
         }
 
         /// Runs `body`, a wait that is not the other side's silence (a stream waiting for its consumer to take
@@ -158,24 +168,24 @@ extension DeadlineWatch {
         after limit: Duration, first: Duration? = nil, _ operation: @escaping @Sendable (_ heard: Hearing) async throws -> T,
         silenced: @escaping @Sendable (_ heardAnything: Bool) -> any Error
     ) async throws -> T {
-        let silent = NIOLockedValueBox(false)
+        // Set once the deadline fires: whether anything was heard before.
+        let fired = NIOLockedValueBox<Bool?>(nil)
         let running = NIOLockedValueBox<Task<T, any Error>?>(nil)
         // Scheduled before the operation starts, so that a rest at its very start is seen.
-        let entry = schedule(after: first ?? limit) {
-            silent.withLockedValue { $0 = true }
+        let entry = schedule(after: first ?? limit) { heardAnything in
+            fired.withLockedValue { $0 = heardAnything }
             running.withLockedValue { $0 }?.cancel()
         }
         defer { cancel(entry) }
-        let heardAny = NIOLockedValueBox(false)
-        let task = Task { try await operation(Hearing(watch: self, entry: entry, limit: limit, heardAny: heardAny)) }
+        let task = Task { try await operation(Hearing(watch: self, entry: entry, limit: limit)) }
         running.withLockedValue { $0 = task }
-        if silent.withLockedValue({ $0 }) { task.cancel() }
+        if fired.withLockedValue({ $0 }) != nil { task.cancel() }
         let result = await withTaskCancellationHandler {
             await task.result
         } onCancel: {
             task.cancel()
         }
-        if silent.withLockedValue({ $0 }) { throw silenced(heardAny.withLockedValue { $0 }) }
+        if let heardAnything = fired.withLockedValue({ $0 }) { throw silenced(heardAnything) }
         return try result.get()
     }
 }
