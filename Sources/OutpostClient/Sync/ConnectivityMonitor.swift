@@ -21,16 +21,14 @@ public struct HealthProbeMonitor: ConnectivityMonitor {
     }
 
     public func changes() -> AsyncStream<Bool> {
-        Self.probing(transport, clock: clock, every: interval) { true }
+        changes(whilePathIsUp: { true })
     }
 
     /// Online while `pathIsUp` and the server answers `/health`, asked every `interval`: first the current state,
     /// then every change; ends when its consumer stops.
-    static func probing(
-        _ transport: any SyncTransport, clock: any Clock<Duration>, every interval: Duration,
-        pathIsUp: @escaping @Sendable () -> Bool
-    ) -> AsyncStream<Bool> {
-        AsyncStream { continuation in
+    func changes(whilePathIsUp pathIsUp: @escaping @Sendable () -> Bool) -> AsyncStream<Bool> {
+        let (transport, clock, interval) = (transport, clock, interval)
+        return AsyncStream { continuation in
             let task = Task {
                 var last: Bool?
                 while !Task.isCancelled {

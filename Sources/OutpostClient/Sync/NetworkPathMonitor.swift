@@ -7,20 +7,16 @@
     /// when a path is up and the server answers `/health`, asked every `interval` while the path is up, so that a server
     /// back after an outage, or a captive portal signed in to, is noticed without a change of network.
     public struct NetworkPathMonitor: ConnectivityMonitor {
-        let transport: any SyncTransport
-        let clock: any Clock<Duration>
-        let interval: Duration
+        let probe: HealthProbeMonitor
 
         public init(transport: any SyncTransport, clock: any Clock<Duration> = ContinuousClock(), interval: Duration = .seconds(5)) {
-            self.transport = transport
-            self.clock = clock
-            self.interval = interval
+            probe = HealthProbeMonitor(transport: transport, clock: clock, interval: interval)
         }
 
         public func changes() -> AsyncStream<Bool> {
             let pathIsUp = NIOLockedValueBox(true)
             nonisolated(unsafe) let monitor = NWPathMonitor()
-            let probes = HealthProbeMonitor.probing(transport, clock: clock, every: interval) { pathIsUp.withLockedValue { $0 } }
+            let probes = probe.changes(whilePathIsUp: { pathIsUp.withLockedValue { $0 } })
             return AsyncStream { continuation in
                 monitor.pathUpdateHandler = { update in
                     let up = update.status == .satisfied
