@@ -36,7 +36,9 @@ struct FieldPromisesEndToEndTests {
         deinit { close(socket) }
     }
 
-    @Test("a check-in against a server that accepts and never answers is saved and said at once, and the command ends within its bounds")
+    @Test(
+        "a check-in against a server that accepts and never answers is saved offline and said at once, and the command stops waiting before the transport does"
+    )
     func saveDoesNotWaitOnSilence() async throws {
         let session = try AppSession()
         let silent = try SilentServer()
@@ -45,16 +47,16 @@ struct FieldPromisesEndToEndTests {
         let initialised = try await OutpostProcess.run(
             ["device", "init", "--server", "http://127.0.0.1:\(silent.port)", "--token", token, "--device-id", "phone", "--store", store])
         #expect(initialised.status == 0, "\(initialised.stderr)")
-        let started = ContinuousClock.now
         let checkIn = try await OutpostProcess.run(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12", "--store", store])
-        let took = ContinuousClock.now - started
         #expect(checkIn.status == 0, "\(checkIn.stderr)")
+        // The lines show which bounds ended the waits, with no clock read here: "saved offline" means the probe
+        // before the save gave up at its own bound; a record still pending (not "not synced: …", which marks it
+        // failed) means the command stopped waiting for the delivery before the transport gave up on the server.
         let lines = checkIn.stdout.split(separator: "\n")
-        #expect(lines.first?.contains("Checked In at") == true, "\(checkIn.stdout)")
-        #expect(lines.last?.contains("not synced yet") == true, "\(checkIn.stdout)")
-        // A second to ask and two to wait for the delivery, about 3 s on an idle machine: below the 15 s the
-        // transport itself would wait, with room for a debug build starting on a loaded one.
-        #expect(took < .seconds(14), "took \(took)")
+        #expect(
+            lines.first?.hasPrefix("Checked In at") == true && lines.first?.hasSuffix("— saved offline, pending sync") == true, "\(checkIn.stdout)")
+        #expect(
+            lines.last == "not synced yet: the server cannot be reached; it stays queued and goes with the next sync", "\(checkIn.stdout)")
         let pending = try await OutpostProcess.run(["device", "records", "--pending", "--store", store])
         #expect(pending.stdout.contains("⏳ pending  attendance/ana."), "\(pending.stdout)")
     }
