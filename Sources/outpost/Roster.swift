@@ -22,6 +22,7 @@ struct ConnectionOptions: ParsableArguments {
     var token: String?
 
     /// Runs `body` with a transport to the server, shutting its HTTP client down after.
+    @discardableResult
     func withTransport<T>(_ body: (HTTPSyncTransport) async throws -> T) async throws -> T {
         let environment = ProcessInfo.processInfo.environment
         guard let text = server ?? environment["OUTPOST_SERVER"], let url = URL(string: text), url.host != nil else {
