@@ -186,66 +186,23 @@ public final class LocalStore: Sendable {
                 try lookup.bind(write.collection, at: 1)
                 try lookup.bind(scope, at: 2)
                 try lookup.bind(write.recordId, at: 3)
-                var record =
+                let found =
                     try lookup.firstInteger().hasRow
                     ? try Self.record(db, collection: write.collection, scope: scope, recordId: write.recordId, sealer: sealer)
                     : nil
-                let isNew = record == nil
-                let previousFields = record?.fields ?? [:]
-                // Editing a record the server refused resends it: its refused entries are archived and the new
-                // entry carries the whole record, so that nothing of theirs is lost.
-                let resends = record?.syncStatus == .rejected
-                if resends, let refused = record {
+                let decision = try Self.decide(write, found: found, scope: scope, at: timestamp, offline: offline)
+                let record = decision.record
+                if decision.resends, let refused = found {
                     try Self.archiveRefused(refused, db: db, sealer: sealer, at: time)
                 }
-                var fields = write.fields
-                if let field = write.timestampField, write.op == .upsert {
-                    fields[field] = .string(timestamp.iso8601)
-                }
-                if isNew && offline && write.op == .upsert {
-                    fields[LocalRecord.offlineEntryField] = .bool(true)
-                }
-                if var existing = record {
-                    if write.op == .delete {
-                        existing.fields = [:]
-                        existing.tombstone = true
-                    } else {
-                        existing.fields.merge(fields) { $1 }
-                        existing.tombstone = false
-                    }
-                    existing.updatedAt = timestamp
-                    existing.syncStatus = .pending
-                    if resends {
-                        existing.syncError = nil
-                        existing.syncErrorCode = nil
-                        existing.conflict = nil
-                    }
-                    record = existing
-                } else {
-                    record = LocalRecord(
-                        collection: write.collection, scope: scope, recordId: write.recordId,
-                        fields: write.op == .delete ? [:] : fields, tombstone: write.op == .delete,
-                        syncStatus: .pending, lastSyncAttempt: nil, syncError: nil,
-                        isOfflineEntry: isNew && offline, createdAt: timestamp, updatedAt: timestamp, version: nil,
-                        conflict: nil)
-                }
-                guard let record else { throw ClientError(.storeUnavailable, "record vanished") }
-                // What the server would refuse for size is refused here, before anything is queued.
-                if write.op == .upsert,
-                    let problem = Mutation.sizeProblem(of: record.fields, growingFrom: isNew ? nil : previousFields)
-                {
-                    throw ClientError(.invalidInput, problem)
-                }
                 // The mutation's fields are encoded once: a new record's payload wraps the same bytes.
-                var outboxFields: [String: JSONValue] = write.op == .delete ? [:] : fields
-                if resends && write.op == .upsert { outboxFields = record.fields }
                 let fieldsJSON: [UInt8]
                 do throws(JSONSyntaxError) {
-                    fieldsJSON = try outboxFields.jsonBytes()
+                    fieldsJSON = try decision.outboxFields.jsonBytes()
                 } catch {
                     throw ClientError.unstorableField(error)
                 }
-                if isNew && write.op == .upsert {
+                if found == nil && write.op == .upsert {
                     try Self.save(
                         record,
                         sealedPayload: try sealer.seal(SealedPayload.wrapping(fieldsJSON: fieldsJSON), context: record.payloadContext),
@@ -275,6 +232,66 @@ public final class LocalStore: Sendable {
                 return record
             }
         }
+    }
+
+    /// What a local write makes of the record it finds.
+    struct WriteDecision {
+        /// The record to store.
+        var record: LocalRecord
+        /// The fields the outbox entry carries.
+        var outboxFields: [String: JSONValue]
+        /// Whether the write edits a record the server refused: its refused entries are archived and the new
+        /// entry carries the whole record, so that nothing of theirs is lost.
+        var resends: Bool
+    }
+
+    /// Decides what `write` stores, stamped `timestamp`, over `found` (nil when the record is new); reads and
+    /// writes nothing.
+    ///
+    /// - Throws: ``ClientError`` `invalidInput` when the record would be larger than the server takes.
+    static func decide(
+        _ write: Write, found: LocalRecord?, scope: String, at timestamp: Timestamp, offline: Bool
+    ) throws -> WriteDecision {
+        let isNew = found == nil
+        let resends = found?.syncStatus == .rejected
+        var fields = write.fields
+        if let field = write.timestampField, write.op == .upsert {
+            fields[field] = .string(timestamp.iso8601)
+        }
+        if isNew && offline && write.op == .upsert {
+            fields[LocalRecord.offlineEntryField] = .bool(true)
+        }
+        let record: LocalRecord
+        if var existing = found {
+            if write.op == .delete {
+                existing.fields = [:]
+                existing.tombstone = true
+            } else {
+                existing.fields.merge(fields) { $1 }
+                existing.tombstone = false
+            }
+            existing.updatedAt = timestamp
+            existing.syncStatus = .pending
+            if resends {
+                existing.syncError = nil
+                existing.syncErrorCode = nil
+                existing.conflict = nil
+            }
+            record = existing
+        } else {
+            record = LocalRecord(
+                collection: write.collection, scope: scope, recordId: write.recordId,
+                fields: write.op == .delete ? [:] : fields, tombstone: write.op == .delete,
+                syncStatus: .pending, lastSyncAttempt: nil, syncError: nil,
+                isOfflineEntry: offline, createdAt: timestamp, updatedAt: timestamp, version: nil,
+                conflict: nil)
+        }
+        // What the server would refuse for size is refused here, before anything is queued.
+        if write.op == .upsert, let problem = Mutation.sizeProblem(of: record.fields, growingFrom: found?.fields) {
+            throw ClientError(.invalidInput, problem)
+        }
+        let outboxFields = write.op == .delete ? [:] : resends ? record.fields : fields
+        return WriteDecision(record: record, outboxFields: outboxFields, resends: resends)
     }
 
     /// A write's client time: its own clock's, or just after the latest time written, whichever is later, but
