@@ -220,14 +220,12 @@ struct AppsEndToEndTests {
         let refused = try await phone(["activity", "register", "--type", "call", "--date", "2026-13-01", "--duration", "30"])
         #expect(refused.status != 0)
 
-        // Connectivity returns while the device runs: the three sync well within 60 s.
+        // Connectivity returns while the device runs: the three sync without a command (the wait fails after 60 s).
         let store = session.root.appendingPathComponent("phone-mia/device.sqlite").path
         let run = try await OutpostProcess.start(["device", "run", "--probe-interval", "1s", "--store", store])
         _ = try await run.waitFor("offline: (3 records waiting to sync)")
-        let back = ContinuousClock.now
         try await session.startServer()
         _ = try await run.waitFor("online: (All records synced)", timeout: .seconds(60))
-        #expect(ContinuousClock.now - back < .seconds(60))
         #expect(await run.stop(SIGINT) == 0)
 
         // Two devices edit one activity: other fields merge, the money field conflicts for review.
