@@ -258,6 +258,11 @@ struct NotificationTests {
                 .post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&url=http%3A%2F%2Fexample.org%2Fx")
             #expect(bad.status == .badRequest)
             #expect(String(buffer: bad.body).contains("Not saved: url must be https"))
+            let unknown = try await browser.send(
+                .post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&format=teams&url=\(hook)")
+            #expect(unknown.status == .badRequest)
+            #expect(String(buffer: unknown.body).contains("Not saved: the format must be slack or json."))
+            #expect(try await storage.notification(tenant: "acme", event: "gala") == nil)
 
             let saved = String(
                 buffer: try await browser.send(

@@ -231,7 +231,12 @@ struct AdminController<Storage: SyncStorage> {
                     refresh: Self.defaultRefresh, event: event, session: session, notice: "Not saved: \(problem).",
                     status: .badRequest)
             }
-            let format = NotificationFormat(rawValue: form["format"] ?? "") ?? .slack
+            // Slack's incoming webhook unless the form names a format; a format it names must be one there is.
+            guard let format = form["format"].map(NotificationFormat.init(rawValue:)) ?? .slack else {
+                return try await page(
+                    refresh: Self.defaultRefresh, event: event, session: session, notice: "Not saved: the format must be slack or json.",
+                    status: .badRequest)
+            }
             try await storage.setNotification(EventNotification(tenant: tenant, event: event, url: url, format: format))
             return try await page(refresh: Self.defaultRefresh, event: event, session: session, notice: "Notifications saved.")
         default:
