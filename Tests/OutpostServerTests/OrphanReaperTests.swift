@@ -32,6 +32,16 @@ struct OrphanReaperTests {
         #expect(await child.stop(SIGTERM) == 128 + SIGTERM)
     }
 
+    @Test("a child that ends takes what it left running in its group with it")
+    func endsItsGroup() async throws {
+        let child = try await RunningChild("/bin/sh", ["-c", "sleep 300 > /dev/null 2>&1 & echo $!"])
+        let grandchild = try await pid_t(child.waitFor("([0-9]+)\n"))!
+        #expect(try await Task { await child.wait() }.value(within: testWaitLimit, "the child's end") == 0)
+        try await bounded("the grandchild's end") {
+            while !Self.hasEnded(grandchild) { try await Task.sleep(for: .milliseconds(20)) }
+        }
+    }
+
     /// Whether `pid` is gone or a zombie: killed, but not yet reaped by the process that inherited it.
     static func hasEnded(_ pid: pid_t) -> Bool {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),

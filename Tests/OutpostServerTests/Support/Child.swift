@@ -77,8 +77,8 @@ enum Child {
 
 /// A long-running child whose output is collected as it arrives, and which a test signals and waits for.
 ///
-/// It leads a process group of its own, which ``OrphanReaper/shared`` kills if the test process ends, however it
-/// ends, while the child still runs.
+/// It leads a process group of its own: what it leaves running there is killed when it ends, and
+/// ``OrphanReaper/shared`` kills the whole group if the test process ends, however it ends, while the child runs.
 final class RunningChild: Sendable {
     let processIdentifier: pid_t
     private let state: NIOLockedValueBox<State>
@@ -89,6 +89,15 @@ final class RunningChild: Sendable {
         var stdout: [UInt8] = []
         var stderr: [UInt8] = []
         var status: Int32?
+        /// The child's process group, registered with the reaper while the child runs.
+        var group: pid_t?
+    }
+
+    /// Kills what the child left running in its group once it has ended, and withdraws the group from the reaper.
+    private static func endGroup(of state: NIOLockedValueBox<State>) {
+        guard let group = state.withLockedValue({ $0.group }) else { return }
+        kill(-group, SIGKILL)
+        OrphanReaper.shared.forget(group)
     }
 
     /// Starts `program`; ``send(_:)`` writes to its standard input.
@@ -103,7 +112,9 @@ final class RunningChild: Sendable {
                 let result = try await Subprocess.run(
                     configuration, input: .inputWriter, output: .sequence, error: .sequence
                 ) { execution in
-                    OrphanReaper.shared.watch(execution.processIdentifier.value)
+                    let group = execution.processIdentifier.value
+                    state.withLockedValue { $0.group = group }
+                    OrphanReaper.shared.watch(group)
                     started.resume(.success(execution.processIdentifier.value))
                     try await withThrowingTaskGroup(of: Void.self) { input in
                         input.addTask {
@@ -130,11 +141,12 @@ final class RunningChild: Sendable {
                     }
                 }
                 let status = Child.status(result.terminationStatus)
-                OrphanReaper.shared.forget(result.processIdentifier.value)
+                Self.endGroup(of: state)
                 state.withLockedValue { $0.status = status }
                 return status
             } catch {
                 started.resume(.failure(error))
+                Self.endGroup(of: state)
                 state.withLockedValue {
                     $0.stderr += Array("[test: \(error)]".utf8); $0.status = -1
                 }
@@ -170,7 +182,7 @@ final class RunningChild: Sendable {
 
     deinit {
         lines.finish()
-        if state.withLockedValue({ $0.status == nil }) { kill(processIdentifier, SIGKILL) }
+        if state.withLockedValue({ $0.status == nil }) { kill(-processIdentifier, SIGKILL) }
     }
 
     /// The child's pid, or why it could not start; resumed once.
@@ -221,7 +233,11 @@ final class OrphanReaper: Sendable {
         while IFS= read -r line; do
           case $line in
             +*) live="$live${line#+} " ;;
-            -*) kept=' '; for group in $live; do [ "$group" = "${line#-}" ] || kept="$kept$group "; done; live=$kept ;;
+            -*) kept=' '; gone=''
+                for group in $live; do
+                  if [ -z "$gone" ] && [ "$group" = "${line#-}" ]; then gone=1; else kept="$kept$group "; fi
+                done
+                live=$kept ;;
           esac
         done
         for group in $live; do kill -9 "-$group" 2>/dev/null; done
