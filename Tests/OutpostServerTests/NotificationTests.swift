@@ -266,7 +266,7 @@ struct NotificationTests {
 
             let saved = String(
                 buffer: try await browser.send(
-                    .post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&format=slack&url=\(hook)"
+                    .post, "/admin/notifications", form: "csrf=\(csrf)&event=gala&action=set&format=&url=\(hook)"
                 ).body)
             #expect(saved.contains("Notifications saved."))
             #expect(saved.contains("Notifications: slack to hooks.slack.com"))

@@ -232,7 +232,8 @@ struct AdminController<Storage: SyncStorage> {
                     status: .badRequest)
             }
             // Slack's incoming webhook unless the form names a format; a format it names must be one there is.
-            guard let format = form["format"].map(NotificationFormat.init(rawValue:)) ?? .slack else {
+            let named = form["format"].flatMap { $0.isEmpty ? nil : $0 }
+            guard let format = named.map(NotificationFormat.init(rawValue:)) ?? .slack else {
                 return try await page(
                     refresh: Self.defaultRefresh, event: event, session: session, notice: "Not saved: the format must be slack or json.",
                     status: .badRequest)
