@@ -504,7 +504,6 @@ public actor SyncEngine {
     }
 }
 
-/// What a sync's answers said, record by record, for its summary: the last answer about a record decides.
 /// What one sync has sent and been answered so far.
 struct SyncRun {
     var tally = SyncTally()
@@ -543,6 +542,7 @@ struct StoringAnswer {
     }
 }
 
+/// What a sync's answers said, record by record, for its summary: the last answer about a record decides.
 struct SyncTally {
     var synced = Set<RecordKey>()
     /// Refused for a time the device can outgrow; still queued.
