@@ -111,7 +111,7 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
                 (data, response) = try await session.data(for: request)
             } catch {
                 if Task.isCancelled { throw CancellationError() }
-                throw TransportError(kind: .network, message: "the server could not be reached", underlying: error)
+                throw TransportError.unreachable(underlying: error)
             }
             guard let http = response as? HTTPURLResponse else {
                 throw TransportError(kind: .invalidResponse, message: "the server's answer is not HTTP")

@@ -370,7 +370,7 @@ public actor SyncEngine {
             } catch is CancellationError {
                 throw CancellationError()
             } catch {
-                throw TransportError(kind: .network, message: "the server could not be reached")
+                throw TransportError.unreachable()
             }
         }
     }

@@ -143,7 +143,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
             heardAnything
                 ? TransportError(
                     kind: .network, message: "the server fell silent for \(limit.components.seconds) s in the middle of its answer")
-                : TransportError(kind: .network, message: "the server could not be reached")
+                : TransportError.unreachable()
         }
     }
 
@@ -162,7 +162,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
             } catch let error as TransportError {
                 throw error
             } catch {
-                throw TransportError(kind: .network, message: "the server could not be reached", underlying: error)
+                throw TransportError.unreachable(underlying: error)
             }
         }
         let data = Data(buffer: bytes)
@@ -223,7 +223,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
                     do {
                         response = try await client.execute(request, timeout: timeout)
                     } catch {
-                        throw TransportError(kind: .network, message: "the server could not be reached", underlying: error)
+                        throw TransportError.unreachable(underlying: error)
                     }
                     heard()
                     try await Self.readPages(of: response, decode: decode, heard: heard, deliver)

@@ -219,6 +219,11 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
         self.underlying = underlying
     }
 
+    /// No connection to the server, or no answer from it at all.
+    public static func unreachable(underlying: (any Error)? = nil) -> TransportError {
+        TransportError(kind: .network, message: "the server could not be reached", underlying: underlying)
+    }
+
     /// Whether trying again later may succeed: a network failure, a 5xx, 429, or 408 (the body came too slowly).
     public var isRetryable: Bool {
         switch kind {
