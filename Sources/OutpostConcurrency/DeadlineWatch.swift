@@ -21,6 +21,11 @@ package final class DeadlineWatch: Sendable {
         /// Whether ``postpone(_:by:heard:)`` was told something was heard.
         var heard = false
         var action: @Sendable (_ heardAnything: Bool) -> Void
+
+        mutating func move(to deadline: Duration, heard: Bool) {
+            self.deadline = deadline
+            if heard { self.heard = true }
+        }
     }
 
     private struct State {
@@ -81,10 +86,7 @@ package final class DeadlineWatch: Sendable {
     /// that the other side was heard, for the action.
     package func postpone(_ entry: Entry, by delay: Duration, heard: Bool = false) {
         let deadline = elapsed() + delay
-        state.withLockedValue { state in
-            state.pending[entry.id]?.deadline = deadline
-            if heard { state.pending[entry.id]?.heard = true }
-        }
+        state.withLockedValue { $0.pending[entry.id]?.move(to: deadline, heard: heard) }
     }
 
     /// Holds a pending deadline: it does not fire until ``postpone(_:by:)`` sets it again.
