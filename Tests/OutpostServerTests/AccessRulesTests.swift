@@ -252,9 +252,12 @@ struct AccessRulesTests {
             #expect(page.cursor.hasPrefix("c2.") && next.cursor.hasPrefix("c2."))
             // The second page follows from the first's cursor, whatever the other tenant wrote between them,
             #expect(next.changes.map(\.recordId) == ["n2"])
-            // and nothing in either token counts that tenant's changes.
+            // and neither token holds a position in the clear: each is one sealed box (a 12-byte nonce, the
+            // 16-byte position and a 16-byte tag), whatever characters its base64 happens to start with.
             for token in [page.cursor, next.cursor] {
-                #expect(!token.contains(".1") && !token.dropFirst(3).contains("."))
+                let sealed = token.dropFirst(CursorSealer.prefix.count)
+                #expect(!sealed.contains("."))
+                #expect(Data(base64URLEncoded: sealed)?.count == 12 + 16 + 16)
             }
             let stolen = try await client.send(.get, "/v1/pull?collection=notes&cursor=\(page.cursor)", token: globex)
             #expect(stolen.status == .badRequest && stolen.wireError?.code == .invalidCursor)
