@@ -166,6 +166,17 @@ struct SyncEngineTests {
         }
     }
 
+    @Test("a summary's reasons come most frequent first, and reasons as frequent in alphabetical order")
+    func reasonsInOrder() async throws {
+        let reasons = ["z1": "Zone closed", "z2": "Zone closed", "b": "Badge expired", "a": "Already used"]
+        try await withEngine(rejecting: { reasons[$0.recordId].map { .init(code: .invalidFields, message: $0) } }) { h in
+            for id in ["b", "z1", "a", "z2"] { try await h.engine.save(note(id)) }
+            let summary = try await h.engine.sync()
+            #expect(summary.rejected == 4)
+            #expect(summary.reasons == ["Zone closed", "Already used", "Badge expired"])
+        }
+    }
+
     /// Forwards to an in-memory transport, running `beforePush` with the push's number first. (The results of
     /// a sync's first chunk may still be being stored when its second push starts.)
     final class Observer: SyncTransport, @unchecked Sendable {

@@ -574,6 +574,6 @@ struct SyncTally {
         }
     }
 
-    /// The reasons, the most frequent first.
-    var reasonsByFrequency: [String] { reasons.sorted { $0.value > $1.value }.map(\.key) }
+    /// The reasons, the most frequent first; reasons as frequent as each other in alphabetical order.
+    var reasonsByFrequency: [String] { reasons.sorted { ($0.value, $1.key) > ($1.value, $0.key) }.map(\.key) }
 }
