@@ -100,8 +100,14 @@ struct ConnectorEndToEndTests {
             let batches = try await Self.waitForChanges(300, at: receiver)
             expectInOrder(batches, ids)
 
-            let listed = try await OutpostProcess.run(
-                ["connector", "list", "--server", "http://127.0.0.1:\(port)", "--token", try await Self.token("olga", .organizer)])
+            // The receiver holds a batch before its answer reaches the server, which counts it only then.
+            let organizer = try await Self.token("olga", .organizer)
+            let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+            var listed = try await OutpostProcess.run(["connector", "list", "--server", "http://127.0.0.1:\(port)", "--token", organizer])
+            while !listed.stdout.contains("300 changes"), listed.status == 0, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                listed = try await OutpostProcess.run(["connector", "list", "--server", "http://127.0.0.1:\(port)", "--token", organizer])
+            }
             #expect(listed.status == 0, "\(listed.stderr)")
             #expect(listed.stdout.contains(connector))
             #expect(listed.stdout.contains("active"))
@@ -136,7 +142,9 @@ struct ConnectorEndToEndTests {
         let database = kind == .postgres ? try await TestPostgres.shared.makeDatabase() : nil
         let storage = database.map { ["--database-url", $0] } ?? ["--data-dir", root.path]
         let port = String(try TestPostgres.freePort())
-        var server = try await Self.serve(port: port, storage)
+        // Answers within 3 s make a batch taken: a slow moment of the receiver sends no batch again. The killed
+        // server's lease (16 s) keeps the restarted one waiting until it ends.
+        var server = try await Self.serve(port: port, storage, timeout: 3)
         do {
             // The fourth batch is held unanswered while the server is killed.
             receiver.hold(after: 3)
@@ -146,7 +154,7 @@ struct ConnectorEndToEndTests {
             #expect(await server.stop(SIGKILL) == 128 + SIGKILL)
             #expect(receiver.taken.count == 3)
             receiver.release()
-            server = try await Self.serve(port: port, storage)
+            server = try await Self.serve(port: port, storage, timeout: 3)
             let batches = try await Self.waitForChanges(1000, at: receiver)
             expectInOrder(batches, ids)
         } catch {
@@ -189,9 +197,10 @@ struct ConnectorEndToEndTests {
         let receiver = try await ConnectorReceiver()
         let database = try await TestPostgres.shared.makeDatabase()
         let ports = [String(try TestPostgres.freePort()), String(try TestPostgres.freePort())]
-        // A lease of 10 s: a slow moment of the database does not hand the connector to the other server.
-        let first = try await Self.serve(port: ports[0], ["--database-url", database], timeout: 5)
-        let second = try await Self.serve(port: ports[1], ["--database-url", database], timeout: 5)
+        // Answers within 15 s make a batch taken, and the lease is 40 s: a slow moment of the receiver or the
+        // database neither sends a batch again nor hands the connector to the other server.
+        let first = try await Self.serve(port: ports[0], ["--database-url", database], timeout: 15)
+        let second = try await Self.serve(port: ports[1], ["--database-url", database], timeout: 15)
         do {
             _ = try await Self.addConnector(port: ports[0], url: receiver.url)
             var ids: [String] = []
