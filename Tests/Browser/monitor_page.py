@@ -242,8 +242,10 @@ def run(driver, args):
     driver.get(url + "/admin/monitor?event=gala&refresh=1")
     width = driver.execute_script("return document.documentElement.scrollWidth")
     check(width <= 391, f"the page is {width}px wide at a 390px phone width")
-    rows = by_testid(driver, "sync-monitor-device-row")
-    check(len(rows) == 2 and all(row.is_displayed() for row in rows), "rows are hidden at phone width")
+    def rows_shown():
+        rows = by_testid(driver, "sync-monitor-device-row")
+        check(len(rows) == 2 and all(row.is_displayed() for row in rows), "rows are hidden at phone width")
+    settled(rows_shown)
 
 
 if __name__ == "__main__":

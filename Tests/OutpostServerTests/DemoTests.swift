@@ -6,8 +6,11 @@ import Testing
 struct DemoTests {
     @Test("`demo --fast --no-serve` tells the whole day and exits 0 because it balanced, leaving no data behind")
     func demoBalances() async throws {
-        let before = Set(try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory()).filter { $0.hasPrefix("outpost-demo-") })
-        let run = try await OutpostProcess.run(["demo", "--fast", "--no-serve"])
+        // A temporary folder of its own: another demo running on the machine leaves nothing in it.
+        let temporary = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-demo-test-\(UUID())")
+        try FileManager.default.createDirectory(at: temporary, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: temporary) }
+        let run = try await OutpostProcess.run(["demo", "--fast", "--no-serve"], environment: ["TMPDIR": temporary.path])
         #expect(run.status == 0, "\(run.stdout)\n\(run.stderr)")
         for act in [
             "1. A server on an embedded SQLite store", "imports 1000 guests", "roster: 1000/1000",
@@ -21,7 +24,6 @@ struct DemoTests {
         // In a pipe: plain lines, no terminal escapes.
         #expect(!run.stdout.contains("\u{1B}["))
         #expect(run.stderr.contains("Persistent Sync Failure"))
-        let after = Set(try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory()).filter { $0.hasPrefix("outpost-demo-") })
-        #expect(after.subtracting(before).isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: temporary.path).isEmpty)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import OutpostProtocol
+import OutpostTesting
 import PostgresNIO
 import Testing
 
@@ -121,10 +122,15 @@ extension PostgresGapFreeTests {
 
     /// Returns once a statement waits for a lock: the second writer has read the claims and records, found
     /// nothing of the first's yet, and queued behind it (on a row or a key the first has written).
+    /// Only this test's database counts: other tests share the cluster, and a row lock's `database` is null.
     static func waitForLockWaiter(_ storage: PostgresStorage) async throws {
-        for _ in 0..<1000 {
+        let deadline = ContinuousClock.now.advanced(by: testWaitLimit)
+        while ContinuousClock.now < deadline {
             let rows = try await storage.client.query(
-                "SELECT count(*) FROM pg_locks WHERE NOT granted", logger: Fixtures.quietLogger)
+                """
+                SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                WHERE NOT l.granted AND a.datname = current_database()
+                """, logger: Fixtures.quietLogger)
             for try await waiting in rows.decode(Int64.self) where waiting > 0 { return }
             try await Task.sleep(for: .milliseconds(10))
         }

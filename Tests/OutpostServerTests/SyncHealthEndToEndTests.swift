@@ -11,6 +11,7 @@ struct SyncHealthEndToEndTests {
         "a record failing too long is escalated once: one JSON ERROR line, counted once, a notice that stays until it syncs; logs hold no token, payload or name"
     )
     func escalation() async throws {
+        let today = CalendarDay(Date(), timeZone: TimeZone(identifier: "UTC")!).description
         let session = try AppSession()
         try await session.startServer()
         let device = try await session.device("phone-ana", user: "ana")
@@ -18,7 +19,7 @@ struct SyncHealthEndToEndTests {
 
         // The server refuses this record (no coordinates): it is set aside, and reported for the organizer.
         let put = try await device([
-            "device", "put", "attendance", "ana.\(Self.today).in", "action=check_in", "day=\(Self.today)", "note=S3CRET-PAYLOAD",
+            "device", "put", "attendance", "ana.\(today).in", "action=check_in", "day=\(today)", "note=S3CRET-PAYLOAD",
         ])
         #expect(put.stdout.contains("refused by the server"), "\(put.stdout) \(put.stderr)")
         var status = try await device(["device", "status", "--escalate-after", "1s"])
@@ -28,7 +29,7 @@ struct SyncHealthEndToEndTests {
         let metrics = try await session.text("/metrics")
         #expect(metrics.contains("outpost_persistent_sync_failures_total 1"), "\(metrics)")
         let monitor = try await session.get("/v1/monitor", as: MonitorResponse.self)
-        #expect(monitor.persistentFailures.map(\.recordId) == ["ana.\(Self.today).in"])
+        #expect(monitor.persistentFailures.map(\.recordId) == ["ana.\(today).in"])
 
         // A sync sends a heartbeat: the monitor shows the device under its fingerprint, with its staff name.
         _ = try await device(["device", "sync"])
@@ -56,10 +57,8 @@ struct SyncHealthEndToEndTests {
         let entry = try JSONSerialization.jsonObject(with: Data(lines[0].utf8)) as? [String: Any]
         #expect(entry?["severity"] as? String == "ERROR")
         #expect(entry?["collection"] as? String == "attendance")
-        for secret in [token, "S3CRET-PAYLOAD", "phone-ana", "ana.\(Self.today)", "Ana"] {
+        for secret in [token, "S3CRET-PAYLOAD", "phone-ana", "ana.\(today)", "Ana"] {
             #expect(!logs.contains(secret), "the server's log holds \(secret)")
         }
     }
-
-    static var today: String { CalendarDay(Date(), timeZone: TimeZone(identifier: "UTC")!).description }
 }
