@@ -279,7 +279,7 @@ struct AppsEndToEndTests {
 
 /// Today in UTC, as the devices (run with TZ=UTC) write it. Within five minutes of midnight it first waits for
 /// the next day: every record a test makes must be filed under the one day it then checks.
-private func settledToday() async throws -> String {
+func settledToday() async throws -> String {
     let left = 86_400 - Int(Date().timeIntervalSince1970) % 86_400
     if left < 300 { try await Task.sleep(for: .seconds(left + 1)) }
     return CalendarDay(Date(), timeZone: TimeZone(identifier: "UTC")!).description

@@ -101,12 +101,12 @@ struct ConnectorEndToEndTests {
             expectInOrder(batches, ids)
 
             // The receiver holds a batch before its answer reaches the server, which counts it only then.
-            let organizer = try await Self.token("olga", .organizer)
+            let list = ["connector", "list", "--server", "http://127.0.0.1:\(port)", "--token", try await Self.token("olga", .organizer)]
             let deadline = ContinuousClock.now.advanced(by: .seconds(60))
-            var listed = try await OutpostProcess.run(["connector", "list", "--server", "http://127.0.0.1:\(port)", "--token", organizer])
+            var listed = try await OutpostProcess.run(list)
             while !listed.stdout.contains("300 changes"), listed.status == 0, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(100))
-                listed = try await OutpostProcess.run(["connector", "list", "--server", "http://127.0.0.1:\(port)", "--token", organizer])
+                listed = try await OutpostProcess.run(list)
             }
             #expect(listed.status == 0, "\(listed.stderr)")
             #expect(listed.stdout.contains(connector))

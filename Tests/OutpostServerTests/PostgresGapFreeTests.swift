@@ -122,6 +122,7 @@ extension PostgresGapFreeTests {
 
     /// Returns once a statement waits for a lock: the second writer has read the claims and records, found
     /// nothing of the first's yet, and queued behind it (on a row or a key the first has written).
+    ///
     /// Only this test's database counts: other tests share the cluster, and a row lock's `database` is null.
     static func waitForLockWaiter(_ storage: PostgresStorage) async throws {
         let deadline = ContinuousClock.now.advanced(by: testWaitLimit)

@@ -11,7 +11,7 @@ struct SyncHealthEndToEndTests {
         "a record failing too long is escalated once: one JSON ERROR line, counted once, a notice that stays until it syncs; logs hold no token, payload or name"
     )
     func escalation() async throws {
-        let today = CalendarDay(Date(), timeZone: TimeZone(identifier: "UTC")!).description
+        let today = try await settledToday()
         let session = try AppSession()
         try await session.startServer()
         let device = try await session.device("phone-ana", user: "ana")
