@@ -437,7 +437,7 @@ struct ConnectorTests {
         #expect(try batch(replayed).delivery != first.delivery)
     }
 
-    @Test("the Slack format is a readable message; the signature is what Python's hmac computes")
+    @Test("the Slack format is a readable message; the signature is what Python's hmac computes", .requires(.python))
     func formats() async throws {
         let changes = (1...22).map { i in
             ConnectorChange(
@@ -478,7 +478,7 @@ struct ConnectorTests {
         #expect(!ConnectorMessage.isAppsScriptAnswer(url: "https://hooks.example.org/x", status: 302, location: output))
     }
 
-    @Test("the Google Sheets receiver (deploy/google-sheets/Code.gs) keeps a row per record, however often a batch arrives")
+    @Test("the Google Sheets receiver (deploy/google-sheets/Code.gs) keeps a row per record, however often a batch arrives", .requires(.node))
     func sheetsReceiver() async throws {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Sheets/apps_script_test.js")

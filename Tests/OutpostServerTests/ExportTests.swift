@@ -8,7 +8,7 @@ import Testing
 @testable import OutpostServer
 
 /// `GET /v1/export`: CSV that Python's csv module reads back, with who may export what, on both engines.
-@Suite("Exports")
+@Suite("Exports", .requires(.python))
 struct ExportTests {
     /// The rows Python's csv module reads from `body`, header first.
     static func pythonRows(_ body: ByteBuffer) async throws -> [[String]] {

@@ -101,7 +101,7 @@ struct FieldPromisesEndToEndTests {
 
     @Test(
         "records made offline escalate once the device's clock says they are a day old: at the next start, with no sync tried, on every screen; the notice goes when they sync",
-        .timeLimit(.minutes(5)))
+        .requires(.faketime, .compiler), .timeLimit(.minutes(5)))
     func offlineRecordsEscalate() async throws {
         let session = try AppSession()
         try await session.startServer()
@@ -148,7 +148,7 @@ struct FieldPromisesEndToEndTests {
 
     @Test(
         "a device clock that jumped a day ahead, then fell behind: nothing is lost, a record's later write stays the later, and everything syncs",
-        .timeLimit(.minutes(5)))
+        .requires(.faketime, .compiler), .timeLimit(.minutes(5)))
     func clockJumpsForwardAndBack() async throws {
         let session = try AppSession()
         try await session.startServer()

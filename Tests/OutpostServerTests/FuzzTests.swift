@@ -17,7 +17,7 @@ struct FuzzTests {
 
     @Test(
         "schemathesis finds no failure in any operation, as an organizer and as staff",
-        arguments: [Role.organizer, Role.staff])
+        .requires(.schemathesis, .curl), arguments: [Role.organizer, Role.staff])
     func schemathesis(role: Role) async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-fuzz-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }

@@ -6,7 +6,7 @@ import Testing
 /// of everything the server logged for the values it must never write down.
 @Suite("Log secrets")
 struct LogSecretsTests {
-    @Test("the server's logs of a full run hold no token, no payload value, no personal data and no device id")
+    @Test("the server's logs of a full run hold no token, no payload value, no personal data and no device id", .requires(.curl))
     func scanLogs() async throws {
         let session = try AppSession()
         try await session.startServer()

@@ -19,7 +19,7 @@ struct MonitorBrowserTests {
 
     @Test(
         "sign-in, login and logout CSRF from another site refused, rows, pills at 10 and 30 minutes without a reload, the empty state, escaping, contrast, phone width",
-        .timeLimit(.minutes(3)))
+        .requires(.python, .selenium, .chromium, .chromedriver), .timeLimit(.minutes(3)))
     func monitorPage() async throws {
         let clock = ManualNow(Fixtures.serverNow.date)
         try await withServer(.sqlite, setup: .live, now: { clock.date }) { client, _ in

@@ -218,7 +218,7 @@ struct MonitorTests {
         #expect(MonitorPages.escape("Zoë 漢 😀") == "Zoë 漢 😀")
     }
 
-    @Test("/metrics passes promtool check metrics")
+    @Test("/metrics passes promtool check metrics", .requires(.promtool))
     func promtool() async throws {
         try await withServer(.sqlite) { client, _ in
             let ana = try await Fixtures.token(user: "ana")
@@ -231,18 +231,6 @@ struct MonitorTests {
     }
 }
 
-/// A command-line tool from the machine, run to completion.
-enum Tool {
-    static func run(
-        _ name: String, _ arguments: [String], input: Data? = nil, in directory: URL? = nil
-    ) async throws
-        -> (status: Int32, output: String)
-    {
-        let ran = try await Child.run("/usr/bin/env", [name] + arguments, input: input, in: directory)
-        return (ran.status, ran.output)
-    }
-}
-
 @Suite("Alert rules")
 struct AlertRulesTests {
     static var directory: URL {
@@ -250,7 +238,7 @@ struct AlertRulesTests {
             .appendingPathComponent("deploy/prometheus")
     }
 
-    @Test("deploy/prometheus/alerts.yml passes promtool check rules and its unit tests")
+    @Test("deploy/prometheus/alerts.yml passes promtool check rules and its unit tests", .requires(.promtool))
     func rules() async throws {
         let check = try await Tool.run("promtool", ["check", "rules", "alerts.yml"], in: Self.directory)
         #expect(check.status == 0, "\(check.output)")

@@ -5,7 +5,7 @@ import Testing
 
 /// `outpost serve --tls-cert --tls-key` as a real process: HTTPS with HTTP/2 and HTTP/1.1 chosen by ALPN,
 /// with a certificate the test makes.
-@Suite("TLS", .timeLimit(.minutes(3)))
+@Suite("TLS", .requires(.openssl), .timeLimit(.minutes(3)))
 struct TLSTests {
     @Test("serve speaks HTTPS, HTTP/2 and HTTP/1.1, with the certificate it was given; bad TLS options are one line and exit 1")
     func https() async throws {

@@ -10,8 +10,7 @@ import Foundation
 enum FakeTime {
     /// `faketime -f offset`: the prefix of a command run with its clock moved.
     static func command(_ offset: String) throws -> [String] {
-        let faketime = Child.resolve("faketime")
-        guard FileManager.default.isExecutableFile(atPath: faketime) else {
+        guard let faketime = Child.path(of: "faketime") else {
             throw TestSetupError("faketime is missing: install Debian's faketime (.ci/run does)")
         }
         return [faketime, "-f", offset]
@@ -40,7 +39,7 @@ enum FakeTime {
             return (int)syscall(SYS_timerfd_gettime, fd, current);
         }
         """.write(to: source, atomically: true, encoding: .utf8)
-        let compiler = ["cc", "clang"].map(Child.resolve).first { FileManager.default.isExecutableFile(atPath: $0) } ?? "cc"
+        let compiler = ["cc", "clang"].lazy.compactMap(Child.path(of:)).first ?? "cc"
         let built = try await Child.run(compiler, ["-shared", "-fPIC", "-O2", "-o", library.path, source.path])
         guard built.status == 0 else { throw TestSetupError("could not build the timerfd preload: \(built.output)") }
         return library.path
