@@ -245,7 +245,7 @@ enum JSONShape {
         -> Timestamp
     {
         guard let value = Timestamp(iso8601: try string(object, key, in: path)) else {
-            throw error("\(path)\(key) must be an ISO 8601 time with milliseconds, such as 2026-11-21T13:47:35.123Z")
+            throw error("\(path)\(key) must be an RFC 3339 date-time, such as 2026-11-21T13:47:35.123Z")
         }
         return value
     }
@@ -492,7 +492,7 @@ enum RawRecords {
                         valid = Timestamp.isValid(utf8: text)
                     }
                     guard valid else {
-                        throw JSONShape.error("\(path)\(key) must be an ISO 8601 time with milliseconds, such as 2026-11-21T13:47:35.123Z")
+                        throw JSONShape.error("\(path)\(key) must be an RFC 3339 date-time, such as 2026-11-21T13:47:35.123Z")
                     }
                 }
                 seen[required.firstIndex(of: key)!] = true

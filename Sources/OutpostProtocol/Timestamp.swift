@@ -2,9 +2,10 @@ import Foundation
 
 /// An instant on the device's clock, with millisecond precision, as the wire carries it.
 ///
-/// On the wire it is ISO 8601 with exactly three fractional digits and a zone,
-/// such as `2026-11-21T13:47:35.123Z` or `2026-11-21T15:47:35.123+02:00`.
-/// It always encodes in UTC with a `Z`.
+/// It reads any RFC 3339 date-time: with any number of fractional digits or none, and with `Z` or an offset,
+/// such as `2026-11-21T13:47:35.123Z`, `2026-11-21T15:47:35+02:00` or `2026-11-21T13:47:35.123456+00:00`.
+/// Digits past the millisecond are dropped, toward the earlier instant. It always writes the canonical form, in UTC
+/// with exactly three fractional digits and a `Z`, so two spellings of one instant compare, order and hash alike.
 public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
     /// Milliseconds since 1970-01-01T00:00:00Z.
     public var millisecondsSince1970: Int64
@@ -18,7 +19,7 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
         self.millisecondsSince1970 = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
     }
 
-    /// Parses the strict wire form; `nil` for anything else.
+    /// Parses an RFC 3339 date-time; `nil` for anything else.
     public init?(iso8601 text: String) {
         guard let value = Self.parse(Array(text.utf8)) else { return nil }
         self.millisecondsSince1970 = value
@@ -85,7 +86,7 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
         guard let value = Timestamp(iso8601: text) else {
             throw DecodingError.dataCorruptedError(
                 in: container,
-                debugDescription: "expected ISO 8601 with milliseconds, such as 2026-11-21T13:47:35.123Z"
+                debugDescription: "expected an RFC 3339 date-time, such as 2026-11-21T13:47:35.123Z"
             )
         }
         self = value
@@ -98,7 +99,7 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
 
     // MARK: Parsing
 
-    /// Whether `bytes` are the strict wire form: for readers that check a time without keeping it.
+    /// Whether `bytes` are an RFC 3339 date-time: for readers that check a time without keeping it.
     static func isValid(utf8 bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         parse(bytes) != nil
     }
@@ -107,10 +108,9 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
         bytes.withUnsafeBufferPointer { parse($0) }
     }
 
-    /// Reads the strict wire form from `b`, indexed from zero.
+    /// Reads `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` from `b`, indexed from zero; `T` and `Z` in either case.
     private static func parse(_ b: UnsafeBufferPointer<UInt8>) -> Int64? {
-        // YYYY-MM-DDTHH:MM:SS.sss then Z or ±HH:MM
-        guard b.count == 24 || b.count == 29 else { return nil }
+        guard b.count >= 20 else { return nil }
         func digits(_ from: Int, _ count: Int) -> Int64? {
             var value: Int64 = 0
             for i in from..<(from + count) {
@@ -121,22 +121,38 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
             return value
         }
         guard b[4] == 0x2D, b[7] == 0x2D, b[10] == 0x54 || b[10] == 0x74, b[13] == 0x3A, b[16] == 0x3A,
-            b[19] == 0x2E,
             let year = digits(0, 4), let month = digits(5, 2), let day = digits(8, 2),
-            let hour = digits(11, 2), let minute = digits(14, 2), let second = digits(17, 2),
-            let milli = digits(20, 3)
+            let hour = digits(11, 2), let minute = digits(14, 2), let second = digits(17, 2)
         else { return nil }
         guard (1...12).contains(month), day >= 1, day <= daysIn(month: month, year: year),
             hour < 24, minute < 60, second < 60
         else { return nil }
+        // The fraction: its first three digits are the milliseconds, those after them are dropped.
+        var index = 19
+        var milli: Int64 = 0
+        if b[index] == 0x2E {
+            index += 1
+            let start = index
+            while index < b.count, b[index] >= 0x30, b[index] <= 0x39 {
+                if index - start < 3 { milli = milli * 10 + Int64(b[index] - 0x30) }
+                index += 1
+            }
+            let count = index - start
+            guard count > 0 else { return nil }
+            for _ in count..<max(count, 3) { milli *= 10 }
+        }
         var offsetMinutes: Int64 = 0
-        if b.count == 24 {
-            guard b[23] == 0x5A || b[23] == 0x7A else { return nil }
-        } else {
-            guard b[23] == 0x2B || b[23] == 0x2D, b[26] == 0x3A,
-                let oh = digits(24, 2), let om = digits(27, 2), oh < 24, om < 60
+        guard index < b.count else { return nil }
+        switch b[index] {
+        case 0x5A, 0x7A:
+            guard index + 1 == b.count else { return nil }
+        case 0x2B, 0x2D:
+            guard index + 6 == b.count, b[index + 3] == 0x3A,
+                let oh = digits(index + 1, 2), let om = digits(index + 4, 2), oh < 24, om < 60
             else { return nil }
-            offsetMinutes = (oh * 60 + om) * (b[23] == 0x2D ? -1 : 1)
+            offsetMinutes = (oh * 60 + om) * (b[index] == 0x2D ? -1 : 1)
+        default:
+            return nil
         }
         let days = daysFromCivil(year: year, month: month, day: day)
         let local = ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + milli

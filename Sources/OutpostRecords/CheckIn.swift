@@ -26,7 +26,7 @@ public enum CheckIn {
             }
         }
         guard let text = fields[Field.scannedAt]?.stringValue, Timestamp(iso8601: text) != nil else {
-            return "scanned_at must be an ISO 8601 time with milliseconds, such as 2026-05-01T09:30:00.000Z"
+            return "scanned_at must be an RFC 3339 date-time, such as 2026-05-01T09:30:00.000Z"
         }
         return nil
     }

@@ -59,7 +59,7 @@ struct PushJSONTests {
             ),
             (
                 #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"SECRET"}]}"#,
-                "mutations[0].clientTimestamp must be an ISO 8601 time"
+                "mutations[0].clientTimestamp must be an RFC 3339 date-time"
             ),
             (
                 #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","fields":["SECRET"],"clientTimestamp":"2026-11-21T09:00:00.000Z"}]}"#,

@@ -26,9 +26,9 @@ struct BadInputTests {
                     .utf8), .invalidJSON
         ),
         (
-            "timestamp without milliseconds",
+            "timestamp without a zone",
             Array(
-                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"2026-11-21T09:00:00Z"}]}"#
+                #"{"deviceId":"d","mutations":[{"idempotencyKey":"k","collection":"notes","recordId":"r","op":"upsert","clientTimestamp":"2026-11-21T09:00:00.000"}]}"#
                     .utf8), .invalidJSON
         ),
         (
