@@ -33,6 +33,11 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.0"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.0"),
+        // Tests only: a client generated from openapi.yaml, as a team that does not use the SDK would make one.
+        .package(url: "https://github.com/apple/swift-openapi-generator.git", from: "1.14.0"),
+        .package(url: "https://github.com/apple/swift-openapi-runtime.git", from: "1.13.0"),
+        .package(url: "https://github.com/swift-server/swift-openapi-async-http-client.git", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.0.0"),
         // Tests only: child processes without Foundation's `Process`, whose launch can crash on Linux.
         .package(url: "https://github.com/swiftlang/swift-subprocess.git", from: "1.0.0"),
         .package(url: "https://github.com/apple/swift-system.git", from: "1.5.0"),
@@ -123,6 +128,18 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // The generated client: built from openapi.yaml by the generator's plugin at every build, never edited.
+        .target(
+            name: "OutpostOpenAPIClient",
+            dependencies: [
+                .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ],
+            path: "Tests/OpenAPIClient",
+            // The generated files import more than each uses; their warnings say nothing about Outpost.
+            swiftSettings: [.unsafeFlags(["-suppress-warnings"])],
+            plugins: [.plugin(name: "OpenAPIGenerator", package: "swift-openapi-generator")]
+        ),
         .testTarget(name: "OutpostProtocolTests", dependencies: ["OutpostProtocol"]),
         .testTarget(
             name: "OutpostClientTests",
@@ -156,6 +173,9 @@ let package = Package(
                 "OutpostApps",
                 "OutpostURLSession",
                 "OutpostTesting",
+                "OutpostOpenAPIClient",
+                .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
+                .product(name: "OpenAPIAsyncHTTPClient", package: "swift-openapi-async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

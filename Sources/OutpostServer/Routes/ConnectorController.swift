@@ -162,7 +162,8 @@ struct ConnectorController<Storage: SyncStorage> {
             Replay.self, from: request, maxBytes: 1024, timeout: configuration.bodyTimeout)
         let sealer = try secrets.cursorSealer()
         guard let cursor = replay.from == "start" ? .start : sealer.cursor(replay.from, tenant: identity.tenant) else {
-            throw OutpostHTTPError.badRequest("from must be start or a cursor from one of this tenant's batches")
+            throw OutpostHTTPError.badRequest(
+                "from must be start or a cursor from one of this tenant's batches", code: .invalidCursor)
         }
         guard try await storage.replayConnector(tenant: identity.tenant, id: id, from: cursor),
             let connector = try await storage.connector(tenant: identity.tenant, id: id)

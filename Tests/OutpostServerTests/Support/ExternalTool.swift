@@ -28,7 +28,7 @@ struct ExternalTool: Sendable, CustomStringConvertible {
     }
 
     static let promtool = ExternalTool(name: "promtool", install: "apt-get install prometheus")
-    static let schemathesis = ExternalTool(name: "schemathesis", install: "pip install schemathesis==4.32.5")
+    static let schemathesis = ExternalTool(name: "schemathesis", install: "pip install schemathesis")
     static let chromium = ExternalTool(name: "chromium", install: "apt-get install chromium")
     static let chromedriver = ExternalTool(name: "chromedriver", install: "apt-get install chromium-driver")
     static let selenium = ExternalTool(name: "selenium", install: "pip install selenium", pythonModule: true)
@@ -38,6 +38,10 @@ struct ExternalTool: Sendable, CustomStringConvertible {
     static let node = ExternalTool(name: "node", install: "apt-get install nodejs")
     static let openssl = ExternalTool(name: "openssl", install: "apt-get install openssl")
     static let curl = ExternalTool(name: "curl", install: "apt-get install curl")
+    static let openapiPythonClient = ExternalTool(
+        name: "openapi-python-client", install: "pip install openapi-python-client")
+    static let openapiSpecValidator = ExternalTool(
+        name: "openapi-spec-validator", install: "pip install openapi-spec-validator")
 
     var description: String { kind == .command ? name : "python3's \(name) module" }
 
@@ -64,7 +68,7 @@ struct ExternalTool: Sendable, CustomStringConvertible {
         guard !missing.isEmpty else { return nil }
         let names = missing.map(\.description).joined(separator: ", ")
         let installs = missing.map(\.install).joined(separator: "; ")
-        return "needs \(names), not installed here (\(installs); .ci/run installs every tool)"
+        return "needs \(names), not installed here (\(installs); .ci/run installs every tool, at the versions it names)"
     }
 
     private static let pythonModules = NIOLockedValueBox<[String: Bool]>([:])
