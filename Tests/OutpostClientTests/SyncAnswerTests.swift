@@ -13,6 +13,8 @@ struct SyncAnswerTests {
     /// Answers a conflict for a travel expense of 70, else applies, numbering versions from 7.
     final class Answering: SyncTransport, @unchecked Sendable {
         private var version: Int64 = 6
+        /// What a pull answers: the record as the server holds it.
+        var changes: [Change] = []
         func push(_ request: PushRequest) async throws -> PushResponse {
             PushResponse(
                 results: request.mutations.map { mutation in
@@ -28,7 +30,7 @@ struct SyncAnswerTests {
                 })
         }
         func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
-            PullResponse(changes: [], cursor: cursor ?? "", hasMore: false)
+            PullResponse(changes: cursor == "c9" ? [] : changes, cursor: "c9", hasMore: false)
         }
         func snapshot(
             collection: String, scope: String?, continuation: String?, limit: Int?
@@ -39,11 +41,24 @@ struct SyncAnswerTests {
     }
 
     func withEngine(_ body: (LocalStore, SyncEngine) async throws -> Void) async throws {
+        try await withEngine { store, engine, _ in try await body(store, engine) }
+    }
+
+    func withEngine(_ body: (LocalStore, SyncEngine, Answering) async throws -> Void) async throws {
         try await withStore { store, _ in
+            let server = Answering()
             let engine = SyncEngine(
-                store: store, transport: Answering(), configuration: .init(deviceId: "d", deliversAfterSave: false), clock: TestClock<Duration>())
-            try await body(store, engine)
+                store: store, transport: server, configuration: .init(deviceId: "d", deliversAfterSave: false), clock: TestClock<Duration>())
+            try await body(store, engine, server)
         }
+    }
+
+    /// The activity as the server holds it after the conflict: its value, and a note another device added.
+    static func serverRecord(_ amount: Int64, version: Int64) -> Change {
+        Change(
+            collection: "activities", recordId: "a1", version: version, tombstone: false,
+            fields: ["travel_expense": .integer(amount), "notes": "from the office"],
+            createdAt: Timestamp(millisecondsSince1970: 1_000), updatedAt: Timestamp(millisecondsSince1970: 2_000))
     }
 
     func expense(_ amount: Int64) -> LocalStore.Write {
@@ -110,5 +125,71 @@ struct SyncAnswerTests {
             #expect(synced.conflict == nil)
             #expect(try await row(store).sealedDetail == false)
         }
+    }
+
+    @Test("a conflict stays the record's state through a pull: refused, the device's value shown, nothing waiting")
+    func conflictThroughPull() async throws {
+        try await withEngine { store, engine, server in
+            // Given a conflict on the travel expense: the device wrote 70, the server kept 55.
+            try await engine.save(expense(70))
+            #expect(try await engine.sync().rejected == 1)
+
+            // When the record comes back in a pull, with the server's value changed again and another field.
+            server.changes = [Self.serverRecord(50, version: 9)]
+            #expect(try await engine.pull(collection: "activities") == 1)
+
+            // Then it is still refused, as a conflict: the device's value on top, the server's in the detail.
+            let record = try #require(try await store.record(collection: "activities", recordId: "a1"))
+            #expect(record.syncStatus == .rejected)
+            #expect(record.fields["travel_expense"] == 70)
+            #expect(record.fields["notes"] == "from the office")
+            #expect(record.conflict?.serverFields == ["travel_expense": 50])
+            #expect(record.conflict?.serverVersion == 9)
+            #expect(record.syncErrorCode == "conflict")
+            #expect(try await store.counts() == RecordCounts(rejected: 1))
+            #expect(try await store.records(.rejected).map(\.recordId) == ["a1"])
+
+            // And keeping the server's value settles it with the value the server has now.
+            let kept = try await engine.keepServerValue(collection: "activities", recordId: "a1")
+            #expect(kept.syncStatus == .synced && kept.conflict == nil)
+            #expect(kept.fields["travel_expense"] == 50)
+            #expect(try await store.counts() == RecordCounts())
+        }
+    }
+
+    @Test("a failed delivery leaves a conflict as it is; a confirmed write settles it only with the conflicting fields")
+    func conflictThroughFailedDelivery() async throws {
+        try await withEngine { store, engine, _ in
+            // Given a conflict, and an entry of that record still queued (as a store from before the rule holds).
+            try await engine.save(expense(70))
+            #expect(try await engine.sync().rejected == 1)
+            try await store.queue.write { db in
+                try db.execute(
+                    sql: """
+                        INSERT INTO outbox (idempotency_key, collection, scope, record_id, op, client_ts, payload)
+                        VALUES ('d:a1:later', 'activities', '', 'a1', 'upsert', 3000, x'00')
+                        """)
+            }
+
+            // When the network gives up, the record stays refused with its conflict, not failed.
+            try await store.markUndelivered(error: "The server could not be reached", at: Date())
+            let record = try #require(try await store.record(collection: "activities", recordId: "a1"))
+            #expect(record.syncStatus == .rejected)
+            #expect(record.conflict != nil)
+            #expect(record.syncErrorCode == "conflict")
+        }
+    }
+
+    @Test("a conflict is settled by a confirmed write of every conflicting field, or a delete; not by another field")
+    func settling() {
+        let conflict = ConflictDetail(conflictId: "c1", fields: ["a", "b"], serverFields: [:], serverVersion: 3)
+        var outcome = LocalStore.Outcome()
+        outcome.written = ["notes", "a"]
+        #expect(!outcome.settles(conflict))
+        outcome.written.insert("b")
+        #expect(outcome.settles(conflict))
+        var deleted = LocalStore.Outcome()
+        deleted.deleted = true
+        #expect(deleted.settles(conflict))
     }
 }

@@ -237,9 +237,20 @@ struct AppsEndToEndTests {
         try await session.startServer()
         let sync = try await phone(["device", "sync"])
         #expect(sync.stdout.contains("0 synced, 0 failed, 1 refused: Conflict on a protected field"), "\(sync.stdout)")
+        // The list pulls the server's record; the conflict stays, with the device's value, refused and not waiting.
         let listed = try await phone(["activity", "list"]).stdout
-        #expect(listed.contains("120 min") && listed.contains("travel 20.00"), "\(listed)")
+        #expect(listed.contains("120 min") && listed.contains("travel 30.00"), "\(listed)")
         #expect(listed.contains("Conflict: travel_expense changed on the server"))
+        let status = try await phone(["device", "status"]).stdout
+        #expect(status.contains("refused:  1") && status.contains("status:   Nothing waiting to sync"), "\(status)")
+        let refusedRecords = try await phone(["device", "records", "--rejected"]).stdout
+        #expect(refusedRecords.contains("yours: travel_expense=30.00   server's: travel_expense=20.00"), "\(refusedRecords)")
+        // Keeping the server's value settles it: the record is synced with the server's value.
+        let resolved = try await phone(["device", "resolve", id, "--keep-server"])
+        #expect(resolved.status == 0, "\(resolved.stdout) \(resolved.stderr)")
+        let settled = try await phone(["activity", "list"]).stdout
+        #expect(settled.contains("travel 20.00") && !settled.contains("Conflict"), "\(settled)")
+        #expect(try await phone(["device", "status"]).stdout.contains("refused:  0"))
         let conflicts = try await session.get("/v1/conflicts?collection=activities", as: ConflictsResponse.self).conflicts
         #expect(conflicts.count == 1)
         #expect(conflicts.first?.attemptedFields == ["travel_expense": "30.00"])

@@ -145,6 +145,8 @@ extension LocalStore {
             case .applied, .duplicate:
                 decision.confirmed.append(entry.seq)
                 outcome.version = result.version ?? outcome.version
+                if entry.mutation.op == .delete { outcome.deleted = true }
+                outcome.written.formUnion(entry.mutation.fields.keys)
             case .conflict:
                 decision.confirmed.append(entry.seq)
                 outcome.version = result.version ?? outcome.version
@@ -225,6 +227,8 @@ extension LocalStore {
                 record.syncError = error
                 record.syncErrorCode = outcome.code
                 if let conflict = outcome.conflict { record.conflict = conflict }
+            } else if let conflict = record.conflict, !outcome.settles(conflict) {
+                record.syncStatus = .rejected
             } else {
                 // Entries still queued keep the record pending.
                 record.syncStatus = stillQueued == 0 ? .synced : .pending
@@ -268,6 +272,15 @@ extension LocalStore {
         var status = RecordSyncStatus.failed
         var conflict: ConflictDetail?
         var version: Int64?
+        /// The fields the server took from the chunk's entries, and whether one of them deleted the record.
+        var written: Set<String> = []
+        var deleted = false
+
+        /// Whether what the server took settles `conflict`: the user wrote every conflicting field again (a
+        /// resend), or deleted the record. Any other write leaves the conflict to the user.
+        func settles(_ conflict: ConflictDetail) -> Bool {
+            deleted || conflict.fields.allSatisfy(written.contains)
+        }
     }
 
     /// Whether a refusal may pass on its own, so that its entry stays queued: a client time ahead of the
@@ -338,8 +351,11 @@ extension LocalStore {
                         var record = try Self.record(
                             db, collection: row["collection"], scope: row["scope"], recordId: row["record_id"], sealer: sealer)
                     else { continue }
-                    record.syncStatus = .failed
-                    record.syncError = error
+                    // A conflict still awaits the user's choice: it stays the record's state.
+                    if record.conflict == nil {
+                        record.syncStatus = .failed
+                        record.syncError = error
+                    }
                     record.lastSyncAttempt = date
                     try Self.save(record, db: db, sealer: sealer)
                 }

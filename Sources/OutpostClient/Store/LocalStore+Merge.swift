@@ -57,16 +57,33 @@ extension LocalStore {
                         }
                     }
                     let isQueued = queued.contains(key)
-                    let record = LocalRecord(
+                    // A conflict awaits the user's choice whatever the server has since: the device's values of the
+                    // conflicting fields stay on top (a resend sends them), and the detail follows the server's.
+                    var conflict = existing?.conflict
+                    if !isQueued, var open = conflict, !deleted {
+                        for field in open.fields {
+                            let server = change.fields[field] ?? .null
+                            if open.serverFields[field] != server {
+                                open.serverFields[field] = server
+                                open.serverVersion = max(open.serverVersion, change.version)
+                            }
+                            fields[field] = existing?.fields[field]
+                        }
+                        conflict = open
+                    } else if !isQueued {
+                        conflict = nil
+                    }
+                    let status: RecordSyncStatus =
+                        isQueued ? existing?.syncStatus ?? .pending : conflict != nil ? .rejected : .synced
+                    var record = LocalRecord(
                         collection: change.collection, scope: change.scope, recordId: change.recordId, fields: fields,
-                        tombstone: deleted,
-                        syncStatus: isQueued ? existing?.syncStatus ?? .pending : existing?.conflict != nil ? .failed : .synced,
-                        lastSyncAttempt: existing?.lastSyncAttempt,
-                        syncError: isQueued || existing?.conflict != nil ? existing?.syncError : nil,
+                        tombstone: deleted, syncStatus: status, lastSyncAttempt: existing?.lastSyncAttempt,
+                        syncError: isQueued || conflict != nil ? existing?.syncError : nil,
                         isOfflineEntry: fields[LocalRecord.offlineEntryField] == .bool(true),
                         createdAt: min(change.createdAt, existing?.createdAt ?? change.createdAt),
                         updatedAt: max(change.updatedAt, existing?.updatedAt ?? change.updatedAt),
-                        version: change.version, conflict: existing?.conflict)
+                        version: change.version, conflict: conflict)
+                    if isQueued || conflict != nil { record.syncErrorCode = existing?.syncErrorCode }
                     try Self.save(record, db: db, sealer: sealer)
                     merged += 1
                 }
