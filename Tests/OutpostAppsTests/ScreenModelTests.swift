@@ -333,8 +333,11 @@ struct ScreenModelTests {
         })
         try await withHeldPushes(online: true, server: refusing) { device, pushes async throws in
             let screen = BuildArchiveScreen(archive: BuildArchive(engine: device.engine))
+            // Held, so that the server's answer cannot arrive before the screen says what the save did.
+            pushes.hold()
             await screen.save(name: "Bad")
             #expect(screen.saveMessage == "Build \"Bad\" saved; uploading shortly.")
+            pushes.release()
             await device.delivered()
             await screen.reload()
             #expect(screen.saveMessage == "Build \"Bad\" saved on this device; the server refused it: no permit attached")
