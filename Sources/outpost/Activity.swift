@@ -124,7 +124,7 @@ struct ActivityList: AsyncParsableCommand {
     func run() async throws {
         try await options.withDevice { device in
             let log = ActivityLog(engine: device.engine)
-            await Delivery.probe(device.engine)
+            await Delivery.resume(device.engine)
             if await device.engine.status.isOnline {
                 await Bounded.run(for: Delivery.wait, clock: ContinuousClock()) { _ = try? await log.refresh() }
             }

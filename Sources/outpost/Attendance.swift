@@ -41,12 +41,14 @@ struct LocationOptions: ParsableArguments {
 
 extension DeviceStoreOptions {
     /// Opens the device and the attendance log, after asking the server whether it is reachable for at most
-    /// a second (the offline indicator, and whether a save is made offline).
+    /// a second (the offline indicator, and whether a save is made offline). A screen that saves nothing
+    /// (`resuming`) also delivers what waits from earlier, as an app does when it opens.
     func withAttendance<T>(
-        location: FixedLocation = FixedLocation(nil), _ body: (AttendanceLog, Device) async throws -> T
+        location: FixedLocation = FixedLocation(nil), resuming: Bool = false,
+        _ body: (AttendanceLog, Device) async throws -> T
     ) async throws -> T {
         try await withDevice { device in
-            await Delivery.probe(device.engine)
+            if resuming { await Delivery.resume(device.engine) } else { await Delivery.probe(device.engine) }
             return try await body(try AttendanceLog(device: device, location: location), device)
         }
     }
@@ -90,7 +92,7 @@ struct AttendanceStatus: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        try await options.withAttendance { log, device in
+        try await options.withAttendance(resuming: true) { log, device in
             let state = try await log.state()
             if let latest = state.latest {
                 let since = latest.action == .checkIn ? "since" : "at"
@@ -110,7 +112,7 @@ struct AttendanceHistory: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        try await options.withAttendance { log, device in
+        try await options.withAttendance(resuming: true) { log, device in
             let entries = try await log.history()
             if entries.isEmpty { say("no attendance records") }
             for entry in entries {

@@ -45,6 +45,7 @@ struct BuildsList: AsyncParsableCommand {
 
     func run() async throws {
         try await options.withDevice { device in
+            await Delivery.resume(device.engine)
             let builds = try await BuildArchive(engine: device.engine).listWithSheets()
             if builds.isEmpty { say("no builds") }
             for build in builds {

@@ -17,6 +17,14 @@ enum Delivery {
         }
     }
 
+    /// What a screen that saves nothing does when it opens: asks the server whether it is reachable for at most
+    /// ``probeBound`` and, when it is, delivers what waits from earlier for at most ``wait``, so that the screen
+    /// then shows where things stand.
+    static func resume(_ engine: SyncEngine) async {
+        let answered = await Bounded.run(for: probeBound, clock: ContinuousClock()) { await engine.resume() }
+        if answered, await engine.status.isOnline { await engine.awaitDelivery(upTo: wait) }
+    }
+
     /// Brings the 24-hour notice up to date, and reports what waits too long to the server when it was
     /// reachable at the last probe. Offline, the report would only wait out its retries: the next check online
     /// makes it.

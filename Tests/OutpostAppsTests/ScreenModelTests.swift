@@ -133,6 +133,28 @@ struct ScreenModelTests {
         }
     }
 
+    @Test("run() of a screen opened with entries waiting from an earlier run sends them, with no save and no network change")
+    func attendanceReopened() async throws {
+        try await withTestDevice { device async throws in
+            // Given a check-in saved offline by an earlier run of the app.
+            let log = AttendanceLog(engine: device.engine, userId: "ana", location: TestLocation(Self.office), timeZone: Self.utc)
+            _ = try await log.checkIn()
+            #expect(device.transport.pushCount == 0)
+
+            // When the app opens again with the server reachable, and nothing tells the engine so.
+            device.transport.isOnline = true
+            let screen = AttendanceScreen(log: log)
+            let running = Task { await screen.run() }
+            defer { running.cancel() }
+
+            // Then the check-in is sent and the screen shows it synced.
+            try await eventually("the waiting entry sent and shown synced") {
+                screen.history.first?.badge.status == .synced && screen.connection.text == "All records synced"
+            }
+            #expect(device.transport.pushCount == 1)
+        }
+    }
+
     // MARK: Door
 
     /// A door whose roster of `count` guests g0… (g1 cancelled) is served by a reference server.

@@ -67,6 +67,35 @@ struct SyncEngineTests {
         }
     }
 
+    @Test("an app that opens with records waiting from an earlier run sends them once the server answers, with no save")
+    func resumeSendsWhatWaits() async throws {
+        try await withStore { store, _ in
+            // Given three records saved offline by an earlier run of the app.
+            let server = InMemoryServer()
+            let transport = InMemoryTransport(server: server)
+            transport.isOnline = false
+            let earlier = SyncEngine(
+                store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-1"), clock: ManualClock())
+            for i in 0..<3 { try await earlier.save(note("r\(i)")) }
+            #expect(transport.pushCount == 0)
+
+            // When the app opens again, offline: nothing is sent, and the screen says offline.
+            let engine = SyncEngine(
+                store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-1"), clock: ManualClock())
+            #expect(await engine.resume() == false)
+            let offline = await engine.status
+            #expect(offline.isConnectionKnown && !offline.isOnline)
+            #expect(await engine.status.pendingCount == 3)
+
+            // Then opened online: the three go without a save or a sync call.
+            transport.isOnline = true
+            #expect(await engine.resume())
+            #expect(await engine.awaitDelivery(upTo: .seconds(3600)))
+            #expect(await server.applied.count == 3)
+            #expect(await engine.status.pendingCount == 0)
+        }
+    }
+
     @Test("a network failure is retried after 1 s, 2 s and 4 s, then the records are marked failed")
     func backoff() async throws {
         try await withEngine { h in

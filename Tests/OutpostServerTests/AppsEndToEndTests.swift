@@ -130,10 +130,12 @@ struct AppsEndToEndTests {
         #expect(history.contains("check-out") && history.contains("⏳ pending") && history.contains("(offline entry)"))
         #expect(history.contains("check-in ") && history.contains("✓ synced"))
 
-        // Back online: the replay delivers it; the server keeps the offline flag.
+        // Back online: opening the app sends what waits, with no save and no sync command; the server keeps the
+        // offline flag.
         try await session.startServer()
-        #expect(try await ana(["device", "sync"]).stdout.contains("1 synced, 0 failed"))
-        #expect(try await ana(["attendance", "status"]).stdout.contains("✓ synced"))
+        let reopened = try await ana(["attendance", "status"]).stdout
+        #expect(reopened.contains("✓ synced") && reopened.contains("Online · nothing waiting to sync"), "\(reopened)")
+        #expect(try await ana(["device", "sync"]).stdout.contains("0 synced, 0 failed"))
         let audit = try await session.get("/v1/audit?collection=attendance&recordId=ana.\(today).out", as: AuditResponse.self)
         #expect(audit.entries.count == 1)
         #expect(audit.entries.first?.fields["isOfflineEntry"] == true)

@@ -35,12 +35,15 @@ final class ScreenUpdates {
         await task.value
     }
 
-    /// What a screen's `.task { await model.run() }` runs.
+    /// What a screen's `.task { await model.run() }` runs: the screen at once, then what waits from an earlier
+    /// run delivered as soon as the server answers, and the screen kept current.
     func run() async {
         await reload()
+        let engine = self.engine
         let statuses = await engine.statusUpdates()
         let commits = engine.store.changes(clock: engine.clock)
         await withTaskGroup(of: Void.self) { group in
+            group.addTask { await engine.resume() }
             group.addTask { [weak self] in
                 for await _ in statuses { await self?.reload() }
             }

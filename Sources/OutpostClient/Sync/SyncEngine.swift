@@ -194,6 +194,20 @@ public actor SyncEngine {
         return online
     }
 
+    /// What an app runs when it opens or comes back to the foreground: asks the server whether it is reachable
+    /// and, when it is, starts delivering what waits from an earlier run. It returns once the server answered or
+    /// failed to; the delivery goes on in the background (``awaitDelivery(upTo:)`` waits for it).
+    ///
+    /// - Returns: whether the server was reachable.
+    @discardableResult
+    public func resume() async -> Bool {
+        let online = (try? await transport.health()) != nil
+        status.isOnline = online
+        if (try? await refreshStatus()) == nil { publish() }
+        if online, (try? await store.outboxCount()) ?? 0 > 0 { startDelivery() }
+        return online
+    }
+
     // MARK: Sync
 
     /// How often a sync counts pending and failed records for ``status`` while chunks go out, in seconds.
