@@ -57,19 +57,19 @@ struct GeneratedClientTests {
             #expect(try await Self.push(plain, device, [bad]) == [.init(.rejected, "invalid_record_id")])
 
             // Pull from the start, then from its cursor: nothing new, then only the next write.
-            let page = try await client.pull(query: .init(collection: "notes")).ok.body.json
+            let page = try await Self.pull(client, "notes", until: ["n1"])
             let n1 = try #require(page.changes.first { $0.recordId == "n1" })
             #expect(n1.fields.additionalProperties.value["text"] as? String == "gate B open")
             #expect(abs(n1.createdAt.timeIntervalSince(now)) < 60)
             #expect(try await client.pull(query: .init(collection: "notes", cursor: page.cursor)).ok.body.json.changes.isEmpty)
             _ = try await Self.push(plain, device, [try Self.mutation("\(device):n2:1", "n2", ["text": "next"], at: now)])
-            let next = try await client.pull(query: .init(collection: "notes", cursor: page.cursor)).ok.body.json
+            let next = try await Self.pull(client, "notes", after: page.cursor, until: ["n2"])
             #expect(next.changes.map(\.recordId) == ["n2"])
 
             // A collection the operator declared is named like any other.
             let declared = try Self.mutation("\(device):d1:1", "d1", ["site": "north"], at: now, collection: Self.declared)
             #expect(try await Self.push(plain, device, [declared]) == [.init(.applied)])
-            #expect(try await client.pull(query: .init(collection: Self.declared)).ok.body.json.changes.map(\.recordId) == ["d1"])
+            #expect(try await Self.pull(client, Self.declared, until: ["d1"]).changes.map(\.recordId) == ["d1"])
 
             // Snapshot: five guests in pages of two, joined by continuations.
             let guests = try (0..<5).map { i in
@@ -131,6 +131,19 @@ struct GeneratedClientTests {
         Components.Schemas.Mutation(
             idempotencyKey: key, collection: collection, recordId: record, scope: scope, op: .upsert,
             fields: .init(additionalProperties: try OpenAPIObjectContainer(unvalidatedValue: fields)), clientTimestamp: time)
+    }
+
+    /// Pulls `collection` from `cursor` until the answer holds `records`, as a client polls: on PostgreSQL a change
+    /// shows once every transaction that began before it has ended, in the whole cluster (the gap-free rule).
+    static func pull(
+        _ client: Client, _ collection: String, after cursor: String? = nil, until records: Set<String>
+    ) async throws -> Components.Schemas.PullResponse {
+        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+        while true {
+            let page = try await client.pull(query: .init(collection: collection, cursor: cursor)).ok.body.json
+            if records.isSubset(of: Set(page.changes.map(\.recordId))) || ContinuousClock.now > deadline { return page }
+            try await Task.sleep(for: .milliseconds(50))
+        }
     }
 
     static func push(_ client: Client, _ device: String, _ mutations: [Components.Schemas.Mutation]) async throws -> [Outcome] {
