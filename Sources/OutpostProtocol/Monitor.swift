@@ -183,12 +183,50 @@ public struct SyncFailure: Sendable, Hashable, Codable {
     public var firstAttempt: Timestamp
     /// The last failure's reason, as the device shows it.
     public var lastError: String
+    /// What the device reports: a record that has not reached the server for longer than the threshold, or one
+    /// the server refused. Absent means ``Kind/persistent``.
+    public var kind: Kind?
 
-    public init(collection: String, recordId: String, firstAttempt: Timestamp, lastError: String) {
+    /// Why a device reports a record. Extensible: match on the constants.
+    public struct Kind: RawRepresentable, Sendable, Hashable, Codable, CustomStringConvertible {
+        public var rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        /// Not synced for longer than the escalation threshold: the paging kind.
+        public static let persistent = Self(rawValue: "persistent")
+        /// Refused by the server, or in conflict, with its reason: it waits for a person, not for the network.
+        public static let rejected = Self(rawValue: "rejected")
+        /// The kinds a server takes.
+        public static let all: [Self] = [.persistent, .rejected]
+
+        public init(from decoder: any Decoder) throws {
+            rawValue = try decoder.singleValueContainer().decode(String.self)
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.singleValueContainer()
+            try container.encode(rawValue)
+        }
+    }
+
+    public init(collection: String, recordId: String, firstAttempt: Timestamp, lastError: String, kind: Kind? = nil) {
         self.collection = collection
         self.recordId = recordId
         self.firstAttempt = firstAttempt
         self.lastError = lastError
+        self.kind = kind
+    }
+    private enum CodingKeys: String, CodingKey { case collection, recordId, firstAttempt, lastError, kind }
+
+    /// A `kind` that is present must be a string: null is refused like any other wrong type.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        collection = try container.decode(String.self, forKey: .collection)
+        recordId = try container.decode(String.self, forKey: .recordId)
+        firstAttempt = try container.decode(Timestamp.self, forKey: .firstAttempt)
+        lastError = try container.decode(String.self, forKey: .lastError)
+        kind = container.contains(.kind) ? try container.decode(Kind.self, forKey: .kind) : nil
     }
 }
 

@@ -46,6 +46,36 @@ struct SyncHealthTests {
         }
     }
 
+    @Test("a record the server refused is reported as refused, with its reason; one waiting too long as persistent")
+    func refusalsReportedAsSuch() async throws {
+        try await withStore { store, _ in
+            // Given a refused record and, a day later, one that never reached the server.
+            let server = InMemoryServer(rejecting: { mutation in
+                mutation.recordId == "bad" ? .init(code: .guestCancelled, message: "guest bad's registration is cancelled") : nil
+            })
+            let transport = InMemoryTransport(server: server)
+            let now = ManualNow()
+            let engine = engine(store, transport: transport, now: now)
+            try await engine.save(note("bad"))
+            _ = try await engine.sync()
+            transport.isOnline = false
+            try await engine.save(note("late"))
+            _ = try await engine.sync()
+            now.advance(seconds: 25 * 3600)
+            transport.isOnline = true
+
+            // When the device checks.
+            #expect(try await engine.checkPersistentFailures().map(\.recordId) == ["late"])
+
+            // Then the report says which is which; the refusal's reason is the server's, with no prefix.
+            let failures = try #require(await server.failureReports.first).failures
+            let byRecord = Dictionary(uniqueKeysWithValues: failures.map { ($0.recordId, $0) })
+            #expect(byRecord["late"]?.kind == .persistent)
+            #expect(byRecord["bad"]?.kind == .rejected)
+            #expect(byRecord["bad"]?.lastError == "guest bad's registration is cancelled")
+        }
+    }
+
     @Test("more persistent failures than one report may carry go in several reports of at most 500")
     func failureReportBatches() async throws {
         try await withStore { store, _ in

@@ -90,6 +90,16 @@ final class AppSession: @unchecked Sendable {
         String(decoding: try await data(path), as: UTF8.self)
     }
 
+    /// POSTs `body` as JSON to `path` with `token`; the status.
+    func post<T: Encodable>(_ path: String, _ body: T, token: String) async throws -> Int {
+        var request = URLRequest(url: URL(string: url + path)!)
+        request.httpMethod = "POST"
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = try JSONEncoder().encode(body)
+        return (try await URLSession.shared.data(for: request).1 as? HTTPURLResponse)?.statusCode ?? 0
+    }
+
     private func data(_ path: String) async throws -> Data {
         var request = URLRequest(url: URL(string: url + path)!)
         request.setValue("Bearer \(try await token(user: "olga", role: "organizer"))", forHTTPHeaderField: "Authorization")

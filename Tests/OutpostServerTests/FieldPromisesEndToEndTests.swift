@@ -80,6 +80,15 @@ struct FieldPromisesEndToEndTests {
         #expect(pending.contains("0 check-ins pending sync") && pending.contains("1 check-in refused by the server"), "\(pending)")
         #expect(pending.contains("g000007") && pending.contains("Registration cancelled"))
         #expect(try await door(["device", "records", "--rejected"]).stdout.contains("⛔ rejected  checkins/gala/g000007"))
+        // The device reports the refusal as one: a warning of its own on the server, never a 24-hour failure.
+        #expect(try await door(["device", "status"]).stdout.contains("refused:  1"))
+        let logs = await session.stopServer()
+        let rejected = logs.split(separator: "\n").filter { $0.contains("Rejected Record") }
+        #expect(rejected.count == 1, "\(logs)")
+        let entry = try rejected.first.flatMap { try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        #expect(entry?["severity"] as? String == "WARNING")
+        #expect(!logs.contains("Persistent Sync Failure"), "\(logs)")
+        try await session.startServer()
         let discarded = try await door(["device", "discard", "g000007", "--collection", "checkins"])
         #expect(discarded.stdout.contains("discarded checkins/gala/g000007"), "\(discarded.stdout) \(discarded.stderr)")
         #expect(try await door(["device", "records", "--rejected"]).stdout.contains("no refused records"))

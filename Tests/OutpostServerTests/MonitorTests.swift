@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import HummingbirdTesting
 import OutpostProtocol
 import OutpostRecords
@@ -157,6 +158,58 @@ struct MonitorTests {
             #expect(text.contains(#"outpost_devices{state="ok"} 1"#))
             #expect(text.contains(#"outpost_mutations_total{status="applied"} 1"#))
             #expect(text.contains("outpost_http_request_duration_seconds_bucket"))
+        }
+    }
+
+    @Test(
+        "a refused record is reported as refused: its own counter and a warning, never a persistent failure, a page or a notice",
+        arguments: StorageKind.allCases)
+    func rejectedRecords(kind: StorageKind) async throws {
+        let metrics = ServerMetrics()
+        try await withServer(kind, metrics: metrics) { client, storage in
+            let ana = try await Fixtures.token(user: "ana")
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            _ = try await client.post("/v1/heartbeats", Self.beat("phone-1"), token: ana)
+
+            // Given a device reporting a refusal made a minute ago and a record waiting for over a day.
+            var refused = Self.failure("n1", error: "guest g1's registration is cancelled")
+            refused.kind = .rejected
+            refused.firstAttempt = Fixtures.time(-60)
+            var waiting = Self.failure("n2")
+            waiting.kind = .persistent
+            let report = SyncFailureReport(deviceId: "phone-1", failures: [refused, waiting])
+            let receipt = try JSONDecoder().decode(
+                SyncFailureReceipt.self, from: try await client.post("/v1/sync-failures", report, token: ana).body)
+            #expect(receipt == SyncFailureReceipt(recorded: 2, alreadyKnown: 0, escalationEnabled: true))
+
+            // Then only the waiting one is a persistent failure, on the monitor and in /metrics.
+            let board = try await monitor(client, organizer)
+            #expect(board.persistentFailures.map(\.recordId) == ["n2"])
+            #expect(board.devices.first?.persistentFailures == 1)
+            let text = String(decoding: try await client.send(.get, "/metrics", token: nil).body.readableBytesView, as: UTF8.self)
+            #expect(text.contains("outpost_persistent_sync_failures_total 1"))
+            #expect(text.contains("outpost_rejected_records_total 1"))
+            #expect(try await storage.syncFailures(tenant: "acme").map(\.kind) == [.persistent, .rejected])
+
+            // A report again is known; the refused record later waiting too long is a persistent failure then.
+            var later = refused
+            later.kind = nil
+            let again = try JSONDecoder().decode(
+                SyncFailureReceipt.self,
+                from: try await client.post("/v1/sync-failures", SyncFailureReport(deviceId: "phone-1", failures: [refused, later]), token: ana)
+                    .body)
+            #expect(again == SyncFailureReceipt(recorded: 1, alreadyKnown: 1, escalationEnabled: true))
+            let after = try await monitor(client, organizer)
+            #expect(after.persistentFailures.map(\.recordId).sorted() == ["n1", "n2"])
+
+            // An unknown kind, or a null one, is refused whole.
+            for body in [
+                #"{"deviceId":"phone-1","failures":[{"collection":"notes","recordId":"n3","firstAttempt":"2026-11-21T09:00:00.000Z","lastError":"x","kind":"lost"}]}"#,
+                #"{"deviceId":"phone-1","failures":[{"collection":"notes","recordId":"n3","firstAttempt":"2026-11-21T09:00:00.000Z","lastError":"x","kind":null}]}"#,
+            ] {
+                let answer = try await client.send(.post, "/v1/sync-failures", token: ana, body: ByteBuffer(string: body))
+                #expect(answer.status == .badRequest, "\(body)")
+            }
         }
     }
 

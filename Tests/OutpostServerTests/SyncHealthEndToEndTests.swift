@@ -8,7 +8,7 @@ import Testing
 @Suite("Sync health end to end")
 struct SyncHealthEndToEndTests {
     @Test(
-        "a record failing too long is escalated once: one JSON ERROR line, counted once, a notice that stays until it syncs; logs hold no token, payload or name"
+        "a refusal is reported as one (a WARNING, its own counter); a record failing too long is escalated once: one JSON ERROR line, counted once, a notice that stays until it syncs; logs hold no token, payload or name"
     )
     func escalation() async throws {
         let today = try await settledToday()
@@ -17,7 +17,7 @@ struct SyncHealthEndToEndTests {
         let device = try await session.device("phone-ana", user: "ana")
         let token = try await session.token(user: "ana")
 
-        // The server refuses this record (no coordinates): it is set aside, and reported for the organizer.
+        // The server refuses this record (no coordinates): it is set aside, and reported for the organizer as refused.
         let put = try await device([
             "device", "put", "attendance", "ana.\(today).in", "action=check_in", "day=\(today)", "note=S3CRET-PAYLOAD",
         ])
@@ -26,10 +26,10 @@ struct SyncHealthEndToEndTests {
         #expect(status.stdout.contains("attention: 1 record refused by the server"), "\(status.stdout)")
         status = try await device(["device", "status", "--escalate-after", "1s"])
 
-        let metrics = try await session.text("/metrics")
-        #expect(metrics.contains("outpost_persistent_sync_failures_total 1"), "\(metrics)")
-        let monitor = try await session.get("/v1/monitor", as: MonitorResponse.self)
-        #expect(monitor.persistentFailures.map(\.recordId) == ["ana.\(today).in"])
+        var metrics = try await session.text("/metrics")
+        #expect(metrics.contains("outpost_rejected_records_total 1"), "\(metrics)")
+        #expect(metrics.contains("outpost_persistent_sync_failures_total 0"), "\(metrics)")
+        #expect(try await session.get("/v1/monitor", as: MonitorResponse.self).persistentFailures.isEmpty)
 
         // A sync sends a heartbeat: the monitor shows the device under its fingerprint, with its staff name.
         _ = try await device(["device", "sync"])
@@ -50,15 +50,31 @@ struct SyncHealthEndToEndTests {
         #expect(refused.status != 0)
         #expect(refused.stderr.contains("This notice stays until those records sync"))
         try await session.startServer()
+        // A device whose record waited a day while the server was reachable (it answered with errors) reports it
+        // as persistent: the one kind that pages. Sent as the device sends it.
+        let waited = SyncFailure(
+            collection: "notes", recordId: "n1", firstAttempt: Timestamp(Date().addingTimeInterval(-26 * 3600)),
+            lastError: "The server answered 503", kind: .persistent)
+        #expect(try await session.post("/v1/sync-failures", SyncFailureReport(deviceId: "phone-ana", failures: [waited]), token: token) == 200)
+        metrics = try await session.text("/metrics")
+        #expect(metrics.contains("outpost_persistent_sync_failures_total 1"), "\(metrics)")
+        #expect(try await session.get("/v1/monitor", as: MonitorResponse.self).persistentFailures.map(\.recordId) == ["n1"])
         #expect(try await device(["device", "sync"]).stdout.contains("1 synced, 0 failed"))
 
-        let lines = (logs + (await session.stopServer())).split(separator: "\n").filter { $0.contains("Persistent Sync Failure") }
-        #expect(lines.count == 1, "\(logs)")
+        let later = await session.stopServer()
+        let refusals = logs.split(separator: "\n").filter { $0.contains("Rejected Record") }
+        #expect(refusals.count == 1, "\(logs)")
+        let refusal = try JSONSerialization.jsonObject(with: Data(refusals[0].utf8)) as? [String: Any]
+        #expect(refusal?["severity"] as? String == "WARNING")
+        #expect(refusal?["collection"] as? String == "attendance")
+        #expect(!logs.contains("Persistent Sync Failure"), "\(logs)")
+        let lines = later.split(separator: "\n").filter { $0.contains("Persistent Sync Failure") }
+        #expect(lines.count == 1, "\(later)")
         let entry = try JSONSerialization.jsonObject(with: Data(lines[0].utf8)) as? [String: Any]
         #expect(entry?["severity"] as? String == "ERROR")
-        #expect(entry?["collection"] as? String == "attendance")
+        #expect(entry?["collection"] as? String == "notes")
         for secret in [token, "S3CRET-PAYLOAD", "phone-ana", "ana.\(today)", "Ana"] {
-            #expect(!logs.contains(secret), "the server's log holds \(secret)")
+            #expect(!(logs + later).contains(secret), "the server's log holds \(secret)")
         }
     }
 }

@@ -124,8 +124,9 @@ extension SyncEngine {
     // MARK: Persistent failures
 
     /// Looks for records waiting longer than the escalation threshold, updates the notice, and (when the
-    /// policy says so) reports them to the server, with the records it refused, retrying with backoff. Run it
-    /// on launch and hourly.
+    /// policy says so) reports them to the server, retrying with backoff. The records the server refused go in
+    /// the same reports as what they are (``SyncFailure/Kind/rejected``, with the reason), never as records
+    /// waiting too long. Run it on launch and hourly.
     ///
     /// - Returns: the records waiting too long (empty when there are none).
     @discardableResult
@@ -135,9 +136,14 @@ extension SyncEngine {
             SyncFailure(
                 collection: record.collection, recordId: record.recordId,
                 firstAttempt: record.lastSyncAttempt.map(Timestamp.init) ?? record.createdAt,
-                lastError: SyncFailure.reportableError("Refused: \(record.syncError ?? "refused by the server")"))
+                lastError: SyncFailure.reportableError(record.syncError ?? "refused by the server"), kind: .rejected)
         }
-        let failures = waiting + refused
+        let failures =
+            waiting.map { failure in
+                var failure = failure
+                failure.kind = .persistent
+                return failure
+            } + refused
         guard !failures.isEmpty, configuration.escalation.reportsToServer else { return waiting }
         // In reports of at most what a server takes in one.
         var start = 0

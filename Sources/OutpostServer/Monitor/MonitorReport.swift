@@ -30,7 +30,8 @@ enum MonitorReport {
                 tenant: tenant, event: event,
                 since: generatedAt.millisecondsSince1970 - MonitorResponse.bucketLength.milliseconds)
         }
-        let failures = try await storage.syncFailures(tenant: tenant)
+        // Only what waits too long is a persistent failure; a refusal waits for a person.
+        let failures = try await storage.syncFailures(tenant: tenant).filter { $0.kind == .persistent }
         var response = assemble(
             event: event, events: events, reports: reports, scans: scans, failures: failures, opsContact: opsContact,
             now: generatedAt)

@@ -15,6 +15,7 @@ package final class ServerMetrics: Sendable {
     let snapshots: Counter
     let heartbeats: Counter
     let persistentFailures: Counter
+    let rejectedRecords: Counter
     let devices: [DeviceState: Gauge]
     let requestsRunning: Gauge
     let requestsWaiting: Gauge
@@ -46,6 +47,8 @@ package final class ServerMetrics: Sendable {
         heartbeats = counter("outpost_heartbeats", "Device heartbeats received")
         persistentFailures = counter(
             "outpost_persistent_sync_failures", "Records reported as failing to sync for over a day (each counted once)")
+        rejectedRecords = counter(
+            "outpost_rejected_records", "Records devices report the server refused, waiting for a person (each counted once)")
         devices = Dictionary(
             uniqueKeysWithValues: DeviceState.allCases.map { state in
                 (

@@ -90,6 +90,9 @@ struct MonitorController<Storage: SyncStorage> {
             guard Identifier.isValid(failure.recordId) else {
                 throw OutpostHTTPError.badRequest("failures[\(index)].recordId must be an identifier", code: .invalidRecordId)
             }
+            guard SyncFailure.Kind.all.contains(failure.kind ?? .persistent) else {
+                throw OutpostHTTPError.badRequest("failures[\(index)].kind must be persistent or rejected")
+            }
             guard SyncFailure.isValidError(failure.lastError) else {
                 throw OutpostHTTPError.badRequest(
                     "failures[\(index)].lastError must be 1 to \(SyncFailure.maxErrorLength) characters, with no "
@@ -112,7 +115,7 @@ struct MonitorController<Storage: SyncStorage> {
                 tenant: identity.tenant, fingerprint: fingerprint, userId: identity.userId,
                 collection: failure.collection, recordId: failure.recordId,
                 firstAttempt: reported(failure.firstAttempt, received: received), lastError: failure.lastError,
-                reportedAt: received.millisecondsSince1970)
+                reportedAt: received.millisecondsSince1970, kind: failure.kind ?? .persistent)
         }
         // One transaction: a report that cannot be stored whole leaves nothing behind, and is sent again.
         let stored = try await storage.recordSyncFailures(failures)
@@ -120,16 +123,22 @@ struct MonitorController<Storage: SyncStorage> {
         for (failure, isNew) in zip(failures, stored) where isNew {
             let firstAttempt = failure.firstAttempt
             recorded += 1
-            metrics.persistentFailures.increment()
-            let hours = (received.millisecondsSince1970 - firstAttempt) / 3_600_000
             // Ids and times only: never the payload, the error text (it may quote a value) or a name.
-            context.logger.error(
-                "Persistent Sync Failure",
-                metadata: [
-                    "tenant": "\(identity.tenant)", "device": "\(fingerprint)", "collection": "\(failure.collection)",
-                    "record": "\(Self.reference(tenant: identity.tenant, recordId: failure.recordId))",
-                    "first_attempt": "\(Timestamp(millisecondsSince1970: firstAttempt).iso8601)", "age_hours": "\(hours)",
-                ])
+            var metadata: Logger.Metadata = [
+                "tenant": "\(identity.tenant)", "device": "\(fingerprint)", "collection": "\(failure.collection)",
+                "record": "\(Self.reference(tenant: identity.tenant, recordId: failure.recordId))",
+            ]
+            if failure.kind == .rejected {
+                // A refusal waits for a person, not for the network: no page, and no age to report.
+                metrics.rejectedRecords.increment()
+                metadata["refused_at"] = "\(Timestamp(millisecondsSince1970: firstAttempt).iso8601)"
+                context.logger.warning("Rejected Record", metadata: metadata)
+            } else {
+                metrics.persistentFailures.increment()
+                metadata["first_attempt"] = "\(Timestamp(millisecondsSince1970: firstAttempt).iso8601)"
+                metadata["age_hours"] = "\((received.millisecondsSince1970 - firstAttempt) / 3_600_000)"
+                context.logger.error("Persistent Sync Failure", metadata: metadata)
+            }
         }
         return try .json(
             SyncFailureReceipt(

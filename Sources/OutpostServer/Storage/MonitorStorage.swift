@@ -31,6 +31,8 @@ package struct StoredSyncFailure: Sendable, Hashable {
     package var firstAttempt: Int64
     package var lastError: String
     package var reportedAt: Int64
+    /// Waiting too long, or refused by the server.
+    package var kind: SyncFailure.Kind = .persistent
 }
 
 /// The storage the sync monitor needs: heartbeats, persistent failures, and what the monitor reads.

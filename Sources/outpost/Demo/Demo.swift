@@ -224,7 +224,7 @@ struct Story {
             narrator.good("terrace-3 scans \(Self.guest(25)): \(error.message)")
         }
 
-        await narrator.act(9, "A day later: what could not sync is escalated")
+        await narrator.act(9, "A day later: the doors report what has not reached the server")
         // The devices' clocks move a day on (the server's does not): the escalation's real threshold, 24 h.
         deviceClock.advance(by: .seconds(25 * 3600))
         let engine = devices[0].device.engine
@@ -239,7 +239,13 @@ struct Story {
             waiting.map { "\($0.collection)/\($0.recordId): \($0.lastError)" }
             + refusedRecords.map { "\($0.collection)/\($0.recordId): refused: \($0.syncError ?? "no reason")" }
         narrator.line("reported to the server: \(reported.joined(separator: "; "))")
-        narrator.line("the server logged one ERROR \"Persistent Sync Failure\" line and counts it in /metrics")
+        if !waiting.isEmpty {
+            narrator.line("the server logged an ERROR \"Persistent Sync Failure\" line for each record waiting too long, and pages on them")
+        }
+        if !refusedRecords.isEmpty {
+            narrator.line(
+                "the server logged a WARNING \"Rejected Record\" line for each refusal, counted apart: it waits for a person, not for the network")
+        }
 
         await narrator.act(10, "Reconciliation")
         return try await reconcile(devices)

@@ -257,5 +257,13 @@ extension PostgresStorage {
                 )
                 """
             ]),
+        Migration(
+            version: "v9-sync-failure-kinds",
+            statements: [
+                // What a device reported: waiting too long, or refused by the server. Devices before the kind
+                // wrote a refusal's reason as "Refused: …".
+                "ALTER TABLE sync_failures ADD COLUMN kind TEXT NOT NULL DEFAULT 'persistent'",
+                "UPDATE sync_failures SET kind = 'rejected' WHERE last_error LIKE 'Refused: %'",
+            ]),
     ]
 }

@@ -141,10 +141,14 @@ extension PostgresStorage {
                     let rows = try await connection.query(
                         """
                         INSERT INTO sync_failures (tenant, fingerprint, collection, record_id, user_id, first_attempt,
-                                                   last_error, reported_at)
+                                                   last_error, reported_at, kind)
                         VALUES (\(failure.tenant), \(failure.fingerprint), \(failure.collection), \(failure.recordId),
-                                \(failure.userId), \(failure.firstAttempt), \(failure.lastError), \(failure.reportedAt))
-                        ON CONFLICT (tenant, fingerprint, collection, record_id) DO NOTHING
+                                \(failure.userId), \(failure.firstAttempt), \(failure.lastError), \(failure.reportedAt),
+                                \(failure.kind.rawValue))
+                        ON CONFLICT (tenant, fingerprint, collection, record_id) DO UPDATE
+                        SET kind = excluded.kind, first_attempt = excluded.first_attempt,
+                            last_error = excluded.last_error, reported_at = excluded.reported_at
+                        WHERE sync_failures.kind <> excluded.kind
                         RETURNING 1
                         """, logger: logger)
                     var inserted = false
@@ -160,17 +164,18 @@ extension PostgresStorage {
         try await guarded {
             let rows = try await client.query(
                 """
-                SELECT tenant, fingerprint, user_id, collection, record_id, first_attempt, last_error, reported_at
+                SELECT tenant, fingerprint, user_id, collection, record_id, first_attempt, last_error, reported_at, kind
                 FROM sync_failures WHERE tenant = \(tenant) ORDER BY first_attempt, record_id
                 """, logger: logger)
             var failures: [StoredSyncFailure] = []
-            for try await (tenant, fingerprint, userId, collection, recordId, firstAttempt, lastError, reportedAt)
-                in rows.decode((String, String, String, String, String, Int64, String, Int64).self)
+            for try await (tenant, fingerprint, userId, collection, recordId, firstAttempt, lastError, reportedAt, kind)
+                in rows.decode((String, String, String, String, String, Int64, String, Int64, String).self)
             {
                 failures.append(
                     StoredSyncFailure(
                         tenant: tenant, fingerprint: fingerprint, userId: userId, collection: collection,
-                        recordId: recordId, firstAttempt: firstAttempt, lastError: lastError, reportedAt: reportedAt))
+                        recordId: recordId, firstAttempt: firstAttempt, lastError: lastError, reportedAt: reportedAt,
+                        kind: SyncFailure.Kind(rawValue: kind)))
             }
             return failures
         }

@@ -228,6 +228,15 @@ extension SQLiteStorage {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v7-sync-failure-kinds") { db in
+            // What a device reported: waiting too long, or refused by the server. Devices before the kind wrote
+            // a refusal's reason as "Refused: …".
+            try db.execute(
+                sql: """
+                    ALTER TABLE sync_failures ADD COLUMN kind TEXT NOT NULL DEFAULT 'persistent';
+                    UPDATE sync_failures SET kind = 'rejected' WHERE last_error LIKE 'Refused: %';
+                    """)
+        }
         return migrator
     }
 }

@@ -122,14 +122,17 @@ extension SQLiteStorage {
             let statement = try db.cachedStatement(
                 sql: """
                     INSERT INTO sync_failures (tenant, fingerprint, collection, record_id, user_id, first_attempt,
-                                               last_error, reported_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (tenant, fingerprint, collection, record_id) DO NOTHING
+                                               last_error, reported_at, kind)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (tenant, fingerprint, collection, record_id) DO UPDATE
+                    SET kind = excluded.kind, first_attempt = excluded.first_attempt, last_error = excluded.last_error,
+                        reported_at = excluded.reported_at
+                    WHERE sync_failures.kind <> excluded.kind
                     """)
             return try failures.map { failure in
                 try statement.execute(arguments: [
                     failure.tenant, failure.fingerprint, failure.collection, failure.recordId, failure.userId,
-                    failure.firstAttempt, failure.lastError, failure.reportedAt,
+                    failure.firstAttempt, failure.lastError, failure.reportedAt, failure.kind.rawValue,
                 ])
                 return db.changesCount > 0
             }
@@ -145,7 +148,8 @@ extension SQLiteStorage {
                 StoredSyncFailure(
                     tenant: row["tenant"], fingerprint: row["fingerprint"], userId: row["user_id"],
                     collection: row["collection"], recordId: row["record_id"], firstAttempt: row["first_attempt"],
-                    lastError: row["last_error"], reportedAt: row["reported_at"])
+                    lastError: row["last_error"], reportedAt: row["reported_at"],
+                    kind: SyncFailure.Kind(rawValue: row["kind"]))
             }
         }
     }
