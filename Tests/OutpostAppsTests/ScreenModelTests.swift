@@ -133,6 +133,24 @@ struct ScreenModelTests {
         }
     }
 
+    @Test("a check-in the server refuses reads refused with the reason, and offers no check-out")
+    func attendanceRefused() async throws {
+        let refusing = InMemoryServer(rejecting: { mutation in
+            mutation.collection == "attendance" ? .init(code: .stateConflict, message: "already checked in on another phone") : nil
+        })
+        try await withTestDevice(online: true, server: refusing) { device async throws in
+            let screen = AttendanceScreen(
+                log: AttendanceLog(engine: device.engine, userId: "ana", location: TestLocation(Self.office), timeZone: Self.utc))
+            await screen.checkIn()
+            await device.delivered()
+            await screen.reload()
+            #expect(screen.stateText.hasPrefix("Check-in at ") && screen.stateText.hasSuffix(" refused: already checked in on another phone"))
+            #expect(!screen.stateText.contains("Checked In"))
+            #expect(!screen.canCheckOut)
+            #expect(screen.history.first?.badge.status == .rejected)
+        }
+    }
+
     @Test("run() of a screen opened with entries waiting from an earlier run sends them, with no save and no network change")
     func attendanceReopened() async throws {
         try await withTestDevice { device async throws in

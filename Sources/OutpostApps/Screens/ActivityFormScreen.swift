@@ -75,8 +75,9 @@ public final class ActivityFormScreen {
         } catch {
             formError = "The activity could not be saved on this device."
         }
-        isSaving = false
+        // The screen shows the action's result before its buttons come back.
         await reload()
+        isSaving = false
     }
 
     /// Reads the screen again from the store and the engine.

@@ -34,11 +34,15 @@ public final class AttendanceScreen {
     }
 
     public var canCheckIn: Bool { !isBusy && state.action == nil }
-    public var canCheckOut: Bool { !isBusy && state.action == .checkIn }
-    /// The state's line, with its time: "Checked In at 09:12".
+    /// A check-in the server refused is no check-in: there is nothing to check out of.
+    public var canCheckOut: Bool { !isBusy && state.action == .checkIn && !state.isRefused }
+    /// The state's line, with its time: "Checked In at 09:12", or what the server refused and why:
+    /// "Check-in at 09:12 refused: already checked in on 2026-11-21".
     public var stateText: String {
         guard let latest = state.latest else { return state.text }
-        return "\(state.text) at \(log.clock(latest.time))"
+        guard state.isRefused else { return "\(state.text) at \(log.clock(latest.time))" }
+        let action = latest.action == .checkIn ? "Check-in" : "Check-out"
+        return "\(action) at \(log.clock(latest.time)) refused: \(latest.syncError ?? "refused by the server")"
     }
 
     public func checkIn() async { await act { try await $0.checkIn() } }
@@ -60,8 +64,9 @@ public final class AttendanceScreen {
         } catch {
             actionError = "The action could not be saved on this device."
         }
-        isBusy = false
+        // The screen shows the action's result before its buttons come back.
         await reload()
+        isBusy = false
     }
 
     /// Reads the screen again from the store and the engine.

@@ -60,8 +60,9 @@ public final class BuildArchiveScreen {
         } catch {
             alert = ArchiveAlert(title: "Retry failed", message: "The device store could not be read.")
         }
-        retrying.remove(buildId)
+        // The screen shows the action's result before its buttons come back.
         await reload()
+        retrying.remove(buildId)
     }
 
     /// Uploads everything waiting or failed, showing progress, then the summary.
@@ -81,8 +82,9 @@ public final class BuildArchiveScreen {
         sink.finish()
         await shown.value
         progress = nil
-        isSyncingAll = false
+        // The screen shows the action's result before its buttons come back.
         await reload()
+        isSyncingAll = false
     }
 
     public func dismissAlert() {

@@ -60,8 +60,9 @@ public final class DoorScreen {
         }
         sink.finish()
         await shown.value
-        isDownloading = false
+        // The screen shows the action's result before its buttons come back.
         await reload()
+        isDownloading = false
     }
 
     /// Scans one guest and shows the verdict.
