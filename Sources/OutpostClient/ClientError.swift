@@ -10,6 +10,8 @@ public struct ClientError: Error, Sendable, CustomStringConvertible {
 
         /// The store file cannot be opened or written.
         public static let storeUnavailable = Code(rawValue: "store_unavailable")
+        /// The device's storage is full: nothing more can be saved until space is freed; what was saved stays.
+        public static let diskFull = Code(rawValue: "disk_full")
         /// Sealed data does not open: wrong key or tampered file.
         public static let cannotDecrypt = Code(rawValue: "cannot_decrypt")
         /// The encryption key cannot be read or created.

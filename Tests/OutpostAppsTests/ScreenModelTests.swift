@@ -1,5 +1,6 @@
 import Clocks
 import Foundation
+import GRDB
 import OutpostApps
 import OutpostClient
 import OutpostProtocol
@@ -130,6 +131,27 @@ struct ScreenModelTests {
             #expect(screen.history[0].badge.systemImage == "checkmark.icloud")
             #expect(!screen.state.isPendingSync)
             #expect(!screen.connection.isOffline)
+        }
+    }
+
+    @Test("a screen whose read of the store fails says why with a code, keeps what it showed, and clears it once a read works")
+    func attendanceReadError() async throws {
+        try await withTestDevice { device async throws in
+            let screen = AttendanceScreen(
+                log: AttendanceLog(engine: device.engine, userId: "ana", location: TestLocation(Self.office), timeZone: Self.utc))
+            await screen.checkIn()
+            #expect(screen.history.count == 1 && screen.error == nil)
+
+            // A row this version cannot read.
+            let file = try DatabaseQueue(path: device.store.url.path)
+            try await file.write { db in try db.execute(sql: "UPDATE records SET sync_status = 'teleported'") }
+            await screen.reload()
+            #expect(screen.error?.code == .storeCorrupt)
+            #expect(screen.history.count == 1)
+
+            try await file.write { db in try db.execute(sql: "UPDATE records SET sync_status = 'pending'") }
+            await screen.reload()
+            #expect(screen.error == nil)
         }
     }
 

@@ -1,8 +1,9 @@
 import Foundation
 import GRDB
-import OutpostClient
 import OutpostProtocol
 import Testing
+
+@testable import OutpostClient
 
 @Suite("Local store")
 struct LocalStoreTests {
@@ -172,6 +173,31 @@ struct LocalStoreTests {
             let record = try await store.record(collection: "notes", recordId: "legacy")
             #expect(record?.syncStatus == .synced)
             #expect(try await store.counts().pending == 0)
+        }
+    }
+
+    @Test("a full disk is its own error, and what was saved before it stays")
+    func diskFull() async throws {
+        try await withStore { store, _ in
+            // Given a store that may not grow past its current size, as on a full disk.
+            try await store.write(note("r1"), deviceId: "d", at: Date(), offline: true)
+            try await store.queue.writeWithoutTransaction { db in
+                let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 1
+                try db.execute(sql: "PRAGMA max_page_count = \(pages)")
+            }
+            // When writes need more room.
+            let large: JSONValue = .string(String(repeating: "x", count: 200_000))
+            let error = await #expect(throws: ClientError.self) {
+                for i in 0..<20 {
+                    try await store.write(
+                        LocalStore.Write(collection: "notes", recordId: "big\(i)", fields: ["text": large]), deviceId: "d",
+                        at: Date(), offline: true)
+                }
+            }
+            // Then the error says so, and the earlier record is still there.
+            #expect(error?.code == .diskFull)
+            #expect(error?.message.contains("full") == true)
+            #expect(try await store.record(collection: "notes", recordId: "r1") != nil)
         }
     }
 

@@ -28,6 +28,9 @@ public final class ActivityFormScreen {
     public private(set) var isSaving = false
     /// Why the form was not saved, such as "duration_minutes must be 1 to 1440"; nothing was written then.
     public private(set) var formError: String?
+    /// Why the screen could not be read from the device store, with a code a screen can act on (`disk_full`,
+    /// `cannot_decrypt`, `store_corrupt`); the screen keeps what it showed last. Nil once a read succeeds.
+    public private(set) var error: ClientError?
     /// The confirmation of the last save, kept current as its delivery goes on.
     public private(set) var confirmation: String?
     /// The activities on this device, newest first.
@@ -94,7 +97,12 @@ public final class ActivityFormScreen {
             self.lastSave = now
             confirmation = now.confirmation
         }
-        if let entries = try? await log.list() { activities = entries.map(ActivityRow.init) }
+        do {
+            activities = try await log.list().map(ActivityRow.init)
+            self.error = nil
+        } catch {
+            self.error = ClientError.screen(error) ?? self.error
+        }
     }
 }
 

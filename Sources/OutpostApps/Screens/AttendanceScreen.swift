@@ -26,6 +26,9 @@ public final class AttendanceScreen {
     public private(set) var locationError: String?
     /// Why the last action was refused for another reason than the fix, such as "Already checked in today at 09:12."
     public private(set) var actionError: String?
+    /// Why the screen could not be read from the device store, with a code a screen can act on (`disk_full`,
+    /// `cannot_decrypt`, `store_corrupt`); the screen keeps what it showed last. Nil once a read succeeds.
+    public private(set) var error: ClientError?
 
     @ObservationIgnored private lazy var updates = ScreenUpdates(engine: log.engine) { [weak self] in await self?.load() }
 
@@ -78,10 +81,15 @@ public final class AttendanceScreen {
     private func load() async {
         connection = ConnectionIndicator(await log.engine.status)
         // State and history from one read, so that they never disagree.
-        guard let entries = try? await log.history() else { return }
-        history = entries.map { AttendanceRow($0, log: log) }
-        let today = entries.filter { $0.day == CalendarDay(log.engine.now(), timeZone: log.timeZone) }
-        state = AttendanceState(latest: today.first { $0.action == .checkOut } ?? today.first { $0.action == .checkIn })
+        do {
+            let entries = try await log.history()
+            history = entries.map { AttendanceRow($0, log: log) }
+            let today = entries.filter { $0.day == CalendarDay(log.engine.now(), timeZone: log.timeZone) }
+            state = AttendanceState(latest: today.first { $0.action == .checkOut } ?? today.first { $0.action == .checkIn })
+            self.error = nil
+        } catch {
+            self.error = ClientError.screen(error) ?? self.error
+        }
     }
 }
 

@@ -15,6 +15,9 @@ public final class BuildArchiveScreen {
     /// The builds whose Retry runs: their button shows it and is disabled.
     public private(set) var retrying: Set<String> = []
     public private(set) var isSyncingAll = false
+    /// Why the screen could not be read from the device store, with a code a screen can act on (`disk_full`,
+    /// `cannot_decrypt`, `store_corrupt`); the screen keeps what it showed last. Nil once a read succeeds.
+    public private(set) var error: ClientError?
     /// Sync All's progress while it runs: sent and total.
     public private(set) var progress: SyncProgress?
     /// The alert after Sync All or a Retry, until dismissed.
@@ -105,7 +108,12 @@ public final class BuildArchiveScreen {
             self.lastSave = now
             saveMessage = now.message
         }
-        if let builds = try? await archive.listWithSheets() { rows = builds.map(BuildRow.init) }
+        do {
+            rows = try await archive.listWithSheets().map(BuildRow.init)
+            self.error = nil
+        } catch {
+            self.error = ClientError.screen(error) ?? self.error
+        }
     }
 }
 

@@ -20,6 +20,9 @@ public final class DoorScreen {
     public private(set) var isDownloading = false
     /// Why the last download stopped short, such as a lost connection; the roster keeps what it stored.
     public private(set) var downloadError: String?
+    /// Why the screen could not be read from the device store, with a code a screen can act on (`disk_full`,
+    /// `cannot_decrypt`, `store_corrupt`); the screen keeps what it showed last. Nil once a read succeeds.
+    public private(set) var error: ClientError?
     /// The banner of the last scan, until the next.
     public private(set) var verdict: ScanVerdict?
     public private(set) var isScanning = false
@@ -90,17 +93,20 @@ public final class DoorScreen {
 
     private func load() async {
         connection = ConnectionIndicator(await desk.engine.status)
-        if let state = try? await desk.roster.state(collection: Guest.collection, scope: desk.event) {
+        do {
+            let state = try await desk.roster.state(collection: Guest.collection, scope: desk.event)
             roster = state
             switch state {
             case .ready: downloadFraction = 1
             case .incomplete(let stored, let total) where total > 0: downloadFraction = Double(stored) / Double(total)
             case .incomplete, .notDownloaded: if !isDownloading { downloadFraction = nil }
             }
-        }
-        if let count = try? await desk.pendingCount() {
+            let count = try await desk.pendingCount()
             pendingCount = count
             largeQueueWarning = AppText.largeQueueWarning(pending: count)
+            self.error = nil
+        } catch {
+            self.error = ClientError.screen(error) ?? self.error
         }
         // A refusal that reached the device after the banner went up replaces a check-in's banner.
         if let shown = verdict, shown.kind == .checkedIn,

@@ -54,6 +54,17 @@ final class ScreenUpdates {
     }
 }
 
+extension ClientError {
+    /// What a screen shows when a read of the device store failed (its code says what a screen can do, such as
+    /// `disk_full` or `cannot_decrypt`); nil for a read that was cancelled, or that failed on the network, which the
+    /// connection indicator already shows.
+    static func screen(_ error: any Error) -> ClientError? {
+        if error is CancellationError || error is TransportError { return nil }
+        return error as? ClientError
+            ?? ClientError(.storeUnavailable, "the device store failed to read or write", underlying: error)
+    }
+}
+
 /// What the offline indicator of a screen shows, from the engine's status.
 public struct ConnectionIndicator: Sendable, Hashable {
     /// The engine's status it was made from.

@@ -640,6 +640,11 @@ public final class LocalStore: Sendable {
             throw error
         } catch {
             if error is CancellationError || Task.isCancelled { throw CancellationError() }
+            if let database = error as? DatabaseError, database.resultCode == .SQLITE_FULL {
+                throw ClientError(
+                    .diskFull, "the device's storage is full: free some space to save more; what was saved is kept",
+                    underlying: error)
+            }
             throw ClientError(.storeUnavailable, "the device store failed to read or write", underlying: error)
         }
     }
