@@ -26,6 +26,9 @@ public struct WireError: Error, Sendable, Hashable, Codable, CustomStringConvert
         public static let unauthorized = Code("unauthorized")
         public static let invalidToken = Code("invalid_token")
         public static let forbidden = Code("forbidden")
+        /// The device id speaks for another user of the tenant until an organizer releases it: nothing from this
+        /// user under it is taken, however often it is sent.
+        public static let deviceOwned = Code("device_owned")
         public static let notFound = Code("not_found")
         public static let methodNotAllowed = Code("method_not_allowed")
         public static let invalidCursor = Code("invalid_cursor")

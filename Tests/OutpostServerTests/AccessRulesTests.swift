@@ -174,11 +174,11 @@ struct AccessRulesTests {
             var forged = beat
             forged.pendingCount = 0
             let heartbeat = try await client.post("/v1/heartbeats", forged, token: ben)
-            #expect(heartbeat.status == .forbidden && heartbeat.wireError?.code == .forbidden)
+            #expect(heartbeat.status == .forbidden && heartbeat.wireError?.code == .deviceOwned)
             let push = try await client.send(
                 .post, "/v1/push", token: ben,
                 body: try Fixtures.json(PushRequest(deviceId: "door-1", mutations: [Fixtures.upsert("n2", ["t": "y"], device: "door-1")])))
-            #expect(push.status == .forbidden)
+            #expect(push.status == .forbidden && push.wireError?.code == .deviceOwned)
             let report = SyncFailureReport(
                 deviceId: "door-1",
                 failures: [SyncFailure(collection: "notes", recordId: "n1", firstAttempt: Fixtures.time(0), lastError: "x")])

@@ -96,6 +96,29 @@ struct FieldPromisesEndToEndTests {
         #expect(try await door(["event", "scan", "g000008"]).stdout.contains("(synced)"))
     }
 
+    @Test("a device id another user owns: the writes are set aside as refused with the reason, not retried for ever as failed")
+    func deviceOwnedByAnother() async throws {
+        let session = try AppSession()
+        try await session.startServer()
+        // ana's phone-x speaks for ana from its first push.
+        let ana = try await session.device("phone-x", user: "ana")
+        #expect(try await ana(["device", "put", "notes", "n1", "text=mine"]).stdout.contains("synced"))
+
+        // ben's store, under the same device id.
+        let store = ["--store", session.root.appendingPathComponent("ben/device.sqlite").path]
+        let ben: ([String]) async throws -> OutpostProcess.Output = { try await OutpostProcess.run($0 + store) }
+        #expect(
+            try await ben(["device", "init", "--server", session.url, "--token", try await session.token(user: "ben"), "--device-id", "phone-x"])
+                .status == 0)
+        let put = try await ben(["device", "put", "notes", "n2", "text=his"])
+        #expect(put.status == 0 && put.stdout.contains("refused by the server") && put.stdout.contains("belongs to another user"), "\(put.stdout)")
+        let status = try await ben(["device", "status"]).stdout
+        #expect(status.contains("refused:  1") && status.contains("failed:   0") && status.contains("pending:  0"), "\(status)")
+        #expect(try await ben(["device", "sync"]).stdout.contains("0 synced, 0 failed"))
+        let refused = try await ben(["device", "records", "--rejected"]).stdout
+        #expect(refused.contains("notes/n2") && refused.contains("an organizer can release it"), "\(refused)")
+    }
+
     @Test("device run against a reachable server never says offline: before its first probe the connection is being checked")
     func runDoesNotGuessOffline() async throws {
         let session = try AppSession()

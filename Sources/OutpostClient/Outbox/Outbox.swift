@@ -333,8 +333,10 @@ extension LocalStore {
         return queued
     }
 
-    /// Marks every record with queued mutations failed, after the network gave up; the entries stay queued.
-    func markUndelivered(error: String, at date: Date) async throws {
+    /// Marks every record with queued mutations failed, after the network gave up; the entries stay queued. With
+    /// `refusedAs`, the server refused the whole push for a reason no resend outgrows (a device id another user
+    /// owns): the entries are set aside and the records rejected with that code, waiting for a person.
+    func markUndelivered(error: String, refusedAs code: String? = nil, at date: Date) async throws {
         let sealer = self.sealer
         try await perform {
             try await self.writeFlushed { db in
@@ -346,6 +348,7 @@ extension LocalStore {
                         """, arguments: [now, now])
                 let keys = try Row.fetchAll(
                     db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox WHERE state = 'pending'")
+                if code != nil { try db.execute(sql: "UPDATE outbox SET state = 'rejected' WHERE state = 'pending'") }
                 for row in keys {
                     guard
                         var record = try Self.record(
@@ -353,8 +356,9 @@ extension LocalStore {
                     else { continue }
                     // A conflict still awaits the user's choice: it stays the record's state.
                     if record.conflict == nil {
-                        record.syncStatus = .failed
+                        record.syncStatus = code == nil ? .failed : .rejected
                         record.syncError = error
+                        record.syncErrorCode = code
                     }
                     record.lastSyncAttempt = date
                     try Self.save(record, db: db, sealer: sealer)

@@ -347,17 +347,24 @@ public actor SyncEngine {
 
     /// Ends a sync whose push could not be delivered: the entries stay queued, marked failed with the reason,
     /// so that a refused token loses nothing and they go out at the first sync after a sign-in.
+    ///
+    /// A device id that speaks for another user is no failure a resend outgrows: the entries are set aside and
+    /// their records rejected with the server's reason, until an organizer releases the device and the person
+    /// retries them (``retry(collection:scope:recordId:)``).
     private func endUndelivered(_ error: TransportError, tally: SyncTally, summary: SyncSummary) async throws -> SyncSummary {
         var tally = tally
         var summary = summary
-        let message = Self.describe(error)
-        try await store.markUndelivered(error: message, at: now())
+        let owned = error.wire?.code == .deviceOwned
+        let message = owned ? error.wire?.message ?? Self.describe(error) : Self.describe(error)
+        let rejectedBefore = try await store.counts().rejected
+        try await store.markUndelivered(error: message, refusedAs: owned ? WireError.Code.deviceOwned.rawValue : nil, at: now())
         summary.requiresSignIn = error.requiresSignIn
-        summary.failed = try await store.counts().failed
+        let counts = try await store.counts()
+        summary.failed = counts.failed
         tally.reasons[message, default: 0] += 1
         summary.reasons = tally.reasonsByFrequency
         summary.synced = tally.synced.subtracting(tally.refused).count
-        summary.rejected = tally.refused.count
+        summary.rejected = tally.refused.count + (owned ? max(0, counts.rejected - rejectedBefore) : 0)
         try await refreshStatus()
         await afterSync()
         return summary

@@ -49,8 +49,8 @@ final class DeviceOwners<Storage: MonitorStorage>: Sendable {
             tenant: identity.tenant, fingerprint: fingerprint, userId: identity.userId,
             at: Timestamp(time).millisecondsSince1970)
         guard owner == identity.userId else {
-            throw OutpostHTTPError.forbidden(
-                "device \(deviceId) belongs to another user; an organizer can release it")
+            throw OutpostHTTPError(
+                .forbidden, .deviceOwned, "device \(deviceId) belongs to another user; an organizer can release it")
         }
         confirmed.withLockedValue { confirmed in
             if confirmed.count >= Self.maxRemembered { confirmed.removeAll() }
