@@ -199,15 +199,6 @@ public struct SyncFailure: Sendable, Hashable, Codable {
         public static let rejected = Self(rawValue: "rejected")
         /// The kinds a server takes.
         public static let all: [Self] = [.persistent, .rejected]
-
-        public init(from decoder: any Decoder) throws {
-            rawValue = try decoder.singleValueContainer().decode(String.self)
-        }
-
-        public func encode(to encoder: any Encoder) throws {
-            var container = encoder.singleValueContainer()
-            try container.encode(rawValue)
-        }
     }
 
     public init(collection: String, recordId: String, firstAttempt: Timestamp, lastError: String, kind: Kind? = nil) {
@@ -217,6 +208,7 @@ public struct SyncFailure: Sendable, Hashable, Codable {
         self.lastError = lastError
         self.kind = kind
     }
+
     private enum CodingKeys: String, CodingKey { case collection, recordId, firstAttempt, lastError, kind }
 
     /// A `kind` that is present must be a string: null is refused like any other wrong type.

@@ -131,11 +131,13 @@ extension LocalStore {
         var outcomes: [RecordKey: Outcome] = [:]
         /// The device time of each record's last entry in the chunk.
         var lastEntry: [RecordKey: Int64] = [:]
+        /// The answers decided on, for the rare record whose conflict needs to know what its entries wrote.
+        var results: [(OutboxEntry, MutationResult)] = []
     }
 
     /// Decides, from the server's answers alone, what becomes of each entry and each record.
     static func decide(_ results: [(OutboxEntry, MutationResult)]) -> ChunkDecision {
-        var decision = ChunkDecision()
+        var decision = ChunkDecision(results: results)
         decision.confirmed.reserveCapacity(results.count)
         for (entry, result) in results {
             let key = RecordKey(entry.mutation)
@@ -145,8 +147,6 @@ extension LocalStore {
             case .applied, .duplicate:
                 decision.confirmed.append(entry.seq)
                 outcome.version = result.version ?? outcome.version
-                if entry.mutation.op == .delete { outcome.deleted = true }
-                outcome.written.formUnion(entry.mutation.fields.keys)
             case .conflict:
                 decision.confirmed.append(entry.seq)
                 outcome.version = result.version ?? outcome.version
@@ -227,7 +227,7 @@ extension LocalStore {
                 record.syncError = error
                 record.syncErrorCode = outcome.code
                 if let conflict = outcome.conflict { record.conflict = conflict }
-            } else if let conflict = record.conflict, !outcome.settles(conflict) {
+            } else if let conflict = record.conflict, !outcome.writing(decision.results, of: key).settles(conflict) {
                 record.syncStatus = .rejected
             } else {
                 // Entries still queued keep the record pending.
@@ -280,6 +280,18 @@ extension LocalStore {
         /// resend), or deleted the record. Any other write leaves the conflict to the user.
         func settles(_ conflict: ConflictDetail) -> Bool {
             deleted || conflict.fields.allSatisfy(written.contains)
+        }
+
+        /// This outcome with what the server took of `key`'s entries among `results`: gathered only for a record in
+        /// conflict, so that every other answer costs nothing for it.
+        func writing(_ results: [(OutboxEntry, MutationResult)], of key: RecordKey) -> Outcome {
+            var outcome = self
+            for (entry, result) in results where RecordKey(entry.mutation) == key {
+                guard result.settledStatus == .applied || result.settledStatus == .duplicate else { continue }
+                if entry.mutation.op == .delete { outcome.deleted = true }
+                outcome.written.formUnion(entry.mutation.fields.keys)
+            }
+            return outcome
         }
     }
 

@@ -201,8 +201,8 @@ public actor SyncEngine {
     /// - Returns: whether the server was reachable.
     @discardableResult
     public func resume() async -> Bool {
-        let online = (try? await transport.health()) != nil
-        status.isOnline = online
+        let online = await probe(syncingPending: false)
+        // Counted again: an earlier run, or another process on the store, may have queued records.
         if (try? await refreshStatus()) == nil { publish() }
         if online, (try? await store.outboxCount()) ?? 0 > 0 { startDelivery() }
         return online
@@ -355,8 +355,8 @@ public actor SyncEngine {
         var tally = tally
         var summary = summary
         let owned = error.wire?.code == .deviceOwned
-        let message = owned ? error.wire?.message ?? Self.describe(error) : Self.describe(error)
-        let rejectedBefore = try await store.counts().rejected
+        let message = Self.describe(error)
+        let rejectedBefore = owned ? try await store.counts().rejected : 0
         try await store.markUndelivered(error: message, refusedAs: owned ? WireError.Code.deviceOwned.rawValue : nil, at: now())
         summary.requiresSignIn = error.requiresSignIn
         let counts = try await store.counts()
@@ -516,6 +516,9 @@ public actor SyncEngine {
         case .server where error.requiresSignIn:
             let reason = TransportError.signInAgainMessage
             return reason.prefix(1).uppercased() + reason.dropFirst()
+        case .server where error.wire?.code == .deviceOwned:
+            // The server's own words say what to do: an organizer releases the device.
+            return error.wire?.message ?? "this device id belongs to another user"
         case .server:
             if let wire = error.wire { return "Server refused the sync (\(error.status ?? 0)): \(wire.message)" }
             return "Server error (\(error.status ?? 0))"

@@ -30,8 +30,7 @@ enum MonitorReport {
                 tenant: tenant, event: event,
                 since: generatedAt.millisecondsSince1970 - MonitorResponse.bucketLength.milliseconds)
         }
-        // Only what waits too long is a persistent failure; a refusal waits for a person.
-        let failures = try await storage.syncFailures(tenant: tenant).filter { $0.kind == .persistent }
+        let failures = try await storage.persistentFailures(tenant: tenant)
         var response = assemble(
             event: event, events: events, reports: reports, scans: scans, failures: failures, opsContact: opsContact,
             now: generatedAt)

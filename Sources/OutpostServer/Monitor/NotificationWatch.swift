@@ -59,8 +59,7 @@ struct NotificationWatch<Storage: SyncStorage>: Service {
     private func look(at setting: EventNotification) async throws {
         let time = now()
         let reports = try await storage.deviceReports(tenant: setting.tenant, event: setting.event)
-        let failing = Set(
-            try await storage.syncFailures(tenant: setting.tenant).filter { $0.kind == .persistent }.map(\.fingerprint))
+        let failing = Set(try await storage.persistentFailures(tenant: setting.tenant).map(\.fingerprint))
         let staleBefore = Timestamp(time).millisecondsSince1970 - Self.staleAfter.milliseconds
         for report in reports {
             let device = "\(report.staffName.isEmpty ? "A" : report.staffName + "'s") device (\(report.fingerprint.prefix(8)))"

@@ -65,11 +65,11 @@ package protocol MonitorStorage: Sendable {
     /// Who scanned (the `scanned_by` device id) and when, for each check-in of `event` scanned at `since` or later.
     func checkInScans(tenant: String, event: String, since: Int64) async throws -> [(scannedBy: String, at: Int64)]
 
-    /// Stores persistent failures in one transaction, all or none; for each, false when this device had
-    /// already reported that record.
+    /// Stores reported failures in one transaction, all or none; for each, false when this device had already
+    /// reported that record as the same kind.
     func recordSyncFailures(_ failures: [StoredSyncFailure]) async throws -> [Bool]
 
-    /// The persistent failures of `tenant`, oldest first.
+    /// The reported failures of `tenant`, of both kinds, oldest first.
     func syncFailures(tenant: String) async throws -> [StoredSyncFailure]
 
     /// The devices and users that have written a record (its audit), for checking who may report on it.
@@ -84,6 +84,12 @@ package protocol MonitorStorage: Sendable {
 }
 
 extension MonitorStorage {
+    /// The failures of `tenant` that wait too long, oldest first: what the monitor lists and the organizer is
+    /// told of. A refusal waits for a person, not for the network, and is neither.
+    package func persistentFailures(tenant: String) async throws -> [StoredSyncFailure] {
+        try await syncFailures(tenant: tenant).filter { $0.kind == .persistent }
+    }
+
     /// Devices silent longer than this are no longer counted in the metrics.
     package static var activeWindow: Int64 { 24 * 3600 * 1000 }
 }
