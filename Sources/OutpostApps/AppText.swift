@@ -13,6 +13,12 @@ public enum AppText {
 
     /// An activity saved while the device is offline.
     public static let savedOffline = "Saved offline — will sync when connected"
+    /// An activity saved before the device knew whether the server answers.
+    public static let savedOnDevice = "Saved on this device"
+    /// An activity saved while the server answers with errors.
+    public static func savedServerTrouble(_ problem: String) -> String {
+        "Saved on this device — the server is having trouble (\(problem)); it will sync when the server recovers"
+    }
 
     /// From this many pending scans on, the door warns that reconnection will be slow.
     public static let largeQueueThreshold = 500

@@ -75,7 +75,6 @@ struct ActivityRegister: AsyncParsableCommand {
             type: type, date: date, durationMinutes: minutes, participants: activity.participants,
             notes: activity.notes, travelExpense: fields[Activity.Field.travelExpense]?.stringValue)
         try await options.withDevice { device in
-            await Delivery.probe(device.engine)
             let log = ActivityLog(engine: device.engine)
             try await confirm(try await log.register(draft), log: log, device: device)
         }
@@ -93,7 +92,9 @@ struct ActivityEdit: AsyncParsableCommand {
     func run() async throws {
         let changes = try activity.fields()
         try await options.withDevice { device in
-            await Delivery.probe(device.engine)
+            // An edit starts from the server's latest version when it answers, so that a money field conflicts
+            // only with a change this device has not seen.
+            await Bounded.run(for: Delivery.probeBound, clock: ContinuousClock()) { await device.engine.probe(syncingPending: false) }
             let log = ActivityLog(engine: device.engine)
             if await device.engine.status.isOnline {
                 await Bounded.run(for: Delivery.wait, clock: ContinuousClock()) { _ = try? await log.refresh() }
@@ -111,8 +112,8 @@ private func confirm(_ saved: ActivitySave, log: ActivityLog, device: Device) as
     let now = try await log.current(saved)
     if now.confirmation != saved.confirmation {
         say(now.confirmation)
-    } else if now.activity.syncStatus == .pending && saved.isOnline {
-        say(Delivery.stillPending(ended: ended))
+    } else if now.activity.syncStatus == .pending {
+        say(Delivery.stillPending(ended: ended, connection: await device.engine.status.connection))
     }
 }
 

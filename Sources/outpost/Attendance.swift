@@ -40,15 +40,15 @@ struct LocationOptions: ParsableArguments {
 }
 
 extension DeviceStoreOptions {
-    /// Opens the device and the attendance log, after asking the server whether it is reachable for at most
-    /// a second (the offline indicator, and whether a save is made offline). A screen that saves nothing
-    /// (`resuming`) also delivers what waits from earlier, as an app does when it opens.
+    /// Opens the device and the attendance log. A screen that saves nothing (`resuming`) first asks the server
+    /// whether it is reachable for at most a second and delivers what waits from earlier, as an app does when
+    /// it opens; a save never waits on the network.
     func withAttendance<T>(
         location: FixedLocation = FixedLocation(nil), resuming: Bool = false,
         _ body: (AttendanceLog, Device) async throws -> T
     ) async throws -> T {
         try await withDevice { device in
-            if resuming { await Delivery.resume(device.engine) } else { await Delivery.probe(device.engine) }
+            if resuming { await Delivery.resume(device.engine) }
             return try await body(try AttendanceLog(device: device, location: location), device)
         }
     }
@@ -62,7 +62,7 @@ struct AttendanceCheckIn: AsyncParsableCommand {
     func run() async throws {
         try await options.withAttendance(location: location.provider) { log, device in
             let entry = try await log.checkIn()
-            say(describe(entry, log: log))
+            say(describe(entry, log: log, connection: await device.engine.status.connection))
             try await Delivery.report(device, collection: Attendance.collection, recordId: entry.recordId)
         }
     }
@@ -76,15 +76,15 @@ struct AttendanceCheckOut: AsyncParsableCommand {
     func run() async throws {
         try await options.withAttendance(location: location.provider) { log, device in
             let entry = try await log.checkOut()
-            say(describe(entry, log: log))
+            say(describe(entry, log: log, connection: await device.engine.status.connection))
             try await Delivery.report(device, collection: Attendance.collection, recordId: entry.recordId)
         }
     }
 }
 
 /// "Checked In at 08:02 — saved offline, pending sync", the moment the save is durable.
-private func describe(_ entry: AttendanceEntry, log: AttendanceLog) -> String {
-    "\(entry.action.stateText) at \(log.clock(entry.time)) — \(entry.isOfflineEntry ? "saved offline, pending sync" : "saved, syncing")"
+private func describe(_ entry: AttendanceEntry, log: AttendanceLog, connection: Connection) -> String {
+    "\(entry.action.stateText) at \(log.clock(entry.time)) — \(Delivery.saved(connection))"
 }
 
 struct AttendanceStatus: AsyncParsableCommand {

@@ -23,7 +23,6 @@ struct BuildsSave: AsyncParsableCommand {
     func run() async throws {
         let values = try fieldValues(fields)
         try await options.withDevice { device in
-            await Delivery.probe(device.engine)
             let archive = BuildArchive(engine: device.engine)
             let saved = try await archive.save(name: name, fields: values)
             say("\(saved.message) (\(saved.build.buildId))")
@@ -31,8 +30,11 @@ struct BuildsSave: AsyncParsableCommand {
             let now = try await archive.current(saved)
             if now.message != saved.message {
                 say(now.message)
-            } else if now.build.syncStatus == .pending && saved.isOnline {
-                say(Delivery.stillPending(ended: ended, notYet: "not uploaded yet", next: "it uploads with the next sync"))
+            } else if now.build.syncStatus == .pending {
+                say(
+                    Delivery.stillPending(
+                        ended: ended, connection: await device.engine.status.connection, notYet: "not uploaded yet",
+                        next: "it uploads with the next sync"))
             }
             if now.build.syncStatus == .failed { say("    retry: outpost builds retry \(saved.build.buildId)") }
         }

@@ -4,18 +4,13 @@ import OutpostProtocol
 
 /// How the commands that save a record tell the person what happened: the save at once, then its delivery.
 enum Delivery {
-    /// How long a command that saves asks the server whether it is reachable before saving; past it the
-    /// record is saved as made offline.
+    /// How long a command that saved waits for the server to answer the probe the save started, before it
+    /// delivers; past it the record stays as made offline. A save itself never waits on the network.
     static let probeBound = Duration.seconds(1)
     /// How long a command that saved waits for the delivery before it says where the record stands and ends.
     static let wait = Duration.seconds(2)
-
-    /// Asks the server whether it is reachable, for at most ``probeBound``; nothing is synced.
-    static func probe(_ engine: SyncEngine) async {
-        await Bounded.run(for: probeBound, clock: ContinuousClock()) {
-            await engine.probe(syncingPending: false)
-        }
-    }
+    /// How long a command waits, as it ends, for the heartbeat its last sync started.
+    static let heartbeatWait = Duration.seconds(1)
 
     /// What a screen that saves nothing does when it opens: asks the server whether it is reachable for at most
     /// ``probeBound`` and, when it is, delivers what waits from earlier for at most ``wait``, so that the screen
@@ -36,10 +31,13 @@ enum Delivery {
         }
     }
 
-    /// Delivers what is queued for at most ``wait``.
+    /// Waits at most ``probeBound`` for the server to answer the probe a save started, then, when it is reachable,
+    /// delivers what is queued for at most ``wait``.
     ///
-    /// - Returns: true when the delivery ended within it.
+    /// - Returns: true when nothing was left running: the delivery ended within ``wait``, or none could start.
     static func deliver(_ engine: SyncEngine) async -> Bool {
+        await engine.awaitConnection(upTo: probeBound)
+        guard await engine.status.connection.isReachable else { return true }
         await engine.startDelivery()
         return await engine.awaitDelivery(upTo: wait)
     }
@@ -50,19 +48,27 @@ enum Delivery {
     static func report(_ device: Device, collection: String, scope: String = "", recordId: String) async throws -> LocalRecord? {
         let ended = await deliver(device.engine)
         let record = try await device.store.record(collection: collection, scope: scope, recordId: recordId)
-        let online = await device.engine.status.isOnline
-        if let record { say(line(record, ended: ended, online: online)) }
+        let connection = await device.engine.status.connection
+        if let record { say(line(record, ended: ended, connection: connection)) }
         return record
     }
 
-    /// What a record still pending after ``deliver(_:)`` says: "not synced yet: it stays queued…", or that the
-    /// server did not answer within ``wait``.
-    static func stillPending(ended: Bool, notYet: String = "not synced yet", next: String = "it stays queued and goes with the next sync") -> String {
-        ended ? "\(notYet): \(next)" : "\(notYet): the server has not answered within \(wait.components.seconds) s; \(next)"
+    /// What a record still pending after ``deliver(_:)`` says: "not synced yet: it stays queued…", with why
+    /// when it is known: no server, a server in trouble, or no answer within ``wait``.
+    static func stillPending(
+        ended: Bool, connection: Connection, notYet: String = "not synced yet", next: String = "it stays queued and goes with the next sync"
+    ) -> String {
+        switch connection {
+        case .offline: return "\(notYet): the server cannot be reached; \(next)"
+        case .unknown: return "\(notYet): the server has not answered within \(probeBound.components.seconds) s; \(next)"
+        case .serverTrouble(let problem): return "\(notYet): the server is having trouble (\(problem)); \(next)"
+        case .online where ended: return "\(notYet): \(next)"
+        case .online: return "\(notYet): the server has not answered within \(wait.components.seconds) s; \(next)"
+        }
     }
 
     /// Where a just-saved record stands, in words, after its delivery ended or was waited on for ``wait``.
-    static func line(_ record: LocalRecord, ended: Bool, online: Bool) -> String {
+    static func line(_ record: LocalRecord, ended: Bool, connection: Connection) -> String {
         switch record.syncStatus {
         case .synced:
             return "synced: the server has it"
@@ -70,10 +76,18 @@ enum Delivery {
             return "refused by the server: \(record.syncError ?? "no reason given") (see `outpost device records --rejected`)"
         case .failed:
             return "not synced: \(record.syncError ?? "unknown error"); it stays queued and goes with the next sync"
-        case .pending where !online:
-            return "not synced yet: the server cannot be reached; it stays queued and goes with the next sync"
         case .pending:
-            return stillPending(ended: ended)
+            return stillPending(ended: ended, connection: connection)
+        }
+    }
+
+    /// The first line's words the moment a record is saved: whether it goes now, or waits, and for what.
+    static func saved(_ connection: Connection) -> String {
+        switch connection {
+        case .unknown: return "saved on this device"
+        case .offline: return "saved offline, pending sync"
+        case .serverTrouble: return "saved on this device; the server is having trouble"
+        case .online: return "saved, syncing"
         }
     }
 

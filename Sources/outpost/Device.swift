@@ -39,10 +39,12 @@ struct DeviceStoreOptions: ParsableArguments {
                     configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
                     if let escalateAfter { configuration.escalation.threshold = escalateAfter }
                 })
-            // A delivery a save started stops before the client does: what it had not delivered stays queued.
+            // A delivery a save started stops before the client does: what it had not delivered stays queued. The
+            // heartbeat after it goes, within a bound, so that the monitor sees the device as it is.
             do {
                 let result = try await body(device)
                 await device.engine.stopDelivery()
+                await device.engine.awaitHeartbeat(upTo: Delivery.heartbeatWait)
                 return result
             } catch {
                 await device.engine.stopDelivery()
@@ -259,7 +261,6 @@ struct DeviceResolve: AsyncParsableCommand {
                 try await device.engine.keepServerValue(collection: found.collection, scope: found.scope, recordId: found.recordId)
                 say("\(found.path): kept the server's value")
             } else {
-                await Delivery.probe(device.engine)
                 try await device.engine.resendOverServerValue(collection: found.collection, scope: found.scope, recordId: found.recordId)
                 say("\(found.path): your value is saved again on top of the server's")
                 try await Delivery.report(device, collection: found.collection, scope: found.scope, recordId: found.recordId)
@@ -287,11 +288,10 @@ struct DevicePut: AsyncParsableCommand {
         let values = try fieldValues(fields)
         let scope = self.scope ?? LocalRecord.scope(of: values, in: collection)
         try await options.withDevice { device in
-            await Delivery.probe(device.engine)
             let saved = try await device.engine.save(
                 LocalStore.Write(
                     collection: collection, scope: scope, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
-            say("saved \(saved.path) locally: pending sync (\(await device.engine.status.offlineIndicatorText))")
+            say("saved \(saved.path) on this device: pending sync (\(await device.engine.status.offlineIndicatorText))")
             try await Delivery.report(device, collection: collection, scope: saved.scope, recordId: recordId)
         }
     }

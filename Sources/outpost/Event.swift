@@ -99,14 +99,17 @@ struct EventScan: AsyncParsableCommand {
 
     @Argument(help: "The guest id, as the badge's code reads.")
     var guestId: String
+    @Option(
+        name: .customLong("lookup-wait"),
+        help: "How long the scan may spend, before it is saved, asking the server for other doors' check-ins, such as 150ms.")
+    var lookupWait: DurationArgument = DurationArgument(argument: "150ms")!
     @OptionGroup var eventOption: EventOption
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
         try await options.withDevice { device in
             let event = try await eventOption.resolve(device.store)
-            let desk = CheckInDesk(device: device, event: event)
-            await Delivery.probe(device.engine)
+            let desk = CheckInDesk(device: device, event: event, lookupBound: lookupWait.duration)
             let outcome: ScanOutcome
             do {
                 outcome = try await desk.scan(guestId)
@@ -120,7 +123,13 @@ struct EventScan: AsyncParsableCommand {
                 switch scan.syncStatus {
                 case .synced: state = "synced"
                 case .failed: state = "saved on this device; sync failed, will retry: \(scan.syncError ?? "unknown error")"
-                default: state = await device.engine.status.isOnline ? "saved; the server has not confirmed it yet" : "pending sync"
+                default:
+                    switch await device.engine.status.connection {
+                    case .online: state = "saved; the server has not confirmed it yet"
+                    case .offline: state = "saved offline, pending sync"
+                    case .unknown: state = "saved on this device, pending sync"
+                    case .serverTrouble(let problem): state = "saved on this device, pending sync; the server is having trouble (\(problem))"
+                    }
                 }
                 say("Checked in: \(scan.guestId)\(name) at \(clockText(scan.scannedAt)) (\(state))")
                 guestLines(scan.guest)

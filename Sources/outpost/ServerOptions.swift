@@ -61,6 +61,11 @@ struct DurationArgument: ExpressibleByArgument, CustomStringConvertible {
 
     init?(argument: String) {
         description = argument
+        if argument.hasSuffix("ms") {
+            guard let value = Int64(argument.dropLast(2)), value > 0, value <= 3_600_000 else { return nil }
+            self.duration = .milliseconds(value)
+            return
+        }
         guard let unit = argument.last, let value = Int64(argument.dropLast()), value > 0 else { return nil }
         let seconds: Int64
         switch unit {

@@ -77,6 +77,8 @@ struct SyncAnswerTests {
     func plainConfirmation() async throws {
         try await withEngine { store, engine in
             try await engine.save(expense(12))
+            // The save's probe settles the record made online first: it seals the record again.
+            await engine.awaitConnection(upTo: .seconds(60))
             let before = try await row(store)
             #expect(before.sealedDetail == false)
             #expect(try await engine.sync().synced == 1)

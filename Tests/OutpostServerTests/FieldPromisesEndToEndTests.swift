@@ -1,4 +1,5 @@
 import Foundation
+import OutpostClient
 import OutpostProtocol
 import Testing
 
@@ -47,16 +48,29 @@ struct FieldPromisesEndToEndTests {
         let initialised = try await OutpostProcess.run(
             ["device", "init", "--server", "http://127.0.0.1:\(silent.port)", "--token", token, "--device-id", "phone", "--store", store])
         #expect(initialised.status == 0, "\(initialised.stderr)")
-        let checkIn = try await OutpostProcess.run(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12", "--store", store])
+        // The check-in is on disk while the command still waits on the server: the save went first.
+        let running = try await OutpostProcess.start(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12", "--store", store])
+        let url = URL(fileURLWithPath: store)
+        let reader = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        var seenWhileRunning = false
+        while !seenWhileRunning && running.isRunning {
+            let stored = try await reader.records(collection: "attendance").contains { $0.syncStatus == .pending }
+            seenWhileRunning = stored && running.isRunning
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        let status = await running.wait()
+        let checkIn = (status: status, stdout: running.stdout, stderr: running.stderr)
+        #expect(seenWhileRunning, "the check-in was not stored before the command ended")
         #expect(checkIn.status == 0, "\(checkIn.stderr)")
-        // The lines show which bounds ended the waits, with no clock read here: "saved offline" means the probe
-        // before the save gave up at its own bound; a record still pending (not "not synced: …", which marks it
-        // failed) means the command stopped waiting for the delivery before the transport gave up on the server.
+        // The first line comes with the save, before the server was heard from; the last one says what the wait
+        // found, and a record still pending (not "not synced: …", which marks it failed) means the command
+        // stopped waiting for the server before the transport gave up on it.
         let lines = checkIn.stdout.split(separator: "\n")
         #expect(
-            lines.first?.hasPrefix("Checked In at") == true && lines.first?.hasSuffix("— saved offline, pending sync") == true, "\(checkIn.stdout)")
+            lines.first?.hasPrefix("Checked In at") == true && lines.first?.hasSuffix("— saved on this device") == true, "\(checkIn.stdout)")
         #expect(
-            lines.last == "not synced yet: the server cannot be reached; it stays queued and goes with the next sync", "\(checkIn.stdout)")
+            lines.last == "not synced yet: the server has not answered within 1 s; it stays queued and goes with the next sync",
+            "\(checkIn.stdout)")
         let pending = try await OutpostProcess.run(["device", "records", "--pending", "--store", store])
         #expect(pending.stdout.contains("⏳ pending  attendance/ana."), "\(pending.stdout)")
     }
@@ -196,7 +210,7 @@ struct FieldPromisesEndToEndTests {
         await session.stopServer()
         let behind = try await phone(["device", "put", "notes", "n1", "v=after"], "-3h")
         #expect(
-            behind.stdout.contains("saved notes/n1 locally") && behind.stdout.contains("the server cannot be reached"),
+            behind.stdout.contains("saved notes/n1 on this device") && behind.stdout.contains("the server cannot be reached"),
             "\(behind.stdout) \(behind.stderr)")
 
         // Back online on the true clock, hours later than that write: all three go, the jumped ones stamped

@@ -46,7 +46,7 @@ public struct ActivityLog: Sendable {
         // Saved and returned at once; delivery runs in the background, with the engine's retries.
         let record = try await engine.save(
             LocalStore.Write(collection: Activity.collection, recordId: recordId, fields: fields))
-        return ActivitySave(activity: ActivityEntry(record), isOnline: await engine.status.isOnline, isEdit: isEdit)
+        return ActivitySave(activity: ActivityEntry(record), connection: await engine.status.connection, isEdit: isEdit)
     }
 
     /// The activity as it stands now: after a save, once its delivery ended or was given up waiting on.
@@ -55,7 +55,7 @@ public struct ActivityLog: Sendable {
         else { return saved }
         var now = saved
         now.activity = ActivityEntry(record)
-        now.isOnline = await engine.status.isOnline
+        now.connection = await engine.status.connection
         return now
     }
 
@@ -142,18 +142,26 @@ public struct ActivityEntry: Sendable, Hashable {
 /// What registering or editing did, and the confirmation to show.
 public struct ActivitySave: Sendable, Hashable {
     public var activity: ActivityEntry
-    /// Whether the device was online when it saved.
-    public var isOnline: Bool
+    /// Where the connection stood when the save was answered.
+    public var connection: Connection
+    /// Whether the server could be reached then.
+    public var isOnline: Bool { connection.isReachable }
     /// An edit of an activity already on the device, not a new one.
     public var isEdit: Bool = false
 
     /// "Activity registered" (or "Activity updated") once the server has it; "Saved offline — will sync when
-    /// connected" offline; the reason when the server refused it.
+    /// connected" offline, and the server's trouble when it answers with an error; the reason when the server
+    /// refused it.
     public var confirmation: String {
         switch activity.syncStatus {
         case .synced: return isEdit ? "Activity updated" : "Activity registered"
-        case .pending where !isOnline: return AppText.savedOffline
-        case .pending: return "Saved — syncing now"
+        case .pending:
+            switch connection {
+            case .offline: return AppText.savedOffline
+            case .unknown: return AppText.savedOnDevice
+            case .serverTrouble(let problem): return AppText.savedServerTrouble(problem)
+            case .online: return "Saved — syncing now"
+            }
         case .failed: return "Saved on this device — sync failed, will retry: \(activity.syncError ?? "unknown error")"
         case .rejected where activity.conflict != nil:
             return "Saved on this device — conflict with the server: \(activity.syncError ?? "a protected field changed")"

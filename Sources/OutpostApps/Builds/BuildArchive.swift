@@ -27,7 +27,7 @@ public struct BuildArchive: Sendable {
         // Saved and returned at once; the upload runs in the background.
         let record = try await engine.save(
             LocalStore.Write(collection: Build.collection, recordId: newId(), fields: fields))
-        return BuildSave(build: BuildEntry(record), isOnline: await engine.status.isOnline)
+        return BuildSave(build: BuildEntry(record), connection: await engine.status.connection)
     }
 
     /// Every build on the device, newest first, with its status and, for a failed one, why.
@@ -74,7 +74,7 @@ public struct BuildArchive: Sendable {
     public func current(_ saved: BuildSave) async throws -> BuildSave {
         guard let record = try await engine.store.record(collection: Build.collection, recordId: saved.build.buildId)
         else { return saved }
-        return BuildSave(build: BuildEntry(record), isOnline: await engine.status.isOnline)
+        return BuildSave(build: BuildEntry(record), connection: await engine.status.connection)
     }
 }
 
@@ -132,14 +132,23 @@ public enum SheetState: String, Sendable, Hashable {
 /// What saving a build did.
 public struct BuildSave: Sendable, Hashable {
     public var build: BuildEntry
-    public var isOnline: Bool
+    /// Where the connection stood when the save was answered.
+    public var connection: Connection
+    /// Whether the server could be reached then.
+    public var isOnline: Bool { connection.isReachable }
 
     /// The message after saving. A failed upload says the build is saved and can be retried from the archive.
     public var message: String {
         switch build.syncStatus {
         case .synced: return "Build \"\(build.name)\" saved and uploaded."
-        case .pending where !isOnline: return "Build \"\(build.name)\" saved on this device; it will upload when connected."
-        case .pending: return "Build \"\(build.name)\" saved; uploading shortly."
+        case .pending:
+            switch connection {
+            case .offline: return "Build \"\(build.name)\" saved on this device; it will upload when connected."
+            case .unknown: return "Build \"\(build.name)\" saved on this device."
+            case .serverTrouble(let problem):
+                return "Build \"\(build.name)\" saved on this device; the server is having trouble (\(problem)); it uploads when the server recovers."
+            case .online: return "Build \"\(build.name)\" saved; uploading shortly."
+            }
         case .failed:
             return "Build \"\(build.name)\" saved. The upload failed (\(build.syncError ?? "unknown error")); retry it from the archive."
         case .rejected:

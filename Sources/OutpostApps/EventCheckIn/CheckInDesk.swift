@@ -18,38 +18,47 @@ public struct CheckInDesk: Sendable {
     /// server's verdict on this one. Past it the door decides from the device alone, and a refusal that
     /// comes later shows on the scan's record.
     public let verdictBound: Duration
+    /// How long a scan may spend, before it is saved, learning whether the server answers and pulling other
+    /// devices' check-ins: the door's answer and the local write never wait longer on the network.
+    public let lookupBound: Duration
 
-    public init(engine: SyncEngine, roster: ReferenceData, event: String, verdictBound: Duration = .seconds(2)) {
+    public init(
+        engine: SyncEngine, roster: ReferenceData, event: String, verdictBound: Duration = .seconds(2),
+        lookupBound: Duration = .milliseconds(150)
+    ) {
         self.engine = engine
         self.roster = roster
         self.event = event
         self.verdictBound = verdictBound
+        self.lookupBound = lookupBound
     }
 
-    public init(device: Device, event: String, verdictBound: Duration = .seconds(2)) {
+    public init(device: Device, event: String, verdictBound: Duration = .seconds(2), lookupBound: Duration = .milliseconds(150)) {
         self.init(
             engine: device.engine, roster: ReferenceData(store: device.store, transport: device.transport), event: event,
-            verdictBound: verdictBound)
+            verdictBound: verdictBound, lookupBound: lookupBound)
     }
 
     /// Checks a guest in.
     ///
-    /// When the device is online it first pulls the event's check-ins (for at most ``verdictBound``), so that
-    /// a guest another device scanned is recognised; offline it decides from what it has. The check-in is
-    /// saved at once; online, the scan then waits up to ``verdictBound`` for the server's verdict, so that a
-    /// guest the server refuses (a registration cancelled since the roster was downloaded) is shown as
-    /// refused, never as checked in.
+    /// The scan is stamped when it starts. When the server answers it first pulls the event's check-ins, so that
+    /// a guest another device scanned is recognised, for at most ``lookupBound`` all told; past it, or offline,
+    /// it decides from what the device has. The check-in is saved then; online, the scan then waits up to
+    /// ``verdictBound`` for the server's verdict, so that a guest the server refuses (a registration cancelled
+    /// since the roster was downloaded) is shown as refused, never as checked in.
     /// - Returns: `.checkedIn` for a new check-in, `.alreadyCheckedIn` with the first scan's time and device,
     ///   `.refused` when the server refused this guest's check-in.
     /// - Throws: ``ClientError`` `rosterIncomplete`, `unknownGuest` or `guestCancelled`, with the roster
     ///   messages; nothing is written then.
     public func scan(_ guestId: String) async throws -> ScanOutcome {
+        let tapped = engine.now()
         let guest = try await rosterGuest(guestId)
         let details = GuestDetails(guest)
-        if await engine.status.isOnline {
-            let engine = engine
-            let event = event
-            await Bounded.run(for: verdictBound, clock: engine.clock) {
+        let (engine, event, bound) = (engine, event, lookupBound)
+        await engine.checkConnection()
+        await Bounded.run(for: bound, clock: engine.clock) {
+            await engine.awaitConnection(upTo: bound)
+            if await engine.status.connection == .online {
                 _ = try? await engine.pull(collection: CheckIn.collection, scope: event)
             }
         }
@@ -69,10 +78,14 @@ public struct CheckInDesk: Sendable {
                     CheckIn.Field.guestId: .string(guestId),
                     CheckIn.Field.scannedBy: .string(engine.configuration.deviceId),
                 ],
-                timestampField: CheckIn.Field.scannedAt))
+                timestampField: CheckIn.Field.scannedAt), at: tapped)
         var record = saved
-        if await engine.status.isOnline {
-            await engine.awaitDelivery(upTo: verdictBound)
+        if await engine.status.connection != .offline {
+            let verdictBound = verdictBound
+            await Bounded.run(for: verdictBound, clock: engine.clock) {
+                await engine.awaitConnection(upTo: verdictBound)
+                if await engine.status.isOnline { await engine.awaitDelivery(upTo: verdictBound) }
+            }
             record = try await engine.store.record(collection: CheckIn.collection, scope: event, recordId: guestId) ?? saved
         }
         guard let scan = ScanRecord(record, guest: details) else {

@@ -16,6 +16,9 @@ public struct SyncStatus: Sendable, Hashable {
     /// not counted as waiting to sync.
     public var rejectedCount: Int = 0
     public var lastSyncAt: Date?
+    /// Set while the server is reachable but failing: it answered a probe or a push with a server error (a 5xx,
+    /// or an answer this SDK cannot read), such as "Server error (500)". Cleared by the next push it takes.
+    public var serverProblem: String?
     /// Held while records have failed to sync for over the escalation threshold; cannot be dismissed.
     public var persistentFailureNotice: PersistentFailureNotice?
 
@@ -49,9 +52,44 @@ public struct SyncStatus: Sendable, Hashable {
         return (rejectedCount == 1 ? "1 record" : "\(rejectedCount) records") + " refused by the server — review them"
     }
 
-    /// "Online", "Offline" or, before the first try, "Checking connection"; and "syncing" while a sync runs.
+    /// "Online", "Offline", "Online — the server is having trouble" or, before the first try, "Checking
+    /// connection"; and "syncing" while a sync runs.
     public var connectionText: String {
-        (isConnectionKnown ? (isOnline ? "Online" : "Offline") : "Checking connection") + (isSyncing ? ", syncing" : "")
+        let text: String
+        switch connection {
+        case .unknown: text = "Checking connection"
+        case .offline: text = "Offline"
+        case .online: text = "Online"
+        case .serverTrouble: text = "Online — the server is having trouble"
+        }
+        return text + (isSyncing ? ", syncing" : "")
+    }
+
+    /// Where the connection stands, in one value.
+    public var connection: Connection {
+        guard isConnectionKnown else { return .unknown }
+        guard isOnline else { return .offline }
+        return serverProblem.map(Connection.serverTrouble) ?? .online
+    }
+}
+
+/// Where the device's connection to the server stands: three things a person is told apart.
+public enum Connection: Sendable, Hashable {
+    /// Not tried yet: "offline" would be a guess.
+    case unknown
+    /// The server cannot be reached: no network, or none that reaches it.
+    case offline
+    /// The server answers and takes records.
+    case online
+    /// The server answers, with an error: records wait for it to recover, not for a network.
+    case serverTrouble(String)
+
+    /// Whether the server can be reached.
+    public var isReachable: Bool {
+        switch self {
+        case .online, .serverTrouble: true
+        case .unknown, .offline: false
+        }
     }
 }
 

@@ -115,10 +115,11 @@ extension SyncEngine {
         return (try? await transport.monitorHeartbeat(beat)) != nil
     }
 
-    /// After every sync: a heartbeat when online, and the notice brought up to date.
+    /// After every sync: the notice brought up to date, and a heartbeat when online, sent in the background so
+    /// that no action waits on it.
     func afterSync() async {
-        if status.isOnline { await sendHeartbeat() }
         _ = try? await refreshPersistentFailureNotice()
+        if status.isOnline { startHeartbeat() }
     }
 
     // MARK: Persistent failures

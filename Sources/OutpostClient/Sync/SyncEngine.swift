@@ -52,6 +52,14 @@ public actor SyncEngine {
     private var deliverAgain = false
     /// Callers of ``awaitDelivery(upTo:)``, woken when the delivery ends.
     private var deliveryWaiters: [UUID: AsyncStream<Void>.Continuation] = [:]
+    /// The heartbeat a sync started, while it runs; a sync ending meanwhile sends one more after it.
+    private var heartbeat: Task<Void, Never>?
+    private var heartbeatAgain = false
+    /// The probe a save started because the engine did not know yet whether the server is reachable.
+    private var probing: Task<Bool, Never>?
+    /// Records created while the connection was not known: saved as made offline, and settled online when the
+    /// probe running at the time finds the server (see ``save(_:)``).
+    private var unsettled: Set<RecordKey> = []
 
     public init(
         store: LocalStore,
@@ -105,13 +113,66 @@ public actor SyncEngine {
     /// The record is pending until a sync delivers it. When the device is online the save starts that
     /// delivery in the background (a ``sync(retrying:progress:)`` with its retries); ``awaitDelivery(upTo:)``
     /// waits for it with a bound, for a screen that wants the server's verdict when it comes quickly.
+    ///
+    /// Whether a new record is made offline (``LocalRecord/isOfflineEntry``) is what the engine knows at the
+    /// moment of the save: the last probe, push or connectivity change. Before it knows anything, the record is
+    /// saved as made offline and the save starts a probe; when that probe finds the server, the record is settled
+    /// as made online, unless its write has already gone out (``awaitConnection(upTo:)`` waits for it).
+    ///
+    /// - Parameter time: when the action happened, when it was read before the save (a scan's tap); the
+    ///   engine's time by default. A time before the device's last write is stamped just after it.
     @discardableResult
-    public func save(_ write: LocalStore.Write) async throws -> LocalRecord {
+    public func save(_ write: LocalStore.Write, at time: Date? = nil) async throws -> LocalRecord {
+        let known = status.isConnectionKnown
         let record = try await store.write(
-            write, deviceId: configuration.deviceId, at: now(), offline: !status.isOnline)
+            write, deviceId: configuration.deviceId, at: time ?? now(), offline: !status.isOnline)
         try await refreshStatus()
-        if status.isOnline && configuration.deliversAfterSave { startDelivery() }
+        if !known {
+            if record.isOfflineEntry { unsettled.insert(RecordKey(record.collection, record.scope, record.recordId)) }
+            startProbe()
+        } else if status.isOnline && configuration.deliversAfterSave {
+            startDelivery()
+        }
         return record
+    }
+
+    /// Starts a probe in the background when the engine does not know yet whether the server is reachable, for
+    /// an action that wants to know soon without waiting for it (``awaitConnection(upTo:)``).
+    public func checkConnection() {
+        if !status.isConnectionKnown { startProbe() }
+    }
+
+    /// Starts a probe in the background, unless one runs; when it finds the server, what waits is delivered.
+    private func startProbe() {
+        guard probing == nil else { return }
+        probing = Task {
+            let online = await probe(syncingPending: false)
+            probing = nil
+            let waiting = online && configuration.deliversAfterSave ? (try? await store.outboxCount()) ?? 0 : 0
+            if waiting > 0 { startDelivery() }
+            return online
+        }
+    }
+
+    /// Waits until the engine knows whether the server is reachable: the probe a save started has answered or
+    /// failed, or `bound` passed on the engine's clock (the probe goes on).
+    ///
+    /// - Returns: whether the connection is known.
+    @discardableResult
+    public func awaitConnection(upTo bound: Duration) async -> Bool {
+        if let probing { await Bounded.wait(for: probing, upTo: bound, clock: clock) }
+        return status.isConnectionKnown
+    }
+
+    /// Settles the records saved while the connection was not known, now that it is: made online when the
+    /// server answered, left as made offline otherwise.
+    private func settleUnknownConnection(online: Bool) async {
+        guard !unsettled.isEmpty else { return }
+        let keys = Array(unsettled)
+        unsettled = []
+        if online, (try? await store.settleOnline(keys)) == nil {
+            unsettled.formUnion(keys)
+        }
     }
 
     /// Starts delivering the outbox in the background, unless a delivery runs; then that one runs once more
@@ -156,6 +217,28 @@ public actor SyncEngine {
         return delivery == nil
     }
 
+    /// Starts a heartbeat in the background (``sendHeartbeat()``), unless one runs; then one more follows it.
+    func startHeartbeat() {
+        guard heartbeat == nil else {
+            heartbeatAgain = true
+            return
+        }
+        heartbeat = Task {
+            repeat {
+                heartbeatAgain = false
+                await sendHeartbeat()
+            } while heartbeatAgain && !Task.isCancelled
+            heartbeat = nil
+        }
+    }
+
+    /// Waits until the heartbeat a sync started has been sent or has failed, or `bound` passes on the engine's
+    /// clock: a process about to exit calls it, so that the monitor sees its last state.
+    public func awaitHeartbeat(upTo bound: Duration) async {
+        guard let heartbeat else { return }
+        await Bounded.wait(for: heartbeat, upTo: bound, clock: clock)
+    }
+
     /// Cancels a background delivery and waits for it to stop: what it had not delivered stays queued. A
     /// process about to exit calls it, so that no push is cut off mid-answer.
     public func stopDelivery() async {
@@ -170,6 +253,7 @@ public actor SyncEngine {
     public func setOnline(_ online: Bool) async {
         let cameOnline = online && !status.isOnline
         status.isOnline = online
+        await settleUnknownConnection(online: online)
         // Counted again with the change: another process on the same store may have queued records meanwhile.
         if (try? await refreshStatus()) == nil { publish() }
         if cameOnline, (try? await store.outboxCount()) ?? 0 > 0 {
@@ -182,14 +266,33 @@ public actor SyncEngine {
     /// - Parameter syncingPending: whether coming back online syncs what is pending, as ``setOnline(_:)`` does.
     ///   An action about to save a record passes false: it probes only to know whether the record is created
     ///   offline, and ``save(_:)`` starts the delivery after the save, so that saving never waits on a queue.
+    ///
+    /// A server that answers with an error is reachable: the device is online, and ``SyncStatus/serverProblem``
+    /// says what is wrong with the server.
     @discardableResult
     public func probe(syncingPending: Bool = true) async -> Bool {
-        let online = (try? await transport.health()) != nil
+        let online: Bool
+        let problem: String?
+        do {
+            _ = try await transport.health()
+            (online, problem) = (true, nil)
+        } catch let error as TransportError where error.kind != .network {
+            (online, problem) = (true, Self.describe(error))
+        } catch {
+            (online, problem) = (false, nil)
+        }
+        if status.serverProblem != problem {
+            status.serverProblem = problem
+            publish()
+        }
         if syncingPending {
             await setOnline(online)
-        } else if online != status.isOnline || !status.isConnectionKnown {
-            status.isOnline = online
-            publish()
+        } else {
+            if online != status.isOnline || !status.isConnectionKnown {
+                status.isOnline = online
+                publish()
+            }
+            await settleUnknownConnection(online: online)
         }
         return online
     }
@@ -375,16 +478,14 @@ public actor SyncEngine {
         while true {
             do {
                 let response = try await transport.push(request)
-                if !status.isOnline {
+                if !status.isOnline || status.serverProblem != nil {
                     status.isOnline = true
+                    status.serverProblem = nil
                     publish()
                 }
                 return response
-            } catch let error as TransportError {
-                if error.kind == .network, status.isOnline {
-                    status.isOnline = false
-                    publish()
-                }
+            } catch var error as TransportError {
+                error = await diagnose(error)
                 guard error.isRetryable, retrying, attempt < configuration.retryDelays.count else { throw error }
                 try await clock.sleep(for: configuration.retryDelays[attempt])
                 attempt += 1
@@ -394,6 +495,34 @@ public actor SyncEngine {
                 throw TransportError.unreachable()
             }
         }
+    }
+
+    /// Records in ``status`` what a failed exchange says of the connection, and returns the error to report.
+    ///
+    /// An exchange that found no server while the device counted as online is checked with a probe: when the server
+    /// answers it, the network works and the connection broke during the exchange
+    /// (``TransportError/droppedExchange``); otherwise the device is offline. A server that answered with an
+    /// error is reachable, and its trouble is ``SyncStatus/serverProblem``.
+    private func diagnose(_ error: TransportError) async -> TransportError {
+        switch error.kind {
+        case .network where status.isOnline && !error.reachedServer:
+            if (try? await transport.health()) != nil { return .droppedExchange(underlying: error) }
+            status.isOnline = false
+            status.serverProblem = nil
+            publish()
+        case .network:
+            break
+        case .server where error.isRetryable, .invalidResponse:
+            let problem = Self.describe(error)
+            if status.serverProblem != problem || !status.isOnline {
+                status.isOnline = true
+                status.serverProblem = problem
+                publish()
+            }
+        case .server:
+            break
+        }
+        return error
     }
 
     // MARK: Pull
@@ -421,11 +550,7 @@ public actor SyncEngine {
             do {
                 page = try await pulls.page(after: cursor)
             } catch let error as TransportError {
-                if error.kind == .network, status.isOnline {
-                    status.isOnline = false
-                    publish()
-                }
-                throw error
+                throw await diagnose(error)
             }
             merged += try await store.merge(page.changes, cursorSetting: setting, cursor: page.cursor)
             cursor = page.cursor
@@ -511,6 +636,8 @@ public actor SyncEngine {
     /// A short reason for a record's failure, fit for a badge.
     static func describe(_ error: TransportError) -> String {
         switch error.kind {
+        case .network where error.reachedServer:
+            return "The connection to the server broke before it answered"
         case .network:
             return "The server could not be reached"
         case .server where error.requiresSignIn:

@@ -210,6 +210,9 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     public var message: String
     /// The error beneath, for diagnostics: AsyncHTTPClient's or URLSession's, or a decoder's.
     public var underlying: (any Error)?
+    /// For a network failure: true when the server was reachable and the connection broke during the exchange,
+    /// so that the device is not offline.
+    public var reachedServer = false
 
     public init(kind: Kind, status: Int? = nil, wire: WireError? = nil, message: String, underlying: (any Error)? = nil) {
         self.kind = kind
@@ -222,6 +225,13 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     /// No connection to the server, or no answer from it at all.
     public static func unreachable(underlying: (any Error)? = nil) -> TransportError {
         TransportError(kind: .network, message: "the server could not be reached", underlying: underlying)
+    }
+
+    /// An exchange whose connection broke although the server answers a probe: the network works.
+    public static func droppedExchange(underlying: (any Error)? = nil) -> TransportError {
+        var error = TransportError(kind: .network, message: "the connection to the server broke before it answered", underlying: underlying)
+        error.reachedServer = true
+        return error
     }
 
     /// Whether trying again later may succeed: a network failure, a 5xx, 429, or 408 (the body came too slowly).
