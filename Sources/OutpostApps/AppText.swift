@@ -10,6 +10,8 @@ public enum AppText {
     /// An uploaded build that the crew's sheet has, and one it does not have yet.
     public static let sheetReceived = "In the crew's sheet"
     public static let sheetWaiting = "Not in the crew's sheet yet"
+    /// An uploaded build the crew's sheet has not taken: the server's last attempt failed.
+    public static let sheetFailed = "The crew's sheet has not taken it"
 
     /// An activity saved while the device is offline.
     public static let savedOffline = "Saved offline — will sync when connected"

@@ -131,12 +131,26 @@ public struct RecordDelivery: Sendable, Hashable, Codable {
     public var receivers: Int
     /// True when every one of them has delivered this version (or a later one).
     public var delivered: Bool
+    /// Why the last attempt of a connector that has not delivered this version failed, in words fit for the
+    /// person who made the record ("the receiver could not be reached"); nil while none has failed since its
+    /// last delivery.
+    public var lastError: String?
+    /// When such a connector tries again.
+    public var nextAttemptAt: Timestamp?
 
-    public init(recordId: String, scope: String, version: Int64, receivers: Int, delivered: Bool) {
+    public init(
+        recordId: String, scope: String, version: Int64, receivers: Int, delivered: Bool, lastError: String? = nil,
+        nextAttemptAt: Timestamp? = nil
+    ) {
         self.recordId = recordId
         self.scope = scope
         self.version = version
         self.receivers = receivers
         self.delivered = delivered
+        self.lastError = lastError
+        self.nextAttemptAt = nextAttemptAt
     }
+
+    /// Whether a connector that has not delivered this version failed its last attempt.
+    public var isFailing: Bool { !delivered && lastError != nil }
 }

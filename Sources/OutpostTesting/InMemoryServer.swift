@@ -140,12 +140,32 @@ public actor InMemoryServer {
         connected.insert(collection)
     }
 
+    private var failing: [String: String] = [:]
+    /// How many retries devices asked of each collection's connector.
+    public private(set) var deliveryRetries: [String: Int] = [:]
+
     /// The connector of `collection` sends every record as it stands now.
     public func deliverConnected(_ collection: String) {
         for (key, change) in records where change.collection == collection { sent[key] = change.version }
+        failing[collection] = nil
     }
 
+    /// The connector of `collection` fails with `reason` until it delivers again.
+    public func failConnected(_ collection: String, reason: String) {
+        failing[collection] = reason
+    }
+
+    public func retryDeliveries(collection: String, scope: String?, recordIds: [String]) -> RecordDeliveries {
+        deliveryRetries[collection, default: 0] += 1
+        deliveryQueries -= 1
+        return deliveries(collection: collection, scope: scope, recordIds: recordIds)
+    }
+
+    /// How many times devices asked where records stand (`GET /v1/deliveries`).
+    public private(set) var deliveryQueries = 0
+
     public func deliveries(collection: String, scope: String?, recordIds: [String]) -> RecordDeliveries {
+        deliveryQueries += 1
         let wanted = Set(recordIds)
         let found = records.filter {
             $0.value.collection == collection && wanted.contains($0.value.recordId) && (scope == nil || $0.value.scope == scope)
@@ -153,9 +173,10 @@ public actor InMemoryServer {
         return RecordDeliveries(
             records: found.sorted { $0.key < $1.key }.map { key, change in
                 let receivers = connected.contains(collection) ? 1 : 0
+                let delivered = receivers > 0 && (sent[key] ?? 0) >= change.version
                 return RecordDelivery(
                     recordId: change.recordId, scope: change.scope, version: change.version, receivers: receivers,
-                    delivered: receivers > 0 && (sent[key] ?? 0) >= change.version)
+                    delivered: delivered, lastError: delivered ? nil : failing[collection])
             })
     }
 
@@ -222,5 +243,10 @@ public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransp
     public func deliveries(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries {
         guard isOnline else { throw TransportError(kind: .network, message: "offline") }
         return await server.deliveries(collection: collection, scope: scope, recordIds: recordIds)
+    }
+
+    public func retryDeliveries(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries {
+        guard isOnline else { throw TransportError(kind: .network, message: "offline") }
+        return await server.retryDeliveries(collection: collection, scope: scope, recordIds: recordIds)
     }
 }

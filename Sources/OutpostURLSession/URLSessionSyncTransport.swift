@@ -79,6 +79,12 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
         }
     }
 
+    public func retryDeliveries(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries {
+        try await send("POST", path: "/v1/deliveries/retry", query: TransportRequest.deliveriesQuery(collection, scope, recordIds)) {
+            try JSONDecoder().decode(RecordDeliveries.self, from: $0)
+        }
+    }
+
     public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
         try await send("POST", path: "/v1/heartbeats", body: try JSONEncoder().encode(heartbeat)) {
             try JSONDecoder().decode(HeartbeatResponse.self, from: $0)

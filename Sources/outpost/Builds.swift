@@ -30,13 +30,14 @@ struct BuildsSave: AsyncParsableCommand {
             let now = try await archive.current(saved)
             if now.message != saved.message {
                 say(now.message)
+                if now.build.sheet == .failed, let at = now.build.sheetRetryAt { say("    the server tries the sheet again at \(clockText(at))") }
             } else if now.build.syncStatus == .pending {
                 say(
                     Delivery.stillPending(
                         ended: ended, connection: await device.engine.status.connection, notYet: "not uploaded yet",
                         next: "it uploads with the next sync"))
             }
-            if now.build.syncStatus == .failed { say("    retry: outpost builds retry \(saved.build.buildId)") }
+            if now.build.status == .failed { say("    retry: outpost builds retry \(saved.build.buildId)") }
         }
     }
 }
@@ -52,8 +53,11 @@ struct BuildsList: AsyncParsableCommand {
             if builds.isEmpty { say("no builds") }
             for build in builds {
                 let sheet = build.syncStatus == .synced ? build.sheet.text.map { "  \($0.lowercased())" } ?? "" : ""
-                say("\(build.buildId)  \(build.name)  \(build.syncStatus.rawValue)\(sheet)")
-                if build.syncStatus == .failed || build.syncStatus == .rejected { say("    \(build.syncError ?? "unknown error")") }
+                let attempt = build.lastSyncAttempt.map { "  (last tried \(clockText($0)))" } ?? ""
+                let shownAttempt = build.syncStatus == .synced ? "" : attempt
+                say("\(build.buildId)  \(build.name)  \(build.status.rawValue)\(sheet)\(shownAttempt)")
+                if let problem = build.problem { say("    \(problem)") }
+                if build.sheet == .failed, let at = build.sheetRetryAt { say("    the server tries the sheet again at \(clockText(at))") }
             }
             await Delivery.showNotice(device.engine)
         }
@@ -73,6 +77,14 @@ struct BuildsRetry: AsyncParsableCommand {
         switch retry {
         case .alreadySynced:
             say("\(buildId) is already uploaded: nothing to send")
+        case .sentToSheet(let build):
+            if build.sheet == .failed {
+                say(
+                    "\(buildId): the server sends it to the crew's sheet again; the sheet has not taken it yet: \(build.sheetError ?? "no reason given")"
+                )
+                throw ExitCode(1)
+            }
+            say("\(buildId): the server sends it to the crew's sheet again")
         case .finished(let summary):
             say("\(buildId) alone: \(summary)")
             if !summary.isComplete { throw ExitCode(1) }

@@ -21,6 +21,62 @@ struct BuildArchiveTests {
     }
 
     @Test(
+        "a build the crew's sheet has not taken is failed with the sheet's reason, not synced; Retry asks the server to send it again; then it is synced"
+    )
+    func sheetFailed() async throws {
+        let server = InMemoryServer()
+        try await withTestDevice(online: true, server: server) { device in
+            let archive = BuildArchive(engine: device.engine)
+            await server.connect("builds")
+            let shed = try await archive.save(name: "Shed")
+            await device.delivered()
+            var now = try await archive.current(shed)
+            #expect(now.build.status == .uploaded)
+            #expect(now.message == "Build \"Shed\" uploaded; the crew's sheet does not have it yet.")
+
+            await server.failConnected("builds", reason: "the receiver could not be reached")
+            now = try await archive.current(shed)
+            #expect(now.build.syncStatus == .synced && now.build.status == .failed && now.build.sheet == .failed)
+            #expect(now.build.problem == "the crew's sheet has not taken it: the receiver could not be reached")
+            #expect(now.message.hasPrefix("Build \"Shed\" uploaded, but the crew's sheet has not taken it (the receiver could not be reached)"))
+            let row = BuildRow(try await archive.listWithSheets()[0])
+            #expect(row.statusText == "Not in the crew's sheet" && row.canRetry)
+            #expect(row.errorText == "the crew's sheet has not taken it: the receiver could not be reached")
+
+            guard case .sentToSheet(let resent) = try await archive.retry(shed.build.buildId) else {
+                Issue.record("a retry of a build the sheet has not taken asks the server")
+                return
+            }
+            #expect(resent.sheet == .failed)
+            #expect(await server.deliveryRetries["builds"] == 1)
+            await server.deliverConnected("builds")
+            #expect(try await archive.listWithSheets().map(\.status) == [.synced])
+            #expect(try await archive.retry(shed.build.buildId) == .alreadySynced)
+        }
+    }
+
+    @Test("the archive screen asks the server about the sheet once per newly uploaded build, never on every commit or status")
+    @MainActor
+    func screenAsksOncePerBuild() async throws {
+        let server = InMemoryServer()
+        try await withTestDevice(online: true, server: server) { device in
+            await server.connect("builds")
+            let screen = BuildArchiveScreen(archive: BuildArchive(engine: device.engine))
+            for name in ["A", "B", "C"] {
+                await screen.save(name: name)
+                await device.delivered()
+                await screen.reload()
+                await screen.reload()
+            }
+            try await eventually("the sheet of every build") { screen.rows.count == 3 && screen.rows.allSatisfy { $0.build.sheet == .waiting } }
+            #expect(await server.deliveryQueries <= 3)
+            let asked = await server.deliveryQueries
+            for _ in 0..<5 { await screen.reload() }
+            #expect(await server.deliveryQueries == asked)
+        }
+    }
+
+    @Test(
         "an uploaded build says whether the crew's sheet has it: waiting, then received, again waiting after an edit; nothing without a sheet or offline"
     )
     func sheetState() async throws {

@@ -464,7 +464,7 @@ struct ScreenModelTests {
             #expect(screen.progress == nil)
             #expect(screen.alert == ArchiveAlert(title: "Sync complete", message: "3 synced, 0 failed"))
             #expect(screen.rows.map(\.statusIcon) == ["checkmark.icloud", "checkmark.icloud", "checkmark.icloud"])
-            #expect(screen.rows.allSatisfy { $0.errorText == nil && !$0.canRetry })
+            #expect(screen.rows.allSatisfy { $0.errorText == nil && !$0.canRetry }, "\(screen.rows)")
         }
     }
 

@@ -220,9 +220,10 @@ struct AppsEndToEndTests {
         let online = try await phone([
             "activity", "register", "--type", "home-visit", "--date", "2026-11-20", "--duration", "1h30m", "--travel-expense", "12.5",
         ])
+        // The first line comes with the save, before or after the server was first heard from; the second once it answered.
         #expect(
-            online.stdout.hasPrefix("Saved on this device (") && online.stdout.contains("\nActivity registered\n"),
-            "\(online.stdout) \(online.stderr)"
+            (online.stdout.hasPrefix("Saved on this device (") || online.stdout.hasPrefix("Saved — syncing now ("))
+                && online.stdout.hasSuffix(")\nActivity registered\n"), "\(online.stdout) \(online.stderr)"
         )
         let id = try #require(online.stdout.split(separator: "(").last?.split(separator: ")").first.map(String.init))
         #expect(try await phone(["activity", "list"]).stdout.contains("\(id)  2026-11-20  home-visit  90 min  travel 12.50  ✓ synced"))
@@ -231,7 +232,8 @@ struct AppsEndToEndTests {
         for day in ["2026-11-18", "2026-11-19", "2026-11-21"] {
             let saved = try await phone(["activity", "register", "--type", "call", "--date", day, "--duration", "30"])
             #expect(
-                saved.stdout.hasPrefix("Saved on this device (") && saved.stdout.hasSuffix("\nSaved offline — will sync when connected\n"),
+                saved.stdout.hasPrefix("Saved offline — will sync when connected (")
+                    || saved.stdout.hasPrefix("Saved on this device (") && saved.stdout.hasSuffix("\nSaved offline — will sync when connected\n"),
                 "\(saved.stdout) \(saved.stderr)")
         }
         #expect(try await phone(["activity", "list"]).stdout.components(separatedBy: "(saved offline)").count == 4)
@@ -290,8 +292,10 @@ struct AppsEndToEndTests {
         #expect(failed.status != 0)
         #expect(failed.stdout.contains("0 synced, 2 failed: The server could not be reached"))
         let listed = try await crew(["builds", "list"]).stdout
-        #expect(listed.components(separatedBy: "  failed\n    The server could not be reached").count == 3, "\(listed)")
-        #expect(listed.contains("Shed  synced"))
+        #expect(listed.components(separatedBy: "\n    The server could not be reached").count == 3, "\(listed)")
+        #expect(listed.components(separatedBy: "  failed  (last tried ").count == 3, "\(listed)")
+        // Offline, the device cannot ask where the build went from the server: uploaded, no more.
+        #expect(listed.contains("Shed  uploaded\n"), "\(listed)")
 
         try await session.startServer()
         let roofId = try #require(listed.split(separator: "\n").first { $0.contains("Roof") }?.split(separator: " ").first.map(String.init))
@@ -302,6 +306,31 @@ struct AppsEndToEndTests {
         await #expect(!(try crew(["builds", "list"]).stdout.contains("failed")))
         #expect(try await crew(["builds", "retry", roofId]).stdout.contains("\(roofId) is already uploaded: nothing to send"))
         #expect(try await crew(["builds", "retry", "build-404"]).stderr == "outpost: no build build-404 in this archive\n")
+        #expect(try await crew(["builds", "list"]).stdout.contains("Shed  synced\n"))
+
+        // The crew's sheet is at an address that does not resolve: a build is uploaded, never synced, and says why.
+        let organizer = try await session.token(user: "olga", role: "organizer")
+        let sheet = ["collection": "builds", "url": "https://sheets.invalid/macros/s/AKfy/exec"]
+        #expect(try await session.post("/v1/connectors", sheet, token: organizer) == 201)
+        let barn = try await crew(["builds", "save", "--name", "Barn"])
+        #expect(!barn.stdout.contains("saved and uploaded"), "\(barn.stdout)")
+        #expect(barn.stdout.contains("Build \"Barn\" uploaded"), "\(barn.stdout)")
+        let barnId = try #require(barn.stdout.split(separator: "(").last?.split(separator: ")").first.map(String.init))
+        var sheetList = ""
+        let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+        while !sheetList.contains("\(barnId)  Barn  failed"), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(200))
+            sheetList = try await crew(["builds", "list"]).stdout
+        }
+        #expect(sheetList.contains("\(barnId)  Barn  failed  the crew's sheet has not taken it\n"), "\(sheetList)")
+        #expect(sheetList.contains("    the crew's sheet has not taken it: the receiver could not be reached\n"), "\(sheetList)")
+        #expect(sheetList.contains("    the server tries the sheet again at "), "\(sheetList)")
+        let resent = try await crew(["builds", "retry", barnId])
+        #expect(resent.status != 0)
+        #expect(
+            resent.stdout
+                == "\(barnId): the server sends it to the crew's sheet again; the sheet has not taken it yet: the receiver could not be reached\n",
+            "\(resent.stdout) \(resent.stderr)")
     }
 }
 

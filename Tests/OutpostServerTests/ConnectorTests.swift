@@ -558,6 +558,46 @@ struct ConnectorTests {
     }
 
     @Test(
+        "a connector that failed tells whoever may read the record why; a retry brings its next attempt to 5 s after the failure, and no nearer",
+        arguments: StorageKind.allCases)
+    func deliveryRetry(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token(user: "ana")
+            let ben = try await Fixtures.token(user: "ben")
+            _ = try await client.push([Fixtures.upsert("b1", ["name": "Shed"], collection: "builds")], token: ana)
+            try await storage.addConnector(Self.connector(collection: "builds", url: "https://sheets.example.org/exec/AKfy123"))
+            let failedAt = Fixtures.serverNow.millisecondsSince1970
+            let later = failedAt + 3_600_000
+            #expect(try await storage.leaseConnector(tenant: "acme", id: "con_1", owner: "test", now: 0, until: .max))
+            _ = try await storage.connectorFailed(
+                tenant: "acme", id: "con_1", owner: "test", error: "the receiver answered 502", at: failedAt, nextAttemptAt: later)
+            func ask(_ token: String, _ method: HTTPRequest.Method = .get, ids: String = "b1") async throws -> [RecordDelivery] {
+                let path = method == .get ? "/v1/deliveries" : "/v1/deliveries/retry"
+                let answer = try await client.send(method, "\(path)?collection=builds&ids=\(ids)", token: token)
+                #expect(answer.status == .ok, "\(String(buffer: answer.body))")
+                return try JSONDecoder().decode(RecordDeliveries.self, from: answer.body).records
+            }
+            func nextAttempt() async throws -> Int64 { try #require(try await storage.connector(tenant: "acme", id: "con_1")).nextAttemptAt }
+            let told = try #require(try await ask(ana).first)
+            #expect(!told.delivered && told.isFailing && told.lastError == "the receiver answered 502")
+            #expect(told.nextAttemptAt == Timestamp(millisecondsSince1970: later))
+            // Ben may not read Ana's build: his retry names nothing and moves nothing.
+            #expect(try await ask(ben, .post).isEmpty)
+            #expect(try await nextAttempt() == later)
+            let retried = try #require(try await ask(ana, .post).first)
+            #expect(try await nextAttempt() == failedAt + 5_000)
+            #expect(retried.nextAttemptAt == Timestamp(millisecondsSince1970: failedAt + 5_000) && retried.isFailing)
+            // Asked again, it stays: a device that presses Retry many times does not flood the receiver.
+            _ = try await ask(ana, .post)
+            #expect(try await nextAttempt() == failedAt + 5_000)
+            // Bad input and no token are refused, as for GET.
+            #expect(try await client.send(.post, "/v1/deliveries/retry?collection=builds&ids=a,,b", token: ana).status == .badRequest)
+            #expect(try await client.send(.post, "/v1/deliveries/retry?collection=builds&ids=b1", token: nil).status == .unauthorized)
+            #expect(try await client.send(.post, "/v1/deliveries/retry?collection=checkins&ids=g1", token: ana).status == .forbidden)
+        }
+    }
+
+    @Test(
         "organizers add, list, pause, resume, replay and remove connectors; others, bad input and other tenants are refused",
         arguments: StorageKind.allCases)
     func api(kind: StorageKind) async throws {

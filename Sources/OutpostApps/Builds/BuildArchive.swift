@@ -38,32 +38,50 @@ public struct BuildArchive: Sendable {
     /// ``list()`` with each uploaded build's ``SheetState``, asked of the server when the device is online.
     /// Offline, or when the server cannot say, the builds keep ``SheetState/unknown``.
     public func listWithSheets() async throws -> [BuildEntry] {
-        var builds = try await list()
-        let uploaded = builds.filter { $0.syncStatus == .synced }.map(\.buildId)
-        guard !uploaded.isEmpty, await engine.status.isOnline else { return builds }
-        var states: [String: SheetState] = [:]
-        for start in stride(from: 0, to: uploaded.count, by: 200) {
-            let ids = Array(uploaded[start..<min(start + 200, uploaded.count)])
-            // A part the server did not answer leaves its builds unknown; the others are still told.
-            guard let answer = try? await engine.deliveries(collection: Build.collection, recordIds: ids) else { continue }
-            for record in answer.records {
-                states[record.recordId] = record.receivers == 0 ? .noSheet : record.delivered ? .received : .waiting
-            }
-        }
-        for index in builds.indices {
-            if let state = states[builds[index].buildId] { builds[index].sheet = state }
-        }
-        return builds
+        await withSheets(try await list())
     }
 
-    /// Uploads one build again.
+    /// `builds` with each uploaded one's ``SheetState`` as the server says, in requests of up to 200 builds; a
+    /// part the server did not answer, or all of them offline, keep ``SheetState/unknown``.
+    public func withSheets(_ builds: [BuildEntry]) async -> [BuildEntry] {
+        let uploaded = builds.filter { $0.syncStatus == .synced }.map(\.buildId)
+        guard !uploaded.isEmpty, await engine.status.isOnline else { return builds }
+        var answers: [RecordDelivery] = []
+        for start in stride(from: 0, to: uploaded.count, by: 200) {
+            let ids = Array(uploaded[start..<min(start + 200, uploaded.count)])
+            if let answer = try? await engine.deliveries(collection: Build.collection, recordIds: ids) { answers += answer.records }
+        }
+        return Self.applying(answers, to: builds)
+    }
+
+    /// `builds` with the sheet states the server's `answers` give.
+    static func applying(_ answers: [RecordDelivery], to builds: [BuildEntry]) -> [BuildEntry] {
+        let byId = Dictionary(answers.map { ($0.recordId, $0) }) { $1 }
+        return builds.map { build in
+            guard build.syncStatus == .synced, let answer = byId[build.buildId] else { return build }
+            var build = build
+            build.sheet = SheetState(answer)
+            build.sheetError = answer.isFailing ? answer.lastError : nil
+            build.sheetRetryAt = answer.isFailing ? answer.nextAttemptAt?.date : nil
+            return build
+        }
+    }
+
+    /// Uploads one build again; one the server has and the crew's sheet does not is sent to the sheet again.
     /// - Throws: ``ClientError`` `notFound` for a build this device does not hold.
     public func retry(_ buildId: String) async throws -> BuildRetry {
         guard let record = try await engine.store.record(collection: Build.collection, recordId: buildId), !record.tombstone else {
             throw ClientError(.notFound, "no build \(buildId) in this archive")
         }
-        if record.syncStatus == .synced { return .alreadySynced }
-        return .finished(try await engine.retry(collection: Build.collection, scope: "", recordId: buildId))
+        guard record.syncStatus == .synced else {
+            return .finished(try await engine.retry(collection: Build.collection, scope: "", recordId: buildId))
+        }
+        let build = BuildEntry(record)
+        guard let answer = try await engine.retryDeliveries(collection: Build.collection, recordIds: [buildId]).records.first else {
+            return .alreadySynced
+        }
+        let resent = Self.applying([answer], to: [build])[0]
+        return resent.sheet == .received || resent.sheet == .noSheet ? .alreadySynced : .sentToSheet(resent)
     }
 
     public func syncAll(progress: (@Sendable (SyncProgress) -> Void)? = nil) async throws -> SyncSummary {
@@ -71,19 +89,30 @@ public struct BuildArchive: Sendable {
     }
 
     /// The build as it stands now: after a save, once its upload ended or was given up waiting on.
-    public func current(_ saved: BuildSave) async throws -> BuildSave {
+    ///
+    /// - Parameter askingSheet: whether to ask the server, when the build is uploaded, whether the crew's sheet
+    ///   has it; otherwise the sheet is as `saved` last knew it.
+    public func current(_ saved: BuildSave, askingSheet: Bool = true) async throws -> BuildSave {
         guard let record = try await engine.store.record(collection: Build.collection, recordId: saved.build.buildId)
         else { return saved }
-        return BuildSave(build: BuildEntry(record), connection: await engine.status.connection)
+        var build = BuildEntry(record)
+        if build.syncStatus == .synced {
+            (build.sheet, build.sheetError, build.sheetRetryAt) = (saved.build.sheet, saved.build.sheetError, saved.build.sheetRetryAt)
+            if askingSheet { build = await withSheets([build])[0] }
+        }
+        return BuildSave(build: build, connection: await engine.status.connection)
     }
 }
 
 /// What "Retry" on one build did.
 public enum BuildRetry: Sendable, Hashable {
-    /// The server already had it: nothing was sent.
+    /// The server and the crew's sheet (when builds go to one) already had it: nothing was sent.
     case alreadySynced
     /// That build alone was sent.
     case finished(SyncSummary)
+    /// The server had it and the crew's sheet did not: the server was asked to send it to the sheet again; the
+    /// build as the server then said.
+    case sentToSheet(BuildEntry)
 }
 
 public struct BuildEntry: Sendable, Hashable {
@@ -95,6 +124,12 @@ public struct BuildEntry: Sendable, Hashable {
     public var savedAt: Date
     /// Whether the crew's sheet has the build; ``SheetState/unknown`` unless ``BuildArchive/listWithSheets()`` asked.
     public var sheet: SheetState = .unknown
+    /// Why the sheet has not taken it, when ``sheet`` is ``SheetState/failed``.
+    public var sheetError: String?
+    /// When the server tries the sheet again, when ``sheet`` is ``SheetState/failed``.
+    public var sheetRetryAt: Date?
+    /// When the device last tried to upload it.
+    public var lastSyncAttempt: Date?
 
     public init(_ record: LocalRecord) {
         buildId = record.recordId
@@ -103,9 +138,49 @@ public struct BuildEntry: Sendable, Hashable {
         syncStatus = record.syncStatus
         syncError = record.syncError
         savedAt = record.createdAt.date
+        lastSyncAttempt = record.lastSyncAttempt
     }
 
     public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+
+    /// Where the build stands in the archive's words, the crew's sheet included: it is `synced` only once the
+    /// sheet has it (or when builds go to no sheet).
+    public var status: BuildStatus {
+        switch syncStatus {
+        case .pending: return .pending
+        case .failed: return .failed
+        case .rejected: return .rejected
+        case .synced:
+            switch sheet {
+            case .received, .noSheet: return .synced
+            case .waiting, .unknown: return .uploaded
+            case .failed: return .failed
+            }
+        }
+    }
+
+    /// Why the build is failed or refused: the upload's reason, or the sheet's.
+    public var problem: String? {
+        switch status {
+        case .failed where syncStatus == .synced: return "the crew's sheet has not taken it: \(sheetError ?? "no reason given")"
+        case .failed, .rejected: return syncError ?? "unknown error"
+        case .pending, .uploaded, .synced: return nil
+        }
+    }
+}
+
+/// Where a build stands, from the device to the crew's sheet.
+public enum BuildStatus: String, Sendable, Hashable, CaseIterable {
+    /// Saved on the device, not uploaded yet.
+    case pending
+    /// On the server; the crew's sheet has not confirmed it yet (or the device could not ask).
+    case uploaded
+    /// On the server and in the crew's sheet, or on the server when builds go to no sheet.
+    case synced
+    /// The upload failed, or the sheet has not taken it: retried, and ``BuildEntry/problem`` says why.
+    case failed
+    /// The server refused it: it waits for the crew.
+    case rejected
 }
 
 /// Whether the crew's sheet (where the server's connector of builds sends them) has a build.
@@ -118,6 +193,12 @@ public enum SheetState: String, Sendable, Hashable {
     case waiting
     /// The sheet has the build as the server has it.
     case received
+    /// The server's last attempt to send it to the sheet failed; it tries again (``BuildEntry/sheetError``).
+    case failed
+
+    init(_ delivery: RecordDelivery) {
+        self = delivery.receivers == 0 ? .noSheet : delivery.delivered ? .received : delivery.isFailing ? .failed : .waiting
+    }
 
     /// What the archive says, or nil when it says nothing.
     public var text: String? {
@@ -125,6 +206,7 @@ public enum SheetState: String, Sendable, Hashable {
         case .unknown, .noSheet: nil
         case .waiting: AppText.sheetWaiting
         case .received: AppText.sheetReceived
+        case .failed: AppText.sheetFailed
         }
     }
 }
@@ -140,7 +222,15 @@ public struct BuildSave: Sendable, Hashable {
     /// The message after saving. A failed upload says the build is saved and can be retried from the archive.
     public var message: String {
         switch build.syncStatus {
-        case .synced: return "Build \"\(build.name)\" saved and uploaded."
+        case .synced:
+            switch build.sheet {
+            case .noSheet: return "Build \"\(build.name)\" saved and uploaded."
+            case .received: return "Build \"\(build.name)\" saved, uploaded and in the crew's sheet."
+            case .waiting, .unknown: return "Build \"\(build.name)\" uploaded; the crew's sheet does not have it yet."
+            case .failed:
+                return
+                    "Build \"\(build.name)\" uploaded, but the crew's sheet has not taken it (\(build.sheetError ?? "no reason given")); retry it from the archive."
+            }
         case .pending:
             switch connection {
             case .offline: return "Build \"\(build.name)\" saved on this device; it will upload when connected."

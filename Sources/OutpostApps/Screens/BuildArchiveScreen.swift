@@ -27,6 +27,13 @@ public final class BuildArchiveScreen {
     public private(set) var connection = ConnectionIndicator(SyncStatus())
 
     @ObservationIgnored private var lastSave: BuildSave?
+    /// The uploaded builds as the server last said of the crew's sheet, by id: a load reads them, and only
+    /// ``refreshSheets()`` asks the server.
+    @ObservationIgnored private var sheets: [String: BuildEntry] = [:]
+    /// The uploaded builds the server has been asked about, at their version: a build newly uploaded starts one
+    /// request, not every commit.
+    @ObservationIgnored private var asked: Set<String> = []
+    @ObservationIgnored private var sheetRefresh: Task<Void, Never>?
     @ObservationIgnored private lazy var updates = ScreenUpdates(engine: archive.engine) { [weak self] in await self?.load() }
 
     public init(archive: BuildArchive) {
@@ -57,6 +64,12 @@ public final class BuildArchiveScreen {
             switch try await archive.retry(buildId) {
             case .alreadySynced: alert = ArchiveAlert(title: "Already uploaded", message: "Nothing to send.")
             case .finished(let summary): alert = ArchiveAlert(summary: summary)
+            case .sentToSheet(let build):
+                sheets[buildId] = build
+                alert = ArchiveAlert(
+                    title: "Sent to the crew's sheet again",
+                    message: build.sheet == .failed
+                        ? "The sheet has not taken it yet: \(build.sheetError ?? "no reason given")." : "The server is sending it now.")
             }
         } catch let error as ClientError {
             alert = ArchiveAlert(title: "Retry failed", message: error.message)
@@ -97,23 +110,72 @@ public final class BuildArchiveScreen {
     /// Reads the screen again from the store and the engine.
     public func reload() async { await updates.reload() }
 
-    /// Keeps the screen current until the calling task is cancelled: `.task { await screen.run() }`.
-    public func run() async { await updates.run() }
+    /// Keeps the screen current until the calling task is cancelled: `.task { await screen.run() }`. While some
+    /// uploaded builds are not in the crew's sheet, it asks the server again every ``sheetInterval``.
+    public func run() async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.updates.run() }
+            group.addTask {
+                let clock = self.archive.engine.clock
+                while !Task.isCancelled {
+                    do { try await clock.sleep(for: Self.sheetInterval) } catch { return }
+                    if await self.awaitsSheet { await self.refreshSheets() }
+                }
+            }
+        }
+    }
 
+    /// Whether an uploaded build is not in the crew's sheet yet, as far as the screen knows.
+    private var awaitsSheet: Bool { rows.contains { $0.build.status == .uploaded || $0.build.sheet == .failed } }
+
+    /// How often a running screen asks again whether the crew's sheet has the builds it does not have yet.
+    public static let sheetInterval = Duration.seconds(15)
+
+    /// Asks the server whether the crew's sheet has the uploaded builds, then shows it; offline, nothing changes.
+    public func refreshSheets() async {
+        let uploaded = rows.map(\.build).filter { $0.syncStatus == .synced }
+        let told = await archive.withSheets(uploaded)
+        for build in told where build.sheet != .unknown { sheets[build.buildId] = build }
+        await reload()
+    }
+
+    /// Reads the screen from the store alone: a load asks the server nothing. A build newly uploaded starts one
+    /// question about the sheet, in the background.
     private func load() async {
         connection = ConnectionIndicator(await archive.engine.status)
-        if let lastSave, let now = try? await archive.current(lastSave),
+        if let lastSave, var now = try? await archive.current(lastSave, askingSheet: false),
             self.lastSave?.build.buildId == lastSave.build.buildId  // Not replaced by a save meanwhile.
         {
+            if let known = sheets[now.build.buildId], now.build.syncStatus == .synced {
+                now.build = BuildArchiveScreen.withSheet(now.build, from: known)
+            }
             self.lastSave = now
             saveMessage = now.message
         }
         do {
-            rows = try await archive.listWithSheets().map(BuildRow.init)
+            let builds = try await archive.list().map { build in
+                sheets[build.buildId].map { BuildArchiveScreen.withSheet(build, from: $0) } ?? build
+            }
+            rows = builds.map(BuildRow.init)
             self.error = nil
+            let unasked = Set(builds.filter { $0.syncStatus == .synced }.map(\.buildId)).subtracting(asked)
+            if !unasked.isEmpty, sheetRefresh == nil, connection.status.isOnline {
+                asked.formUnion(unasked)
+                sheetRefresh = Task { @MainActor [weak self] in
+                    await self?.refreshSheets()
+                    self?.sheetRefresh = nil
+                }
+            }
         } catch {
             self.error = ClientError.screen(error) ?? self.error
         }
+    }
+
+    /// `build` with the sheet state `known` holds.
+    private static func withSheet(_ build: BuildEntry, from known: BuildEntry) -> BuildEntry {
+        var build = build
+        (build.sheet, build.sheetError, build.sheetRetryAt) = (known.sheet, known.sheetError, known.sheetRetryAt)
+        return build
     }
 }
 
@@ -123,29 +185,35 @@ public struct BuildRow: Sendable, Hashable, Identifiable {
     public var build: BuildEntry
     /// The status icon's SF Symbol, such as `checkmark.icloud`.
     public var statusIcon: String
-    /// "Uploaded", "Waiting to upload", "Upload failed" or "Refused by the server".
+    /// "Synced", "Uploaded", "Waiting to upload", "Upload failed", "Not in the crew's sheet" or "Refused by the
+    /// server" (see ``BuildStatus``).
     public var statusText: String
-    /// The reason under a failed or refused build.
+    /// The reason under a failed or refused build, the sheet's included.
     public var errorText: String?
-    /// "In the crew's sheet" or "Not in the crew's sheet yet", for an uploaded build when the server said.
+    /// "In the crew's sheet", "Not in the crew's sheet yet" or "The crew's sheet has not taken it", for an
+    /// uploaded build when the server said.
     public var sheetText: String?
+    /// When the device last tried to upload it.
+    public var lastSyncAttempt: Date?
     public var badge: SyncBadge
-    /// Whether the row offers Retry: a build the server does not have yet.
+    /// Whether the row offers Retry: a build the server does not have yet, or the crew's sheet, as the server said.
     public var canRetry: Bool
 
     public init(_ build: BuildEntry) {
         self.build = build
         badge = build.badge
         statusIcon = badge.systemImage
-        switch build.syncStatus {
-        case .synced: statusText = "Uploaded"
+        switch build.status {
+        case .synced: statusText = "Synced"
+        case .uploaded: statusText = "Uploaded"
         case .pending: statusText = "Waiting to upload"
-        case .failed: statusText = "Upload failed"
+        case .failed: statusText = build.syncStatus == .synced ? "Not in the crew's sheet" : "Upload failed"
         case .rejected: statusText = "Refused by the server"
         }
-        errorText = build.syncStatus == .failed || build.syncStatus == .rejected ? build.syncError ?? "unknown error" : nil
-        canRetry = build.syncStatus != .synced
+        errorText = build.problem
+        canRetry = build.syncStatus != .synced || build.sheet == .waiting || build.sheet == .failed
         sheetText = build.syncStatus == .synced ? build.sheet.text : nil
+        lastSyncAttempt = build.lastSyncAttempt
     }
 }
 

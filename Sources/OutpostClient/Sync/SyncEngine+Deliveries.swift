@@ -10,4 +10,12 @@ extension SyncEngine {
     public func deliveries(collection: String, scope: String? = nil, recordIds: [String]) async throws -> RecordDeliveries {
         try await transport.deliveryStatus(collection: collection, scope: scope, recordIds: recordIds)
     }
+
+    /// Has the server's failing connectors that have not delivered these records (such as to a crew's sheet) try
+    /// them again now, instead of at the end of their wait, and says where the records then stand.
+    ///
+    /// - Throws: as ``deliveries(collection:scope:recordIds:)``.
+    public func retryDeliveries(collection: String, scope: String? = nil, recordIds: [String]) async throws -> RecordDeliveries {
+        try await transport.deliveryRetry(collection: collection, scope: scope, recordIds: recordIds)
+    }
 }

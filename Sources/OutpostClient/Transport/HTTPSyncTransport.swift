@@ -98,6 +98,10 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         try await send(.GET, path: "/v1/deliveries", query: TransportRequest.deliveriesQuery(collection, scope, recordIds))
     }
 
+    public func retryDeliveries(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries {
+        try await send(.POST, path: "/v1/deliveries/retry", query: TransportRequest.deliveriesQuery(collection, scope, recordIds))
+    }
+
     public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
         try await send(.POST, path: "/v1/heartbeats", query: [], body: try JSONEncoder().encode(heartbeat))
     }

@@ -58,6 +58,16 @@ public protocol DeliveryStatusTransport: SyncTransport {
     /// The records the server has of `recordIds` that the caller may read, each with its connectors and whether
     /// they delivered it (`GET /v1/deliveries`); at most 200 ids.
     func deliveries(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries
+    /// Has the failing connectors that have not delivered these records try them again soon
+    /// (`POST /v1/deliveries/retry`), and answers as ``deliveries(collection:scope:recordIds:)``.
+    func retryDeliveries(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries
+}
+
+extension DeliveryStatusTransport {
+    /// A transport that cannot ask for a retry only reports where the records stand.
+    public func retryDeliveries(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries {
+        try await deliveries(collection: collection, scope: scope, recordIds: recordIds)
+    }
 }
 
 extension BulkSyncTransport {
@@ -182,6 +192,11 @@ extension SyncTransport {
     package func deliveryStatus(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries {
         guard let transport = self as? any DeliveryStatusTransport else { throw TransportError.noDeliveryStatus }
         return try await transport.deliveries(collection: collection, scope: scope, recordIds: recordIds)
+    }
+
+    package func deliveryRetry(collection: String, scope: String?, recordIds: [String]) async throws -> RecordDeliveries {
+        guard let transport = self as? any DeliveryStatusTransport else { throw TransportError.noDeliveryStatus }
+        return try await transport.retryDeliveries(collection: collection, scope: scope, recordIds: recordIds)
     }
 }
 

@@ -5,7 +5,8 @@ import OutpostProtocol
 
 /// `/v1/connectors` (organizers): connectors that deliver a collection's changes to a URL outside
 /// (``ConnectorDelivery``). Supervisors and staff are refused: a connector sends the whole tenant's records.
-/// `/v1/deliveries` tells anyone who may read records whether the connectors have delivered them.
+/// `/v1/deliveries` tells anyone who may read records whether the connectors have delivered them, and
+/// `/v1/deliveries/retry` has the failing ones try them again soon.
 struct ConnectorController<Storage: SyncStorage> {
     let storage: Storage
     let configuration: ServerConfiguration
@@ -66,15 +67,51 @@ struct ConnectorController<Storage: SyncStorage> {
         group.post("connectors/:connector/resume", use: resume)
         group.post("connectors/:connector/replay", use: replay)
         group.get("deliveries", use: deliveries)
+        group.post("deliveries/retry", use: retryDeliveries)
     }
 
     /// The most record ids one `GET /v1/deliveries` asks about.
     static var maxDeliveryIds: Int { 200 }
+    /// How soon after a connector's last failure a retry asked for by a device may try it again, in milliseconds:
+    /// asking many times does not flood the receiver.
+    static var retrySpacing: Int64 { 5_000 }
 
     /// `GET /v1/deliveries?collection=C&ids=a,b[&scope=S]` (anyone who may read the records): whether the tenant's
-    /// connectors have delivered each record's version the server has. Records the caller may not read, and ones
-    /// the server does not have, are left out.
+    /// connectors have delivered each record's version the server has, and why the last attempt of one that has
+    /// not failed. Records the caller may not read, and ones the server does not have, are left out.
     @Sendable func deliveries(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let (records, _) = try await recordDeliveries(request, context: context)
+        return try .json(RecordDeliveries(records: records.map(\.delivery)))
+    }
+
+    /// `POST /v1/deliveries/retry?collection=C&ids=a,b[&scope=S]` (anyone who may read the records): the failing
+    /// connectors that have not delivered these records try again now, or as soon after their last failure as
+    /// ``retrySpacing`` allows, instead of at the end of their backoff. Answers as `GET /v1/deliveries` does.
+    @Sendable func retryDeliveries(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        let (records, connectors) = try await recordDeliveries(request, context: context)
+        let time = Timestamp(now()).millisecondsSince1970
+        var moved = false
+        for connector in connectors where connector.failures > 0 && !connector.paused {
+            let behind = records.contains { record in
+                (connector.scope.isEmpty || connector.scope == record.delivery.scope) && connector.cursor < record.position
+            }
+            if behind {
+                moved =
+                    try await storage.retryConnectorSoon(
+                        tenant: identity.tenant, id: connector.id, at: time, spacing: Self.retrySpacing) || moved
+            }
+        }
+        guard moved else { return try .json(RecordDeliveries(records: records.map(\.delivery))) }
+        let (again, _) = try await recordDeliveries(request, context: context)
+        return try .json(RecordDeliveries(records: again.map(\.delivery)))
+    }
+
+    /// The records `request` asks about that the caller may read, each with where its connectors stand, and the
+    /// connectors that send them.
+    private func recordDeliveries(
+        _ request: Request, context: OutpostRequestContext
+    ) async throws -> (records: [(delivery: RecordDelivery, position: PullCursor)], connectors: [Connector]) {
         let identity = try context.requireIdentity()
         let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
         let scope = try RequestDecoding.scope(in: request)
@@ -93,11 +130,17 @@ struct ConnectorController<Storage: SyncStorage> {
         }
         let records = positions.map { record in
             let receivers = connectors.filter { $0.scope.isEmpty || $0.scope == record.scope }
-            return RecordDelivery(
+            let behind = receivers.filter { $0.cursor < record.position }
+            // The reason is the connector's own, which names no host or URL: the person who made the record may
+            // read it.
+            let failing = behind.filter { $0.failures > 0 }.min { $0.nextAttemptAt < $1.nextAttemptAt }
+            let delivery = RecordDelivery(
                 recordId: record.recordId, scope: record.scope, version: record.version, receivers: receivers.count,
-                delivered: !receivers.isEmpty && receivers.allSatisfy { $0.cursor >= record.position })
+                delivered: !receivers.isEmpty && behind.isEmpty, lastError: failing?.lastError,
+                nextAttemptAt: failing.map { Timestamp(millisecondsSince1970: $0.nextAttemptAt) })
+            return (delivery, record.position)
         }
-        return try .json(RecordDeliveries(records: records))
+        return (records, connectors)
     }
 
     @Sendable func add(_ request: Request, context: OutpostRequestContext) async throws -> Response {

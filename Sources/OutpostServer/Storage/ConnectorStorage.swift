@@ -105,6 +105,10 @@ package protocol ConnectorStorage: Sendable {
     func connectorFailed(
         tenant: String, id: String, owner: String, error: String, at time: Int64, nextAttemptAt: Int64
     ) async throws -> Int?
+    /// Brings a connector's next attempt after a failure forward to `time`, but to no sooner than `spacing`
+    /// milliseconds after its last failure, so that asking again does not flood its receiver: when it is not
+    /// paused, has failed since its last delivery, and its next attempt is later. True when it moved.
+    func retryConnectorSoon(tenant: String, id: String, at time: Int64, spacing: Int64) async throws -> Bool
     /// Connectors failing now, over every tenant: for the metric every server reports alike.
     func failingConnectorCount() async throws -> Int
     /// Where each of these records' latest change stands in the change order, and its version: in `scope` (every

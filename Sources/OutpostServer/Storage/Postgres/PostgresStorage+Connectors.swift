@@ -118,6 +118,16 @@ extension PostgresStorage {
         }
     }
 
+    package func retryConnectorSoon(tenant: String, id: String, at time: Int64, spacing: Int64) async throws -> Bool {
+        try await changedRow(
+            """
+            UPDATE connectors SET next_attempt_at = GREATEST(\(time), COALESCE(last_failed_at, 0) + \(spacing))
+            WHERE tenant = \(tenant) AND id = \(id) AND NOT paused AND failures > 0
+              AND next_attempt_at > GREATEST(\(time), COALESCE(last_failed_at, 0) + \(spacing))
+            RETURNING id
+            """)
+    }
+
     package func failingConnectorCount() async throws -> Int {
         try await guarded {
             let rows = try await client.query(

@@ -128,6 +128,18 @@ extension SQLiteStorage {
         }
     }
 
+    package func retryConnectorSoon(tenant: String, id: String, at time: Int64, spacing: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE connectors SET next_attempt_at = MAX(?1, COALESCE(last_failed_at, 0) + ?2)
+                    WHERE tenant = ?3 AND id = ?4 AND NOT paused AND failures > 0
+                      AND next_attempt_at > MAX(?1, COALESCE(last_failed_at, 0) + ?2)
+                    """, arguments: [time, spacing, tenant, id])
+            return db.changesCount > 0
+        }
+    }
+
     package func failingConnectorCount() async throws -> Int {
         try await pool.read { db in
             try Int.fetchOne(
