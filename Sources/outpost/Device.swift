@@ -161,9 +161,16 @@ struct DeviceRecords: AsyncParsableCommand {
         let store = try options.openStore()
         let filter: LocalStore.Filter = pending ? .pending : failed ? .failed : rejected ? .rejected : .all
         let records = try await store.records(filter)
+        // A record waiting longer than a day shows as not synced for that long, not as pending.
+        let threshold = EscalationPolicy().threshold
+        let cutoff = Date().addingTimeInterval(-Double(threshold.components.seconds))
+        let overdue = Set(try await store.persistentFailures(writtenBefore: cutoff).map { "\($0.collection)/\($0.recordId)" })
         for record in records {
             let fields = record.fields.keys.sorted().map { "\($0)=\(record.fields[$0]!.displayText)" }.joined(separator: " ")
-            say("\(record.badge.symbol)  \(record.path)  \(record.tombstone ? "(deleted)" : fields)")
+            let badge = SyncBadge(
+                status: record.syncStatus, error: record.syncError, isConflict: record.conflict != nil,
+                overdue: overdue.contains("\(record.collection)/\(record.recordId)") ? threshold : nil)
+            say("\(badge.symbol)  \(record.path)  \(record.tombstone ? "(deleted)" : fields)")
             for line in Self.details(record) { say("    \(line)") }
         }
         if records.isEmpty { say(rejected ? "no refused records" : "no records") }

@@ -20,6 +20,25 @@ struct BuildArchiveTests {
         }
     }
 
+    @Test("a build waiting to upload for over 24 hours shows as failing on its own row, with why; the others stay pending")
+    func overdueBuild() async throws {
+        let now = ManualNow()
+        try await withTestDevice(now: now) { device in
+            let archive = BuildArchive(engine: device.engine)
+            _ = try await archive.save(name: "Shed")
+            now.advance(seconds: 25 * 3600)
+            _ = try await archive.save(name: "Roof")
+            let listed = Dictionary(uniqueKeysWithValues: try await archive.list().map { ($0.name, $0) })
+            let shed = try #require(listed["Shed"])
+            #expect(shed.status == .failed && shed.badge.symbol == "✗ not synced for over 24 hours")
+            #expect(shed.badge.systemImage == "exclamationmark.icloud")
+            #expect(shed.problem?.hasPrefix("not uploaded for over 24 hours: ") == true)
+            #expect(BuildRow(shed).statusText == "Upload failed" && BuildRow(shed).canRetry)
+            let roof = try #require(listed["Roof"])
+            #expect(roof.status == .pending && roof.badge.symbol == "⏳ pending" && roof.problem == nil)
+        }
+    }
+
     @Test(
         "a build the crew's sheet has not taken is failed with the sheet's reason, not synced; Retry asks the server to send it again; then it is synced"
     )

@@ -61,10 +61,12 @@ public struct ActivityLog: Sendable {
 
     /// Activities on this device, newest first, each with its sync badge.
     public func list() async throws -> [ActivityEntry] {
-        try await engine.store.records(collection: Activity.collection)
-            .filter { !$0.tombstone }
-            .map(ActivityEntry.init)
-            .sorted { ($0.date, $0.updatedAt) > ($1.date, $1.updatedAt) }
+        await engine.markingOverdue(
+            try await engine.store.records(collection: Activity.collection)
+                .filter { !$0.tombstone }
+                .map(ActivityEntry.init)
+                .sorted { ($0.date, $0.updatedAt) > ($1.date, $1.updatedAt) },
+            collection: Activity.collection)
     }
 
     /// Pulls activities changed on the server (by other devices, or resolved there) into the device.
@@ -121,6 +123,8 @@ public struct ActivityEntry: Sendable, Hashable {
     public var updatedAt: Date
     /// When a money field conflicted: what the server holds.
     public var conflict: ConflictDetail?
+    /// The escalation threshold, when the activity has waited to sync longer than it (see ``SyncBadge/overdue``).
+    public var overdue: Duration?
 
     public init(_ record: LocalRecord) {
         recordId = record.recordId
@@ -136,7 +140,11 @@ public struct ActivityEntry: Sendable, Hashable {
     public var date: String { fields[Activity.Field.date]?.stringValue ?? "" }
     public var durationMinutes: Int64? { FieldRules.integer(fields[Activity.Field.durationMinutes]) }
     public var travelExpense: String? { fields[Activity.Field.travelExpense]?.stringValue }
-    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: conflict != nil) }
+    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: conflict != nil, overdue: overdue) }
+}
+
+extension ActivityEntry: WaitingEntry {
+    var overdueKey: String { recordId }
 }
 
 /// What registering or editing did, and the confirmation to show.

@@ -90,10 +90,12 @@ public struct AttendanceLog: Sendable {
 
     /// This user's attendance records, newest first, each with its sync badge.
     public func history() async throws -> [AttendanceEntry] {
-        try await engine.store.records(collection: Attendance.collection)
-            .compactMap(AttendanceEntry.init)
-            .filter { $0.userId == userId }
-            .sorted { $0.time > $1.time }
+        await engine.markingOverdue(
+            try await engine.store.records(collection: Attendance.collection)
+                .compactMap(AttendanceEntry.init)
+                .filter { $0.userId == userId }
+                .sorted { $0.time > $1.time },
+            collection: Attendance.collection)
     }
 
     private func entries(on day: CalendarDay) async throws -> [Attendance.Action: AttendanceEntry] {
@@ -128,6 +130,8 @@ public struct AttendanceEntry: Sendable, Hashable {
     public var syncStatus: RecordSyncStatus
     public var syncError: String?
     public var isConflict: Bool
+    /// The escalation threshold, when the entry has waited to sync longer than it (see ``SyncBadge/overdue``).
+    public var overdue: Duration?
 
     /// The entry a stored record holds, or nil when it is not an attendance record.
     public init?(_ record: LocalRecord) {
@@ -150,7 +154,11 @@ public struct AttendanceEntry: Sendable, Hashable {
         self.isConflict = record.conflict != nil
     }
 
-    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: isConflict) }
+    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: isConflict, overdue: overdue) }
+}
+
+extension AttendanceEntry: WaitingEntry {
+    var overdueKey: String { recordId }
 }
 
 /// Today's state: not checked in, checked in, or checked out; and whether the last action has synced.

@@ -32,7 +32,9 @@ public struct BuildArchive: Sendable {
 
     /// Every build on the device, newest first, with its status and, for a failed one, why.
     public func list() async throws -> [BuildEntry] {
-        try await engine.store.records(collection: Build.collection).filter { !$0.tombstone }.map(BuildEntry.init)
+        await engine.markingOverdue(
+            try await engine.store.records(collection: Build.collection).filter { !$0.tombstone }.map(BuildEntry.init),
+            collection: Build.collection)
     }
 
     /// ``list()`` with each uploaded build's ``SheetState``, asked of the server when the device is online.
@@ -130,6 +132,8 @@ public struct BuildEntry: Sendable, Hashable {
     public var sheetRetryAt: Date?
     /// When the device last tried to upload it.
     public var lastSyncAttempt: Date?
+    /// The escalation threshold, when the build has waited to upload longer than it (see ``SyncBadge/overdue``).
+    public var overdue: Duration?
 
     public init(_ record: LocalRecord) {
         buildId = record.recordId
@@ -141,13 +145,13 @@ public struct BuildEntry: Sendable, Hashable {
         lastSyncAttempt = record.lastSyncAttempt
     }
 
-    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, overdue: overdue) }
 
     /// Where the build stands in the archive's words, the crew's sheet included: it is `synced` only once the
     /// sheet has it (or when builds go to no sheet).
     public var status: BuildStatus {
         switch syncStatus {
-        case .pending: return .pending
+        case .pending: return overdue == nil ? .pending : .failed
         case .failed: return .failed
         case .rejected: return .rejected
         case .synced:
@@ -163,10 +167,16 @@ public struct BuildEntry: Sendable, Hashable {
     public var problem: String? {
         switch status {
         case .failed where syncStatus == .synced: return "the crew's sheet has not taken it: \(sheetError ?? "no reason given")"
+        case .failed where overdue != nil:
+            return "not uploaded for over \(PersistentFailureNotice.describe(overdue ?? .zero)): \(syncError ?? "not yet delivered")"
         case .failed, .rejected: return syncError ?? "unknown error"
         case .pending, .uploaded, .synced: return nil
         }
     }
+}
+
+extension BuildEntry: WaitingEntry {
+    var overdueKey: String { buildId }
 }
 
 /// Where a build stands, from the device to the crew's sheet.
@@ -177,7 +187,8 @@ public enum BuildStatus: String, Sendable, Hashable, CaseIterable {
     case uploaded
     /// On the server and in the crew's sheet, or on the server when builds go to no sheet.
     case synced
-    /// The upload failed, or the sheet has not taken it: retried, and ``BuildEntry/problem`` says why.
+    /// The upload failed, it has waited to upload longer than the escalation threshold, or the sheet has not taken
+    /// it: retried, and ``BuildEntry/problem`` says why.
     case failed
     /// The server refused it: it waits for the crew.
     case rejected

@@ -130,10 +130,12 @@ public struct CheckInDesk: Sendable {
 
     /// This event's scans that have not reached the server yet (failed ones included), oldest first.
     public func pending() async throws -> [ScanRecord] {
-        try await engine.store.records(collection: CheckIn.collection)
-            .filter { $0.isWaitingToSync && $0.scope == event }
-            .compactMap { ScanRecord($0, guest: nil) }
-            .sorted { $0.scannedAt < $1.scannedAt }
+        await engine.markingOverdue(
+            try await engine.store.records(collection: CheckIn.collection)
+                .filter { $0.isWaitingToSync && $0.scope == event }
+                .compactMap { ScanRecord($0, guest: nil) }
+                .sorted { $0.scannedAt < $1.scannedAt },
+            collection: CheckIn.collection, scope: event)
     }
 
     /// This event's scans the server refused, oldest first, each with the door's verdict.
@@ -222,6 +224,8 @@ public struct ScanRecord: Sendable, Hashable {
     public var syncError: String?
     /// The organizer's note and the arrival alert, when the scan read the roster.
     public var guest: GuestDetails?
+    /// The escalation threshold, when the scan has waited to sync longer than it (see ``SyncBadge/overdue``).
+    public var overdue: Duration?
 
     public init?(_ record: LocalRecord, guest: GuestDetails?) {
         guard record.collection == CheckIn.collection, !record.tombstone,
@@ -240,5 +244,9 @@ public struct ScanRecord: Sendable, Hashable {
         self.syncError = record.syncError
     }
 
-    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError) }
+    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, overdue: overdue) }
+}
+
+extension ScanRecord: WaitingEntry {
+    var overdueKey: String { guestId }
 }

@@ -500,6 +500,23 @@ extension LocalStore {
         }
     }
 
+    /// The ids of the records of `collection` (in `scope` when given) still waiting to sync whose oldest unsynced
+    /// write was made at `cutoff` or earlier: ``persistentFailures(writtenBefore:)`` of one list, without reading
+    /// a payload.
+    package func overdueRecordIds(writtenBefore cutoff: Date, collection: String, scope: String?) async throws -> Set<String> {
+        try await perform {
+            try await self.read { db in
+                Set(
+                    try String.fetchAll(
+                        db,
+                        sql: """
+                            SELECT DISTINCT record_id FROM outbox
+                            WHERE state = 'pending' AND client_ts <= ? AND collection = ? AND (? IS NULL OR scope = ?)
+                            """, arguments: [Timestamp(cutoff).millisecondsSince1970, collection, scope, scope]))
+            }
+        }
+    }
+
     /// When reference data (a roster) was last downloaded or refreshed on this device, if ever.
     package func lastReferenceFetch() async throws -> Date? {
         try await perform {

@@ -81,11 +81,22 @@ public struct SyncBadge: Sendable, Hashable {
     public var status: RecordSyncStatus
     /// A rejected record whose protected field conflicted with the server's.
     public var isConflict: Bool
+    /// For a record still waiting to sync, the escalation threshold it has waited longer than (24 hours): it is
+    /// shown as failing, not as pending.
+    public var overdue: Duration?
     public var accessibilityLabel: String
 
-    public init(status: RecordSyncStatus, error: String?, isConflict: Bool = false) {
+    /// - Parameter overdue: the escalation threshold, when the record has waited longer than it
+    ///   (``SyncEngine/overdueRecordIds(collection:scope:)``).
+    public init(status: RecordSyncStatus, error: String?, isConflict: Bool = false, overdue: Duration? = nil) {
         self.status = status
         self.isConflict = isConflict && status == .rejected
+        self.overdue = status == .pending || status == .failed ? overdue : nil
+        if let overdue = self.overdue {
+            accessibilityLabel =
+                "Not synchronized for over \(PersistentFailureNotice.describe(overdue)), will retry: \(error ?? "not yet delivered")"
+            return
+        }
         switch status {
         case .pending: accessibilityLabel = "Record pending synchronization"
         case .failed: accessibilityLabel = "Synchronization failed, will retry: \(error ?? "unknown error")"
@@ -99,6 +110,7 @@ public struct SyncBadge: Sendable, Hashable {
     /// pending, `exclamationmark.icloud` after a failure, `xmark.icloud` when refused, and
     /// `exclamationmark.triangle` for a conflict.
     public var systemImage: String {
+        if overdue != nil { return "exclamationmark.icloud" }
         switch status {
         case .pending: return "icloud.and.arrow.up"
         case .failed: return "exclamationmark.icloud"
@@ -109,6 +121,7 @@ public struct SyncBadge: Sendable, Hashable {
 
     /// A short mark for a terminal list.
     public var symbol: String {
+        if let overdue { return "✗ not synced for over \(PersistentFailureNotice.describe(overdue))" }
         switch status {
         case .pending: return "⏳ pending"
         case .failed: return "✗ failed"

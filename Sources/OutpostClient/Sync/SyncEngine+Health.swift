@@ -72,7 +72,7 @@ public struct PersistentFailureNotice: Sendable, Hashable {
     ]
 
     /// "24 hours", "30 minutes", "1 hour".
-    static func describe(_ span: Duration) -> String {
+    public static func describe(_ span: Duration) -> String {
         let seconds = span.components.seconds
         func unit(_ value: Int64, _ name: String) -> String { "\(value) \(name)\(value == 1 ? "" : "s")" }
         if seconds % 3600 == 0 { return unit(seconds / 3600, "hour") }
@@ -186,6 +186,14 @@ extension SyncEngine {
                 isRetrying: previous?.isRetrying ?? false, retryError: previous?.retryError)
         if previous != status.persistentFailureNotice { publish() }
         return failures
+    }
+
+    /// The ids of the records of `collection` (in `scope` when given) that have waited to sync longer than the
+    /// escalation threshold: a list shows each of them as not synced for that long, on its own row, rather than
+    /// as pending.
+    public func overdueRecordIds(collection: String, scope: String? = nil) async throws -> Set<String> {
+        let cutoff = now().addingTimeInterval(-Double(configuration.escalation.threshold.components.seconds))
+        return try await store.overdueRecordIds(writtenBefore: cutoff, collection: collection, scope: scope)
     }
 
     /// Refuses, always: the notice stays until the records sync.
