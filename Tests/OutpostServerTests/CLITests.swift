@@ -205,6 +205,16 @@ struct BenchHarnessTests {
         #expect(results.allSatisfy { ($0["figure"] as? Double ?? 0) > 0 }, "\(results)")
     }
 
+    @Test("`bench silent-save` times real save commands against a server that never answers, to their first line")
+    func silentSave() async throws {
+        let run = try await OutpostProcess.run(["bench", "silent-save", "--samples", "10", "--json"])
+        #expect([0, 1].contains(run.status), "\(run.stderr)")
+        let start = try #require(run.stdout.firstIndex(of: "["), "\(run.stdout) \(run.stderr)")
+        let results = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout[start...].utf8)) as? [[String: Any]])
+        #expect(results.compactMap { $0["name"] as? String }.allSatisfy { $0.hasPrefix("silent-save: command start to durable write") })
+        #expect(results.count == 2 && results.allSatisfy { ($0["figure"] as? Double ?? 0) > 0 }, "\(results)")
+    }
+
     @Test("`bench connector` delivers its backlog and its live pushes to its receiver, and reports rate and delays")
     func connector() async throws {
         let run = try await OutpostProcess.run(["bench", "connector", "--json"])

@@ -69,6 +69,10 @@ struct Bench: AsyncParsableCommand {
                 results += try await LocalWriteBench(directory: base, records: records, samples: samples) { line in
                     if !json { say(line) }
                 }.run()
+            case .silentSave:
+                results += try await SilentSaveBench(directory: base, runs: min(samples, 50)) { line in
+                    if !json { say(line) }
+                }.run()
             case .drain, .devices, .monitor, .failures, .memory, .load, .connector:
                 for database in [nil] + (databaseURL.map { [$0] } ?? []) {
                     let bench = SyncBench(directory: base, databaseURL: database) { line in if !json { say(line) } }
@@ -107,6 +111,7 @@ struct Bench: AsyncParsableCommand {
 
 enum BenchScenario: String, CaseIterable, ExpressibleByArgument {
     case localWrite = "local-write"
+    case silentSave = "silent-save"
     case drain
     case devices
     case roster
