@@ -28,6 +28,13 @@ public final class FaultProxy: Sendable {
         case drop
         /// Hold every chunk this long before forwarding it.
         case delay(Duration)
+        /// Forward every request, and close the connection of one that starts with `prefix` (such as
+        /// `POST /v1/push`) before any byte of its answer reaches the client: the server did the work, the
+        /// client never hears of it. Other requests pass.
+        case cutAnswers(toRequestsStartingWith: String)
+        /// Answer every request with `status` and an empty body, forwarding nothing: a server that is up and
+        /// failing, such as one whose database is down (500) or behind a proxy that lost it (502).
+        case answer(status: Int)
     }
 
     /// What the proxy has done so far.
@@ -45,6 +52,8 @@ public final class FaultProxy: Sendable {
         var budget = 0
         var counters = Counters()
         var open: [ObjectIdentifier: Channel] = [:]
+        /// The upstream connections whose answer is cut (``Fault/cutAnswers(toRequestsStartingWith:)``).
+        var doomed: Set<ObjectIdentifier> = []
     }
 
     public let port: Int
@@ -130,6 +139,8 @@ public final class FaultProxy: Sendable {
                 return passing == 0 ? .cut : .forward(passing, delay: nil)
             case .cutAfter:
                 if state.budget == 0 { return .cut }
+            case .cutAnswers, .answer:
+                break
             }
             state.count(direction, count)
             return .forward(count, delay: nil)
@@ -226,6 +237,30 @@ public final class FaultProxy: Sendable {
 
         private func forward(_ buffer: ByteBuffer, context: ChannelHandlerContext, to partner: Channel) {
             var buffer = buffer
+            if direction == .upstream, case .answer(let status) = proxy.state.withLockedValue({ $0.fault }) {
+                let head = "HTTP/1.1 \(status) Failing\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                let channel = context.channel
+                channel.writeAndFlush(channel.allocator.buffer(string: head)).whenComplete { _ in channel.close(promise: nil) }
+                partner.close(promise: nil)
+                return
+            }
+            let cutsAnswer = proxy.state.withLockedValue { state -> Bool in
+                switch direction {
+                case .upstream:
+                    if case .cutAnswers(let prefix) = state.fault, buffer.readableBytesView.starts(with: Array(prefix.utf8)) {
+                        state.doomed.insert(ObjectIdentifier(partner))
+                    }
+                    return false
+                case .downstream:
+                    return state.doomed.remove(ObjectIdentifier(context.channel)) != nil
+                }
+            }
+            if cutsAnswer {
+                proxy.state.withLockedValue { $0.counters.cut += 1 }
+                context.close(promise: nil)
+                partner.close(promise: nil)
+                return
+            }
             switch proxy.decide(direction, count: buffer.readableBytes) {
             case .cut:
                 proxy.state.withLockedValue { $0.counters.cut += 1 }

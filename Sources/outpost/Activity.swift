@@ -110,10 +110,13 @@ private func confirm(_ saved: ActivitySave, log: ActivityLog, device: Device) as
     say("\(saved.confirmation) (\(saved.activity.recordId))")
     let ended = await Delivery.deliver(device.engine)
     let now = try await log.current(saved)
-    if now.confirmation != saved.confirmation {
+    let status = await device.engine.status
+    // Still pending while the server answers: why it has not taken the activity yet, not that it is "syncing now".
+    let waitingOnServer = now.activity.syncStatus == .pending && (status.connection == .online || status.connection == .unknown)
+    if now.confirmation != saved.confirmation && !waitingOnServer {
         say(now.confirmation)
     } else if now.activity.syncStatus == .pending {
-        say(Delivery.stillPending(ended: ended, connection: await device.engine.status.connection))
+        say(Delivery.stillPending(ended: ended, connection: status.connection, lastFailure: status.lastFailure))
     }
 }
 

@@ -28,13 +28,16 @@ struct BuildsSave: AsyncParsableCommand {
             say("\(saved.message) (\(saved.build.buildId))")
             let ended = await Delivery.deliver(device.engine)
             let now = try await archive.current(saved)
-            if now.message != saved.message {
+            let status = await device.engine.status
+            // Still pending while the server answers: why it has not taken the build yet, not that it is "uploading".
+            let waitingOnServer = now.build.syncStatus == .pending && (status.connection == .online || status.connection == .unknown)
+            if now.message != saved.message && !waitingOnServer {
                 say(now.message)
                 if now.build.sheet == .failed, let at = now.build.sheetRetryAt { say("    the server tries the sheet again at \(clockText(at))") }
             } else if now.build.syncStatus == .pending {
                 say(
                     Delivery.stillPending(
-                        ended: ended, connection: await device.engine.status.connection, notYet: "not uploaded yet",
+                        ended: ended, connection: status.connection, lastFailure: status.lastFailure, notYet: "not uploaded yet",
                         next: "it uploads with the next sync"))
             }
             if now.build.status == .failed { say("    retry: outpost builds retry \(saved.build.buildId)") }

@@ -48,16 +48,20 @@ enum Delivery {
     static func report(_ device: Device, collection: String, scope: String = "", recordId: String) async throws -> LocalRecord? {
         let ended = await deliver(device.engine)
         let record = try await device.store.record(collection: collection, scope: scope, recordId: recordId)
-        let connection = await device.engine.status.connection
-        if let record { say(line(record, ended: ended, connection: connection)) }
+        let status = await device.engine.status
+        if let record { say(line(record, ended: ended, connection: status.connection, lastFailure: status.lastFailure)) }
         return record
     }
 
     /// What a record still pending after ``deliver(_:)`` says: "not synced yet: it stays queued…", with why
     /// when it is known: no server, a server in trouble, or no answer within ``wait``.
     static func stillPending(
-        ended: Bool, connection: Connection, notYet: String = "not synced yet", next: String = "it stays queued and goes with the next sync"
+        ended: Bool, connection: Connection, lastFailure: String? = nil, notYet: String = "not synced yet",
+        next: String = "it stays queued and goes with the next sync"
     ) -> String {
+        if connection == .online, !ended, let lastFailure {
+            return "\(notYet): \(lastFailure.prefix(1).lowercased() + lastFailure.dropFirst()); \(next)"
+        }
         switch connection {
         case .offline: return "\(notYet): the server cannot be reached; \(next)"
         case .unknown: return "\(notYet): the server has not answered within \(probeBound.components.seconds) s; \(next)"
@@ -68,7 +72,7 @@ enum Delivery {
     }
 
     /// Where a just-saved record stands, in words, after its delivery ended or was waited on for ``wait``.
-    static func line(_ record: LocalRecord, ended: Bool, connection: Connection) -> String {
+    static func line(_ record: LocalRecord, ended: Bool, connection: Connection, lastFailure: String? = nil) -> String {
         switch record.syncStatus {
         case .synced:
             return "synced: the server has it"
@@ -77,7 +81,7 @@ enum Delivery {
         case .failed:
             return "not synced: \(record.syncError ?? "unknown error"); it stays queued and goes with the next sync"
         case .pending:
-            return stillPending(ended: ended, connection: connection)
+            return stillPending(ended: ended, connection: connection, lastFailure: lastFailure)
         }
     }
 

@@ -60,22 +60,26 @@ final class AppSession: @unchecked Sendable {
         return organizer
     }
 
-    /// Sets up a device store for `user` and returns a runner of `outpost` commands as that device.
-    func device(_ id: String, user: String) async throws -> (_ arguments: [String]) async throws -> OutpostProcess.Output {
-        let run = try await clockedDevice(id, user: user)
+    /// Sets up a device store for `user` and returns a runner of `outpost` commands as that device; it reaches
+    /// the server through `port` when given (a ``FaultProxy``'s).
+    func device(
+        _ id: String, user: String, through port: Int? = nil
+    ) async throws -> (_ arguments: [String]) async throws -> OutpostProcess.Output {
+        let run = try await clockedDevice(id, user: user, through: port)
         return { arguments in try await run(arguments, nil) }
     }
 
     /// Sets up a device store for `user` and returns a runner of `outpost` commands as that device, each with
     /// its wall clock moved by an offset such as `+48h` (see ``FakeTime``), or true when nil.
     func clockedDevice(
-        _ id: String, user: String
+        _ id: String, user: String, through port: Int? = nil
     ) async throws
         -> (_ arguments: [String], _ clock: String?) async throws -> OutpostProcess.Output
     {
         let store = ["--store", root.appendingPathComponent("\(id)/device.sqlite").path]
         let initialised = try await OutpostProcess.run(
-            ["device", "init", "--server", url, "--token", try token(user: user), "--device-id", id] + store)
+            ["device", "init", "--server", port.map { "http://127.0.0.1:\($0)" } ?? url, "--token", try token(user: user), "--device-id", id]
+                + store)
         #expect(initialised.status == 0, "\(initialised.stderr)")
         return { arguments, offset in try await OutpostProcess.run(arguments + store, environment: ["TZ": "UTC"], clock: offset) }
     }

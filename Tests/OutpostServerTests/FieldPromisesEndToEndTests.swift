@@ -1,6 +1,7 @@
 import Foundation
 import OutpostClient
 import OutpostProtocol
+import OutpostTesting
 import Testing
 
 /// The field apps' promises through the real CLI: a save that does not wait on a server that never answers,
@@ -73,6 +74,80 @@ struct FieldPromisesEndToEndTests {
             "\(checkIn.stdout)")
         let pending = try await OutpostProcess.run(["device", "records", "--pending", "--store", store])
         #expect(pending.stdout.contains("⏳ pending  attendance/ana."), "\(pending.stdout)")
+    }
+
+    @Test(
+        "a money-field conflict whose answer the link lost is a conflict on the next sync: not waiting, listed as refused, and settled by resolve"
+    )
+    func conflictThroughLostAnswer() async throws {
+        let session = try AppSession()
+        try await session.startServer()
+        let proxy = try await FaultProxy.start(upstreamPort: Int(session.port)!)
+        let phone = try await session.device("phone-mia", user: "mia", through: proxy.port)
+        let tablet = try await session.device("tablet-mia", user: "mia")
+        let registered = try await phone([
+            "activity", "register", "--type", "call", "--date", "2026-11-20", "--duration", "30", "--travel-expense", "10",
+        ])
+        let id = try #require(registered.stdout.split(separator: "(").last?.split(separator: ")").first.map(String.init), "\(registered.stdout)")
+        #expect(try await tablet(["activity", "list"]).stdout.contains(id))
+
+        // The phone, offline, edits the money field; the tablet, online, edits it too.
+        proxy.inject(.drop)
+        #expect(try await phone(["activity", "edit", id, "--travel-expense", "30"]).stdout.contains("Saved offline"))
+        #expect(try await tablet(["activity", "edit", id, "--travel-expense", "20"]).stdout.contains("Activity updated"))
+        // The phone's push reaches the server, which records the conflict; its answer is lost on the way back.
+        proxy.inject(.cutAnswers(toRequestsStartingWith: "POST /v1/push"))
+        let cut = try await phone(["device", "sync"])
+        #expect(!cut.stdout.contains("refused"), "\(cut.stdout) \(cut.stderr)")
+        #expect(cut.stdout.contains("The connection to the server broke before it answered"), "\(cut.stdout)")
+        let recorded = try await session.get("/v1/conflicts?collection=activities", as: ConflictsResponse.self).conflicts
+        #expect(recorded.map(\.attemptedFields) == [["travel_expense": "30.00"]], "the push did not reach the server: \(cut.stdout)")
+        // The link returns: the push goes again, answered as the conflict it was.
+        proxy.inject(nil)
+        let sync = try await phone(["device", "sync"])
+        #expect(sync.stdout.contains("1 refused: Conflict on a protected field"), "\(sync.stdout) \(sync.stderr)")
+        let status = try await phone(["device", "status"]).stdout
+        #expect(status.contains("refused:  1") && status.contains("Nothing waiting to sync"), "\(status)")
+        let again = try await phone(["device", "sync"]).stdout
+        #expect(!again.contains("failed, 1") && !again.contains("1 synced"), "\(again)")
+        let refused = try await phone(["device", "records", "--rejected"]).stdout
+        #expect(refused.contains("yours: travel_expense=30.00   server's: travel_expense=20.00"), "\(refused)")
+        let resolved = try await phone(["device", "resolve", id, "--keep-server"])
+        #expect(resolved.status == 0, "\(resolved.stdout) \(resolved.stderr)")
+        #expect(try await phone(["activity", "list"]).stdout.contains("travel 20.00"))
+        #expect(try await phone(["device", "status"]).stdout.contains("refused:  0"))
+        try await proxy.stop()
+    }
+
+    @Test("a server answering 500, and one that drops uploads while it answers, are told as such: never as the device being offline")
+    func serverTroubleIsNotOffline() async throws {
+        let session = try AppSession()
+        try await session.startServer()
+        let proxy = try await FaultProxy.start(upstreamPort: Int(session.port)!)
+        let crew = try await session.device("crew-1", user: "cal", through: proxy.port)
+        proxy.inject(.answer(status: 500))
+        let build = try await crew(["builds", "save", "--name", "Shed"])
+        #expect(build.status == 0, "\(build.stderr)")
+        #expect(build.stdout.contains("the server is having trouble (Server error (500))"), "\(build.stdout)")
+        let activity = try await crew(["activity", "register", "--type", "call", "--date", "2026-11-20", "--duration", "30"])
+        #expect(activity.stdout.contains("the server is having trouble (Server error (500))"), "\(activity.stdout)")
+        let status = try await crew(["device", "status"]).stdout
+        #expect(status.contains("Online — the server is having trouble"), "\(status)")
+        for said in [build.stdout, activity.stdout, status] {
+            #expect(!said.contains("connected") && !said.contains("cannot be reached") && !said.contains("Offline"), "\(said)")
+        }
+
+        // The server answers its probe and its uploads are cut before the answer: the connection broke.
+        proxy.inject(.cutAnswers(toRequestsStartingWith: "POST /v1/push"))
+        let dropped = try await crew(["builds", "save", "--name", "Roof"])
+        #expect(dropped.stdout.contains("the connection to the server broke before it answered"), "\(dropped.stdout)")
+        #expect(!dropped.stdout.contains("connected") && !dropped.stdout.contains("cannot be reached"), "\(dropped.stdout)")
+
+        // The link heals: everything goes, each once.
+        proxy.inject(nil)
+        let synced = try await crew(["device", "sync"])
+        #expect(synced.stdout.contains("3 synced, 0 failed"), "\(synced.stdout) \(synced.stderr)")
+        try await proxy.stop()
     }
 
     @Test("a guest cancelled after the download, scanned online before a refresh, is refused at the door, listed as refused, and can be discarded")

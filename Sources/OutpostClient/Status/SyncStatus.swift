@@ -19,6 +19,9 @@ public struct SyncStatus: Sendable, Hashable {
     /// Set while the server is reachable but failing: it answered a probe or a push with a server error (a 5xx,
     /// or an answer this SDK cannot read), such as "Server error (500)". Cleared by the next push it takes.
     public var serverProblem: String?
+    /// Why the last push failed, such as "The connection to the server broke before it answered", while the
+    /// sync that tries again runs or waits; nil once a push is answered.
+    public var lastFailure: String?
     /// Held while records have failed to sync for over the escalation threshold; cannot be dismissed.
     public var persistentFailureNotice: PersistentFailureNotice?
 

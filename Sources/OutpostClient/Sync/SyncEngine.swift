@@ -478,14 +478,17 @@ public actor SyncEngine {
         while true {
             do {
                 let response = try await transport.push(request)
-                if !status.isOnline || status.serverProblem != nil {
+                if !status.isOnline || status.serverProblem != nil || status.lastFailure != nil {
                     status.isOnline = true
                     status.serverProblem = nil
+                    status.lastFailure = nil
                     publish()
                 }
                 return response
             } catch var error as TransportError {
                 error = await diagnose(error)
+                status.lastFailure = Self.describe(error)
+                publish()
                 guard error.isRetryable, retrying, attempt < configuration.retryDelays.count else { throw error }
                 try await clock.sleep(for: configuration.retryDelays[attempt])
                 attempt += 1
@@ -499,13 +502,13 @@ public actor SyncEngine {
 
     /// Records in ``status`` what a failed exchange says of the connection, and returns the error to report.
     ///
-    /// An exchange that found no server while the device counted as online is checked with a probe: when the server
-    /// answers it, the network works and the connection broke during the exchange
-    /// (``TransportError/droppedExchange``); otherwise the device is offline. A server that answered with an
-    /// error is reachable, and its trouble is ``SyncStatus/serverProblem``.
+    /// An exchange that found no server while the device counted as online (or before it knew) is checked with a
+    /// probe: when the server answers it, the network works and the connection broke during the exchange
+    /// (``TransportError/droppedExchange(underlying:)``); otherwise the device is offline. A server that answered
+    /// with an error is reachable, and its trouble is ``SyncStatus/serverProblem``.
     private func diagnose(_ error: TransportError) async -> TransportError {
         switch error.kind {
-        case .network where status.isOnline && !error.reachedServer:
+        case .network where (status.isOnline || !status.isConnectionKnown) && !error.reachedServer:
             if (try? await transport.health()) != nil { return .droppedExchange(underlying: error) }
             status.isOnline = false
             status.serverProblem = nil
