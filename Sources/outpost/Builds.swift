@@ -102,7 +102,7 @@ struct BuildsSyncAll: AsyncParsableCommand {
     func run() async throws {
         let summary = try await options.withDevice { device in
             try await BuildArchive(engine: device.engine).syncAll { progress in
-                say("uploading: \(progress.sent)/\(progress.total)")
+                say(Delivery.progressLine(progress, sending: "uploading"))
             }
         }
         say(summary.description)

@@ -95,6 +95,20 @@ enum Delivery {
         }
     }
 
+    /// A sync's progress, one line each time it moves: "sending 3 records…" as it starts, then `sending` with
+    /// the count after each chunk the server answered ("uploading: 1/3"), and why and for how long it waits before
+    /// it tries a chunk again.
+    static func progressLine(_ progress: SyncProgress, sending: String) -> String {
+        if let retrying = progress.retrying {
+            let reason = retrying.reason.prefix(1).lowercased() + retrying.reason.dropFirst()
+            return "not sent yet: \(reason); trying again in \(retrying.wait.components.seconds) s"
+        }
+        if progress.chunk == 0 {
+            return progress.total == 1 ? "sending 1 record…" : "sending \(progress.total) records…"
+        }
+        return "\(sending): \(progress.sent)/\(progress.total)"
+    }
+
     /// The offline indicator with its count: "Offline · 3 records waiting to sync".
     static func indicator(_ status: SyncStatus) -> String {
         let waiting = status.pendingCount + status.failedCount

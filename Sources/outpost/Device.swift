@@ -111,7 +111,7 @@ struct DeviceSync: AsyncParsableCommand {
 
     static func sync(_ device: Device) async throws -> SyncSummary {
         let summary = try await device.engine.sync { progress in
-            say("pushed chunk \(progress.chunk): \(progress.sent)/\(progress.total)")
+            say(Delivery.progressLine(progress, sending: "pushed chunk \(progress.chunk)"))
         }
         say("sync: \(summary)")
         return summary

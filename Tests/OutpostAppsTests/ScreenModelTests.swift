@@ -451,7 +451,8 @@ struct ScreenModelTests {
             try await next(pushes.arrivals, "Sync All's first push")
             #expect(screen.isSyncingAll)
             #expect(!screen.canSyncAll)
-            #expect(screen.progress == nil)
+            // From its start, Sync All shows how much there is to send.
+            try await eventually("Sync All's start") { screen.progress?.sent == 0 && screen.progress?.total == 3 }
             pushes.release(keepHolding: true)
             try await next(pushes.arrivals, "Sync All's second push")
             try await eventually("the progress of the first build") { screen.progress?.sent == 1 && screen.progress?.total == 3 }

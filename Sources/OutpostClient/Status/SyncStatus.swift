@@ -140,10 +140,30 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// Progress of a running sync, chunk by chunk.
+///
+/// A sync reports it as it starts (nothing sent yet), after each chunk the server answered, and before each
+/// wait to try a chunk again, so that a screen is never silent while a sync runs.
 public struct SyncProgress: Sendable, Hashable {
     /// Mutations the server has confirmed so far in this sync.
     public var sent: Int
     /// Mutations queued when the sync started.
     public var total: Int
     public var chunk: Int
+    /// While the sync waits to try a chunk again: how long, and why the last try failed.
+    public var retrying: (wait: Duration, reason: String)? {
+        get { retryWait.map { ($0, retryReason ?? "") } }
+        set {
+            retryWait = newValue?.wait
+            retryReason = newValue?.reason
+        }
+    }
+    private var retryWait: Duration?
+    private var retryReason: String?
+
+    public init(sent: Int, total: Int, chunk: Int, retrying: (wait: Duration, reason: String)? = nil) {
+        self.sent = sent
+        self.total = total
+        self.chunk = chunk
+        self.retrying = retrying
+    }
 }

@@ -346,6 +346,7 @@ public actor SyncEngine {
             publish()
         }
         var run = SyncRun(total: records == nil ? try await store.outboxCount() : 0)
+        if run.total > 0 { progress?(SyncProgress(sent: 0, total: run.total, chunk: 0)) }
         do {
             try await store.restampFutureEntries(now: now(), maxLead: Self.futureAllowance)
             if let undelivered = try await deliverChunks(only: records, retrying: retrying, progress: progress, run: &run) {
@@ -401,7 +402,10 @@ public actor SyncEngine {
                 let response: PushResponse
                 do {
                     let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
-                    response = try await push(request, retrying: retrying)
+                    let (sent, total, chunks) = (run.sent, max(run.total, run.sent + chunk.count), run.summary.chunks)
+                    response = try await push(request, retrying: retrying) { wait, reason in
+                        progress?(SyncProgress(sent: sent, total: total, chunk: chunks, retrying: (wait, reason)))
+                    }
                 } catch let error as TransportError {
                     _ = try? await following
                     try await answer.settle()
@@ -473,7 +477,11 @@ public actor SyncEngine {
         return summary
     }
 
-    private func push(_ request: PushRequest, retrying: Bool) async throws -> PushResponse {
+    /// One push, tried again after each of the retry delays while it fails for a reason a wait can outgrow;
+    /// `waiting` is told before each wait.
+    private func push(
+        _ request: PushRequest, retrying: Bool, waiting: (_ wait: Duration, _ reason: String) -> Void = { _, _ in }
+    ) async throws -> PushResponse {
         var attempt = 0
         while true {
             do {
@@ -490,6 +498,7 @@ public actor SyncEngine {
                 status.lastFailure = Self.describe(error)
                 publish()
                 guard error.isRetryable, retrying, attempt < configuration.retryDelays.count else { throw error }
+                waiting(configuration.retryDelays[attempt], Self.describe(error))
                 try await clock.sleep(for: configuration.retryDelays[attempt])
                 attempt += 1
             } catch is CancellationError {

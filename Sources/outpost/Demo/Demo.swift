@@ -204,6 +204,7 @@ struct Story {
         for field in devices {
             // The first push finds the network back; the engine marks itself online.
             let summary = try await field.device.engine.sync { progress in
+                guard progress.chunk > 0, progress.retrying == nil else { return }
                 narrator.line("\(field.name): chunk \(progress.chunk), \(progress.sent)/\(progress.total) delivered")
             }
             if !summary.isComplete {
