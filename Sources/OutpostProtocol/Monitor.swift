@@ -7,19 +7,24 @@ public struct Heartbeat: Sendable, Hashable, Codable {
     /// The event the device has open, if any: the monitor groups devices by it.
     public var event: String?
     public var pendingCount: Int
+    /// Records whose last attempt failed and that will be tried again; refused ones are not among them.
     public var failedCount: Int
+    /// Records the server refused, or that conflict: they wait for a person, not the network. Absent from
+    /// devices that predate it.
+    public var rejectedCount: Int?
     /// When the device last fetched its roster (download or refresh), if ever.
     public var lastRosterFetch: Timestamp?
     public var appVersion: String
 
     public init(
-        deviceId: String, event: String?, pendingCount: Int, failedCount: Int, lastRosterFetch: Timestamp?,
-        appVersion: String
+        deviceId: String, event: String?, pendingCount: Int, failedCount: Int, rejectedCount: Int? = nil,
+        lastRosterFetch: Timestamp?, appVersion: String
     ) {
         self.deviceId = deviceId
         self.event = event
         self.pendingCount = pendingCount
         self.failedCount = failedCount
+        self.rejectedCount = rejectedCount
         self.lastRosterFetch = lastRosterFetch
         self.appVersion = appVersion
     }
@@ -97,6 +102,9 @@ public struct MonitorResponse: Sendable, Hashable, Codable {
     public var opsContact: String?
     /// Records that have failed to sync for over a day, by device.
     public var persistentFailures: [PersistentFailure]
+    /// Records the server refused (or that conflict), as the devices reported them with the server's reason:
+    /// they wait for a person to resolve them on the device, not for the network.
+    public var refusedRecords: [PersistentFailure] = []
     /// The start of the first check-in bucket; each device's `checkIns` counts per 5 minutes from here.
     public var bucketStart: Timestamp
     /// How far the shown event's check-in has come; nil without an event.
@@ -157,11 +165,15 @@ public struct MonitorDevice: Sendable, Hashable, Codable {
     public var checkIns: [Int]
     /// How many of its records have failed to sync for over a day.
     public var persistentFailures: Int
+    /// How many of its records the server refused, as its last heartbeat said: they wait for a person.
+    public var rejectedCount: Int
 
     public init(
         fingerprint: String, staffName: String, status: DeviceState, lastSeen: Timestamp, lastRosterFetch: Timestamp?,
-        pendingCount: Int, failedCount: Int, appVersion: String, checkIns: [Int], persistentFailures: Int
+        pendingCount: Int, failedCount: Int, appVersion: String, checkIns: [Int], persistentFailures: Int,
+        rejectedCount: Int = 0
     ) {
+        self.rejectedCount = rejectedCount
         self.fingerprint = fingerprint
         self.staffName = staffName
         self.status = status

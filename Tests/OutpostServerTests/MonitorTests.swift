@@ -169,7 +169,10 @@ struct MonitorTests {
         try await withServer(kind, metrics: metrics) { client, storage in
             let ana = try await Fixtures.token(user: "ana")
             let organizer = try await Fixtures.token(user: "olga", role: .organizer)
-            _ = try await client.post("/v1/heartbeats", Self.beat("phone-1"), token: ana)
+            var beat = Self.beat("phone-1")
+            beat.failedCount = 0
+            beat.rejectedCount = 1
+            _ = try await client.post("/v1/heartbeats", beat, token: ana)
 
             // Given a device reporting a refusal made a minute ago and a record waiting for over a day.
             var refused = Self.failure("n1", error: "guest g1's registration is cancelled")
@@ -186,6 +189,13 @@ struct MonitorTests {
             let board = try await monitor(client, organizer)
             #expect(board.persistentFailures.map(\.recordId) == ["n2"])
             #expect(board.devices.first?.persistentFailures == 1)
+            // The refused one is listed apart, with the server's reason, and counted on its device's row.
+            #expect(board.refusedRecords.map(\.recordId) == ["n1"])
+            #expect(board.refusedRecords.first?.lastError == "guest g1's registration is cancelled")
+            #expect(board.devices.first?.rejectedCount == 1 && board.devices.first?.failedCount == 0)
+            let page = try MonitorPages().body(board, refresh: .seconds(30))
+            #expect(page.contains("Records refused by the server") && page.contains("(1 refused)"), "\(page)")
+            #expect(page.contains("notes/n1 — guest g1&#39;s registration is cancelled; the staff member resolves it on the device"), "\(page)")
             let text = String(decoding: try await client.send(.get, "/metrics", token: nil).body.readableBytesView, as: UTF8.self)
             #expect(text.contains("outpost_persistent_sync_failures_total 1"))
             #expect(text.contains("outpost_rejected_records_total 1"))

@@ -35,7 +35,9 @@ struct SyncHealthEndToEndTests {
         _ = try await device(["device", "sync"])
         let devices = try await session.get("/v1/monitor", as: MonitorResponse.self).devices
         #expect(devices.map(\.staffName) == ["Ana"])
-        #expect(devices.first?.failedCount == 1)
+        // The refused record is counted as refused, not as failed; it is listed apart, with the server's reason.
+        #expect(devices.first?.failedCount == 0 && devices.first?.rejectedCount == 1)
+        #expect(try await session.get("/v1/monitor", as: MonitorResponse.self).refusedRecords.count == 1)
         #expect(devices.first?.fingerprint.contains("phone") == false)
 
         // A record that cannot reach the server: past the threshold (1 s here, 24 h by default) the notice

@@ -110,7 +110,7 @@ extension SyncEngine {
         let fetched = try? await store.lastReferenceFetch()
         let beat = Heartbeat(
             deviceId: configuration.deviceId, event: event ?? nil, pendingCount: counts.pending,
-            failedCount: counts.failed + counts.rejected, lastRosterFetch: fetched.flatMap { $0 }.map(Timestamp.init),
+            failedCount: counts.failed, rejectedCount: counts.rejected, lastRosterFetch: fetched.flatMap { $0 }.map(Timestamp.init),
             appVersion: configuration.appVersion)
         return (try? await transport.monitorHeartbeat(beat)) != nil
     }

@@ -96,6 +96,7 @@ package struct MonitorPages: Sendable {
         var devices: [DeviceRow]
         var deviceRows: String
         var failures: [FailureRow]
+        var refused: [FailureRow]
         var progress: ProgressRow?
 
         init(_ monitor: MonitorResponse, refresh: Duration) {
@@ -114,6 +115,7 @@ package struct MonitorPages: Sendable {
             devices = monitor.devices.map { DeviceRow($0, now: now, bucketStart: monitor.bucketStart) }
             deviceRows = devices.map(\.html).joined()
             failures = monitor.persistentFailures.map(FailureRow.init)
+            refused = monitor.refusedRecords.map(FailureRow.init)
             progress = monitor.progress.map { ProgressRow($0, eventName: eventName ?? "") }
         }
     }
@@ -170,7 +172,9 @@ package struct MonitorPages: Sendable {
             lastSeenAgo = MonitorPages.ago(device.lastSeen, now: now)
             rosterFetch = device.lastRosterFetch.map { MonitorPages.clock($0) } ?? "never"
             pendingCount = device.pendingCount
-            failedNote = device.failedCount > 0 ? "\(device.failedCount) failed" : nil
+            failedNote =
+                [device.failedCount > 0 ? "\(device.failedCount) failed" : nil, device.rejectedCount > 0 ? "\(device.rejectedCount) refused" : nil]
+                .compactMap { $0 }.joined(separator: ", ").nilIfEmpty
             let most = max(device.checkIns.max() ?? 0, 1)
             chartBars = device.checkIns.enumerated().map { index, count in
                 let height = count == 0 ? 1 : max(2, Int((Double(count) / Double(most) * 22).rounded()))
@@ -268,4 +272,9 @@ package struct MonitorPages: Sendable {
         if digits.count >= 6, text.allSatisfy({ $0.isNumber || " +-().".contains($0) }) { return "tel:\(digits)" }
         return nil
     }
+}
+
+extension String {
+    /// Nil for an empty text.
+    fileprivate var nilIfEmpty: String? { isEmpty ? nil : self }
 }

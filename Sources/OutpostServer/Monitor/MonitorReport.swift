@@ -30,10 +30,11 @@ enum MonitorReport {
                 tenant: tenant, event: event,
                 since: generatedAt.millisecondsSince1970 - MonitorResponse.bucketLength.milliseconds)
         }
-        let failures = try await storage.persistentFailures(tenant: tenant)
+        let reported = try await storage.syncFailures(tenant: tenant)
         var response = assemble(
-            event: event, events: events, reports: reports, scans: scans, failures: failures, opsContact: opsContact,
-            now: generatedAt)
+            event: event, events: events, reports: reports, scans: scans, failures: reported.filter { $0.kind == .persistent },
+            opsContact: opsContact, now: generatedAt)
+        response.refusedRecords = Self.shown(reported.filter { $0.kind == .rejected }, of: reports)
         response.progress = progress
         return response
     }
@@ -59,7 +60,6 @@ enum MonitorReport {
             buckets[scan.fingerprint, default: Array(repeating: 0, count: MonitorResponse.bucketCount)][index] += 1
         }
         let shown = Set(reports.map(\.fingerprint))
-        let staff = Dictionary(reports.map { ($0.fingerprint, $0.staffName) }, uniquingKeysWith: { first, _ in first })
         let relevant = failures.filter { shown.contains($0.fingerprint) }
         let failuresByDevice = Dictionary(grouping: relevant, by: \.fingerprint).mapValues(\.count)
         let devices = reports.map { report in
@@ -70,19 +70,24 @@ enum MonitorReport {
                 lastRosterFetch: report.lastRosterFetch.map(Timestamp.init(millisecondsSince1970:)),
                 pendingCount: report.pendingCount, failedCount: report.failedCount, appVersion: report.appVersion,
                 checkIns: buckets[report.fingerprint] ?? Array(repeating: 0, count: MonitorResponse.bucketCount),
-                persistentFailures: failuresByDevice[report.fingerprint] ?? 0)
+                persistentFailures: failuresByDevice[report.fingerprint] ?? 0, rejectedCount: report.rejectedCount)
         }
         let anyRecent = devices.contains { $0.status != .offline }
         return MonitorResponse(
             event: event, events: events, generatedAt: now, devices: devices,
             emptyState: anyRecent ? nil : MonitorResponse.emptyStateMessage, opsContact: opsContact,
-            persistentFailures: relevant.map { failure in
-                PersistentFailure(
-                    fingerprint: failure.fingerprint, staffName: staff[failure.fingerprint] ?? "",
-                    collection: failure.collection, recordId: failure.recordId,
-                    firstAttempt: Timestamp(millisecondsSince1970: failure.firstAttempt), lastError: failure.lastError,
-                    reportedAt: Timestamp(millisecondsSince1970: failure.reportedAt))
-            },
-            bucketStart: start)
+            persistentFailures: Self.shown(relevant, of: reports), bucketStart: start)
+    }
+
+    /// The reported records of the devices shown, each with its device's staff name.
+    static func shown(_ failures: [StoredSyncFailure], of reports: [DeviceReport]) -> [PersistentFailure] {
+        let staff = Dictionary(reports.map { ($0.fingerprint, $0.staffName) }, uniquingKeysWith: { first, _ in first })
+        return failures.compactMap { failure in
+            guard let name = staff[failure.fingerprint] else { return nil }
+            return PersistentFailure(
+                fingerprint: failure.fingerprint, staffName: name, collection: failure.collection, recordId: failure.recordId,
+                firstAttempt: Timestamp(millisecondsSince1970: failure.firstAttempt), lastError: failure.lastError,
+                reportedAt: Timestamp(millisecondsSince1970: failure.reportedAt))
+        }
     }
 }

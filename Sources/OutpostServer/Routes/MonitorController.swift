@@ -52,8 +52,10 @@ struct MonitorController<Storage: SyncStorage> {
             throw OutpostHTTPError.badRequest("event must be an identifier")
         }
         try await devices.authorize(beat.deviceId, for: identity)
-        guard (0...10_000_000).contains(beat.pendingCount), (0...10_000_000).contains(beat.failedCount) else {
-            throw OutpostHTTPError.badRequest("pendingCount and failedCount must be from 0 to 10000000")
+        guard (0...10_000_000).contains(beat.pendingCount), (0...10_000_000).contains(beat.failedCount),
+            (0...10_000_000).contains(beat.rejectedCount ?? 0)
+        else {
+            throw OutpostHTTPError.badRequest("pendingCount, failedCount and rejectedCount must be from 0 to 10000000")
         }
         guard (1...64).contains(beat.appVersion.utf8.count), beat.appVersion.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
         else { throw OutpostHTTPError.badRequest("appVersion must be 1 to 64 printable ASCII characters") }
@@ -63,6 +65,7 @@ struct MonitorController<Storage: SyncStorage> {
             DeviceReport(
                 tenant: identity.tenant, fingerprint: fingerprint, userId: identity.userId, staffName: identity.name,
                 event: beat.event ?? "", pendingCount: beat.pendingCount, failedCount: beat.failedCount,
+                rejectedCount: beat.rejectedCount ?? 0,
                 lastRosterFetch: beat.lastRosterFetch.map { reported($0, received: received) },
                 appVersion: beat.appVersion,
                 lastSeen: received.millisecondsSince1970))

@@ -10,6 +10,8 @@ package struct DeviceReport: Sendable, Hashable {
     package var event: String
     package var pendingCount: Int
     package var failedCount: Int
+    /// Records the server refused, as the device last said.
+    package var rejectedCount: Int = 0
     package var lastRosterFetch: Int64?
     package var appVersion: String
     package var lastSeen: Int64
@@ -88,6 +90,11 @@ extension MonitorStorage {
     /// told of. A refusal waits for a person, not for the network, and is neither.
     package func persistentFailures(tenant: String) async throws -> [StoredSyncFailure] {
         try await syncFailures(tenant: tenant).filter { $0.kind == .persistent }
+    }
+
+    /// The records of `tenant` reported as refused by the server, oldest first.
+    package func refusedRecords(tenant: String) async throws -> [StoredSyncFailure] {
+        try await syncFailures(tenant: tenant).filter { $0.kind == .rejected }
     }
 
     /// Devices silent longer than this are no longer counted in the metrics.

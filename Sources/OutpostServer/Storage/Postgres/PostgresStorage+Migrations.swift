@@ -265,5 +265,11 @@ extension PostgresStorage {
                 "ALTER TABLE sync_failures ADD COLUMN kind TEXT NOT NULL DEFAULT 'persistent'",
                 "UPDATE sync_failures SET kind = 'rejected' WHERE last_error LIKE 'Refused: %'",
             ]),
+        Migration(
+            version: "v10-device-rejected-count",
+            statements: [
+                // The records a device's last heartbeat said the server refused, apart from the failed ones.
+                "ALTER TABLE devices ADD COLUMN rejected_count BIGINT NOT NULL DEFAULT 0"
+            ]),
     ]
 }

@@ -237,6 +237,10 @@ extension SQLiteStorage {
                     UPDATE sync_failures SET kind = 'rejected' WHERE last_error LIKE 'Refused: %';
                     """)
         }
+        migrator.registerMigration("v8-device-rejected-count") { db in
+            // The records a device's last heartbeat said the server refused, apart from the failed ones.
+            try db.execute(sql: "ALTER TABLE devices ADD COLUMN rejected_count INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 }
