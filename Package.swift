@@ -117,6 +117,8 @@ let package = Package(
                 "OutpostServer",
                 "OutpostClient",
                 "OutpostApps",
+                // The benchmarks' doubles: a port that never answers.
+                "OutpostTesting",
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -9,41 +9,12 @@ import Testing
 /// clock that jumps (moved with libfaketime; see ``FakeTime``).
 @Suite("Field promises end to end")
 struct FieldPromisesEndToEndTests {
-    /// A port that takes connections (the kernel completes them) and never answers a byte.
-    final class SilentServer: @unchecked Sendable {
-        let socket: Int32
-        let port: Int
-
-        init() throws {
-            let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            address.sin_port = 0
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            let bound = withUnsafePointer(to: &address) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-            }
-            guard bound == 0, listen(fd, 64) == 0 else {
-                close(fd)
-                throw CocoaError(.fileWriteUnknown)
-            }
-            _ = withUnsafeMutablePointer(to: &address) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-            }
-            socket = fd
-            port = Int(UInt16(bigEndian: address.sin_port))
-        }
-
-        deinit { close(socket) }
-    }
-
     @Test(
         "a check-in against a server that accepts and never answers is saved and said at once, stored while the command still waits, which stops before the transport does"
     )
     func saveDoesNotWaitOnSilence() async throws {
         let session = try AppSession()
-        let silent = try SilentServer()
+        let silent = try SilentPort()
         let store = session.root.appendingPathComponent("phone/device.sqlite").path
         let token = try await session.token(user: "ana")
         let initialised = try await OutpostProcess.run(
@@ -74,6 +45,8 @@ struct FieldPromisesEndToEndTests {
             "\(checkIn.stdout)")
         let pending = try await OutpostProcess.run(["device", "records", "--pending", "--store", store])
         #expect(pending.stdout.contains("⏳ pending  attendance/ana."), "\(pending.stdout)")
+        // The port stays silent, not closed, until the end.
+        withExtendedLifetime(silent) {}
     }
 
     @Test(

@@ -1,5 +1,6 @@
 import Foundation
 import OutpostServer
+import OutpostTesting
 
 /// How long a save command takes, from its start, to say the record is durable when the server takes connections
 /// and never answers (a captive portal, one bar in a basement): `outpost device put` run as a person runs it, each
@@ -10,8 +11,7 @@ struct SilentSaveBench {
     var progress: (String) -> Void
 
     func run() async throws -> [BenchResult] {
-        let silent = try SilentListener()
-        defer { silent.close() }
+        let silent = try SilentPort()
         let store = directory.appendingPathComponent("silent-device.sqlite").path
         let authority = try await TokenAuthority(secret: Array("silent-save-bench-secret-of-32-bytes!".utf8))
         let token = try await authority.token(
@@ -28,6 +28,8 @@ struct SilentSaveBench {
             firstLines.add(timing.firstLine)
             whole.add(timing.exit)
         }
+        // The port stays silent, not closed, until every run has ended.
+        withExtendedLifetime(silent) {}
         progress(
             String(
                 format: "silent-save: command start to durable write p50 %.1f ms p99 %.1f ms; whole command p50 %.0f ms (%d runs)",
@@ -74,33 +76,4 @@ struct SilentSaveBench {
         }
         return Timing(firstLine: firstLine, exit: exit)
     }
-}
-
-/// A loopback port whose connections the kernel completes and nobody ever reads or answers.
-final class SilentListener {
-    let port: Int
-    private let socket: Int32
-
-    init() throws {
-        let fd = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        guard bound == 0, listen(fd, 128) == 0 else {
-            _ = Foundation.close(fd)
-            throw CLIError("the silent-save bench could not listen on loopback")
-        }
-        _ = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        socket = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
-    }
-
-    func close() { _ = Foundation.close(socket) }
 }
