@@ -76,6 +76,12 @@ struct AuthTests {
             }
         ),
         (
+            "a critical header extension the server does not understand",
+            {
+                Fixtures.rawToken(header: #"{"alg":"HS256","typ":"JWT","crit":["x-outpost"],"x-outpost":1}"#, claims: Fixtures.claims(at: 0))
+            }
+        ),
+        (
             "tampered payload",
             {
                 let token = try await Fixtures.token()
@@ -87,7 +93,9 @@ struct AuthTests {
         ),
     ]
 
-    @Test("a malformed, expired, forged, unsigned, misheaded, early, too long-lived or tampered token is 401", arguments: 0..<9)
+    @Test(
+        "a malformed, expired, forged, unsigned, misheaded, early, too long-lived, critically extended or tampered token is 401",
+        arguments: 0..<10)
     func badToken(index: Int) async throws {
         let token = try await Self.badTokens[index].1()
         try await withServer(.sqlite) { client, storage in

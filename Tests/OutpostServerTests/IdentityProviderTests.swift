@@ -71,6 +71,9 @@ struct IdentityProviderTests {
             ("no expiry", ["exp": .null]),
             ("issued in the future", ["iat": .integer(seconds + 300)]),
             ("not valid yet", ["nbf": .integer(seconds + 300)]),
+            ("an issue time that is text", ["iat": .string(String(seconds + 300))]),
+            ("a start time that is text", ["nbf": .string(String(seconds + 300))]),
+            ("an expiry that is text", ["exp": .string(String(seconds + 300))]),
             ("living a year", ["exp": .integer(seconds + 366 * 86400)]),
             ("no tenant", ["app_metadata": .object(["role": "staff"])]),
             ("an unknown role", ["app_metadata": .object(["tenant": "acme", "role": "boss"])]),
@@ -86,6 +89,11 @@ struct IdentityProviderTests {
         }
         // Signed by the EC key while naming the RSA key: the header's algorithm is not that key's.
         cases.append(("another key's algorithm", try await keys[1].signer.sign(Provider.Payload(Provider.claims(now: now)), kid: "rsa-1")))
+        // A critical header extension the server does not understand (RFC 7515 §4.1.11).
+        var critical = JWTHeader()
+        critical.crit = ["x-outpost"]
+        critical.fields["x-outpost"] = .bool(true)
+        cases.append(("a critical extension", try await rsa.signer.sign(Provider.Payload(Provider.claims(now: now)), kid: "rsa-1", header: critical)))
         // A key the provider does not publish.
         let rogue = try await Provider.rsa("rogue")
         cases.append(("an unpublished key", try await Provider.token(rogue, Provider.claims(now: now))))
@@ -121,6 +129,34 @@ struct IdentityProviderTests {
             let roleless = try await Provider.token(
                 keys[0], Provider.claims(now: Fixtures.serverNow.date, changes: ["app_metadata": .object(["tenant": "acme"])]))
             #expect(try await Self.push(client, token: roleless, record: "r2").status == .ok)
+        }
+        await provider.stop()
+    }
+
+    @Test(
+        "a key set with keys the server cannot use (a symmetric key, an RSA key marked HS256, secp256k1, X25519) signs in with the others, before and after a rotation",
+        arguments: StorageKind.allCases)
+    func mixedKeySet(kind: StorageKind) async throws {
+        let rsa = try await Provider.rsa("rsa-1")
+        var marked = try #require(try JSONSerialization.jsonObject(with: Data(rsa.jwk.utf8)) as? [String: Any])
+        marked["kid"] = "rsa-hs"
+        marked["alg"] = "HS256"
+        let point = Provider.base64URL(Data(repeating: 7, count: 32))
+        let odd = [
+            Provider.published("hmac-1", jwk: #"{"kty":"oct","kid":"hmac-1","alg":"HS256","k":"\#(point)"}"#),
+            Provider.published("rsa-hs", jwk: String(decoding: try JSONSerialization.data(withJSONObject: marked), as: UTF8.self)),
+            Provider.published("k1", jwk: #"{"kty":"EC","crv":"secp256k1","kid":"k1","x":"\#(point)","y":"\#(point)"}"#),
+            Provider.published("x1", jwk: #"{"kty":"OKP","crv":"X25519","kid":"x1","x":"\#(point)"}"#),
+        ]
+        let provider = try await Provider(keys: odd + [rsa])
+        let now = Fixtures.serverNow.date
+        try await withServer(kind, configure: { $0.identityProvider = provider.configuration(unknownKeyInterval: .zero) }) { client, _ in
+            let first = try await Self.push(client, token: try await Provider.token(rsa, Provider.claims(now: now)), record: "a")
+            #expect(first.status == .ok, "\(String(buffer: first.body))")
+            let rotated = try await Provider.ec("ec-2")
+            provider.rotate(to: odd + [rotated])
+            let second = try await Self.push(client, token: try await Provider.token(rotated, Provider.claims(now: now)), record: "b")
+            #expect(second.status == .ok, "\(String(buffer: second.body))")
         }
         await provider.stop()
     }

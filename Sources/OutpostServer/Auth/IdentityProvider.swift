@@ -90,6 +90,8 @@ package actor IdentityProvider {
     private var failedAt: Date?
     private var unknownKeyFetchAt: Date?
     private var fetching: Task<Void, any Error>?
+    /// The keys of the set the server cannot use, by key id and type, each logged once.
+    private var skippedKeys: Set<String> = []
     /// How many times the key set was fetched: for metrics and tests.
     private(set) var fetches = 0
 
@@ -141,21 +143,34 @@ package actor IdentityProvider {
         if let fetching { return try await fetching.value }
         let task = Task { [fetch] in
             let data = try await fetch()
-            let set = try JSONDecoder().decode(JWKS.self, from: data)
+            // Each key is read on its own: a key the server cannot use (a symmetric key, an unknown type, curve or
+            // algorithm) is skipped, never the whole set.
+            let set = try JSONDecoder().decode(RawKeySet.self, from: data)
             let collection = JWTKeyCollection()
             var ids: Set<String> = []
-            for key in set.keys {
-                guard let kid = key.keyIdentifier?.string else { continue }
-                // A key the server cannot use (an unknown type or curve) is skipped, not fatal.
+            var skipped: [(kid: String, type: String)] = []
+            for raw in set.keys {
+                let member = { (name: String) -> String? in
+                    if case .object(let members) = raw { return members[name]?.stringValue }
+                    return nil
+                }
+                let kid = member("kid")
+                let type = member("kty") ?? "?"
                 do {
+                    let key = try JSONDecoder().decode(JWK.self, from: try JSONEncoder().encode(raw))
+                    guard let kid, key.keyIdentifier?.string == kid else {
+                        skipped.append((kid ?? "(none)", type))
+                        continue
+                    }
                     try await collection.add(jwk: key)
                     ids.insert(kid)
                 } catch {
-                    continue
+                    skipped.append((kid ?? "(none)", type))
                 }
             }
+            await self.logSkipped(skipped)
             guard !ids.isEmpty else { throw IdentityProviderError("the key set has no usable key with a key id") }
-            self.install(collection, ids: ids, now: now)
+            await self.install(collection, ids: ids, now: now)
         }
         fetching = task
         defer { fetching = nil }
@@ -169,6 +184,14 @@ package actor IdentityProvider {
         }
     }
 
+    /// Logs each key the server cannot use once, by its id and type.
+    private func logSkipped(_ skipped: [(kid: String, type: String)]) {
+        for key in skipped where skippedKeys.insert("\(key.kid)\u{0}\(key.type)").inserted {
+            logger.notice(
+                "a key of the identity provider's set is skipped: the server cannot use it", metadata: ["kid": "\(key.kid)", "kty": "\(key.type)"])
+        }
+    }
+
     private func install(_ collection: JWTKeyCollection, ids: Set<String>, now: Date) {
         keys = collection
         keyIds = ids
@@ -178,6 +201,14 @@ package actor IdentityProvider {
 
     /// The claims as Outpost's identity, or `invalid`.
     private func identity(from claims: [String: JSONValue], now: Date) -> TokenVerdict {
+        // A time is a number of seconds (RFC 7519 NumericDate); one of another type makes the token invalid,
+        // never a token without that time.
+        for name in ["exp", "iat", "nbf"] {
+            switch claims[name] {
+            case nil, .integer?, .number?: continue
+            default: return .invalid
+            }
+        }
         func date(_ name: String) -> Date? {
             switch claims[name] {
             case .integer(let seconds): return Date(timeIntervalSince1970: Double(seconds))
@@ -265,4 +296,9 @@ struct ProviderClaims: JWTPayload {
 
     // Times, issuer and audience are checked against the configuration and the injected clock after.
     func verify(using algorithm: some JWTAlgorithm) async throws {}
+}
+
+/// A key set as published: its keys read one by one, so that one the server cannot read skips only itself.
+private struct RawKeySet: Decodable {
+    var keys: [JSONValue]
 }

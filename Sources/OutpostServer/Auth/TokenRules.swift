@@ -27,11 +27,27 @@ public struct TokenRules: Sendable, Hashable {
 
 /// A JWT's header, read before its signature is checked: which key (`kid`) and which algorithm (`alg`) it
 /// names. Nothing in it is trusted until the signature by that key, under that algorithm, verifies.
+///
+/// A header with `crit` is no token the server takes: it names extensions the recipient must understand, and
+/// the server understands none (RFC 7515 §4.1.11).
 struct TokenHeader: Decodable {
     var alg: String
     var kid: String?
 
-    /// The header of a compact JWT, or nil when it is not one.
+    private enum Key: String, CodingKey {
+        case alg, kid, crit
+    }
+
+    init(from decoder: any Decoder) throws {
+        let header = try decoder.container(keyedBy: Key.self)
+        guard !header.contains(.crit) else {
+            throw DecodingError.dataCorruptedError(forKey: .crit, in: header, debugDescription: "no critical extension is understood")
+        }
+        alg = try header.decode(String.self, forKey: .alg)
+        kid = try header.decodeIfPresent(String.self, forKey: .kid)
+    }
+
+    /// The header of a compact JWT, or nil when it is not one, or names critical extensions.
     init?(token: String) {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let data = Data(base64URL: parts[0]),

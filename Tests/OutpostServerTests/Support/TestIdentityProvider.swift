@@ -63,6 +63,11 @@ final class TestIdentityProvider: Sendable {
 
     // MARK: Keys
 
+    /// A key published as `jwk` with no private half here: one of the keys a provider's set holds for others.
+    static func published(_ kid: String, jwk: String) -> Key {
+        Key(kid: kid, jwk: jwk, signer: JWTKeyCollection())
+    }
+
     static func rsa(_ kid: String) async throws -> Key {
         let key = try Insecure.RSA.PrivateKey(backing: _RSA.Signing.PrivateKey(keySize: .bits2048))
         let (modulus, exponent) = try key.publicKey.getKeyPrimitives()
