@@ -295,6 +295,44 @@ struct AccessRulesTests {
         }
     }
 
+    @Test(
+        "a conflict answer carries the server's values only to a caller who may read the record; the review keeps them",
+        arguments: StorageKind.allCases)
+    func conflictAnswerReadable(kind: StorageKind) async throws {
+        let registry = try CollectionRegistry.standard(
+            adding: """
+                collections:
+                  - name: visits
+                    read: own
+                    write: tenant
+                    protectedFields: [fee]
+                """, source: "collections.yaml")
+        try await withServer(kind, configure: { $0.collections = registry }) { client, _ in
+            let ana = try await Fixtures.token(user: "ana")
+            let ben = try await Fixtures.token(user: "ben")
+            let sue = try await Fixtures.token(user: "sue", role: .supervisor)
+            let visit = { (fee: String, at: Double, device: String, base: Int64?) in
+                Fixtures.upsert("v1", ["fee": .string(fee)], at: at, collection: "visits", device: device, base: base)
+            }
+            _ = try await client.push([visit("10.00", 1, "dev-a", nil)], token: ana)
+            _ = try await client.push([visit("20.00", 2, "dev-a", 1)], token: ana)
+            // Ben may write Ana's visit but not read it: his stale change of the fee conflicts, and says no value.
+            let bens = try await client.push([visit("30.00", 3, "dev-b", 1)], token: ben, device: "dev-b").results[0]
+            #expect(bens.status == .conflict && bens.conflict?.fields == ["fee"])
+            #expect(bens.conflict?.serverFields.isEmpty == true, "\(String(describing: bens.conflict))")
+            // A supervisor, who reads every visit, and Ana, whose visit it is, are shown the server's fee.
+            let sues = try await client.push([visit("40.00", 4, "dev-s", 1)], token: sue, device: "dev-s").results[0]
+            #expect(sues.conflict?.serverFields == ["fee": "20.00"])
+            let anas = try await client.push([visit("50.00", 5, "dev-a", 1)], token: ana).results[0]
+            #expect(anas.conflict?.serverFields == ["fee": "20.00"])
+            // The organizers' review holds what every conflicting write met.
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            let review = try await client.send(.get, "/v1/conflicts?collection=visits", token: organizer)
+            let conflicts = try JSONDecoder().decode(ConflictsResponse.self, from: review.body).conflicts
+            #expect(conflicts.count == 3 && conflicts.allSatisfy { $0.serverFields == ["fee": "20.00"] }, "\(conflicts)")
+        }
+    }
+
     @Test("a bad collections file is refused with one line naming the problem")
     func badCollectionsFile() {
         let cases: [(String, String)] = [

@@ -134,9 +134,9 @@ enum PushPlanner {
                         continue
                     }
                 }
+                let existing = records[recordKey]
                 let outcome = RecordMerge.apply(
-                    mutation, deviceId: context.deviceId, owner: context.userId, to: records[recordKey],
-                    policy: policy)
+                    mutation, deviceId: context.deviceId, owner: context.userId, to: existing, policy: policy)
                 // The mutation alone was weighed before; the fields it adds to a stored record may still make
                 // that record too large, and then nothing of it is applied.
                 if outcome.changed, let existing = records[recordKey],
@@ -153,9 +153,12 @@ enum PushPlanner {
                 var detail: ConflictDetail?
                 if let conflict = outcome.conflict {
                     let id = newConflictId()
+                    // The answer carries the server's values only to a caller who may read the record; the
+                    // organizers' review keeps them whole.
+                    let readable = policy.read != .own || context.role >= .supervisor || existing?.owner == context.userId
                     detail = ConflictDetail(
                         conflictId: id, fields: conflict.attempted.keys.sorted(),
-                        serverFields: conflict.serverFields, serverVersion: conflict.serverVersion)
+                        serverFields: readable ? conflict.serverFields : [:], serverVersion: conflict.serverVersion)
                     plan.conflicts.append(
                         ConflictRecord(
                             conflictId: id, collection: mutation.collection, recordId: mutation.recordId,
