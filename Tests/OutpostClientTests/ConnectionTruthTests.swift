@@ -70,7 +70,7 @@ struct ConnectionTruthTests {
             #expect(saved.isOfflineEntry && saved.fields[LocalRecord.offlineEntryField] == true)
             #expect(await engine.status.connection == .unknown)
             transport.releaseProbe()
-            #expect(await engine.awaitConnection(upTo: testWaitLimit))
+            #expect(try await bounded("the save's probe") { await engine.awaitConnection(upTo: testWaitLimit) })
             let settled = try #require(try await store.record(collection: "notes", recordId: "a"))
             #expect(!settled.isOfflineEntry && settled.fields[LocalRecord.offlineEntryField] == nil)
             #expect(try await engine.sync().synced == 1)
@@ -89,7 +89,7 @@ struct ConnectionTruthTests {
             let engine = engine(store, transport)
             try await engine.save(note("a"))
             transport.releaseProbe()
-            #expect(await engine.awaitConnection(upTo: testWaitLimit))
+            #expect(try await bounded("the save's probe") { await engine.awaitConnection(upTo: testWaitLimit) })
             #expect(await engine.status.connection == .offline)
             #expect(try await store.record(collection: "notes", recordId: "a")?.isOfflineEntry == true)
             inner.isOnline = true

@@ -2,6 +2,7 @@ import Clocks
 import Foundation
 import GRDB
 import OutpostProtocol
+import OutpostTesting
 import Testing
 
 @testable import OutpostClient
@@ -78,7 +79,7 @@ struct SyncAnswerTests {
         try await withEngine { store, engine in
             try await engine.save(expense(12))
             // The save's probe settles the record made online first: it seals the record again.
-            await engine.awaitConnection(upTo: .seconds(60))
+            try await bounded("the save's probe") { await engine.awaitConnection(upTo: .seconds(60)) }
             let before = try await row(store)
             #expect(before.sealedDetail == false)
             #expect(try await engine.sync().synced == 1)

@@ -36,7 +36,7 @@ struct SyncHealthTests {
             await engine.setOnline(true)
             try await engine.save(note("n1", ["secret": "do not send"]))
             _ = try await engine.sync()
-            await engine.awaitHeartbeat(upTo: .seconds(60))
+            try await bounded("the sync's heartbeat") { await engine.awaitHeartbeat(upTo: .seconds(60)) }
             let beat = try #require(await server.heartbeats.last)
             #expect(beat.deviceId == "phone-1")
             #expect(beat.event == "gala")

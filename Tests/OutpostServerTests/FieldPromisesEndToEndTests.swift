@@ -25,12 +25,19 @@ struct FieldPromisesEndToEndTests {
         let url = URL(fileURLWithPath: store)
         let reader = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
         var seenWhileRunning = false
-        while !seenWhileRunning && running.isRunning {
+        let deadline = ContinuousClock.now.advanced(by: .seconds(120))
+        while !seenWhileRunning && running.isRunning && ContinuousClock.now < deadline {
             let stored = try await reader.records(collection: "attendance").contains { $0.syncStatus == .pending }
             seenWhileRunning = stored && running.isRunning
             try await Task.sleep(for: .milliseconds(5))
         }
-        let status = await running.wait()
+        let status: Int32
+        do {
+            status = try await bounded("the check-in against a silent server") { await running.wait() }
+        } catch {
+            running.signal(SIGKILL)
+            throw error
+        }
         let checkIn = (status: status, stdout: running.stdout, stderr: running.stderr)
         #expect(seenWhileRunning, "the check-in was not stored before the command ended")
         #expect(checkIn.status == 0, "\(checkIn.stderr)")
