@@ -264,8 +264,8 @@ public actor SyncEngine {
     /// Asks the server whether it is reachable, and records the answer.
     ///
     /// - Parameter syncingPending: whether coming back online syncs what is pending, as ``setOnline(_:)`` does.
-    ///   An action about to save a record passes false: it probes only to know whether the record is created
-    ///   offline, and ``save(_:)`` starts the delivery after the save, so that saving never waits on a queue.
+    ///   A caller that delivers on its own terms passes false, such as the probe a save starts (see
+    ///   ``save(_:at:)``), which settles the records saved meanwhile and then starts their delivery.
     ///
     /// A server that answers with an error is reachable: the device is online, and ``SyncStatus/serverProblem``
     /// says what is wrong with the server.
