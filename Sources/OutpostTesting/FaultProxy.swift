@@ -32,6 +32,9 @@ public final class FaultProxy: Sendable {
         /// `POST /v1/push`) before any byte of its answer reaches the client: the server did the work, the
         /// client never hears of it. Other requests pass.
         case cutAnswers(toRequestsStartingWith: String)
+        /// Forward every request, and of the answer to one that starts with `prefix` (every one for "") only
+        /// the head and the first byte of the body, then close the connection: an answer broken off part-way.
+        case cutAnswersPartway(toRequestsStartingWith: String)
         /// Answer every request with `status` and an empty body, forwarding nothing: a server that is up and
         /// failing, such as one whose database is down (500) or behind a proxy that lost it (502).
         case answer(status: Int)
@@ -54,6 +57,9 @@ public final class FaultProxy: Sendable {
         var open: [ObjectIdentifier: Channel] = [:]
         /// The upstream connections whose answer is cut (``Fault/cutAnswers(toRequestsStartingWith:)``).
         var doomed: Set<ObjectIdentifier> = []
+        /// The upstream connections whose answer is cut after its head
+        /// (``Fault/cutAnswersPartway(toRequestsStartingWith:)``).
+        var partway: Set<ObjectIdentifier> = []
     }
 
     public let port: Int
@@ -139,7 +145,7 @@ public final class FaultProxy: Sendable {
                 return passing == 0 ? .cut : .forward(passing, delay: nil)
             case .cutAfter:
                 if state.budget == 0 { return .cut }
-            case .cutAnswers, .answer:
+            case .cutAnswers, .cutAnswersPartway, .answer:
                 break
             }
             state.count(direction, count)
@@ -244,21 +250,40 @@ public final class FaultProxy: Sendable {
                 partner.close(promise: nil)
                 return
             }
-            let cutsAnswer = proxy.state.withLockedValue { state -> Bool in
+            let (cutsAnswer, partway) = proxy.state.withLockedValue { state -> (Bool, Bool) in
                 switch direction {
                 case .upstream:
-                    if case .cutAnswers(let prefix) = state.fault, buffer.readableBytesView.starts(with: Array(prefix.utf8)) {
+                    let request = buffer.readableBytesView
+                    switch state.fault {
+                    case .cutAnswers(let prefix) where request.starts(with: Array(prefix.utf8)):
                         state.doomed.insert(ObjectIdentifier(partner))
+                    case .cutAnswersPartway(let prefix) where request.starts(with: Array(prefix.utf8)):
+                        state.partway.insert(ObjectIdentifier(partner))
+                    default:
+                        break
                     }
-                    return false
+                    return (false, false)
                 case .downstream:
-                    return state.doomed.remove(ObjectIdentifier(context.channel)) != nil
+                    let id = ObjectIdentifier(context.channel)
+                    return (state.doomed.remove(id) != nil, state.partway.contains(id))
                 }
             }
             if cutsAnswer {
                 proxy.state.withLockedValue { $0.counters.cut += 1 }
                 context.close(promise: nil)
                 partner.close(promise: nil)
+                return
+            }
+            if partway, let headEnd = buffer.readableBytesView.firstRange(of: Array("\r\n\r\n".utf8))?.upperBound {
+                // The head, and a byte of the body when it came with it; then the connection breaks.
+                let through = min(headEnd - buffer.readerIndex + 1, buffer.readableBytes)
+                let slice = buffer.readSlice(length: through)!
+                proxy.state.withLockedValue { state in
+                    state.partway.remove(ObjectIdentifier(context.channel))
+                    state.counters.cut += 1
+                }
+                partner.writeAndFlush(slice).whenComplete { _ in partner.close(promise: nil) }
+                context.close(promise: nil)
                 return
             }
             switch proxy.decide(direction, count: buffer.readableBytes) {

@@ -150,17 +150,22 @@ public struct SyncProgress: Sendable, Hashable {
     public var total: Int
     public var chunk: Int
     /// While the sync waits to try a chunk again: how long, and why the last try failed.
-    public var retrying: (wait: Duration, reason: String)? {
-        get { retryWait.map { ($0, retryReason ?? "") } }
-        set {
-            retryWait = newValue?.wait
-            retryReason = newValue?.reason
+    public var retrying: Retry?
+
+    /// A wait before a chunk is tried again.
+    public struct Retry: Sendable, Hashable {
+        /// How long the sync waits.
+        public var wait: Duration
+        /// Why the last try failed, such as "The server could not be reached".
+        public var reason: String
+
+        public init(wait: Duration, reason: String) {
+            self.wait = wait
+            self.reason = reason
         }
     }
-    private var retryWait: Duration?
-    private var retryReason: String?
 
-    public init(sent: Int, total: Int, chunk: Int, retrying: (wait: Duration, reason: String)? = nil) {
+    public init(sent: Int, total: Int, chunk: Int, retrying: Retry? = nil) {
         self.sent = sent
         self.total = total
         self.chunk = chunk

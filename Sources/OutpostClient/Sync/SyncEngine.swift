@@ -267,8 +267,9 @@ public actor SyncEngine {
     ///   A caller that delivers on its own terms passes false, such as the probe a save starts (see
     ///   ``save(_:at:)``), which settles the records saved meanwhile and then starts their delivery.
     ///
-    /// A server that answers with an error is reachable: the device is online, and ``SyncStatus/serverProblem``
-    /// says what is wrong with the server.
+    /// A server that answers with an error, or begins an answer and breaks off, is reachable: the device is
+    /// online, and ``SyncStatus/serverProblem`` says what is wrong with the server. A probe whose task is
+    /// cancelled before an answer changes nothing: the connection stays as it was known.
     @discardableResult
     public func probe(syncingPending: Bool = true) async -> Bool {
         let online: Bool
@@ -276,9 +277,11 @@ public actor SyncEngine {
         do {
             _ = try await transport.health()
             (online, problem) = (true, nil)
-        } catch let error as TransportError where error.kind != .network {
+        } catch let error as TransportError where error.kind != .network || error.reachedServer {
             (online, problem) = (true, Self.describe(error))
         } catch {
+            // A probe given up on (its task cancelled, such as by a bound on it) learnt nothing.
+            if Task.isCancelled { return status.isOnline }
             (online, problem) = (false, nil)
         }
         if status.serverProblem != problem {
@@ -404,7 +407,7 @@ public actor SyncEngine {
                     let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
                     let (sent, total, chunks) = (run.sent, max(run.total, run.sent + chunk.count), run.summary.chunks)
                     response = try await push(request, retrying: retrying) { wait, reason in
-                        progress?(SyncProgress(sent: sent, total: total, chunk: chunks, retrying: (wait, reason)))
+                        progress?(SyncProgress(sent: sent, total: total, chunk: chunks, retrying: SyncProgress.Retry(wait: wait, reason: reason)))
                     }
                 } catch let error as TransportError {
                     _ = try? await following
@@ -522,6 +525,12 @@ public actor SyncEngine {
             status.isOnline = false
             status.serverProblem = nil
             publish()
+        case .network where error.reachedServer:
+            // The server was reached, and the exchange broke: the network works.
+            if !status.isOnline {
+                status.isOnline = true
+                publish()
+            }
         case .network:
             break
         case .server where error.isRetryable, .invalidResponse:
@@ -649,7 +658,8 @@ public actor SyncEngine {
     static func describe(_ error: TransportError) -> String {
         switch error.kind {
         case .network where error.reachedServer:
-            return "The connection to the server broke before it answered"
+            // Such as "The connection to the server broke before it answered".
+            return error.message.prefix(1).uppercased() + error.message.dropFirst()
         case .network:
             return "The server could not be reached"
         case .server where error.requiresSignIn:

@@ -144,10 +144,11 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         let limit = silenceLimit
         // Until the answer's head, AsyncHTTPClient's own deadline (the same limit) bounds the wait.
         return try await silence.endingSilence(after: limit, first: limit * 2, operation) { heardAnything in
-            heardAnything
-                ? TransportError(
-                    kind: .network, message: "the server fell silent for \(limit.components.seconds) s in the middle of its answer")
-                : TransportError.unreachable()
+            guard heardAnything else { return TransportError.unreachable() }
+            var error = TransportError(
+                kind: .network, message: "the server fell silent for \(limit.components.seconds) s in the middle of its answer")
+            error.reachedServer = true
+            return error
         }
     }
 
@@ -159,14 +160,20 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         let request = try makeRequest(method, path: path, query: query, body: body, token: token)
         let (client, timeout) = (client, timeout)
         let (response, bytes) = try await untilSilent { heard in
+            let response: HTTPClientResponse
             do {
-                let response = try await client.execute(request, timeout: timeout)
-                heard()
+                response = try await client.execute(request, timeout: timeout)
+            } catch {
+                throw TransportError.unreachable(underlying: error)
+            }
+            heard()
+            // The answer began: the server was reached, whatever breaks now.
+            do {
                 return (response, try await Self.collect(response.body, heard: heard))
             } catch let error as TransportError {
                 throw error
             } catch {
-                throw TransportError.unreachable(underlying: error)
+                throw TransportError.droppedExchange(underlying: error)
             }
         }
         let data = Data(buffer: bytes)
@@ -271,7 +278,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
             } catch let error as TransportError {
                 throw error
             } catch {
-                throw TransportError(kind: .network, message: "the connection dropped during a pull", underlying: error)
+                throw TransportError.droppedPull(underlying: error)
             }
             let page = try page(Array(buffer: bytes))
             try await heard.resting { try await deliver(page) }
@@ -290,11 +297,11 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         } catch let error as TransportError {
             throw error
         } catch {
-            throw TransportError(kind: .network, message: "the connection dropped during a pull", underlying: error)
+            throw TransportError.droppedPull(underlying: error)
         }
         // A last line without its newline is a page cut short: the stream broke.
         guard !lines.holdsPartialLine else {
-            throw TransportError(kind: .network, message: "the connection dropped during a pull")
+            throw TransportError.droppedPull()
         }
     }
 

@@ -249,6 +249,13 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
         return error
     }
 
+    /// A stream of pulls the server began and the connection broke in: the server was reached.
+    static func droppedPull(underlying: (any Error)? = nil) -> TransportError {
+        var error = TransportError(kind: .network, message: "the connection dropped during a pull", underlying: underlying)
+        error.reachedServer = true
+        return error
+    }
+
     /// Whether trying again later may succeed: a network failure, a 5xx, 429, or 408 (the body came too slowly).
     public var isRetryable: Bool {
         switch kind {
