@@ -15,16 +15,30 @@ enum Delivery {
     /// What a screen that saves nothing does when it opens: asks the server whether it is reachable for at most
     /// ``probeBound`` and, when it is, delivers what waits from earlier for at most ``wait``, so that the screen
     /// then shows where things stand.
+    /// What was sent is said in a line of its own, "sent 2 records that were waiting to sync", since the outbox
+    /// goes in order, whatever screen opened it.
     static func resume(_ engine: SyncEngine) async {
+        let waiting = (try? await engine.store.outboxCount()) ?? 0
         let answered = await Bounded.run(for: probeBound, clock: ContinuousClock()) { await engine.resume() }
-        if answered, await engine.status.isOnline { await engine.awaitDelivery(upTo: wait) }
+        guard answered, await engine.status.isOnline else { return }
+        await engine.awaitDelivery(upTo: wait)
+        guard waiting > 0, let left = try? await engine.store.outboxCount(), left < waiting else { return }
+        let sent = waiting - left
+        say(sent == 1 ? "sent 1 record that was waiting to sync" : "sent \(sent) records that were waiting to sync")
     }
 
-    /// Brings the 24-hour notice up to date, and reports what waits too long to the server when it was
-    /// reachable at the last probe. Offline, the report would only wait out its retries: the next check online
-    /// makes it.
+    /// Where the connection stands after ``resume(_:)``, in words: a probe still unanswered is a server not
+    /// answering, not a device offline.
+    static func connectionText(_ status: SyncStatus) -> String {
+        guard status.connection == .unknown else { return status.connectionText }
+        return "not answering: no answer within \(probeBound.components.seconds) s" + (status.isSyncing ? ", syncing" : "")
+    }
+
+    /// Brings the 24-hour notice up to date, and reports what waits too long to the server when it took
+    /// records at the last probe. Offline, or with a server in trouble, the report would only wait out its
+    /// retries: the next check with a working server makes it.
     static func escalate(_ engine: SyncEngine) async throws {
-        if await engine.status.isOnline {
+        if await engine.status.connection == .online {
             _ = try await engine.checkPersistentFailures()
         } else {
             _ = try await engine.refreshPersistentFailureNotice()

@@ -86,10 +86,10 @@ struct DeviceStatus: AsyncParsableCommand {
 
     func run() async throws {
         try await options.withDevice(escalateAfter: escalation.escalateAfter.duration) { device in
-            await device.engine.probe()
+            await Delivery.resume(device.engine)
             let status = await device.engine.status
             say("device:   \(device.deviceId)")
-            say("server:   \(device.serverURL.absoluteString) (\(status.connectionText))")
+            say("server:   \(device.serverURL.absoluteString) (\(Delivery.connectionText(status)))")
             say("pending:  \(status.pendingCount)")
             say("failed:   \(status.failedCount)")
             say("refused:  \(status.rejectedCount)")

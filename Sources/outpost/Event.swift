@@ -119,12 +119,13 @@ struct EventScan: AsyncParsableCommand {
             switch outcome {
             case .checkedIn(let scan, let warning):
                 let name = scan.guestName.map { " \($0)" } ?? ""
+                let connection = await device.engine.status.connection
                 let state: String
                 switch scan.syncStatus {
                 case .synced: state = "synced"
                 case .failed: state = "saved on this device; sync failed, will retry: \(scan.syncError ?? "unknown error")"
                 default:
-                    switch await device.engine.status.connection {
+                    switch connection {
                     case .online: state = "saved; the server has not confirmed it yet"
                     case .offline: state = "saved offline, pending sync"
                     case .unknown: state = "saved on this device, pending sync"
@@ -134,6 +135,11 @@ struct EventScan: AsyncParsableCommand {
                 say("Checked in: \(scan.guestId)\(name) at \(clockText(scan.scannedAt)) (\(state))")
                 guestLines(scan.guest)
                 if let warning { say(warning) }
+                // The door has its answer; a server that was not known to take records yet is given the scan now,
+                // as every other save does, and a verdict that comes then is the door's too.
+                if scan.syncStatus == .pending, connection != .online, connection != .offline {
+                    try await deliverLate(scan, device: device)
+                }
             case .alreadyCheckedIn(let first):
                 say("Already checked in at \(clockText(first.scannedAt)) by \(first.scannedBy)")
             case .refused(let scan, let reason):
@@ -143,6 +149,22 @@ struct EventScan: AsyncParsableCommand {
             }
             await Delivery.showNotice(device.engine)
         }
+    }
+}
+
+extension EventScan {
+    /// The second line of a scan saved before the server was known to take records: delivers it as the other
+    /// saves do (``Delivery/deliver(_:)``) and says where it then stands. A refusal that comes now ends the
+    /// command as a refused scan does: the guest may not go in.
+    private func deliverLate(_ scan: ScanRecord, device: Device) async throws {
+        let ended = await Delivery.deliver(device.engine)
+        guard let record = try await device.store.record(collection: CheckIn.collection, scope: scan.event, recordId: scan.guestId)
+        else { return }
+        if record.syncStatus == .rejected {
+            throw CLIError("refused by the server after all: \(CheckInDesk.verdict(of: record))")
+        }
+        let status = await device.engine.status
+        say(Delivery.line(record, ended: ended, connection: status.connection, lastFailure: status.lastFailure))
     }
 }
 

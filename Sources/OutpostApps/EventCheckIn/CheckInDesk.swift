@@ -14,9 +14,9 @@ public struct CheckInDesk: Sendable {
     public let engine: SyncEngine
     public let roster: ReferenceData
     public let event: String
-    /// How long a scan online waits for the server: first for other devices' check-ins, then for the
-    /// server's verdict on this one. Past it the door decides from the device alone, and a refusal that
-    /// comes later shows on the scan's record.
+    /// How long a scan waits for the server's verdict on it when the server is known to take records. Past it,
+    /// or when the server is not known to (offline, not answering yet, answering with errors), the door decides
+    /// from the device alone, and a refusal that comes later shows on the scan's record.
     public let verdictBound: Duration
     /// How long a scan may spend, before it is saved, learning whether the server answers and pulling other
     /// devices' check-ins: the door's answer and the local write never wait longer on the network.
@@ -43,9 +43,9 @@ public struct CheckInDesk: Sendable {
     ///
     /// The scan is stamped when it starts. When the server answers it first pulls the event's check-ins, so that
     /// a guest another device scanned is recognised, for at most ``lookupBound`` all told; past it, or offline,
-    /// it decides from what the device has. The check-in is saved then; online, the scan then waits up to
-    /// ``verdictBound`` for the server's verdict, so that a guest the server refuses (a registration cancelled
-    /// since the roster was downloaded) is shown as refused, never as checked in.
+    /// it decides from what the device has. The check-in is saved then. When the server is known to take
+    /// records, the scan then waits up to ``verdictBound`` for its verdict, so that a guest the server refuses (a
+    /// registration cancelled since the roster was downloaded) is shown as refused, never as checked in.
     /// - Returns: `.checkedIn` for a new check-in, `.alreadyCheckedIn` with the first scan's time and device,
     ///   `.refused` when the server refused this guest's check-in.
     /// - Throws: ``ClientError`` `rosterIncomplete`, `unknownGuest` or `guestCancelled`, with the roster
@@ -80,12 +80,10 @@ public struct CheckInDesk: Sendable {
                 ],
                 timestampField: CheckIn.Field.scannedAt), at: tapped)
         var record = saved
-        if await engine.status.connection != .offline {
-            let verdictBound = verdictBound
-            await Bounded.run(for: verdictBound, clock: engine.clock) {
-                await engine.awaitConnection(upTo: verdictBound)
-                if await engine.status.isOnline { await engine.awaitDelivery(upTo: verdictBound) }
-            }
+        // Only a server known to take records is waited on: one not answering, or answering with errors, would
+        // hold the door for the whole bound and still give no verdict.
+        if await engine.status.connection == .online {
+            await engine.awaitDelivery(upTo: verdictBound)
             record = try await engine.store.record(collection: CheckIn.collection, scope: event, recordId: guestId) ?? saved
         }
         guard let scan = ScanRecord(record, guest: details) else {
@@ -96,7 +94,7 @@ public struct CheckInDesk: Sendable {
     }
 
     /// What the door reads when the server refused a check-in: the roster's own words where there are some.
-    static func verdict(of record: LocalRecord) -> String {
+    public static func verdict(of record: LocalRecord) -> String {
         switch record.syncErrorCode {
         case WireError.Code.guestCancelled.rawValue: return ReferenceMessages.cancelled
         case WireError.Code.unknownGuest.rawValue: return ReferenceMessages.notFound
