@@ -55,7 +55,12 @@ struct BuildsList: AsyncParsableCommand {
             let builds = try await BuildArchive(engine: device.engine).listWithSheets()
             if builds.isEmpty { say("no builds") }
             for build in builds {
-                let sheet = build.syncStatus == .synced ? build.sheet.text.map { "  \($0.lowercased())" } ?? "" : ""
+                let sheet =
+                    build.syncStatus != .synced
+                    ? ""
+                    : build.sheet == .unknown
+                        ? "  (whether the crew's sheet has it is not known yet)"
+                        : build.sheet.text.map { "  \($0.lowercased())" } ?? ""
                 let attempt = build.lastSyncAttempt.map { "  (last tried \(clockText($0)))" } ?? ""
                 let shownAttempt = build.syncStatus == .synced ? "" : attempt
                 say("\(build.buildId)  \(build.name)  \(build.status.rawValue)\(sheet)\(shownAttempt)")

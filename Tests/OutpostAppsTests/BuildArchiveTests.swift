@@ -116,6 +116,10 @@ struct BuildArchiveTests {
             listed = try await archive.listWithSheets()
             #expect(listed.map(\.sheet) == [.received])
             #expect(BuildRow(listed[0]).sheetText == "In the crew's sheet")
+            // Offline, the archive says what it last knew of that version: the sheet has it.
+            await device.setOnline(false)
+            #expect(try await archive.list().map(\.status) == [.synced])
+            await device.setOnline(true)
 
             // A newer version the sheet has not had; a build not uploaded yet is not asked about.
             _ = try await device.engine.save(LocalStore.Write(collection: "builds", recordId: shed.build.buildId, fields: ["floor": 3]))

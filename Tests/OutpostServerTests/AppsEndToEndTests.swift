@@ -298,8 +298,8 @@ struct AppsEndToEndTests {
         let listed = try await crew(["builds", "list"]).stdout
         #expect(listed.components(separatedBy: "\n    The server could not be reached").count == 3, "\(listed)")
         #expect(listed.components(separatedBy: "  failed  (last tried ").count == 3, "\(listed)")
-        // Offline, the device cannot ask where the build went from the server: uploaded, no more.
-        #expect(listed.contains("Shed  uploaded\n"), "\(listed)")
+        // Offline, the archive says what it last knew: the server had Shed, and builds went to no sheet.
+        #expect(listed.contains("Shed  synced\n"), "\(listed)")
 
         try await session.startServer()
         let roofId = try #require(listed.split(separator: "\n").first { $0.contains("Roof") }?.split(separator: " ").first.map(String.init))
@@ -335,6 +335,14 @@ struct AppsEndToEndTests {
             resent.stdout
                 == "\(barnId): the server sends it to the crew's sheet again; the sheet has not taken it yet: the receiver could not be reached\n",
             "\(resent.stdout) \(resent.stderr)")
+        // Sync All sends to the sheet again too, and says the sheet has not taken them: never "0 synced, 0 failed"
+        // alone while the archive shows them failed.
+        let sheetAll = try await crew(["builds", "sync-all"])
+        #expect(sheetAll.status != 0)
+        #expect(
+            sheetAll.stdout.contains("0 synced, 0 failed; ")
+                && sheetAll.stdout.contains(" sent to the crew's sheet again; the sheet has not taken ")
+                && sheetAll.stdout.hasSuffix(" yet: the receiver could not be reached\n"), "\(sheetAll.stdout) \(sheetAll.stderr)")
     }
 }
 

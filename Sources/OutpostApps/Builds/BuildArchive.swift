@@ -30,11 +30,47 @@ public struct BuildArchive: Sendable {
         return BuildSave(build: BuildEntry(record), connection: await engine.status.connection)
     }
 
-    /// Every build on the device, newest first, with its status and, for a failed one, why.
+    /// Every build on the device, newest first, with its status and, for a failed one, why. An uploaded build
+    /// the server said, at its present version, is in the crew's sheet (or goes to no sheet) keeps that
+    /// ``SheetState`` offline too: the archive shows what it last knew to be done, never a guess.
     public func list() async throws -> [BuildEntry] {
-        await engine.markingOverdue(
-            try await engine.store.records(collection: Build.collection).filter { !$0.tombstone }.map(BuildEntry.init),
+        let settled = await settledSheets()
+        return await engine.markingOverdue(
+            try await engine.store.records(collection: Build.collection).filter { !$0.tombstone }.map { record in
+                var build = BuildEntry(record)
+                if build.syncStatus == .synced, let known = settled[build.buildId], known.version == build.version {
+                    build.sheet = known.sheet
+                }
+                return build
+            },
             collection: Build.collection)
+    }
+
+    /// The device setting that keeps, by build id, the last sheet state the server gave that says the build is
+    /// done at its version: in the sheet, or going to none.
+    static let settledSheetsSetting = "builds:settled_sheets"
+
+    /// A sheet state the server gave, and the build's version it was about.
+    private struct SettledSheet: Codable, Equatable {
+        var version: Int64?
+        var sheet: SheetState
+    }
+
+    private func settledSheets() async -> [String: SettledSheet] {
+        guard let json = try? await engine.store.setting(Self.settledSheetsSetting) else { return [:] }
+        return (try? JSONDecoder().decode([String: SettledSheet].self, from: Data(json.utf8))) ?? [:]
+    }
+
+    /// Keeps what the server said of `builds`' sheets (see ``list()``): a done state is kept, any other
+    /// forgets the one kept before.
+    private func settle(_ builds: [BuildEntry]) async {
+        var settled = await settledSheets()
+        let known = settled
+        for build in builds where build.syncStatus == .synced && build.sheet != .unknown {
+            settled[build.buildId] = build.sheet.isDone ? SettledSheet(version: build.version, sheet: build.sheet) : nil
+        }
+        guard settled != known, let json = try? JSONEncoder().encode(settled) else { return }
+        try? await engine.store.setSetting(Self.settledSheetsSetting, String(decoding: json, as: UTF8.self))
     }
 
     /// ``list()`` with each uploaded build's ``SheetState``, asked of the server when the device is online.
@@ -46,14 +82,16 @@ public struct BuildArchive: Sendable {
     /// `builds` with each uploaded one's ``SheetState`` as the server says, in requests of up to 200 builds; a
     /// part the server did not answer, or all of them offline, keep ``SheetState/unknown``.
     public func withSheets(_ builds: [BuildEntry]) async -> [BuildEntry] {
-        let uploaded = builds.filter { $0.syncStatus == .synced }.map(\.buildId)
+        let uploaded = builds.filter { $0.syncStatus == .synced && $0.sheet != .received }.map(\.buildId)
         guard !uploaded.isEmpty, await engine.status.isOnline else { return builds }
         var answers: [RecordDelivery] = []
         for start in stride(from: 0, to: uploaded.count, by: 200) {
             let ids = Array(uploaded[start..<min(start + 200, uploaded.count)])
             if let answer = try? await engine.deliveries(collection: Build.collection, recordIds: ids) { answers += answer.records }
         }
-        return Self.applying(answers, to: builds)
+        let told = Self.applying(answers, to: builds)
+        await settle(told)
+        return told
     }
 
     /// `builds` with the sheet states the server's `answers` give.
@@ -86,8 +124,28 @@ public struct BuildArchive: Sendable {
         return resent.sheet == .received || resent.sheet == .noSheet ? .alreadySynced : .sentToSheet(resent)
     }
 
-    public func syncAll(progress: (@Sendable (SyncProgress) -> Void)? = nil) async throws -> SyncSummary {
-        try await engine.retryAll(progress: progress)
+    /// Sync All: uploads everything waiting or failed, then, when the server takes records, asks it to send
+    /// again to the crew's sheet every uploaded build the sheet has not taken (as ``retry(_:)`` does for one).
+    public func syncAll(progress: (@Sendable (SyncProgress) -> Void)? = nil) async throws -> BuildSyncSummary {
+        let upload = try await engine.retryAll(progress: progress)
+        // With nothing to upload, the sync did not learn whether the server answers.
+        if await !engine.status.isConnectionKnown { await engine.probe(syncingPending: false) }
+        guard !upload.skipped, await engine.status.connection == .online else { return BuildSyncSummary(upload: upload) }
+        let failing = await withSheets(try await list().filter { $0.syncStatus == .synced }).filter { $0.sheet == .failed }
+        var summary = BuildSyncSummary(upload: upload)
+        for start in stride(from: 0, to: failing.count, by: 200) {
+            let part = Array(failing[start..<min(start + 200, failing.count)])
+            // A part the server did not answer was not sent again: it stays as the sheet last failed it.
+            guard let answer = try? await engine.retryDeliveries(collection: Build.collection, recordIds: part.map(\.buildId))
+            else {
+                summary.sheetFailing += part
+                continue
+            }
+            let told = Self.applying(answer.records, to: part)
+            summary.resentToSheet += told.count
+            summary.sheetFailing += told.filter { $0.sheet == .failed }
+        }
+        return summary
     }
 
     /// The build as it stands now: after a save, once its upload ended or was given up waiting on.
@@ -99,10 +157,40 @@ public struct BuildArchive: Sendable {
         else { return saved }
         var build = BuildEntry(record)
         if build.syncStatus == .synced {
-            (build.sheet, build.sheetError, build.sheetRetryAt) = (saved.build.sheet, saved.build.sheetError, saved.build.sheetRetryAt)
+            build.takeSheet(of: saved.build)
             if askingSheet { build = await withSheets([build])[0] }
         }
         return BuildSave(build: build, connection: await engine.status.connection)
+    }
+}
+
+/// What Sync All did: the uploads, and the uploaded builds sent to the crew's sheet again.
+public struct BuildSyncSummary: Sendable, Hashable, CustomStringConvertible {
+    public var upload: SyncSummary
+    /// How many uploaded builds the server was asked to send to the crew's sheet again.
+    public var resentToSheet = 0
+    /// The uploaded builds the crew's sheet has still not taken, as the server last said, each with why.
+    public var sheetFailing: [BuildEntry] = []
+
+    public init(upload: SyncSummary, resentToSheet: Int = 0, sheetFailing: [BuildEntry] = []) {
+        self.upload = upload
+        self.resentToSheet = resentToSheet
+        self.sheetFailing = sheetFailing
+    }
+
+    /// True when every build went up and the crew's sheet has taken every one it was sent.
+    public var isComplete: Bool { upload.isComplete && sheetFailing.isEmpty }
+
+    /// Such as "2 synced, 0 failed; 1 sent to the crew's sheet again; the sheet has not taken 1 yet: the receiver
+    /// could not be reached".
+    public var description: String {
+        var text = upload.description
+        if resentToSheet > 0 { text += "; \(resentToSheet) sent to the crew's sheet again" }
+        if !sheetFailing.isEmpty {
+            let reasons = Set(sheetFailing.map { $0.sheetError ?? "no reason given" }).sorted()
+            text += "; the sheet has not taken \(sheetFailing.count) yet: " + reasons.joined(separator: "; ")
+        }
+        return text
     }
 }
 
@@ -132,6 +220,8 @@ public struct BuildEntry: Sendable, Hashable {
     public var sheetRetryAt: Date?
     /// When the device last tried to upload it.
     public var lastSyncAttempt: Date?
+    /// The server's version of the build, once uploaded.
+    public var version: Int64?
     /// The escalation threshold, when the build has waited to upload longer than it (see ``SyncBadge/overdue``).
     public var overdue: Duration?
 
@@ -143,9 +233,15 @@ public struct BuildEntry: Sendable, Hashable {
         syncError = record.syncError
         savedAt = record.createdAt.date
         lastSyncAttempt = record.lastSyncAttempt
+        version = record.version
     }
 
     public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, overdue: overdue) }
+
+    /// Takes what `known` says of the crew's sheet: its state, why it failed, and when the server tries again.
+    mutating func takeSheet(of known: BuildEntry) {
+        (sheet, sheetError, sheetRetryAt) = (known.sheet, known.sheetError, known.sheetRetryAt)
+    }
 
     /// Where the build stands in the archive's words, the crew's sheet included: it is `synced` only once the
     /// sheet has it (or when builds go to no sheet).
@@ -195,7 +291,7 @@ public enum BuildStatus: String, Sendable, Hashable, CaseIterable {
 }
 
 /// Whether the crew's sheet (where the server's connector of builds sends them) has a build.
-public enum SheetState: String, Sendable, Hashable {
+public enum SheetState: String, Sendable, Hashable, Codable {
     /// Not known: the device is offline, the build is not uploaded yet, or the server was not asked.
     case unknown
     /// Builds go to no sheet: uploaded is done.
@@ -210,6 +306,9 @@ public enum SheetState: String, Sendable, Hashable {
     init(_ delivery: RecordDelivery) {
         self = delivery.receivers == 0 ? .noSheet : delivery.delivered ? .received : delivery.isFailing ? .failed : .waiting
     }
+
+    /// Whether the build is done at its version: the sheet has it, or it goes to none.
+    var isDone: Bool { self == .received || self == .noSheet }
 
     /// What the archive says, or nil when it says nothing.
     public var text: String? {
@@ -237,7 +336,8 @@ public struct BuildSave: Sendable, Hashable {
             switch build.sheet {
             case .noSheet: return "Build \"\(build.name)\" saved and uploaded."
             case .received: return "Build \"\(build.name)\" saved, uploaded and in the crew's sheet."
-            case .waiting, .unknown: return "Build \"\(build.name)\" uploaded; the crew's sheet does not have it yet."
+            case .waiting: return "Build \"\(build.name)\" uploaded; the crew's sheet does not have it yet."
+            case .unknown: return "Build \"\(build.name)\" uploaded; whether the crew's sheet has it is not known yet."
             case .failed:
                 return
                     "Build \"\(build.name)\" uploaded, but the crew's sheet has not taken it (\(build.sheetError ?? "no reason given")); retry it from the archive."

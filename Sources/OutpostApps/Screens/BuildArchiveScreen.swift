@@ -98,8 +98,9 @@ public final class BuildArchiveScreen {
         sink.finish()
         await shown.value
         progress = nil
-        // The screen shows the action's result before its buttons come back.
+        // The screen shows the action's result, the crew's sheet included, before its buttons come back.
         await reload()
+        await refreshSheets()
         isSyncingAll = false
     }
 
@@ -147,18 +148,20 @@ public final class BuildArchiveScreen {
             self.lastSave?.build.buildId == lastSave.build.buildId  // Not replaced by a save meanwhile.
         {
             if let known = sheets[now.build.buildId], now.build.syncStatus == .synced {
-                now.build = BuildArchiveScreen.withSheet(now.build, from: known)
+                now.build.takeSheet(of: known)
             }
             self.lastSave = now
             saveMessage = now.message
         }
         do {
             let builds = try await archive.list().map { build in
-                sheets[build.buildId].map { BuildArchiveScreen.withSheet(build, from: $0) } ?? build
+                var build = build
+                if let known = sheets[build.buildId] { build.takeSheet(of: known) }
+                return build
             }
             rows = builds.map(BuildRow.init)
             self.error = nil
-            let unasked = Set(builds.filter { $0.syncStatus == .synced }.map(\.buildId)).subtracting(asked)
+            let unasked = Set(builds.filter { $0.syncStatus == .synced && $0.sheet != .received }.map(\.buildId)).subtracting(asked)
             if !unasked.isEmpty, sheetRefresh == nil, connection.status.isOnline {
                 asked.formUnion(unasked)
                 sheetRefresh = Task { @MainActor [weak self] in
@@ -171,12 +174,6 @@ public final class BuildArchiveScreen {
         }
     }
 
-    /// `build` with the sheet state `known` holds.
-    private static func withSheet(_ build: BuildEntry, from known: BuildEntry) -> BuildEntry {
-        var build = build
-        (build.sheet, build.sheetError, build.sheetRetryAt) = (known.sheet, known.sheetError, known.sheetRetryAt)
-        return build
-    }
 }
 
 /// One build in the archive.
@@ -234,5 +231,12 @@ public struct ArchiveAlert: Sendable, Hashable {
         } else {
             self.init(title: summary.isComplete ? "Sync complete" : "Some builds did not upload", message: summary.description)
         }
+    }
+
+    init(summary: BuildSyncSummary) {
+        self.init(summary: summary.upload)
+        guard !summary.upload.skipped else { return }
+        message = summary.description
+        if summary.upload.isComplete && !summary.isComplete { title = "Some builds are not in the crew's sheet" }
     }
 }
