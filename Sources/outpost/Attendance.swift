@@ -95,9 +95,9 @@ struct AttendanceStatus: AsyncParsableCommand {
         try await options.withAttendance(resuming: true) { log, device in
             let state = try await log.state()
             if let latest = state.latest {
-                let since = latest.action == .checkIn ? "since" : "at"
-                say("\(state.text) \(since) \(log.clock(latest.time)) · \(latest.badge.symbol)")
-                if latest.syncStatus == .rejected || latest.syncStatus == .failed, let error = latest.syncError { say("    \(error)") }
+                say("\(state.line(clock: log.clock)) · \(latest.badge.symbol)")
+                if latest.syncStatus == .failed, let error = latest.syncError { say("    \(error)") }
+                if state.isRefused { say("    see it, and discard it: outpost device records --rejected") }
             } else {
                 say("Not checked in today")
             }

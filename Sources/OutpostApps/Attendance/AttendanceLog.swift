@@ -176,4 +176,14 @@ public struct AttendanceState: Sendable, Hashable {
 
     /// True when the server refused the latest action: it needs the staff member's attention.
     public var isRefused: Bool { latest?.syncStatus == .rejected }
+
+    /// The state's line, with its time: "Checked In at 09:12", or what the server refused and why:
+    /// "Check-in at 09:12 refused: already checked in on 2026-11-21". A refused action is never told as done.
+    /// - Parameter clock: the time's words, such as ``AttendanceLog/clock(_:)``.
+    public func line(clock: (Date) -> String) -> String {
+        guard let latest else { return text }
+        guard isRefused else { return "\(text) at \(clock(latest.time))" }
+        let action = latest.action == .checkIn ? "Check-in" : "Check-out"
+        return "\(action) at \(clock(latest.time)) refused: \(latest.syncError ?? "refused by the server")"
+    }
 }

@@ -41,12 +41,7 @@ public final class AttendanceScreen {
     public var canCheckOut: Bool { !isBusy && state.action == .checkIn && !state.isRefused }
     /// The state's line, with its time: "Checked In at 09:12", or what the server refused and why:
     /// "Check-in at 09:12 refused: already checked in on 2026-11-21".
-    public var stateText: String {
-        guard let latest = state.latest else { return state.text }
-        guard state.isRefused else { return "\(state.text) at \(log.clock(latest.time))" }
-        let action = latest.action == .checkIn ? "Check-in" : "Check-out"
-        return "\(action) at \(log.clock(latest.time)) refused: \(latest.syncError ?? "refused by the server")"
-    }
+    public var stateText: String { state.line(clock: log.clock) }
 
     public func checkIn() async { await act { try await $0.checkIn() } }
     public func checkOut() async { await act { try await $0.checkOut() } }
