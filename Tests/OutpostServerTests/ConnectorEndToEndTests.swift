@@ -114,7 +114,8 @@ struct ConnectorEndToEndTests {
             #expect(listed.stdout.contains("300 changes in \(batches.count) batches"), "\(listed.stdout)")
             #expect(listed.stdout.contains("127.0.0.1"))
             // The server's log names the connector and why it failed, never the URL's path or the secret.
-            #expect(server.stderr.contains("the receiver answered 500"))
+            // (On a loaded machine a 500 may come after the server's 1 s wait: then it says so.)
+            #expect(server.stderr.contains("the receiver answered 500") || server.stderr.contains("the receiver did not answer in time"))
             #expect(!server.stderr.contains("/hook") && !server.stderr.contains(Self.hookSecret))
 
             // A staff token is refused, in one line.
