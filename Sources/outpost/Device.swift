@@ -3,6 +3,7 @@ import AsyncHTTPClient
 import Foundation
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// `outpost device …`: act as a field device from a terminal.
 struct DeviceCommand: AsyncParsableCommand {
@@ -174,6 +175,10 @@ struct DeviceRecords: AsyncParsableCommand {
             for line in Self.details(record) { say("    \(line)") }
         }
         if records.isEmpty { say(rejected ? "no refused records" : "no records") }
+        // A synced build is on the server; whether the crew's sheet has it too is the archive's to say.
+        if records.contains(where: { $0.collection == Build.collection && $0.syncStatus == .synced }) {
+            say("synced: the server has the record; whether the crew's sheet has a build: outpost builds list")
+        }
     }
 
     /// The lines under a record that failed, was refused or conflicts: why, and what the person can do.

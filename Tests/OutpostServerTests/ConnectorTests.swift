@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Crypto
 import Foundation
 import Hummingbird
@@ -388,6 +389,35 @@ struct ConnectorTests {
         await #expect(throws: ConnectorMessage.NotTakenByScript.self) {
             try await ConnectorMessage.checkAppsScriptOutput(receiver.url("/error-page"), delivery: "dlv_7", timeout: .seconds(10))
         }
+    }
+
+    @Test("a receiver's name is resolved first and every address checked: a name leading inside is refused before any connection")
+    func receiverNamesResolved() async throws {
+        for address in [
+            "127.0.0.1", "10.1.2.3", "172.20.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "224.0.0.1",
+            "::1", "::", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "ff02::1",
+        ] {
+            #expect(ReceiverClient.isInternal(address), "\(address)")
+        }
+        for address in ["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+            #expect(!ReceiverClient.isInternal(address), "\(address)")
+        }
+        // One internal address among public ones is refused: which one a connection would use is not the server's
+        // choice alone.
+        #expect(try ReceiverClient.checked(["8.8.8.8", "2606:4700::1111"]) == "8.8.8.8")
+        #expect(throws: ReceiverClient.InternalAddress.self) { try ReceiverClient.checked(["8.8.8.8", "10.0.0.7"]) }
+        #expect(throws: ReceiverClient.Unresolved.self) { try ReceiverClient.checked([]) }
+
+        // A real name that resolves to loopback (from the hosts file, no network needed): refused before a request.
+        let resolved = try await ReceiverClient.resolve("localhost")
+        #expect(!resolved.isEmpty && resolved.allSatisfy(ReceiverClient.isInternal), "\(resolved)")
+        var request = HTTPClientRequest(url: "https://localhost:9/hook")
+        request.method = .POST
+        await #expect(throws: ReceiverClient.InternalAddress.self) { _ = try await ReceiverClient.execute(request, timeout: .seconds(5)) }
+        #expect(ConnectorMessage.reason(ReceiverClient.InternalAddress()) == "the receiver's name leads to a private, link-local or loopback address")
+        // An address in the URL is checked by the URL's rules, and http goes only to this machine: both are sent as
+        // they are.
+        #expect(try await ReceiverClient.client(for: "http://127.0.0.1:8080/hook") === NotificationClient.shared)
     }
 
     @Test("receivers are https unless the server allows loopback; no internal address in any of its forms")

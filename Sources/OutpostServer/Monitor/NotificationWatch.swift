@@ -103,7 +103,12 @@ struct NotificationWatch<Storage: SyncStorage>: Service {
             try await deliver(setting.url, try notice.body(setting.format))
             logger.info("notification sent", metadata: ["event": "\(event)", "type": "\(type)"])
         } catch {
-            logger.warning("notification not taken by the receiver; tried again later", metadata: ["event": "\(event)", "type": "\(type)"])
+            logger.warning(
+                "notification not taken by the receiver; tried again later",
+                metadata: [
+                    "event": "\(event)", "type": "\(type)",
+                    "reason": "\(error is ReceiverClient.InternalAddress ? ReceiverClient.InternalAddress.reason : "not taken")",
+                ])
             if opening {
                 _ = try await storage.closeEpisode(tenant: tenant, event: event, fingerprint: fingerprint, kind: kind)
             } else {
@@ -135,10 +140,6 @@ struct NotificationWatch<Storage: SyncStorage>: Service {
         }
     }
 
-    /// The client notices go through: it follows no redirect, so a receiver cannot send the server on to an
-    /// address the URL's check would have refused.
-    static var client: HTTPClient { NotificationClient.shared }
-
     /// POSTs the body as JSON with AsyncHTTPClient, within 10 seconds; a 2xx answer is delivery.
     static func post(url: String, body: [UInt8]) async throws {
         var request = HTTPClientRequest(url: url)
@@ -146,7 +147,7 @@ struct NotificationWatch<Storage: SyncStorage>: Service {
         request.headers.add(name: "Content-Type", value: "application/json")
         request.headers.add(name: "User-Agent", value: "outpost-notifications")
         request.body = .bytes(ByteBuffer(bytes: body))
-        let response = try await client.execute(request, timeout: .seconds(10))
+        let response = try await ReceiverClient.execute(request, timeout: .seconds(10))
         guard (200..<300).contains(response.status.code) else { throw NotificationRefused(status: Int(response.status.code)) }
     }
 
@@ -155,13 +156,16 @@ struct NotificationWatch<Storage: SyncStorage>: Service {
     }
 }
 
-/// The process's one client for notices (see ``NotificationWatch/client``); like `HTTPClient.shared`, it lives as long
+/// The process's one client for receivers named by an address (see ``ReceiverClient``); like `HTTPClient.shared`, it lives as long
 /// as the process.
 enum NotificationClient {
-    static let shared: HTTPClient = {
+    static let shared = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+
+    /// Follows no redirect, and gives up connecting after 5 seconds.
+    static var configuration: HTTPClient.Configuration {
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow
         configuration.timeout.connect = .seconds(5)
-        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
-    }()
+        return configuration
+    }
 }

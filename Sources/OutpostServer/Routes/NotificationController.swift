@@ -104,7 +104,7 @@ enum NotificationURL {
     /// Why `url` cannot receive notifications or batches, or nil. An organizer must not make the server reach into
     /// its own network: http (to this machine) only when `allowingLoopback`, and no https to a private, link-local or
     /// loopback IPv4 address, in any of the forms an address can be written in (`127.1`, `2130706433`, `0x7f.1`).
-    /// A name that resolves to such an address is not caught here.
+    /// A name that resolves to such an address is refused when the server connects (``ReceiverClient``).
     static func problem(url text: String, allowingLoopback: Bool) -> String? {
         guard text.count <= 2048, (try? Regex(urlPattern).wholeMatch(in: text)) != nil else {
             return "url must be https to a host name (http only to this machine), with a plain path, at most 2048 characters"

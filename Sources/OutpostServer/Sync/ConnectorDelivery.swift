@@ -269,7 +269,7 @@ enum ConnectorMessage {
             request.headers.add(name: "Outpost-Delivery", value: delivery)
             request.headers.add(name: "Outpost-Signature", value: signature(secret: connector.secret, body: body, at: now))
             request.body = .bytes(ByteBuffer(bytes: body))
-            let response = try await NotificationClient.shared.execute(request, timeout: .milliseconds(timeout.milliseconds))
+            let response = try await ReceiverClient.execute(request, timeout: .milliseconds(timeout.milliseconds))
             // Read (up to 64 KiB) so that the connection can be used again.
             _ = try await response.body.collect(upTo: 64 * 1024)
             let status = Int(response.status.code)
@@ -304,7 +304,7 @@ enum ConnectorMessage {
     static func checkAppsScriptOutput(_ location: String, delivery: String, timeout: Duration) async throws {
         var request = HTTPClientRequest(url: location)
         request.headers.add(name: "User-Agent", value: "outpost-connector")
-        let response = try await NotificationClient.shared.execute(request, timeout: .milliseconds(timeout.milliseconds))
+        let response = try await ReceiverClient.execute(request, timeout: .milliseconds(timeout.milliseconds))
         let output = try await response.body.collect(upTo: 64 * 1024)
         guard response.status.code == 200,
             let answer = try? JSONDecoder().decode([String: String].self, from: Data(buffer: output)),
@@ -337,6 +337,7 @@ enum ConnectorMessage {
         if let refused = error as? Refused { return "the receiver answered \(refused.status)" }
         if error is TimedOut { return "the receiver did not answer in time" }
         if error is NotTakenByScript { return "the sheet's script did not take the batch" }
+        if error is ReceiverClient.InternalAddress { return ReceiverClient.InternalAddress.reason }
         if let client = error as? HTTPClientError {
             switch client {
             case .deadlineExceeded, .readTimeout, .connectTimeout: return "the receiver did not answer in time"
