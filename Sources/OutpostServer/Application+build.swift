@@ -25,13 +25,19 @@ package func buildApplication<Storage: SyncStorage>(
     let router = buildRouter(
         configuration: configuration, storage: storage, secrets: secrets, metrics: metrics, now: now)
     let idle = TimeAmount.nanoseconds(Int64(configuration.idleTimeout / .nanoseconds(1)))
+    let tally = ConnectionTally(limit: configuration.maxConnectionsPerAddress)
     let server: HTTPServerBuilder =
         if let tls = configuration.tls {
             try .http2Upgrade(
                 tlsConfiguration: tls,
                 configuration: .init(idleTimeout: configuration.idleTimeout, streamConfiguration: .init(idleTimeout: idle)))
         } else {
-            .http1(configuration: .init(additionalChannelHandlers: [ParserErrorResponder()], idleTimeout: idle))
+            .http1(
+                configuration: .init(
+                    additionalChannelHandlers: [
+                        ConnectionGuard(tally: tally, headTimeout: .nanoseconds(Int64(configuration.requestHeadTimeout / .nanoseconds(1)))),
+                        ParserErrorResponder(),
+                    ], idleTimeout: idle))
         }
     var app = Application(
         router: router,

@@ -48,6 +48,13 @@ public struct ServerConfiguration: Sendable {
     /// A request body must arrive whole within this long, else the request is answered 408 and its connection
     /// closed: a client that trickles its body, and so never idles out, must not hold a place for longer.
     public var bodyTimeout: Duration
+    /// The most connections one client address holds at once; a further one is closed as it connects, so that
+    /// one address cannot take every descriptor the process has. Nil for no bound: behind a proxy every client
+    /// comes from the proxy's address, and the proxy bounds clients. Plain HTTP only (see ``ConnectionGuard``).
+    public var maxConnectionsPerAddress: Int? = 128
+    /// A connection must send its first request's head whole within this long, else it is closed: a client that
+    /// trickles a head, and so never idles out, must not hold a connection for longer. Plain HTTP only.
+    public var requestHeadTimeout: Duration = .seconds(10)
     /// How long a connector's receiver may take to answer a batch before the batch counts as not taken.
     public var connectorTimeout: Duration = .seconds(10)
     /// Whether notifications and connectors may go to http on this machine (for development and tests). Off, they

@@ -45,6 +45,16 @@ struct Serve: AsyncParsableCommand {
     var bodyTimeout: Int = 30
 
     @Option(
+        name: .customLong("max-connections-per-address"),
+        help: "Most connections one client address holds at once; more are closed as they connect. 0: no bound (behind a proxy).")
+    var maxConnectionsPerAddress: Int = 128
+
+    @Option(
+        name: .customLong("request-head-timeout"),
+        help: "Seconds a connection may take to send its first request's head; a slower one is closed.")
+    var requestHeadTimeout: Int = 10
+
+    @Option(
         name: .customLong("connector-timeout"),
         help: "Seconds a connector's receiver may take to answer a batch; a slower answer is a failed attempt.")
     var connectorTimeout: Int = 10
@@ -85,6 +95,10 @@ struct Serve: AsyncParsableCommand {
         guard maxConcurrentRequests >= 1 else { throw ValidationError("--max-concurrent-requests must be at least 1") }
         guard maxWaitingRequests >= 0 else { throw ValidationError("--max-waiting-requests must not be negative") }
         guard (1...3600).contains(bodyTimeout) else { throw ValidationError("--body-timeout must be from 1 to 3600 seconds") }
+        guard maxConnectionsPerAddress >= 0 else { throw ValidationError("--max-connections-per-address must not be negative") }
+        guard (1...3600).contains(requestHeadTimeout) else {
+            throw ValidationError("--request-head-timeout must be from 1 to 3600 seconds")
+        }
         guard (1...300).contains(connectorTimeout) else { throw ValidationError("--connector-timeout must be from 1 to 300 seconds") }
         guard !host.isEmpty else { throw ValidationError("--host must not be empty") }
         _ = try identity.provider()
@@ -119,6 +133,8 @@ struct Serve: AsyncParsableCommand {
             host: host, port: port, maxBatchSize: maxBatchSize, maxConcurrentRequests: maxConcurrentRequests,
             maxWaitingRequests: maxWaitingRequests, bodyTimeout: .seconds(bodyTimeout))
         configuration.connectorTimeout = .seconds(connectorTimeout)
+        configuration.maxConnectionsPerAddress = maxConnectionsPerAddress == 0 ? nil : maxConnectionsPerAddress
+        configuration.requestHeadTimeout = .seconds(requestHeadTimeout)
         configuration.deliversConnectors = !noConnectorDelivery
         configuration.allowsLoopbackReceivers = allowLoopbackReceivers
         configuration.escalationEnabled = !noEscalation && ProcessInfo.processInfo.environment["OUTPOST_ESCALATION"] != "off"

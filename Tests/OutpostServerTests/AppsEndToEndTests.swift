@@ -319,7 +319,7 @@ struct AppsEndToEndTests {
         let barn = try await crew(["builds", "save", "--name", "Barn"])
         #expect(!barn.stdout.contains("saved and uploaded"), "\(barn.stdout)")
         #expect(barn.stdout.contains("Build \"Barn\" uploaded"), "\(barn.stdout)")
-        let barnId = try #require(barn.stdout.split(separator: "(").last?.split(separator: ")").first.map(String.init))
+        let barnId = try #require(barn.stdout.firstMatch(of: /build-[0-9a-f-]+/).map { String($0.output) }, "\(barn.stdout)")
         var sheetList = ""
         let deadline = ContinuousClock.now.advanced(by: .seconds(60))
         while !sheetList.contains("\(barnId)  Barn  failed"), ContinuousClock.now < deadline {

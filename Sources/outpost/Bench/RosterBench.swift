@@ -180,9 +180,9 @@ final class BenchServer: @unchecked Sendable {
 
     init(directory: URL, secret: [UInt8], databaseURL: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        // The connector scenario's receiver listens on loopback.
+        // The connector scenario's receiver listens on loopback; every simulated device connects from loopback.
         process.arguments =
-            ["serve", "--port", "0", "--data-dir", directory.path, "--allow-loopback-receivers"]
+            ["serve", "--port", "0", "--data-dir", directory.path, "--allow-loopback-receivers", "--max-connections-per-address", "0"]
             + (databaseURL.map { ["--database-url", $0] } ?? [])
         var environment = ProcessInfo.processInfo.environment
         environment["OUTPOST_JWT_SECRET"] = String(decoding: secret, as: UTF8.self)
