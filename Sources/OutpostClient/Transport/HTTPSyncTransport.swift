@@ -160,13 +160,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         let request = try makeRequest(method, path: path, query: query, body: body, token: token)
         let (client, timeout) = (client, timeout)
         let (response, bytes) = try await untilSilent { heard in
-            let response: HTTPClientResponse
-            do {
-                response = try await client.execute(request, timeout: timeout)
-            } catch {
-                throw TransportError.unreachable(underlying: error)
-            }
-            heard()
+            let response = try await Self.head(of: request, client: client, timeout: timeout, heard: heard)
             // The answer began: the server was reached, whatever breaks now.
             do {
                 return (response, try await Self.collect(response.body, heard: heard))
@@ -197,6 +191,20 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         -> AsyncThrowingStream<PullResponse, any Error>
     {
         streamOfPulls(collection, scope, cursor, limit, pages) { try PullResponse(jsonBytes: $0) }
+    }
+
+    /// Sends `request` and waits for its answer's head, which is heard: before it, no answer means no server.
+    private static func head(
+        of request: HTTPClientRequest, client: HTTPClient, timeout: TimeAmount, heard: DeadlineWatch.Hearing
+    ) async throws -> HTTPClientResponse {
+        let response: HTTPClientResponse
+        do {
+            response = try await client.execute(request, timeout: timeout)
+        } catch {
+            throw TransportError.unreachable(underlying: error)
+        }
+        heard()
+        return response
     }
 
     /// How a line that ends a stream with the server's error begins.
@@ -230,13 +238,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
                 ndjson.headers.replaceOrAdd(name: "Accept", value: "application/x-ndjson")
                 let (client, timeout, request) = (client, timeout, ndjson)
                 try await untilSilent { heard in
-                    let response: HTTPClientResponse
-                    do {
-                        response = try await client.execute(request, timeout: timeout)
-                    } catch {
-                        throw TransportError.unreachable(underlying: error)
-                    }
-                    heard()
+                    let response = try await Self.head(of: request, client: client, timeout: timeout, heard: heard)
                     try await Self.readPages(of: response, decode: decode, heard: heard, deliver)
                 }
             }
