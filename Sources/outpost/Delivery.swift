@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import OutpostClient
 import OutpostProtocol
@@ -58,12 +59,15 @@ enum Delivery {
 
     /// The second line after a save: delivers what is queued for at most ``wait``, then says where `record`
     /// stands. Returns the record as it then is.
+    ///
+    /// - Throws: `ExitCode(1)`, after the line, when the server refused the record: the action did not take.
     @discardableResult
     static func report(_ device: Device, collection: String, scope: String = "", recordId: String) async throws -> LocalRecord? {
         let ended = await deliver(device.engine)
         let record = try await device.store.record(collection: collection, scope: scope, recordId: recordId)
         let status = await device.engine.status
         if let record { say(line(record, ended: ended, connection: status.connection, lastFailure: status.lastFailure)) }
+        if record?.syncStatus == .rejected { throw ExitCode(1) }
         return record
     }
 

@@ -172,6 +172,17 @@ struct BuildArchiveTests {
                     == .finished(SyncSummary(synced: 0, failed: 0, rejected: 1, reasons: ["no permit attached"], chunks: 1)))
             #expect(try await archive.retry(good.build.buildId) == .alreadySynced)
             await #expect(throws: ClientError.self) { try await archive.retry("build-404") }
+
+            // Offline, a retry of one build counts that build alone, whatever else waits.
+            await device.setOnline(false)
+            device.transport.isOnline = false
+            let waiting = try await archive.save(name: "Fence")
+            _ = try await archive.save(name: "Gate")
+            guard case .finished(let alone) = try await archive.retry(waiting.build.buildId) else {
+                Issue.record("the retry of a build not uploaded did not send it")
+                return
+            }
+            #expect(alone.failed == 1 && alone.synced == 0, "\(alone)")
         }
     }
 

@@ -165,6 +165,7 @@ struct AppsEndToEndTests {
             "longitude=2",
         ])
         #expect(again.stdout.contains("refused by the server: already checked in on \(today)"), "\(again.stdout)")
+        #expect(raw.status == 1 && again.status == 1, "a refused save ends with a failure")
     }
 
     @Test("event check-in: offline scans queue and replay with their scan times; repeats, cancelled and unknown guests are told apart")
@@ -343,6 +344,11 @@ struct AppsEndToEndTests {
             sheetAll.stdout.contains("0 synced, 0 failed; ")
                 && sheetAll.stdout.contains(" sent to the crew's sheet again; the sheet has not taken ")
                 && sheetAll.stdout.hasSuffix(" yet: the receiver could not be reached\n"), "\(sheetAll.stdout) \(sheetAll.stderr)")
+        // With the server down, Sync All cannot ask the sheet, and says so rather than "complete".
+        await session.stopServer()
+        let unasked = try await crew(["builds", "sync-all"])
+        #expect(unasked.status != 0)
+        #expect(unasked.stdout.contains("is not known: the server could not be asked"), "\(unasked.stdout)")
     }
 }
 

@@ -278,7 +278,7 @@ struct FieldPromisesEndToEndTests {
             try await ben(["device", "init", "--server", session.url, "--token", try await session.token(user: "ben"), "--device-id", "phone-x"])
                 .status == 0)
         let put = try await ben(["device", "put", "notes", "n2", "text=his"])
-        #expect(put.status == 0 && put.stdout.contains("refused by the server") && put.stdout.contains("belongs to another user"), "\(put.stdout)")
+        #expect(put.status == 1 && put.stdout.contains("refused by the server") && put.stdout.contains("belongs to another user"), "\(put.stdout)")
         let status = try await ben(["device", "status"]).stdout
         #expect(status.contains("refused:  1") && status.contains("failed:   0") && status.contains("pending:  0"), "\(status)")
         #expect(try await ben(["device", "sync"]).stdout.contains("0 synced, 0 failed"))

@@ -130,7 +130,12 @@ public struct BuildArchive: Sendable {
         let upload = try await engine.retryAll(progress: progress)
         // With nothing to upload, the sync did not learn whether the server answers.
         if await !engine.status.isConnectionKnown { await engine.probe(syncingPending: false) }
-        guard !upload.skipped, await engine.status.connection == .online else { return BuildSyncSummary(upload: upload) }
+        guard !upload.skipped else { return BuildSyncSummary(upload: upload) }
+        guard await engine.status.connection == .online else {
+            // The sheet could not be asked: the uploaded builds it was not known to have stay unconfirmed.
+            let unknown = try await list().filter { $0.syncStatus == .synced && !$0.sheet.isDone }.count
+            return BuildSyncSummary(upload: upload, sheetUnknown: unknown)
+        }
         let failing = await withSheets(try await list().filter { $0.syncStatus == .synced }).filter { $0.sheet == .failed }
         var summary = BuildSyncSummary(upload: upload)
         for start in stride(from: 0, to: failing.count, by: 200) {
@@ -171,15 +176,18 @@ public struct BuildSyncSummary: Sendable, Hashable, CustomStringConvertible {
     public var resentToSheet = 0
     /// The uploaded builds the crew's sheet has still not taken, as the server last said, each with why.
     public var sheetFailing: [BuildEntry] = []
+    /// How many uploaded builds the sheet was not known to have, when the server could not be asked.
+    public var sheetUnknown = 0
 
-    public init(upload: SyncSummary, resentToSheet: Int = 0, sheetFailing: [BuildEntry] = []) {
+    public init(upload: SyncSummary, resentToSheet: Int = 0, sheetFailing: [BuildEntry] = [], sheetUnknown: Int = 0) {
         self.upload = upload
         self.resentToSheet = resentToSheet
         self.sheetFailing = sheetFailing
+        self.sheetUnknown = sheetUnknown
     }
 
-    /// True when every build went up and the crew's sheet has taken every one it was sent.
-    public var isComplete: Bool { upload.isComplete && sheetFailing.isEmpty }
+    /// True when every build went up and the crew's sheet is known to have taken every one.
+    public var isComplete: Bool { upload.isComplete && sheetFailing.isEmpty && sheetUnknown == 0 }
 
     /// Such as "2 synced, 0 failed; 1 sent to the crew's sheet again; the sheet has not taken 1 yet: the receiver
     /// could not be reached".
@@ -189,6 +197,10 @@ public struct BuildSyncSummary: Sendable, Hashable, CustomStringConvertible {
         if !sheetFailing.isEmpty {
             let reasons = Set(sheetFailing.map { $0.sheetError ?? "no reason given" }).sorted()
             text += "; the sheet has not taken \(sheetFailing.count) yet: " + reasons.joined(separator: "; ")
+        }
+        if sheetUnknown > 0 {
+            text +=
+                "; whether the crew's sheet has \(sheetUnknown == 1 ? "1 build" : "\(sheetUnknown) builds") is not known: the server could not be asked"
         }
         return text
     }

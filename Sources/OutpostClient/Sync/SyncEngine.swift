@@ -353,7 +353,7 @@ public actor SyncEngine {
         do {
             try await store.restampFutureEntries(now: now(), maxLead: Self.futureAllowance)
             if let undelivered = try await deliverChunks(only: records, retrying: retrying, progress: progress, run: &run) {
-                return try await endUndelivered(undelivered, tally: run.tally, summary: run.summary)
+                return try await endUndelivered(undelivered, only: records, tally: run.tally, summary: run.summary)
             }
         } catch {
             // The counts were last taken up to a tenth of a second ago: take them again for the status.
@@ -461,7 +461,11 @@ public actor SyncEngine {
     /// A device id that speaks for another user is no failure a resend outgrows: the entries are set aside and
     /// their records rejected with the server's reason, until an organizer releases the device and the person
     /// retries them (``retry(collection:scope:recordId:)``).
-    private func endUndelivered(_ error: TransportError, tally: SyncTally, summary: SyncSummary) async throws -> SyncSummary {
+    ///
+    /// - Parameter records: the records the sync was of, when not the whole outbox: the summary counts them alone.
+    private func endUndelivered(
+        _ error: TransportError, only records: Set<RecordKey>?, tally: SyncTally, summary: SyncSummary
+    ) async throws -> SyncSummary {
         var tally = tally
         var summary = summary
         let owned = error.wire?.code == .deviceOwned
@@ -470,7 +474,7 @@ public actor SyncEngine {
         try await store.markUndelivered(error: message, refusedAs: owned ? WireError.Code.deviceOwned.rawValue : nil, at: now())
         summary.requiresSignIn = error.requiresSignIn
         let counts = try await store.counts()
-        summary.failed = counts.failed
+        summary.failed = records.map { $0.subtracting(tally.synced).subtracting(tally.refused).count } ?? counts.failed
         tally.reasons[message, default: 0] += 1
         summary.reasons = tally.reasonsByFrequency
         summary.synced = tally.synced.subtracting(tally.refused).count
