@@ -48,8 +48,15 @@ extension DeviceStoreOptions {
         _ body: (AttendanceLog, Device) async throws -> T
     ) async throws -> T {
         try await withDevice { device in
-            if resuming { await Delivery.resume(device.engine) }
-            return try await body(try AttendanceLog(device: device, location: location), device)
+            let log = try AttendanceLog(device: device, location: location)
+            if resuming {
+                await Delivery.resume(device.engine)
+                // The records of the person's other devices, within the screen's bound.
+                if await device.engine.status.connection == .online {
+                    await Bounded.run(for: Delivery.wait, clock: ContinuousClock()) { _ = try? await log.refresh() }
+                }
+            }
+            return try await body(log, device)
         }
     }
 }
@@ -97,7 +104,9 @@ struct AttendanceStatus: AsyncParsableCommand {
             if let latest = state.latest {
                 say("\(state.line(clock: log.clock)) · \(latest.badge.symbol)")
                 if latest.syncStatus == .failed, let error = latest.syncError { say("    \(error)") }
-                if state.isRefused { say("    see it, and discard it: outpost device records --rejected") }
+                if state.isRefused {
+                    say("    discard it (a copy stays on this device): outpost device discard \(latest.recordId) --collection attendance")
+                }
             } else {
                 say("Not checked in today")
             }

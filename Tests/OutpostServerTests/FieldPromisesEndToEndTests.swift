@@ -222,6 +222,14 @@ struct FieldPromisesEndToEndTests {
         #expect(lines.dropFirst().first?.hasPrefix("Check-in at ") == true, "\(status)")
         #expect(lines.dropFirst().first?.contains(" refused: already checked in on ") == true, "\(status)")
         #expect(!status.contains("Checked In"), "\(status)")
+        // Discarded, the refused one gives way to the check-in the server has, from the tablet.
+        let today = try #require(status.firstMatch(of: /ana\.\d{4}-\d{2}-\d{2}\.in/).map { String($0.output) }, "\(status)")
+        #expect(try await phone(["device", "discard", today, "--collection", "attendance"]).status == 0)
+        let discarded = try await phone(["attendance", "status"]).stdout
+        #expect(discarded.hasPrefix("Checked In at ") && discarded.contains("✓ synced"), "\(discarded)")
+        // A third device of hers, online, shows it too.
+        let laptop = try await session.device("laptop-ana", user: "ana")
+        #expect(try await laptop(["attendance", "status"]).stdout.hasPrefix("Checked In at "))
         try await proxy.stop()
     }
 

@@ -82,6 +82,17 @@ public struct AttendanceLog: Sendable {
         return entry
     }
 
+    /// Brings the staff member's attendance records made on their other devices from the server, so that a
+    /// check-in made on another phone shows here: what an app runs when it opens online. Queued local records
+    /// stay on top.
+    ///
+    /// - Returns: how many records changed.
+    /// - Throws: ``TransportError`` when the server cannot be reached; nothing changes then.
+    @discardableResult
+    public func refresh() async throws -> Int {
+        try await engine.pull(collection: Attendance.collection)
+    }
+
     /// Where the staff member stands today, as the home screen shows it.
     public func state() async throws -> AttendanceState {
         let today = try await entries(on: CalendarDay(engine.now(), timeZone: timeZone))

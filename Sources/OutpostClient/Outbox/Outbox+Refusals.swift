@@ -59,11 +59,11 @@ extension LocalStore {
                 try db.execute(
                     sql: "DELETE FROM records WHERE collection = ? AND scope = ? AND record_id = ?",
                     arguments: [collection, scope, recordId])
-                if record.version != nil {
-                    try db.execute(
-                        sql: "DELETE FROM settings WHERE name IN (?, ?)",
-                        arguments: ["pull_cursor:\(collection):\(scope)", "pull_cursor:\(collection):"])
-                }
+                // The server's own version of the record, if it has one, comes again with the next pull: a pull
+                // that passed it while the refused one stood on top did not store it.
+                try db.execute(
+                    sql: "DELETE FROM settings WHERE name IN (?, ?)",
+                    arguments: ["pull_cursor:\(collection):\(scope)", "pull_cursor:\(collection):"])
             }
         }
     }
