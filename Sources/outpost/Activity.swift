@@ -129,9 +129,7 @@ struct ActivityList: AsyncParsableCommand {
         try await options.withDevice { device in
             let log = ActivityLog(engine: device.engine)
             await Delivery.resume(device.engine)
-            if await device.engine.status.isOnline {
-                await Bounded.run(for: Delivery.wait, clock: ContinuousClock()) { _ = try? await log.refresh() }
-            }
+            await Delivery.refresh(device.engine) { try await log.refresh() }
             let activities = try await log.list()
             if activities.isEmpty { say("no activities") }
             for entry in activities {

@@ -52,9 +52,7 @@ extension DeviceStoreOptions {
             if resuming {
                 await Delivery.resume(device.engine)
                 // The records of the person's other devices, within the screen's bound.
-                if await device.engine.status.connection == .online {
-                    await Bounded.run(for: Delivery.wait, clock: ContinuousClock()) { _ = try? await log.refresh() }
-                }
+                await Delivery.refresh(device.engine) { try await log.refresh() }
             }
             return try await body(log, device)
         }

@@ -28,6 +28,29 @@ enum Delivery {
         say(sent == 1 ? "sent 1 record that was waiting to sync" : "sent \(sent) records that were waiting to sync")
     }
 
+    /// What a list screen runs after ``resume(_:)``: brings its records from the server with `pull`, for at
+    /// most ``wait``, and says when it could not and why, so that what the device holds is never taken for what
+    /// the server has.
+    static func refresh(_ engine: SyncEngine, _ pull: @escaping @Sendable () async throws -> Void) async {
+        let connection = await engine.status.connection
+        let why: String
+        switch connection {
+        case .online:
+            let pulling = Task { (try? await pull()) != nil }
+            guard await Bounded.wait(for: pulling, upTo: wait, clock: ContinuousClock()) else {
+                pulling.cancel()
+                say("not refreshed: the server has not answered within \(wait.components.seconds) s; showing what this device holds")
+                return
+            }
+            if await pulling.value { return }
+            why = (await engine.status.lastFailure ?? "the server did not answer").lowercasedFirst
+        case .offline: why = "the server cannot be reached"
+        case .unknown: why = "the server has not answered within \(probeBound.components.seconds) s"
+        case .serverTrouble(let problem): why = "the server is having trouble (\(problem))"
+        }
+        say("not refreshed: \(why); showing what this device holds")
+    }
+
     /// Where the connection stands after ``resume(_:)``, in words: a probe still unanswered is a server not
     /// answering, not a device offline.
     static func connectionText(_ status: SyncStatus) -> String {
@@ -78,7 +101,7 @@ enum Delivery {
         next: String = "it stays queued and goes with the next sync"
     ) -> String {
         if connection == .online, !ended, let lastFailure {
-            return "\(notYet): \(lastFailure.prefix(1).lowercased() + lastFailure.dropFirst()); \(next)"
+            return "\(notYet): \(lastFailure.lowercasedFirst); \(next)"
         }
         switch connection {
         case .offline: return "\(notYet): the server cannot be reached; \(next)"
@@ -118,7 +141,7 @@ enum Delivery {
     /// it tries a chunk again.
     static func progressLine(_ progress: SyncProgress, sending: String) -> String {
         if let retrying = progress.retrying {
-            let reason = retrying.reason.prefix(1).lowercased() + retrying.reason.dropFirst()
+            let reason = retrying.reason.lowercasedFirst
             return "not sent yet: \(reason); trying again in \(retrying.wait.components.seconds) s"
         }
         if progress.chunk == 0 {
@@ -130,8 +153,15 @@ enum Delivery {
     /// The offline indicator with its count: "Offline · 3 records waiting to sync".
     static func indicator(_ status: SyncStatus) -> String {
         let waiting = status.pendingCount + status.failedCount
+        let connection: String
+        switch status.connection {
+        case .online: connection = "Online · "
+        case .offline: connection = "Offline · "
+        case .serverTrouble(let problem): connection = "Online, the server is having trouble (\(problem)) · "
+        case .unknown: connection = "Server not answering · "
+        }
         var text =
-            (status.isOnline ? "Online · " : "Offline · ")
+            connection
             + (waiting == 0 ? "nothing waiting to sync" : waiting == 1 ? "1 record waiting to sync" : "\(waiting) records waiting to sync")
         if let refused = status.refusedText { text += "; " + refused }
         return text
@@ -156,4 +186,9 @@ enum Delivery {
     static func showNotice(_ engine: SyncEngine) async {
         for line in await noticeLines(engine) { say(line) }
     }
+}
+
+extension String {
+    /// The text with its first letter in lower case, to follow a colon: "The server…" → "the server…".
+    var lowercasedFirst: String { prefix(1).lowercased() + dropFirst() }
 }

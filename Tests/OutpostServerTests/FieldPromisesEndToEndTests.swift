@@ -113,6 +113,9 @@ struct FieldPromisesEndToEndTests {
         #expect(activity.stdout.contains("the server is having trouble (Server error (500))"), "\(activity.stdout)")
         let status = try await crew(["device", "status"]).stdout
         #expect(status.contains("Online — the server is having trouble"), "\(status)")
+        // A list screen that could not fetch the server's changes says so, and why, above what the device holds.
+        let listed = try await crew(["activity", "list"]).stdout
+        #expect(listed.hasPrefix("not refreshed: the server "), "\(listed)")
         for said in [build.stdout, activity.stdout, status] {
             #expect(!said.contains("connected") && !said.contains("cannot be reached") && !said.contains("Offline"), "\(said)")
         }
