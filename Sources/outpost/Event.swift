@@ -138,7 +138,7 @@ struct EventScan: AsyncParsableCommand {
                 // The door has its answer; a server that was not known to take records yet is given the scan now,
                 // as every other save does, and a verdict that comes then is the door's too.
                 if scan.syncStatus == .pending, connection != .online, connection != .offline {
-                    try await deliverLate(scan, device: device)
+                    try await deliverLate(scan, desk: desk, device: device)
                 }
             case .alreadyCheckedIn(let first):
                 say("Already checked in at \(clockText(first.scannedAt)) by \(first.scannedBy)")
@@ -156,12 +156,18 @@ extension EventScan {
     /// The second line of a scan saved before the server was known to take records: delivers it as the other
     /// saves do (``Delivery/deliver(_:)``) and says where it then stands. A refusal that comes now ends the
     /// command as a refused scan does: the guest may not go in.
-    private func deliverLate(_ scan: ScanRecord, device: Device) async throws {
+    private func deliverLate(_ scan: ScanRecord, desk: CheckInDesk, device: Device) async throws {
         let ended = await Delivery.deliver(device.engine)
-        guard let record = try await device.store.record(collection: CheckIn.collection, scope: scan.event, recordId: scan.guestId)
+        guard var record = try await device.store.record(collection: CheckIn.collection, scope: scan.event, recordId: scan.guestId)
         else { return }
         if record.syncStatus == .rejected {
             throw CLIError("refused by the server after all: \(CheckInDesk.verdict(of: record))")
+        }
+        // The scan was decided without the other doors' scans: the server keeps the first.
+        if record.syncStatus == .synced, let kept = try await desk.confirm(scan.guestId) { record = kept }
+        if let first = ScanRecord(record, guest: nil), first.scannedBy != device.deviceId {
+            say("already checked in at \(clockText(first.scannedAt)) by \(first.scannedBy): the server keeps that scan")
+            return
         }
         let status = await device.engine.status
         say(Delivery.line(record, ended: ended, connection: status.connection, lastFailure: status.lastFailure))

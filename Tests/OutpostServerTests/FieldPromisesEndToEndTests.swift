@@ -186,6 +186,32 @@ struct FieldPromisesEndToEndTests {
     }
 
     @Test(
+        "a door on a slow link, deciding before it learnt of another door's scan, is told the guest was already checked in there: never that the server has its own scan"
+    )
+    func duplicateScanOnSlowLink() async throws {
+        let session = try AppSession()
+        try await session.startServer()
+        try await session.importRoster(guests: 20)
+        let proxy = try await FaultProxy.start(upstreamPort: Int(session.port)!)
+        let slow = try await session.device("door-slow", user: "sam", through: proxy.port)
+        let hall = try await session.device("door-hall", user: "sam")
+        #expect(try await slow(["event", "open", "gala"]).stdout.contains("Ready for offline"))
+        #expect(try await hall(["event", "open", "gala"]).stdout.contains("Ready for offline"))
+        #expect(try await hall(["event", "scan", "g000010", "--lookup-wait", "30s"]).stdout.contains("(synced)"))
+
+        // Each chunk waits 100 ms: the 1 ms lookup cannot learn of the hall's scan before the door decides.
+        proxy.inject(.delay(.milliseconds(100)))
+        let late = try await slow(["event", "scan", "g000010", "--lookup-wait", "1ms"])
+        #expect(late.status == 0, "\(late.stderr)")
+        #expect(late.stdout.contains("already checked in at ") && late.stdout.contains(" by door-hall: the server keeps that scan"), "\(late.stdout)")
+        #expect(!late.stdout.contains("synced: the server has it"), "\(late.stdout)")
+        proxy.inject(nil)
+        let stored = try await slow(["device", "records"]).stdout
+        #expect(stored.contains("scanned_by=door-hall") && !stored.contains("scanned_by=door-slow"), "\(stored)")
+        try await proxy.stop()
+    }
+
+    @Test(
         "a server whose every answer breaks off part-way is reachable: a check-in is made online, told as the connection breaking and never as offline, and goes once the link heals"
     )
     func brokenAnswersAreNotOffline() async throws {

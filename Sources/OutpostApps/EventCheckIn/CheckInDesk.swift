@@ -56,12 +56,13 @@ public struct CheckInDesk: Sendable {
         let details = GuestDetails(guest)
         let (engine, event, bound) = (engine, event, lookupBound)
         await engine.checkConnection()
-        await Bounded.run(for: bound, clock: engine.clock) {
+        let lookup = Task { () -> Bool in
             await engine.awaitConnection(upTo: bound)
-            if await engine.status.connection == .online {
-                _ = try? await engine.pull(collection: CheckIn.collection, scope: event)
-            }
+            guard await engine.status.connection == .online else { return false }
+            return (try? await engine.pull(collection: CheckIn.collection, scope: event)) != nil
         }
+        let lookedUp = await Bounded.wait(for: lookup, upTo: bound, clock: engine.clock) ? await lookup.value : false
+        if !lookedUp { lookup.cancel() }
         if let first = try await engine.store.record(collection: CheckIn.collection, scope: event, recordId: guestId),
             let scan = ScanRecord(first, guest: details)
         {
@@ -85,12 +86,26 @@ public struct CheckInDesk: Sendable {
         if await engine.status.connection == .online {
             await engine.awaitDelivery(upTo: verdictBound)
             record = try await engine.store.record(collection: CheckIn.collection, scope: event, recordId: guestId) ?? saved
+            // Decided without the other doors' scans: the server may have kept an earlier one.
+            if !lookedUp, record.syncStatus == .synced, let confirmed = try await confirm(guestId) { record = confirmed }
         }
         guard let scan = ScanRecord(record, guest: details) else {
             throw ClientError(.storeUnavailable, "the check-in could not be read back")
         }
         if record.syncStatus == .rejected { return .refused(scan, reason: Self.verdict(of: record)) }
+        if scan.scannedBy != engine.configuration.deviceId { return .alreadyCheckedIn(scan) }
         return .checkedIn(scan, warning: try await largeQueueWarning())
+    }
+
+    /// The guest's check-in as the server keeps it, once a scan of it has synced: the first scan wins there, so a
+    /// scan decided without another door's earlier one is answered and not kept. Pulls the event's check-ins for
+    /// at most ``verdictBound``; nil when the device holds no check-in of the guest.
+    public func confirm(_ guestId: String) async throws -> LocalRecord? {
+        let (engine, event) = (engine, event)
+        await Bounded.run(for: verdictBound, clock: engine.clock) {
+            _ = try? await engine.pull(collection: CheckIn.collection, scope: event)
+        }
+        return try await engine.store.record(collection: CheckIn.collection, scope: event, recordId: guestId)
     }
 
     /// What the door reads when the server refused a check-in: the roster's own words where there are some.

@@ -7,7 +7,8 @@ extension LocalStore {
     /// top, and saves the pull cursor in the same transaction.
     ///
     /// A change is a record of its collection, scope and id: the same id in two scopes is two records.
-    /// A record with nothing queued becomes the server's state, synced. A record with queued mutations takes
+    /// A record with nothing queued becomes the server's state, synced (at the same version too, when the fields
+    /// differ: a write the server answered without taking). A record with queued mutations takes
     /// the server's fields with the queued ones replayed over them, and stays pending: what the user did on
     /// this device shows until the server has answered it. A crash leaves either the whole page and its
     /// cursor, or neither.
@@ -29,7 +30,14 @@ extension LocalStore {
                     let key = RecordKey(change.collection, change.scope, change.recordId)
                     let existing = try Self.record(
                         db, collection: change.collection, scope: change.scope, recordId: change.recordId, sealer: sealer)
-                    if let existing, existing.version ?? 0 >= change.version, existing.syncStatus == .synced {
+                    // A synced record at the server's version is the server's record, unless its fields differ:
+                    // then the server answered the device's write without taking it (a first write stood), and
+                    // the server's record replaces it.
+                    if let existing, existing.syncStatus == .synced,
+                        existing.version ?? 0 > change.version
+                            || (existing.version == change.version && existing.tombstone == change.tombstone
+                                && existing.fields == change.fields)
+                    {
                         continue
                     }
                     var fields = change.fields
