@@ -100,6 +100,11 @@ enum Delivery {
         ended: Bool, connection: Connection, lastFailure: String? = nil, notYet: String = "not synced yet",
         next: String = "it stays queued and goes with the next sync"
     ) -> String {
+        // An upload whose answer broke off may have reached the server: it is not known to be missing there.
+        let reason: String? = if case .serverTrouble(let problem) = connection { problem } else { lastFailure }
+        if let reason, reason.lowercasedFirst == TransportError.brokenAnswer, connection.isReachable {
+            return "not confirmed yet: \(TransportError.brokenAnswer); the server may have it, and the next sync confirms it"
+        }
         if connection == .online, !ended, let lastFailure {
             return "\(notYet): \(lastFailure.lowercasedFirst); \(next)"
         }

@@ -242,9 +242,12 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
         TransportError(kind: .network, message: "the server could not be reached", underlying: underlying)
     }
 
+    /// What a person is told of an exchange whose answer broke off: the request may have reached the server.
+    public static let brokenAnswer = "the connection to the server broke before it answered"
+
     /// An exchange whose connection broke although the server answers a probe: the network works.
     public static func droppedExchange(underlying: (any Error)? = nil) -> TransportError {
-        var error = TransportError(kind: .network, message: "the connection to the server broke before it answered", underlying: underlying)
+        var error = TransportError(kind: .network, message: brokenAnswer, underlying: underlying)
         error.reachedServer = true
         return error
     }
