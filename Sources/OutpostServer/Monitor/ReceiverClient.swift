@@ -43,11 +43,7 @@ enum ReceiverClient {
     /// IPv4 one is judged by it.
     static func isInternal(_ address: String) -> Bool {
         var v4 = in_addr()
-        if inet_pton(AF_INET, address, &v4) == 1 {
-            let value = UInt32(bigEndian: v4.s_addr)
-            let (a, b) = (value >> 24, (value >> 16) & 0xFF)
-            return NotificationURL.isInternal(address) || (a == 100 && (64...127).contains(b)) || a >= 224
-        }
+        if inet_pton(AF_INET, address, &v4) == 1 { return NotificationURL.isInternal(address) }
         var v6 = in6_addr()
         guard inet_pton(AF_INET6, address, &v6) == 1 else { return true }
         let bytes = withUnsafeBytes(of: &v6) { Array($0) }
@@ -66,7 +62,9 @@ enum ReceiverClient {
         return inet_pton(AF_INET, bare, &v4) == 1 || inet_pton(AF_INET6, bare, &v6) == 1
     }
 
-    /// The addresses `host` resolves to, in the resolver's order, read off the event loops.
+    /// The addresses `host` resolves to, in the resolver's order, read off the event loops. (SwiftNIO's public
+    /// resolving, `SocketAddress.makeAddressResolvingHost`, gives the first address only, and every one must be
+    /// checked.)
     static func resolve(_ host: String) async throws -> [String] {
         try await NIOThreadPool.singleton.runIfActive {
             var hints = addrinfo()

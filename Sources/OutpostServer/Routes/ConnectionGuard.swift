@@ -77,7 +77,4 @@ final class ConnectionTally: Sendable {
             open[address] = count > 0 ? count : nil
         }
     }
-
-    /// The connections `address` holds now.
-    func count(_ address: String) -> Int { open.withLockedValue { $0[address, default: 0] } }
 }

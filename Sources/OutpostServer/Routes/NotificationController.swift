@@ -120,14 +120,14 @@ enum NotificationURL {
         return nil
     }
 
-    /// Whether `host` is an IPv4 address, written in any form `inet_aton` reads, in 0/8, 10/8, 127/8, 169.254/16,
-    /// 172.16/12 or 192.168/16.
+    /// Whether `host` is an IPv4 address, written in any form `inet_aton` reads, in 0/8, 10/8, 100.64/10 (shared),
+    /// 127/8, 169.254/16, 172.16/12, 192.168/16, or 224/4 and above (multicast and reserved).
     static func isInternal(_ host: String) -> Bool {
         var address = in_addr()
         guard inet_aton(host, &address) != 0 else { return false }
         let value = UInt32(bigEndian: address.s_addr)
         let (a, b) = (value >> 24, (value >> 16) & 0xFF)
-        return a == 0 || a == 10 || a == 127 || (a == 169 && b == 254) || (a == 172 && (16...31).contains(b))
-            || (a == 192 && b == 168)
+        return a == 0 || a == 10 || (a == 100 && (64...127).contains(b)) || a == 127 || (a == 169 && b == 254)
+            || (a == 172 && (16...31).contains(b)) || (a == 192 && b == 168) || a >= 224
     }
 }
