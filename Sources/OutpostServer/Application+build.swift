@@ -102,7 +102,10 @@ package func buildRouter<Storage: SyncStorage>(
     let callers = CallerGates(share: configuration.maxConcurrentRequests / 8, maxWaiting: max(0, configuration.maxWaitingRequests))
     let v1 = router.group("v1")
         .add(middleware: AuthMiddleware(secrets: secrets, now: now))
-        .add(middleware: AdmissionMiddleware(gate: gate, callers: callers))
+        .add(
+            middleware: AdmissionMiddleware(
+                gate: gate, callers: callers, maxBodyBytes: configuration.maxBodyBytes,
+                bodyTimeout: configuration.bodyTimeout))
     let devices = DeviceOwners(storage: storage, secrets: secrets, now: now)
     SyncController(
         storage: storage, configuration: configuration, secrets: secrets, devices: devices, metrics: metrics,

@@ -104,6 +104,49 @@ struct AdmissionGateTests {
         #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
     }
 
+    @Test("a freed place goes to the waiting caller with the fewest running, then to the one waiting longest")
+    func fairAcrossCallers() async throws {
+        let gate = Self.gate(limit: 2, maxWaiting: 10)
+        let log = Log()
+        // mallory's two run and three more wait; then ana's and bob's one each arrive, in that order.
+        let arrivals = ["mallory 0", "mallory 1", "mallory 2", "mallory 3", "mallory 4", "ana", "bob"]
+        let held = arrivals.map { _ in Held() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, name) in arrivals.enumerated() {
+                let caller = String(name.split(separator: " ")[0])
+                group.addTask {
+                    try await gate.withAdmission(caller: caller) {
+                        log.add(name)
+                        await held[index].wait()
+                    }
+                }
+                try await Self.until(gate, is: Self.snapshot(running: min(index + 1, 2), waiting: max(index - 1, 0)))
+            }
+            #expect(log.all == ["mallory 0", "mallory 1"])
+            // ana and bob have none running, mallory one: the place is ana's, who came before bob.
+            held[0].finish()
+            try await Self.until(log, has: 3)
+            #expect(log.all.last == "ana")
+            // ana's place: bob has none running, mallory one.
+            held[5].finish()
+            try await Self.until(log, has: 4)
+            #expect(log.all.last == "bob")
+            // mallory's place: she alone waits now, in her own order.
+            held[1].finish()
+            try await Self.until(log, has: 5)
+            #expect(log.all.last == "mallory 2")
+            held[6].finish()
+            try await Self.until(log, has: 6)
+            #expect(log.all.last == "mallory 3")
+            for index in [2, 3] { held[index].finish() }
+            try await Self.until(log, has: 7)
+            held[4].finish()
+            try await group.waitForAll()
+        }
+        #expect(log.all == ["mallory 0", "mallory 1", "ana", "bob", "mallory 2", "mallory 3", "mallory 4"])
+        #expect(gate.snapshot == Self.snapshot(running: 0, waiting: 0))
+    }
+
     @Test("a full queue is refused at once with 503, and the gate stays usable")
     func fullQueue() async throws {
         let gate = Self.gate(limit: 1, maxWaiting: 1)
@@ -309,38 +352,86 @@ struct AdmissionGateTests {
     }
 
     @Test(
-        "over real sockets: eighteen connections of one account stalling their bodies hold two places of sixteen; another account's pull goes through at once"
-    )
-    func oneAccountCannotStallOthers() async throws {
+        "over real sockets: accounts that stall eight bodies each hold no place once the grace ends; another account's pull and push go through",
+        arguments: [9, 40])
+    func slowAccountsCannotStallOthers(accounts: Int) async throws {
         try await withServer(
             .sqlite, setup: .live,
             configure: {
-                $0.maxConcurrentRequests = 16
+                $0.maxConcurrentRequests = 64
                 $0.bodyTimeout = .seconds(60)
+                // Every socket here comes from 127.0.0.1: this test is about accounts, not addresses.
+                $0.maxConnectionsPerAddress = nil
             }
         ) { client, _ in
             let port = try #require(client.port)
-            let head = Self.pushHead(token: try await Fixtures.token(user: "mallory"), bodyStart: "{", length: 1_000)
-            let sockets = try (0..<18).map { _ in try Self.connect(port: port) }
+            var sockets: [Int32] = []
             defer { sockets.forEach { close($0) } }
-            for socket in sockets { _ = head.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) } }
-            // Two of them run (and wait for their bodies); the other sixteen wait in mallory's own queue, for
-            // at most the server's 20 s: the check below must come well before they are refused.
-            let deadline = ContinuousClock.now + .seconds(10)
-            while try await Self.metric("outpost_http_requests_running", port: port) != 2 {
-                try #require(ContinuousClock.now < deadline, "mallory never held two places")
+            for account in 0..<accounts {
+                let head = Self.pushHead(
+                    token: try await Fixtures.token(user: "slow-\(account)"), bodyStart: "{", length: 1_000)
+                for _ in 0..<8 {
+                    let socket = try Self.connect(port: port)
+                    sockets.append(socket)
+                    _ = head.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+                }
+            }
+            // Each stalled push is let in, finds its body still arriving after the grace, and gives its place
+            // back. The check below must come well before their 60 s deadline.
+            let deadline = ContinuousClock.now + .seconds(30)
+            while true {
+                let arriving = try await Self.metric("outpost_http_bodies_arriving", port: port)
+                let running = try await Self.metric("outpost_http_requests_running", port: port)
+                if arriving == sockets.count && running == 0 { break }
+                try #require(ContinuousClock.now < deadline, "the stalled pushes never all gave their places back")
                 try await Task.sleep(for: .milliseconds(50))
             }
-            let reader = HTTPSyncTransport(
-                baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: try await Fixtures.token(user: "ana"))
+            let token = try await Fixtures.token(user: "ana")
+            let reader = HTTPSyncTransport(baseURL: try #require(URL(string: "http://127.0.0.1:\(port)")), token: token)
             _ = try await reader.pull(collection: "notes", scope: nil, cursor: nil, limit: 10)
-            // The pull was answered while every stalled push still waits for its body (their deadline is 60 s
-            // on): without the share it would have waited for a place until they time out.
+            #expect(try await Self.nextDevicePushes(port: port, token: token) == [.applied])
+            // Both were answered while every stalled push still waits for its body.
             for socket in sockets {
                 var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
-                #expect(poll(&descriptor, 1, 0) == 0, "a stalled push was answered before the pull")
+                #expect(poll(&descriptor, 1, 0) == 0, "a stalled push was answered before the others' requests")
             }
-            #expect(try await Self.metric("outpost_http_requests_running", port: port) == 2)
+            #expect(try await Self.metric("outpost_http_bodies_arriving", port: port) == sockets.count)
+        }
+    }
+
+    @Test("over a real socket: a push whose body arrives after the grace waits its turn again and is applied")
+    func lateBodyIsApplied() async throws {
+        try await withServer(.sqlite, setup: .live, configure: { $0.bodyTimeout = .seconds(60) }) { client, _ in
+            let port = try #require(client.port)
+            let token = try await Fixtures.token()
+            let push = PushRequest(deviceId: "dev-late", mutations: [Fixtures.upsert("late", ["n": 1], device: "dev-late")])
+            let body = String(decoding: try JSONEncoder().encode(push), as: UTF8.self)
+            let split = body.index(body.startIndex, offsetBy: 10)
+            let socket = try Self.connect(port: port)
+            defer { close(socket) }
+            let head = Self.pushHead(token: token, bodyStart: String(body[..<split]), length: body.utf8.count)
+            _ = head.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            let deadline = ContinuousClock.now + .seconds(30)
+            while try await Self.metric("outpost_http_bodies_arriving", port: port) != 1 {
+                try #require(ContinuousClock.now < deadline, "the push never gave its place back")
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            let rest = String(body[split...])
+            _ = rest.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            let answer = try await Thread.blocking { () -> String in
+                var received: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                // One answer: its head, then a body as long as its Content-Length says.
+                while !String(decoding: received, as: UTF8.self).contains("\"results\"") {
+                    let count = recv(socket, &buffer, buffer.count, 0)
+                    guard count > 0 else { break }
+                    received += buffer[..<count]
+                }
+                return String(decoding: received, as: UTF8.self)
+            }
+            #expect(answer.hasPrefix("HTTP/1.1 200"), "\(answer.prefix(300))")
+            #expect(answer.contains(#""status":"applied""#), "\(answer.prefix(300))")
+            #expect(try await Self.metric("outpost_http_bodies_arriving", port: port) == 0)
         }
     }
 
@@ -430,7 +521,12 @@ struct AdmissionGateTests {
         let held = Held()
         let router = Router(context: OutpostRequestContext.self)
         router.add(middleware: ErrorMiddleware())
-        router.group("v1").add(middleware: AdmissionMiddleware(gate: gate, callers: CallerGates(share: 64, maxWaiting: 100))).get("slow") { _, _ in
+        router.group("v1").add(
+            middleware: AdmissionMiddleware(
+                gate: gate, callers: CallerGates(share: 64, maxWaiting: 100), maxBodyBytes: 1 << 20,
+                bodyTimeout: .seconds(30)
+            )
+        ).get("slow") { _, _ in
             await held.wait()
             return "done"
         }

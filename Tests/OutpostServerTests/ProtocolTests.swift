@@ -274,7 +274,7 @@ struct StreamedPullBodyTests {
     func failureAfterFirstPage() async throws {
         let calls = NIOLockedValueBox(0)
         let response = try SyncController<SQLiteStorage>.stream(
-            from: Self.page(1, hasMore: true), pages: 5, gate: AdmissionGate(limit: 1, maxWaiting: 0),
+            from: Self.page(1, hasMore: true), pages: 5, gate: AdmissionGate(limit: 1, maxWaiting: 0), caller: "",
             metrics: ServerMetrics(), logger: Fixtures.quietLogger, token: \.token
         ) { cursor in
             let call = calls.withLockedValue {
@@ -298,7 +298,7 @@ struct StreamedPullBodyTests {
     func endsAtPagesOrLastChange() async throws {
         for (pages, last, expected) in [(3, 10, 3), (10, 4, 4), (1, 10, 1)] {
             let response = try SyncController<SQLiteStorage>.stream(
-                from: Self.page(1, hasMore: true), pages: pages, gate: AdmissionGate(limit: 1, maxWaiting: 0),
+                from: Self.page(1, hasMore: true), pages: pages, gate: AdmissionGate(limit: 1, maxWaiting: 0), caller: "",
                 metrics: ServerMetrics(), logger: Fixtures.quietLogger, token: \.token
             ) { cursor in Self.page(cursor.seq + 1, hasMore: cursor.seq + 1 < last) }
             let lines = try await Self.lines(response)

@@ -19,6 +19,9 @@ public struct Identity: Sendable, Hashable {
         self.device = device
     }
 
+    /// The caller a request counts against at admission: a user of a tenant, whatever device they use.
+    var admissionKey: String { "\(tenant)\u{0}\(userId)" }
+
     /// Throws 403 unless this identity holds `role` or a higher one.
     func require(_ role: Role) throws {
         guard self.role >= role else {

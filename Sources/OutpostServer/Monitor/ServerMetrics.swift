@@ -19,6 +19,7 @@ package final class ServerMetrics: Sendable {
     let devices: [DeviceState: Gauge]
     let requestsRunning: Gauge
     let requestsWaiting: Gauge
+    let bodiesArriving: Gauge
     /// Connector batches, by whether the receiver took them.
     let connectorBatches: [Bool: Counter]
     let connectorChanges: Counter
@@ -65,6 +66,8 @@ package final class ServerMetrics: Sendable {
         }
         requestsRunning = gauge("outpost_http_requests_running", "/v1 requests running now")
         requestsWaiting = gauge("outpost_http_requests_waiting", "/v1 requests waiting for their turn now")
+        bodiesArriving = gauge(
+            "outpost_http_bodies_arriving", "/v1 requests whose body is still arriving, holding no place meanwhile")
         connectorBatches = [
             true: counter("outpost_connector_batches", "Connector batches sent, by outcome", [("result", "delivered")]),
             false: counter("outpost_connector_batches", "Connector batches sent, by outcome", [("result", "failed")]),
@@ -97,6 +100,7 @@ package final class ServerMetrics: Sendable {
         let admission = gate.snapshot
         requestsRunning.set(to: Double(admission.running))
         requestsWaiting.set(to: Double(admission.waiting))
+        bodiesArriving.set(to: Double(admission.arriving))
         return registry.emitToString()
     }
 }

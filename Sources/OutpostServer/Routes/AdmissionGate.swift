@@ -3,12 +3,17 @@ import NIOConcurrencyHelpers
 import NIOCore
 import OutpostConcurrency
 
-/// Lets at most `limit` requests run at once; the others wait their turn, first come first served.
+/// Lets at most `limit` requests run at once; the others wait their turn.
 ///
-/// A waiting request holds only its connection and this small frame: its body is not read, its token not
-/// checked, and none of the deeper frames (routing, decoding, storage, the database pool's lease) exist yet.
-/// With 1,000 devices syncing at once against a pool of 32 database connections, that keeps the server's
-/// memory bounded by the requests that can make progress, not by the ones queued behind them.
+/// A freed place goes to the waiting caller (a user of a tenant) with the fewest requests running, and among
+/// equals to the one that has waited longest: however many requests some accounts queue, another account's
+/// next request is let in as soon as a place frees. One caller's own requests keep their arrival order.
+///
+/// A waiting request holds only its connection and this small frame: its token is checked, but none of the
+/// deeper frames (routing, decoding, storage, the database pool's lease) exist yet, and its body is read only
+/// as far as ``AdmissionMiddleware`` reads it. With 1,000 devices syncing at once against a pool of 32
+/// database connections, that keeps the server's memory bounded by the requests that can make progress, not
+/// by the ones queued behind them.
 ///
 /// Past `maxWaiting` waiting requests, a request is refused at once with 503 and `Retry-After`, which devices
 /// retry with backoff; so is one that has waited `maxWait` (while the database is down, admitted requests
@@ -18,6 +23,8 @@ package final class AdmissionGate: Sendable {
     package struct Snapshot: Equatable, Sendable {
         package var running: Int
         package var waiting: Int
+        /// Requests that gave their place back while their body arrives (see ``AdmissionMiddleware``).
+        package var arriving = 0
     }
 
     /// A waiter's state; its continuation is stored a moment after it takes its ticket, and a release, a
@@ -32,10 +39,45 @@ package final class AdmissionGate: Sendable {
 
     private struct State {
         var running = 0
+        var arriving = 0
         var nextTicket: UInt64 = 0
-        /// Tickets in arrival order; a ticket missing from `waiters` has left the queue and is skipped.
-        var order = CircularBuffer<UInt64>()
+        /// Each caller's requests that hold a place; a caller with none is absent.
+        var runningByCaller: [String: Int] = [:]
+        /// Each caller's tickets in arrival order; a ticket missing from `waiters` has left the queue and is
+        /// skipped. A caller with no ticket left is absent.
+        var queues: [String: CircularBuffer<UInt64>] = [:]
         var waiters: [UInt64: Waiter] = [:]
+
+        mutating func run(_ caller: String) {
+            runningByCaller[caller, default: 0] += 1
+        }
+
+        mutating func stop(_ caller: String) {
+            guard let count = runningByCaller[caller] else { return }
+            runningByCaller[caller] = count > 1 ? count - 1 : nil
+        }
+
+        /// The caller whose turn it is: fewest running, then the earliest first ticket. Tickets that left
+        /// the queue are dropped on the way.
+        mutating func nextCaller() -> String? {
+            var best: (caller: String, running: Int, ticket: UInt64)?
+            for caller in Array(queues.keys) {
+                guard let ticket = firstLiveTicket(of: caller) else { continue }
+                let running = runningByCaller[caller] ?? 0
+                if let chosen = best, (chosen.running, chosen.ticket) < (running, ticket) { continue }
+                best = (caller, running, ticket)
+            }
+            return best?.caller
+        }
+
+        private mutating func firstLiveTicket(of caller: String) -> UInt64? {
+            while let ticket = queues[caller]?.first {
+                if waiters[ticket] != nil { return ticket }
+                queues[caller]?.removeFirst()
+            }
+            queues[caller] = nil
+            return nil
+        }
     }
 
     package let limit: Int
@@ -54,17 +96,25 @@ package final class AdmissionGate: Sendable {
 
     /// How many requests run and how many wait, for metrics and tests.
     package var snapshot: Snapshot {
-        state.withLockedValue { Snapshot(running: $0.running, waiting: $0.waiters.count) }
+        state.withLockedValue { Snapshot(running: $0.running, waiting: $0.waiters.count, arriving: $0.arriving) }
+    }
+
+    /// Runs `body`, which waits for a request's body outside the gate, counted in ``Snapshot/arriving``.
+    package func counted<T>(arriving body: () async throws -> T) async throws -> T {
+        state.withLockedValue { $0.arriving += 1 }
+        defer { state.withLockedValue { $0.arriving -= 1 } }
+        return try await body()
     }
 
     /// Runs `body` once admitted, and lets the next waiter in when it ends.
     ///
+    /// - Parameter caller: whose request it is (``Identity/admissionKey``); requests without a caller share "".
     /// - Throws: ``OutpostHTTPError/busy`` when the queue is full or the wait reaches `maxWait`;
     ///   `CancellationError` when the task is cancelled while it waits; whatever `body` throws.
     @discardableResult
-    package func withAdmission<T>(_ body: () async throws -> T) async throws -> T {
-        try await enter()
-        defer { leave() }
+    package func withAdmission<T>(caller: String = "", _ body: () async throws -> T) async throws -> T {
+        try await enter(caller)
+        defer { leave(caller) }
         return try await body()
     }
 
@@ -74,15 +124,16 @@ package final class AdmissionGate: Sendable {
         case full
     }
 
-    private func enter() async throws {
+    private func enter(_ caller: String) async throws {
         let entry: Entry = state.withLockedValue { state in
             if state.running < limit {
                 state.running += 1
+                state.run(caller)
                 return .admitted
             }
             guard state.waiters.count < maxWaiting else { return .full }
             state.nextTicket += 1
-            state.order.append(state.nextTicket)
+            state.queues[caller, default: CircularBuffer()].append(state.nextTicket)
             state.waiters[state.nextTicket] = .arriving
             return .wait(state.nextTicket)
         }
@@ -128,16 +179,20 @@ package final class AdmissionGate: Sendable {
         continuation?.resume(throwing: error)
     }
 
-    /// Hands this request's place to the first waiter still waiting, or frees it.
-    private func leave() {
+    /// Hands this request's place to the waiter whose turn it is (see ``AdmissionGate``), or frees it.
+    private func leave(_ caller: String) {
         let next = state.withLockedValue { state -> CheckedContinuation<Void, any Error>? in
-            while let ticket = state.order.popFirst() {
+            state.stop(caller)
+            while let chosen = state.nextCaller(), let ticket = state.queues[chosen]?.popFirst() {
+                if state.queues[chosen]?.isEmpty == true { state.queues[chosen] = nil }
                 switch state.waiters[ticket] {
                 case .waiting(let continuation):
                     state.waiters[ticket] = nil
+                    state.run(chosen)
                     return continuation
                 case .arriving:
                     state.waiters[ticket] = .decided(.success(()))
+                    state.run(chosen)
                     return nil
                 case .decided, nil:
                     continue
@@ -150,23 +205,130 @@ package final class AdmissionGate: Sendable {
     }
 }
 
-/// Puts every request of a route group through an ``AdmissionGate``.
-/// Lets a request in through its caller's own gate, then the server's: one account never holds more than its
-/// ``CallerGates/share`` of the places.
+/// Puts every request of a route group through its caller's own gate (``CallerGates``), then the server's
+/// (``AdmissionGate``): one account never holds more than its share of the places.
+///
+/// A request's body must arrive before the request counts: one whose body is still arriving after
+/// `bodyGrace` gives its place back, reads the rest holding only its caller's place, and waits its turn again
+/// once the body is whole. A client that trickles bodies, from any number of accounts, then holds no place of
+/// the server's for longer than the grace, and a well-behaved account's request finds one. A body read after
+/// the grace is held in memory until its turn: at most ``CallerGates/share`` bodies of
+/// ``ServerConfiguration/maxBodyBytes`` per account, for at most ``ServerConfiguration/bodyTimeout``.
 struct AdmissionMiddleware: RouterMiddleware {
     typealias Context = OutpostRequestContext
     let gate: AdmissionGate
     let callers: CallerGates
+    let maxBodyBytes: Int
+    let bodyTimeout: Duration
+    var bodyGrace: Duration = .milliseconds(250)
+    var watch: DeadlineWatch = .shared
 
     func handle(
         _ request: Request, context: Context, next: (Request, Context) async throws -> Response
     ) async throws
         -> Response
     {
-        let caller = context.identity.map { "\($0.tenant)\u{0}\($0.userId)" } ?? ""
+        let caller = context.identity?.admissionKey ?? ""
         return try await callers.withAdmission(caller: caller) {
-            try await gate.withAdmission { try await next(request, context) }
+            guard Self.hasBody(request) else {
+                return try await gate.withAdmission(caller: caller) { try await next(request, context) }
+            }
+            let arrival = BodyArrival(of: request, maxBytes: maxBodyBytes, timeout: bodyTimeout, watch: watch)
+            return try await withTaskCancellationHandler {
+                var request = request
+                let answer = try await gate.withAdmission(caller: caller) { () -> Response? in
+                    guard let body = try await arrival.body(within: bodyGrace) else { return nil }
+                    request.body = RequestBody(buffer: body)
+                    return try await next(request, context)
+                }
+                if let answer { return answer }
+                let body = try await gate.counted { try await arrival.body(within: nil) }
+                request.body = RequestBody(buffer: body ?? ByteBuffer())
+                return try await gate.withAdmission(caller: caller) { try await next(request, context) }
+            } onCancel: {
+                arrival.cancel()
+            }
         }
+    }
+
+    /// Whether the request may carry a body: a length above zero, a chunked one, or a method that sends one.
+    static func hasBody(_ request: Request) -> Bool {
+        if let length = request.headers[.contentLength] { return length != "0" }
+        if request.headers[.transferEncoding] != nil { return true }
+        return [.post, .put, .patch].contains(request.method)
+    }
+}
+
+/// A request body read whole in a task of its own (bounded by ``RequestDecoding/collectBody(of:maxBytes:timeout:watch:)``),
+/// which one waiter can await for a while, then for good.
+final class BodyArrival: Sendable {
+    private enum State {
+        case reading(waiter: CheckedContinuation<ByteBuffer?, any Error>?)
+        case arrived(Result<ByteBuffer, any Error>)
+    }
+
+    private let state = NIOLockedValueBox(State.reading(waiter: nil))
+    private let reading = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    private let watch: DeadlineWatch
+
+    init(of request: Request, maxBytes: Int, timeout: Duration, watch: DeadlineWatch) {
+        self.watch = watch
+        let task = Task { [self] in
+            do {
+                arrive(.success(try await RequestDecoding.collectBody(of: request, maxBytes: maxBytes, timeout: timeout, watch: watch)))
+            } catch {
+                arrive(.failure(error))
+            }
+        }
+        reading.withLockedValue { $0 = task }
+    }
+
+    /// Stops reading; the waiter then throws.
+    func cancel() {
+        reading.withLockedValue { $0 }?.cancel()
+    }
+
+    /// The whole body, or nil if it has not arrived within `grace` (nil: wait for it as long as it takes, up to
+    /// the body's own deadline).
+    ///
+    /// - Throws: what reading it threw (408 past its deadline, 413 when too large, cancellation).
+    func body(within grace: Duration?) async throws -> ByteBuffer? {
+        var deadline: DeadlineWatch.Entry?
+        defer { deadline.map(watch.cancel) }
+        return try await withCheckedThrowingContinuation { continuation in
+            let arrived = state.withLockedValue { state -> Result<ByteBuffer, any Error>? in
+                switch state {
+                case .arrived(let result): return result
+                case .reading:
+                    state = .reading(waiter: continuation)
+                    return nil
+                }
+            }
+            if let arrived {
+                continuation.resume(with: arrived.map(Optional.some))
+            } else if let grace {
+                deadline = watch.schedule(after: grace) { [self] in giveUpWaiting() }
+            }
+        }
+    }
+
+    private func arrive(_ result: Result<ByteBuffer, any Error>) {
+        let waiter = state.withLockedValue { state -> CheckedContinuation<ByteBuffer?, any Error>? in
+            guard case .reading(let waiter) = state else { return nil }
+            state = .arrived(result)
+            return waiter
+        }
+        waiter?.resume(with: result.map(Optional.some))
+    }
+
+    /// The grace ended first: the waiter goes on without the body, which goes on arriving.
+    private func giveUpWaiting() {
+        let waiter = state.withLockedValue { state -> CheckedContinuation<ByteBuffer?, any Error>? in
+            guard case .reading(let waiter?) = state else { return nil }
+            state = .reading(waiter: nil)
+            return waiter
+        }
+        waiter?.resume(returning: nil)
     }
 }
 

@@ -105,7 +105,8 @@ struct SyncController<Storage: SyncStorage> {
         let token = { @Sendable (cursor: PullCursor) in sealer.token(cursor, tenant: identity.tenant) }
         guard let pages else { return .json(bytes: try Self.pageBytes(page, token: token)) }
         return try Self.stream(
-            from: page, pages: pages, gate: gate, metrics: metrics, logger: context.logger, token: token
+            from: page, pages: pages, gate: gate, caller: identity.admissionKey, metrics: metrics,
+            logger: context.logger, token: token
         ) { [storage] cursor in
             try await storage.pull(
                 tenant: identity.tenant, collection: policy.name, scope: scope, owner: owner, after: cursor,
@@ -120,7 +121,8 @@ struct SyncController<Storage: SyncStorage> {
     /// first page ends the stream with an error line (the body of the answer it would have been); the device
     /// has stored the pages before it, and pulls again from the last cursor.
     static func stream(
-        from first: PulledChanges, pages: Int, gate: AdmissionGate, metrics: ServerMetrics, logger: Logger,
+        from first: PulledChanges, pages: Int, gate: AdmissionGate, caller: String, metrics: ServerMetrics,
+        logger: Logger,
         token: @escaping @Sendable (PullCursor) -> String,
         next: @escaping @Sendable (PullCursor) async throws -> PulledChanges
     ) throws -> Response {
@@ -137,7 +139,7 @@ struct SyncController<Storage: SyncStorage> {
                 while last.hasMore && sent < pages && !failed {
                     var line: [UInt8]
                     do {
-                        last = try await gate.withAdmission { try await next(last.cursor) }
+                        last = try await gate.withAdmission(caller: caller) { try await next(last.cursor) }
                         metrics.pulls.increment()
                         line = try Self.pageBytes(last, token: token)
                     } catch {
