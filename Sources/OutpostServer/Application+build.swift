@@ -96,7 +96,8 @@ package func buildRouter<Storage: SyncStorage>(
     let gate = AdmissionGate(
         limit: max(1, configuration.maxConcurrentRequests), maxWaiting: max(0, configuration.maxWaitingRequests))
     MetaController(storage: storage, metrics: metrics, gate: gate, now: now).addRoutes(to: router)
-    AdminController(storage: storage, secrets: secrets, now: now, configuration: configuration).addRoutes(to: router.group("admin"))
+    AdminController(storage: storage, secrets: secrets, now: now, configuration: configuration, gate: gate).addRoutes(
+        to: router.group("admin"))
     // Admission comes first, so that a request waiting its turn holds no more than its connection.
     // The token first, so that admission knows whose request it is; one caller holds at most an eighth of the places.
     let callers = CallerGates(share: configuration.maxConcurrentRequests / 8, maxWaiting: max(0, configuration.maxWaitingRequests))
@@ -112,7 +113,7 @@ package func buildRouter<Storage: SyncStorage>(
         gate: gate, now: now
     ).addRoutes(to: v1)
     ReviewController(storage: storage, configuration: configuration).addRoutes(to: v1)
-    ExportController(storage: storage, configuration: configuration).addRoutes(to: v1)
+    ExportController(storage: storage, configuration: configuration, gate: gate).addRoutes(to: v1)
     NotificationController(storage: storage, configuration: configuration).addRoutes(to: v1)
     ConnectorController(storage: storage, configuration: configuration, secrets: secrets, now: now).addRoutes(to: v1)
     MonitorController(

@@ -383,7 +383,11 @@ struct AdmissionGateTests {
                 let arriving = try await Self.metric("outpost_http_bodies_arriving", port: port)
                 let running = try await Self.metric("outpost_http_requests_running", port: port)
                 if arriving == sockets.count && running == 0 { break }
-                try #require(ContinuousClock.now < deadline, "the stalled pushes never all gave their places back")
+                let waiting = try await Self.metric("outpost_http_requests_waiting", port: port)
+                try #require(
+                    ContinuousClock.now < deadline,
+                    "the stalled pushes never all gave their places back: \(String(describing: arriving)) of \(sockets.count) arriving, \(String(describing: running)) running, \(String(describing: waiting)) waiting"
+                )
                 try await Task.sleep(for: .milliseconds(50))
             }
             let token = try await Fixtures.token(user: "ana")

@@ -21,6 +21,8 @@ struct AdminController<Storage: SyncStorage> {
     let now: @Sendable () -> Date
     /// The collections and limits, for the monitor's downloads; its `bodyTimeout` bounds a sign-in form's body.
     let configuration: ServerConfiguration
+    /// The `/v1` admission gate, under which a download reads its pages.
+    let gate: AdmissionGate
     let pages: MonitorPages?
 
     static var cookieName: String { "outpost_session" }
@@ -30,11 +32,15 @@ struct AdminController<Storage: SyncStorage> {
     static var codeLifetime: Duration { .seconds(5 * 60) }
     static var defaultRefresh: Duration { .seconds(15) }
 
-    init(storage: Storage, secrets: ServerSecrets, now: @escaping @Sendable () -> Date, configuration: ServerConfiguration) {
+    init(
+        storage: Storage, secrets: ServerSecrets, now: @escaping @Sendable () -> Date, configuration: ServerConfiguration,
+        gate: AdmissionGate
+    ) {
         self.storage = storage
         self.secrets = secrets
         self.now = now
         self.configuration = configuration
+        self.gate = gate
         self.pages = try? MonitorPages()
     }
 
@@ -263,7 +269,7 @@ struct AdminController<Storage: SyncStorage> {
         }
         let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
         return try await ExportController.csv(
-            policy: policy, scope: event, for: session.identity, storage: storage, configuration: configuration)
+            policy: policy, scope: event, for: session.identity, storage: storage, gate: gate, logger: context.logger)
     }
 
     private func load(event: String?, identity: Identity) async throws -> MonitorResponse {

@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import Logging
 import OutpostProtocol
 import OutpostRecords
 
@@ -8,9 +9,12 @@ import OutpostRecords
 struct ExportController<Storage: SyncStorage> {
     let storage: Storage
     let configuration: ServerConfiguration
+    let gate: AdmissionGate
 
-    /// The most records one export holds; a larger one is refused and asked for by scope.
-    static var maxRecords: Int { 200_000 }
+    /// The most records and stored bytes one page of an export reads: an export's memory is one page's, however
+    /// large the collection.
+    static var pageLimit: Int { 500 }
+    static var pageMaxBytes: Int { 1 << 20 }
 
     func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
         group.get("export", use: export)
@@ -27,49 +31,103 @@ struct ExportController<Storage: SyncStorage> {
             throw OutpostHTTPError.badRequest("the only export format is csv")
         }
         return try await Self.csv(
-            policy: policy, scope: scope, for: identity, storage: storage, configuration: configuration)
+            policy: policy, scope: scope, for: identity, storage: storage, gate: gate, logger: context.logger)
     }
 
-    /// The CSV download of what `identity` may read of `policy`'s collection (in `scope`, or every scope): for
+    /// The CSV download of `policy`'s collection (in `scope`, or every scope) for a supervisor or organizer: for
     /// `/v1/export` and the monitor's download links.
+    ///
+    /// Streamed, in record id order: the records are read twice by pages, once for the field names the header
+    /// needs and once to write each page's lines as soon as it is read, so memory holds one page whatever the
+    /// collection's size. Each page is read under the admission gate, like a request of its own. The first page
+    /// is read before the answer starts, so that a failure then is an ordinary error answer; a failure later
+    /// (or a field name that first appears while the export runs, which the header cannot hold) ends the
+    /// download unfinished, which a browser or client reports as failed, never as a shorter file.
     static func csv(
-        policy: CollectionPolicy, scope: String?, for identity: Identity, storage: Storage,
-        configuration: ServerConfiguration
+        policy: CollectionPolicy, scope: String?, for identity: Identity, storage: Storage, gate: AdmissionGate,
+        logger: Logger
     ) async throws -> Response {
-        var rows: [ExportRow] = []
-        var cursor = PullCursor.start
-        while true {
-            let page = try await storage.pull(
-                tenant: identity.tenant, collection: policy.name, scope: scope, owner: policy.readOwner(for: identity),
-                after: cursor, limit: configuration.pullMaxLimit, maxBytes: configuration.pageMaxBytes)
-            let live = page.changes.filter { !$0.tombstone }
-            let received = try await storage.receivedTimes(
-                tenant: identity.tenant, collection: policy.name, recordIds: live.map(\.recordId))
-            for record in live {
-                var row = try ExportRow(record)
-                row.receivedAt = received[RecordVersion(recordId: record.recordId, scope: record.scope, version: record.version)]
-                    .map(Timestamp.init(millisecondsSince1970:))
-                rows.append(row)
-            }
-            guard rows.count <= maxRecords else {
-                throw OutpostHTTPError(
-                    .contentTooLarge, .payloadTooLarge,
-                    "an export holds at most \(maxRecords) records; export one scope at a time")
-            }
-            guard page.hasMore else { break }
-            cursor = page.cursor
+        // Supervisors and organizers read every owner's records (``CollectionPolicy/readOwner(for:)``).
+        guard policy.readOwner(for: identity) == nil else {
+            throw OutpostHTTPError.forbidden("exports are for supervisors and organizers")
         }
-        let table = CSVTable(collection: policy.name, rows: rows)
+        let page = { @Sendable (position: RecordPosition?) async throws -> [RecordRow] in
+            try await storage.snapshotPage(
+                tenant: identity.tenant, collection: policy.name, scope: scope, after: position, limit: pageLimit,
+                maxBytes: pageMaxBytes)
+        }
+        let admitted = { @Sendable (position: RecordPosition?) async throws -> [RecordRow] in
+            try await gate.withAdmission(caller: identity.admissionKey) { try await page(position) }
+        }
+        let first = try await page(nil)
         var headers = HTTPFields()
         headers[.contentType] = "text/csv; charset=utf-8"
         headers[.contentDisposition] = "attachment; filename=\"\(fileName(collection: policy.name, scope: scope))\""
         headers[.cacheControl] = "no-store"
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: table.text)))
+        return Response(
+            status: .ok, headers: headers,
+            body: ResponseBody { writer in
+                do {
+                    var names = Set<String>()
+                    try await eachPage(from: first, next: admitted) { rows in
+                        for row in rows { names.formUnion(try ExportRow.fields(of: row).keys) }
+                    }
+                    let columns = CSVTable.fieldColumns(collection: policy.name, names: names)
+                    try await writer.write(ByteBuffer(string: CSVTable.header(fieldColumns: columns)))
+                    try await eachPage(from: try await admitted(nil), next: admitted) { rows in
+                        let received = try await gate.withAdmission(caller: identity.admissionKey) {
+                            try await storage.receivedTimes(
+                                tenant: identity.tenant, collection: policy.name, recordIds: rows.map(\.recordId))
+                        }
+                        var text = ""
+                        for record in rows {
+                            var row = try ExportRow(record)
+                            guard names.isSuperset(of: row.fields.keys) else { throw ExportError.newField }
+                            row.receivedAt = received[RecordVersion(recordId: record.recordId, scope: record.scope, version: record.version)]
+                                .map(Timestamp.init(millisecondsSince1970:))
+                            text += CSVTable.line(row, fieldColumns: columns)
+                        }
+                        try await writer.write(ByteBuffer(string: text))
+                    }
+                    try await writer.finish(nil)
+                } catch {
+                    logger.notice(
+                        "an export ended unfinished", metadata: ["collection": "\(policy.name)", "reason": "\(ExportError.reason(error))"])
+                    throw error
+                }
+            })
+    }
+
+    /// Runs `body` on `first` and each page after it, up to the first empty page.
+    private static func eachPage(
+        from first: [RecordRow], next: (RecordPosition?) async throws -> [RecordRow],
+        _ body: ([RecordRow]) async throws -> Void
+    ) async throws {
+        var rows = first
+        while let last = rows.last {
+            try await body(rows)
+            rows = try await next(RecordPosition(recordId: last.recordId, scope: last.scope))
+        }
     }
 
     /// "checkins-gala.csv": the collection and scope, both identifiers, so nothing in them needs quoting.
     static func fileName(collection: String, scope: String?) -> String {
         [collection, scope].compactMap { $0 }.joined(separator: "-") + ".csv"
+    }
+}
+
+/// Why an export ended unfinished, for its log line (never a record's content).
+enum ExportError: Error {
+    /// A field name none of the records had when the header was written.
+    case newField
+
+    static func reason(_ error: any Error) -> String {
+        switch error {
+        case ExportError.newField: "a field first appeared while the export ran"
+        case let error as StorageError: "storage: \(error.code)"
+        case is OutpostHTTPError: "the server was busy"
+        default: "the download was cut"
+        }
     }
 }
 
@@ -86,9 +144,7 @@ struct ExportRow {
     var fields: [String: JSONValue]
 
     init(_ record: RecordRow) throws {
-        guard case .object(let fields) = try JSONValue(parsing: Array(record.fieldsJSON.utf8)) else {
-            throw OutpostHTTPError(.internalServerError, .internalError, "a stored record's fields are not an object")
-        }
+        let fields = try Self.fields(of: record)
         recordId = record.recordId
         scope = record.scope
         version = record.version
@@ -96,11 +152,19 @@ struct ExportRow {
         updatedAt = Timestamp(millisecondsSince1970: record.updatedAt)
         self.fields = fields
     }
+
+    /// A stored record's fields, by name.
+    static func fields(of record: RecordRow) throws -> [String: JSONValue] {
+        guard case .object(let fields) = try JSONValue(parsing: Array(record.fieldsJSON.utf8)) else {
+            throw OutpostHTTPError(.internalServerError, .internalError, "a stored record's fields are not an object")
+        }
+        return fields
+    }
 }
 
 /// Rows as RFC 4180 CSV: a header, then one line per record, the field columns of the field apps' collections
 /// first in the order their people read them, then every other field by name.
-struct CSVTable {
+enum CSVTable {
     /// Each collection's columns to lead with, after the record's own.
     static let leadingFields: [String: [String]] = [
         CheckIn.collection: [
@@ -117,21 +181,28 @@ struct CSVTable {
         Build.collection: [Build.Field.name, "isOfflineEntry"],
     ]
 
-    let text: String
+    /// The record's own columns, before its fields.
+    static let recordColumns = ["record_id", "scope", "version", "created_at", "updated_at", "received_at"]
 
-    init(collection: String, rows: [ExportRow]) {
-        let leading = Self.leadingFields[collection] ?? []
-        let others = Set(rows.flatMap(\.fields.keys)).subtracting(leading).sorted()
-        let fieldColumns = leading + others
-        var lines = [(["record_id", "scope", "version", "created_at", "updated_at", "received_at"] + fieldColumns).map(Self.cell)]
-        for row in rows {
-            let own = [
-                row.recordId, row.scope, String(row.version), row.createdAt.iso8601, row.updatedAt.iso8601,
-                row.receivedAt?.iso8601 ?? "",
-            ]
-            lines.append((own + fieldColumns.map { Self.text(row.fields[$0]) }).map(Self.cell))
-        }
-        text = lines.map { $0.joined(separator: ",") + "\r\n" }.joined()
+    /// The field columns of `collection` whose records hold the field `names`: its leading ones, then the others
+    /// by name.
+    static func fieldColumns(collection: String, names: Set<String>) -> [String] {
+        let leading = leadingFields[collection] ?? []
+        return leading + names.subtracting(leading).sorted()
+    }
+
+    /// The header line.
+    static func header(fieldColumns: [String]) -> String {
+        (recordColumns + fieldColumns).map(cell).joined(separator: ",") + "\r\n"
+    }
+
+    /// One record's line.
+    static func line(_ row: ExportRow, fieldColumns: [String]) -> String {
+        let own = [
+            row.recordId, row.scope, String(row.version), row.createdAt.iso8601, row.updatedAt.iso8601,
+            row.receivedAt?.iso8601 ?? "",
+        ]
+        return (own + fieldColumns.map { text(row.fields[$0]) }).map(cell).joined(separator: ",") + "\r\n"
     }
 
     /// A field's value as a cell: text as it is, numbers and booleans as JSON writes them, nothing for null or a

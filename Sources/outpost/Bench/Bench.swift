@@ -73,7 +73,7 @@ struct Bench: AsyncParsableCommand {
                 results += try await SilentSaveBench(directory: base, runs: min(samples, 50)) { line in
                     if !json { say(line) }
                 }.run()
-            case .drain, .devices, .monitor, .failures, .memory, .load, .connector:
+            case .drain, .devices, .monitor, .failures, .memory, .load, .connector, .export:
                 for database in [nil] + (databaseURL.map { [$0] } ?? []) {
                     let bench = SyncBench(directory: base, databaseURL: database) { line in if !json { say(line) } }
                     do {
@@ -83,6 +83,7 @@ struct Bench: AsyncParsableCommand {
                         case .monitor: results += try await bench.monitor()
                         case .failures: results += try await bench.failures()
                         case .connector: results += try await bench.connector()
+                        case .export: results += try await bench.export()
                         case .load:
                             results += try await bench.load(
                                 devices: devices, duration: .seconds(seconds), interval: .milliseconds(Int64(interval * 1000)))
@@ -120,6 +121,7 @@ enum BenchScenario: String, CaseIterable, ExpressibleByArgument {
     case memory
     case load
     case connector
+    case export
 }
 
 /// One figure beside its target.
