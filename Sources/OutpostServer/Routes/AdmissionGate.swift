@@ -99,11 +99,84 @@ package final class AdmissionGate: Sendable {
         state.withLockedValue { Snapshot(running: $0.running, waiting: $0.waiters.count, arriving: $0.arriving) }
     }
 
-    /// Runs `body`, which waits for a request's body outside the gate, counted in ``Snapshot/arriving``.
-    package func counted<T>(arriving body: () async throws -> T) async throws -> T {
-        state.withLockedValue { $0.arriving += 1 }
-        defer { state.withLockedValue { $0.arriving -= 1 } }
-        return try await body()
+    /// Runs `body` once admitted, and lets the next waiter in when it ends. While `body` reads its request's
+    /// body, the request may give its place back (``Arrival/giveBack()``): it then waits its turn again when
+    /// `body` calls ``Arrival/arrived()``, counted meanwhile in ``Snapshot/arriving``.
+    package func withAdmission<T>(caller: String = "", arriving body: (Arrival) async throws -> T) async throws -> T {
+        try await enter(caller)
+        let arrival = Arrival(gate: self, caller: caller)
+        defer { arrival.end() }
+        return try await body(arrival)
+    }
+
+    /// A request's place while its body arrives; see ``withAdmission(caller:arriving:)``.
+    package final class Arrival: Sendable {
+        private enum State {
+            case holding
+            /// Given back while the body arrives; counted in ``Snapshot/arriving``.
+            case givenBack
+            /// Waiting for a place again.
+            case rejoining
+            /// Held to the end: the body arrived with the place held, or the place was taken again.
+            case kept
+            case ended
+        }
+
+        private let gate: AdmissionGate
+        private let caller: String
+        private let state = NIOLockedValueBox(State.holding)
+
+        fileprivate init(gate: AdmissionGate, caller: String) {
+            self.gate = gate
+            self.caller = caller
+        }
+
+        /// Gives the place back, unless the body has arrived: another request may have it meanwhile.
+        package func giveBack() {
+            let given = state.withLockedValue { state in
+                guard state == .holding else { return false }
+                state = .givenBack
+                return true
+            }
+            guard given else { return }
+            gate.state.withLockedValue { $0.arriving += 1 }
+            gate.leave(caller)
+        }
+
+        /// The body has arrived: the place is kept, or, given back, waited for again.
+        ///
+        /// - Throws: as ``AdmissionGate/withAdmission(caller:_:)`` does while it waits.
+        package func arrived() async throws {
+            let rejoin = state.withLockedValue { state -> Bool in
+                switch state {
+                case .holding:
+                    state = .kept
+                    return false
+                case .givenBack:
+                    state = .rejoining
+                    return true
+                case .rejoining, .kept, .ended:
+                    return false
+                }
+            }
+            guard rejoin else { return }
+            gate.state.withLockedValue { $0.arriving -= 1 }
+            try await gate.enter(caller)
+            state.withLockedValue { $0 = .kept }
+        }
+
+        fileprivate func end() {
+            let (held, arriving) = state.withLockedValue { state -> (Bool, Bool) in
+                defer { state = .ended }
+                switch state {
+                case .holding, .kept: return (true, false)
+                case .givenBack: return (false, true)
+                case .rejoining, .ended: return (false, false)
+                }
+            }
+            if held { gate.leave(caller) }
+            if arriving { gate.state.withLockedValue { $0.arriving -= 1 } }
+        }
     }
 
     /// Runs `body` once admitted, and lets the next waiter in when it ends.
@@ -233,20 +306,21 @@ struct AdmissionMiddleware: RouterMiddleware {
             guard Self.hasBody(request) else {
                 return try await gate.withAdmission(caller: caller) { try await next(request, context) }
             }
-            let arrival = BodyArrival(of: request, maxBytes: maxBodyBytes, timeout: bodyTimeout, watch: watch)
-            return try await withTaskCancellationHandler {
-                var request = request
-                let answer = try await gate.withAdmission(caller: caller) { () -> Response? in
-                    guard let body = try await arrival.body(within: bodyGrace) else { return nil }
-                    request.body = RequestBody(buffer: body)
-                    return try await next(request, context)
+            return try await gate.withAdmission(caller: caller) { arrival in
+                let grace = watch.schedule(after: bodyGrace) { arrival.giveBack() }
+                let body: ByteBuffer
+                do {
+                    body = try await RequestDecoding.collectBody(
+                        of: request, maxBytes: maxBodyBytes, timeout: bodyTimeout, watch: watch)
+                } catch {
+                    watch.cancel(grace)
+                    throw error
                 }
-                if let answer { return answer }
-                let body = try await gate.counted { try await arrival.body(within: nil) }
-                request.body = RequestBody(buffer: body ?? ByteBuffer())
-                return try await gate.withAdmission(caller: caller) { try await next(request, context) }
-            } onCancel: {
-                arrival.cancel()
+                watch.cancel(grace)
+                try await arrival.arrived()
+                var request = request
+                request.body = RequestBody(buffer: body)
+                return try await RequestDecoding.$arrivedBody.withValue(body) { try await next(request, context) }
             }
         }
     }
@@ -256,79 +330,6 @@ struct AdmissionMiddleware: RouterMiddleware {
         if let length = request.headers[.contentLength] { return length != "0" }
         if request.headers[.transferEncoding] != nil { return true }
         return [.post, .put, .patch].contains(request.method)
-    }
-}
-
-/// A request body read whole in a task of its own (bounded by ``RequestDecoding/collectBody(of:maxBytes:timeout:watch:)``),
-/// which one waiter can await for a while, then for good.
-final class BodyArrival: Sendable {
-    private enum State {
-        case reading(waiter: CheckedContinuation<ByteBuffer?, any Error>?)
-        case arrived(Result<ByteBuffer, any Error>)
-    }
-
-    private let state = NIOLockedValueBox(State.reading(waiter: nil))
-    private let reading = NIOLockedValueBox<Task<Void, Never>?>(nil)
-    private let watch: DeadlineWatch
-
-    init(of request: Request, maxBytes: Int, timeout: Duration, watch: DeadlineWatch) {
-        self.watch = watch
-        let task = Task { [self] in
-            do {
-                arrive(.success(try await RequestDecoding.collectBody(of: request, maxBytes: maxBytes, timeout: timeout, watch: watch)))
-            } catch {
-                arrive(.failure(error))
-            }
-        }
-        reading.withLockedValue { $0 = task }
-    }
-
-    /// Stops reading; the waiter then throws.
-    func cancel() {
-        reading.withLockedValue { $0 }?.cancel()
-    }
-
-    /// The whole body, or nil if it has not arrived within `grace` (nil: wait for it as long as it takes, up to
-    /// the body's own deadline).
-    ///
-    /// - Throws: what reading it threw (408 past its deadline, 413 when too large, cancellation).
-    func body(within grace: Duration?) async throws -> ByteBuffer? {
-        var deadline: DeadlineWatch.Entry?
-        defer { deadline.map(watch.cancel) }
-        return try await withCheckedThrowingContinuation { continuation in
-            let arrived = state.withLockedValue { state -> Result<ByteBuffer, any Error>? in
-                switch state {
-                case .arrived(let result): return result
-                case .reading:
-                    state = .reading(waiter: continuation)
-                    return nil
-                }
-            }
-            if let arrived {
-                continuation.resume(with: arrived.map(Optional.some))
-            } else if let grace {
-                deadline = watch.schedule(after: grace) { [self] in giveUpWaiting() }
-            }
-        }
-    }
-
-    private func arrive(_ result: Result<ByteBuffer, any Error>) {
-        let waiter = state.withLockedValue { state -> CheckedContinuation<ByteBuffer?, any Error>? in
-            guard case .reading(let waiter) = state else { return nil }
-            state = .arrived(result)
-            return waiter
-        }
-        waiter?.resume(with: result.map(Optional.some))
-    }
-
-    /// The grace ended first: the waiter goes on without the body, which goes on arriving.
-    private func giveUpWaiting() {
-        let waiter = state.withLockedValue { state -> CheckedContinuation<ByteBuffer?, any Error>? in
-            guard case .reading(let waiter?) = state else { return nil }
-            state = .reading(waiter: nil)
-            return waiter
-        }
-        waiter?.resume(returning: nil)
     }
 }
 

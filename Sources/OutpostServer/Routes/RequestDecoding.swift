@@ -42,13 +42,23 @@ enum RequestDecoding {
         }
     }
 
+    /// The request's body, once ``AdmissionMiddleware`` has read it whole.
+    @TaskLocal static var arrivedBody: ByteBuffer?
+
     /// Collects the whole body, at most `maxBytes` of it, and gives up once `timeout` has passed since it
     /// started: a client that trickles its body must not hold a place of the admission gate for longer. The
     /// read is cancelled, which also ends the connection, and waited for, so that nothing else reads the body
-    /// while it does.
+    /// while it does. A body ``AdmissionMiddleware`` has read is taken as it is.
     static func collectBody(
         of request: Request, maxBytes: Int, timeout: Duration, watch: DeadlineWatch = .shared
     ) async throws -> ByteBuffer {
+        if let body = arrivedBody {
+            guard body.readableBytes <= maxBytes else {
+                throw OutpostHTTPError(
+                    .contentTooLarge, .payloadTooLarge, "the request body is larger than \(maxBytes) bytes")
+            }
+            return body
+        }
         let reading = Task {
             var request = request
             return try await request.collectBody(upTo: maxBytes)
