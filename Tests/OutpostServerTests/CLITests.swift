@@ -215,6 +215,17 @@ struct BenchHarnessTests {
         #expect(results.count == 2 && results.allSatisfy { ($0["figure"] as? Double ?? 0) > 0 }, "\(results)")
     }
 
+    @Test("`bench export` stores a collection, exports it whole once and twice at once, and reports the server's memory")
+    func export() async throws {
+        let run = try await OutpostProcess.run(["bench", "export", "--megabytes", "5", "--json"])
+        #expect([0, 1].contains(run.status), "\(run.stderr)")
+        let start = try #require(run.stdout.firstIndex(of: "["), "\(run.stdout) \(run.stderr)")
+        let results = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout[start...].utf8)) as? [[String: Any]])
+        // Each export held every record (the scenario fails with a reason otherwise).
+        #expect(results.map { $0["unit"] as? String } == ["MB RSS", "s", "MB RSS"], "\(results)")
+        #expect(results.allSatisfy { ($0["name"] as? String)?.contains("5 MB") == true })
+    }
+
     @Test("`bench connector` delivers its backlog and its live pushes to its receiver, and reports rate and delays")
     func connector() async throws {
         let run = try await OutpostProcess.run(["bench", "connector", "--json"])

@@ -35,6 +35,9 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Seconds the load scenario runs.")
     var seconds: Int = 60
 
+    @Option(help: "Megabytes of records the export scenario stores and exports.")
+    var megabytes: Int = 100
+
     @Option(help: "Seconds between one device's rounds (a push and a pull) in the load scenario.")
     var interval: Double = 1
 
@@ -45,6 +48,7 @@ struct Bench: AsyncParsableCommand {
         if scenarios.isEmpty || scenarios.contains(.roster), guests < RosterBench.minimumGuests {
             throw ValidationError("--guests must be at least \(RosterBench.minimumGuests)")
         }
+        guard (1...10_000).contains(megabytes) else { throw ValidationError("--megabytes must be from 1 to 10000") }
         guard devices >= 1, seconds >= 1, interval > 0, interval <= 3600 else {
             throw ValidationError("--devices and --seconds must be at least 1, and --interval from 0 to 3600 seconds")
         }
@@ -83,7 +87,7 @@ struct Bench: AsyncParsableCommand {
                         case .monitor: results += try await bench.monitor()
                         case .failures: results += try await bench.failures()
                         case .connector: results += try await bench.connector()
-                        case .export: results += try await bench.export()
+                        case .export: results += try await bench.export(megabytes: megabytes)
                         case .load:
                             results += try await bench.load(
                                 devices: devices, duration: .seconds(seconds), interval: .milliseconds(Int64(interval * 1000)))
