@@ -130,18 +130,25 @@ public struct MutationResult: Sendable, Hashable, Codable {
         case conflict
         /// Refused; `error` says why. Nothing was written and the key was not consumed.
         case rejected
+        /// Not written: the collection keeps a record's first write (a guest's first check-in), and an earlier
+        /// one stands. `version` is the stored record's, and `serverFields` its fields, so that the device shows
+        /// what the server keeps. The key was consumed.
+        case superseded
     }
 
     public var idempotencyKey: String
     public var status: Status
     /// The record's version after this mutation (absent when rejected).
     public var version: Int64?
-    /// For `duplicate`: the status the key got when it was first processed (`applied` or `conflict`).
+    /// For `duplicate`: the status the key got when it was first processed (`applied`, `conflict` or
+    /// `superseded`).
     public var originalStatus: Status?
     /// For `conflict`, and for a `duplicate` of one: what was not applied and the server's current values.
     public var conflict: ConflictDetail?
     /// For `rejected`.
     public var error: WireError.Detail?
+    /// For `superseded`, and for a `duplicate` of one: the stored record's fields, when the caller may read them.
+    public var serverFields: [String: JSONValue]?
 
     public init(
         idempotencyKey: String,
@@ -149,7 +156,8 @@ public struct MutationResult: Sendable, Hashable, Codable {
         version: Int64? = nil,
         originalStatus: Status? = nil,
         conflict: ConflictDetail? = nil,
-        error: WireError.Detail? = nil
+        error: WireError.Detail? = nil,
+        serverFields: [String: JSONValue]? = nil
     ) {
         self.idempotencyKey = idempotencyKey
         self.status = status
@@ -157,6 +165,7 @@ public struct MutationResult: Sendable, Hashable, Codable {
         self.originalStatus = originalStatus
         self.conflict = conflict
         self.error = error
+        self.serverFields = serverFields
     }
 
     /// A rejection with a stable code and a message safe to show to the user.

@@ -152,13 +152,18 @@ extension MutationResult {
                 code: WireError.Code(try JSONShape.string(detail, "code", in: "\(path)error.")),
                 message: try JSONShape.string(detail, "message", in: "\(path)error."))
         }
+        var serverFields: [String: JSONValue]?
+        if let value = object["serverFields"], value != .null {
+            serverFields = try JSONShape.object(object, "serverFields", in: path)
+        }
         self.init(
             idempotencyKey: try JSONShape.string(object, "idempotencyKey", in: path),
             status: current,
             version: try JSONShape.optionalInteger(object, "version", in: path),
             originalStatus: try status("originalStatus"),
             conflict: conflict,
-            error: error)
+            error: error,
+            serverFields: serverFields)
     }
 
     func writeJSON(to output: inout [UInt8]) throws(JSONSyntaxError) {
@@ -184,6 +189,10 @@ extension MutationResult {
         if let originalStatus {
             JSONWriter.key("originalStatus", to: &output)
             JSONWriter.string(originalStatus.rawValue, to: &output)
+        }
+        if let serverFields {
+            JSONWriter.key("serverFields", to: &output)
+            try JSONWriter.object(serverFields, to: &output)
         }
         JSONWriter.key("status", to: &output)
         JSONWriter.string(status.rawValue, to: &output)

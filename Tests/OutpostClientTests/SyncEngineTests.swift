@@ -126,6 +126,68 @@ struct SyncEngineTests {
         }
     }
 
+    @Test("a retry of one record that cannot reach the server marks that record failed; the others keep their state")
+    func retryOfOneFailsAlone() async throws {
+        try await withEngine { h in
+            h.transport.isOnline = false
+            await h.engine.setOnline(false)
+            try await h.engine.save(note("r1"))
+            try await h.engine.save(note("r2"))
+            let retry = Task { try await h.engine.retry(recordId: "r1") }
+            var sleeps = h.clock.sleeps.makeAsyncIterator()
+            for _ in 0..<3 { h.clock.advance(by: try #require(await sleeps.next())) }
+            let summary = try await retry.value(within: testWaitLimit, "the retry after its waits")
+            #expect(summary.failed == 1 && summary.synced == 0)
+            let tried = try #require(try await h.store.record(collection: "notes", recordId: "r1"))
+            #expect(tried.syncStatus == .failed)
+            #expect(tried.lastSyncAttempt != nil)
+            let untried = try #require(try await h.store.record(collection: "notes", recordId: "r2"))
+            #expect(untried.syncStatus == .pending)
+            #expect(untried.lastSyncAttempt == nil)
+            #expect(try await h.store.counts() == RecordCounts(pending: 1, failed: 1, rejected: 0))
+        }
+    }
+
+    @Test(
+        "a write the server did not take, keeping an earlier one, leaves the record synced with the server's fields; without them, the next pull starts over",
+        arguments: [true, false])
+    func supersededWrite(withFields: Bool) async throws {
+        struct Keeping: SyncTransport {
+            let withFields: Bool
+            func push(_ request: PushRequest) async throws -> PushResponse {
+                PushResponse(
+                    results: request.mutations.map { mutation in
+                        withFields
+                            ? MutationResult(
+                                idempotencyKey: mutation.idempotencyKey, status: .superseded, version: 3,
+                                serverFields: ["n": 1, "by": "door-a"])
+                            : MutationResult(
+                                idempotencyKey: mutation.idempotencyKey, status: .duplicate, version: 3,
+                                originalStatus: .superseded)
+                    })
+            }
+            func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse { fatalError() }
+            func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse { fatalError() }
+            func health() async throws -> HealthResponse { HealthResponse(status: "ok", storage: "ok") }
+        }
+        try await withStore { store, _ in
+            let engine = SyncEngine(
+                store: store, transport: Keeping(withFields: withFields),
+                configuration: .init(deviceId: "door-b", deliversAfterSave: false), clock: ManualClock())
+            try await store.setSetting("pull_cursor:notes:", "c1")
+            try await engine.save(note("g7", ["n": 2, "by": "door-b"]))
+            let summary = try await engine.sync()
+            #expect(summary.synced == 1 && summary.superseded == 1 && summary.isComplete)
+            #expect(summary.description == "1 synced, 0 failed; 1 already recorded on another device first: the server keeps that one")
+            let record = try #require(try await store.record(collection: "notes", recordId: "g7"))
+            #expect(record.syncStatus == .synced)
+            #expect(record.version == 3)
+            #expect(record.fields == (withFields ? ["n": 1, "by": "door-a"] : ["n": 2, "by": "door-b"]))
+            #expect(try await store.setting("pull_cursor:notes:") == (withFields ? "c1" : nil))
+            #expect(try await store.outboxCount() == 0)
+        }
+    }
+
     @Test("a 5xx and a 408 (a body that came too slowly) are retried; another 4xx of the whole request is not")
     func serverErrors() async throws {
         struct Failing: SyncTransport {

@@ -131,12 +131,14 @@ extension MutationResult {
             idempotencyKey: JSONValue.randomString(using: &random), status: status,
             version: Bool.random(using: &random) ? Int64.random(in: 1...1000, using: &random) : nil,
             originalStatus: Bool.random(using: &random) ? .applied : nil, conflict: conflict,
-            error: Bool.random(using: &random) ? .init(code: .stateConflict, message: JSONValue.randomString(using: &random)) : nil)
+            error: Bool.random(using: &random) ? .init(code: .stateConflict, message: JSONValue.randomString(using: &random)) : nil,
+            serverFields: Bool.random(using: &random) ? ["scanned_by": JSONValue.random(depth: 1, using: &random)] : nil)
     }
 
     var canonical: MutationResult {
         var result = self
         result.conflict?.serverFields = conflict?.serverFields.mapValues(\.canonical) ?? [:]
+        result.serverFields = serverFields?.mapValues(\.canonical)
         return result
     }
 }

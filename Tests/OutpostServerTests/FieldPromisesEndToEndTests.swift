@@ -212,6 +212,41 @@ struct FieldPromisesEndToEndTests {
     }
 
     @Test(
+        "two doors offline scan one guest: the later scan's door is told the server keeps the first, and shows that scan as synced"
+    )
+    func twoDoorsOfflineOneGuest() async throws {
+        let session = try AppSession()
+        try await session.startServer()
+        try await session.importRoster(guests: 20)
+        let proxyA = try await FaultProxy.start(upstreamPort: Int(session.port)!)
+        let proxyB = try await FaultProxy.start(upstreamPort: Int(session.port)!)
+        let doorA = try await session.device("door-a", user: "sam", through: proxyA.port)
+        let doorB = try await session.device("door-b", user: "sam", through: proxyB.port)
+        #expect(try await doorA(["event", "open", "gala"]).stdout.contains("Ready for offline"))
+        #expect(try await doorB(["event", "open", "gala"]).stdout.contains("Ready for offline"))
+        proxyA.inject(.drop)
+        proxyB.inject(.drop)
+        #expect(try await doorA(["event", "scan", "g000007"]).status == 0)
+        #expect(try await doorB(["event", "scan", "g000007"]).status == 0)
+
+        proxyA.inject(nil)
+        #expect(try await doorA(["device", "sync"]).stdout.contains("1 synced, 0 failed"))
+        proxyB.inject(nil)
+        let sync = try await doorB(["device", "sync"])
+        #expect(sync.status == 0, "\(sync.stderr)")
+        #expect(
+            sync.stdout.contains("1 synced, 0 failed; 1 already recorded on another device first: the server keeps that one"),
+            "\(sync.stdout)")
+        // Door B now shows the scan the server keeps, door A's, as synced; and a scan again says so.
+        let stored = try await doorB(["device", "records"]).stdout
+        #expect(stored.contains("scanned_by=door-a") && !stored.contains("scanned_by=door-b"), "\(stored)")
+        let again = try await doorB(["event", "scan", "g000007", "--lookup-wait", "30s"]).stdout
+        #expect(again.contains("by door-a"), "\(again)")
+        try await proxyA.stop()
+        try await proxyB.stop()
+    }
+
+    @Test(
         "a server whose every answer breaks off part-way is reachable: a check-in is made online, told as the connection breaking and never as offline, and goes once the link heals"
     )
     func brokenAnswersAreNotOffline() async throws {

@@ -127,11 +127,18 @@ struct RecordRulesTests {
             #expect(results[0].error?.code == .invalidFields)
 
             // dev-b scans g1 at 30 and pushes first; dev-a scanned it at 20 offline and replays later: dev-a's
-            // scan is the first. A third scan at 40 changes nothing.
+            // scan is the first. A third scan at 40 changes nothing: its answer says so, with the scan kept.
             _ = try await client.push([Self.scan("g1", device: "dev-b", at: 30)], token: staff, device: "dev-b")
-            _ = try await client.push([Self.scan("g1", at: 20)], token: staff)
-            results = try await client.push([Self.scan("g1", device: "dev-c", at: 40)], token: staff, device: "dev-c").results
-            #expect(results[0].status == .applied)
+            #expect(try await client.push([Self.scan("g1", at: 20)], token: staff).results[0].status == .applied)
+            let late = Self.scan("g1", device: "dev-c", at: 40)
+            results = try await client.push([late], token: staff, device: "dev-c").results
+            #expect(results[0].status == .superseded)
+            #expect(results[0].version == 2)
+            #expect(results[0].serverFields?["scanned_by"] == "dev-a")
+            #expect(results[0].serverFields?["scanned_at"] == .string(Fixtures.time(20).iso8601))
+            // Sent again (its answer lost), it is a duplicate of that.
+            let again = try await client.push([late], token: staff, device: "dev-c").results
+            #expect(again[0].status == .duplicate && again[0].originalStatus == .superseded && again[0].version == 2)
             try await storage.settle()
             let pulled = try await client.pull("collection=checkins&scope=gala", token: staff)
             #expect(pulled.changes.count == 1)

@@ -147,6 +147,12 @@ extension LocalStore {
             case .applied, .duplicate:
                 decision.confirmed.append(entry.seq)
                 outcome.version = result.version ?? outcome.version
+            case .superseded:
+                // The server keeps an earlier write: the record shows it, from the answer or from the next pull.
+                decision.confirmed.append(entry.seq)
+                outcome.version = result.version ?? outcome.version
+                outcome.serverFields = result.serverFields
+                outcome.superseded = true
             case .conflict:
                 decision.confirmed.append(entry.seq)
                 outcome.version = result.version ?? outcome.version
@@ -208,7 +214,7 @@ extension LocalStore {
             let stillQueued = queued[key] ?? 0
             // Confirmed, with no sync error or conflict in the sealed payload to clear (or with entries still
             // queued, which leave it as it is): the sealed payload stays as it is.
-            if outcome.error == nil && (stillQueued > 0 || !sealedDetail.contains(key)) {
+            if outcome.error == nil && !outcome.superseded && (stillQueued > 0 || !sealedDetail.contains(key)) {
                 try updatePlain.bind(outcome.version, at: 1)
                 try updatePlain.bind(now, at: 2)
                 try updatePlain.bind(stillQueued == 0 ? RecordSyncStatus.synced.rawValue : String?.none, at: 3)
@@ -222,6 +228,17 @@ extension LocalStore {
             else { continue }
             if let version = outcome.version { record.version = max(record.version ?? 0, version) }
             record.lastSyncAttempt = date
+            if outcome.superseded && stillQueued == 0 {
+                if let fields = outcome.serverFields {
+                    record.fields = fields
+                } else {
+                    // An answer repeated without the stored fields: the next pull of the collection, from its
+                    // start, brings them (a synced record takes the server's fields at its version).
+                    try db.execute(
+                        sql: "DELETE FROM settings WHERE name IN (?, ?)",
+                        arguments: ["pull_cursor:\(key.collection):\(key.scope)", "pull_cursor:\(key.collection):"])
+                }
+            }
             if let error = outcome.error {
                 record.syncStatus = outcome.status
                 record.syncError = error
@@ -275,6 +292,10 @@ extension LocalStore {
         /// The fields the server took from the chunk's entries, and whether one of them deleted the record.
         var written: Set<String> = []
         var deleted = false
+        /// Whether the server kept an earlier write instead of the chunk's; with the stored fields when the
+        /// answer carried them (``MutationResult/serverFields``).
+        var superseded = false
+        var serverFields: [String: JSONValue]?
 
         /// Whether what the server took settles `conflict`: the user wrote every conflicting field again (a
         /// resend), or deleted the record. Any other write leaves the conflict to the user.
@@ -345,21 +366,38 @@ extension LocalStore {
         return queued
     }
 
-    /// Marks every record with queued mutations failed, after the network gave up; the entries stay queued. With
+    /// Marks the records with queued mutations failed, after the network gave up; the entries stay queued. With
     /// `refusedAs`, the server refused the whole push for a reason no resend outgrows (a device id another user
     /// owns): the entries are set aside and the records rejected with that code, waiting for a person.
-    func markUndelivered(error: String, refusedAs code: String? = nil, at date: Date) async throws {
+    ///
+    /// - Parameter records: the records the sync was of (a retry of one record), when not the whole outbox: the
+    ///   others were not tried and keep their state. A refusal of the device is every record's.
+    func markUndelivered(
+        error: String, refusedAs code: String? = nil, at date: Date, only records: Set<RecordKey>? = nil
+    ) async throws {
         let sealer = self.sealer
+        let records = code == nil ? records : nil
         try await perform {
             try await self.writeFlushed { db in
                 let now = Timestamp(date).millisecondsSince1970
-                try db.execute(
-                    sql: """
-                        UPDATE outbox SET attempts = attempts + 1, last_attempt = ?, first_attempt = coalesce(first_attempt, ?)
-                        WHERE state = 'pending'
-                        """, arguments: [now, now])
                 let keys = try Row.fetchAll(
-                    db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox WHERE state = 'pending'")
+                    db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox WHERE state = 'pending'"
+                ).filter { row in records.map { $0.contains(RecordKey(row["collection"], row["scope"], row["record_id"])) } ?? true }
+                if records == nil {
+                    try db.execute(
+                        sql: """
+                            UPDATE outbox SET attempts = attempts + 1, last_attempt = ?, first_attempt = coalesce(first_attempt, ?)
+                            WHERE state = 'pending'
+                            """, arguments: [now, now])
+                } else {
+                    for row in keys {
+                        try db.execute(
+                            sql: """
+                                UPDATE outbox SET attempts = attempts + 1, last_attempt = ?, first_attempt = coalesce(first_attempt, ?)
+                                WHERE state = 'pending' AND collection = ? AND scope = ? AND record_id = ?
+                                """, arguments: [now, now, row["collection"], row["scope"], row["record_id"]])
+                    }
+                }
                 if code != nil { try db.execute(sql: "UPDATE outbox SET state = 'rejected' WHERE state = 'pending'") }
                 for row in keys {
                     guard

@@ -103,6 +103,9 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
     public var failed: Int
     /// Records the server refused or that conflict: they wait for the user.
     public var rejected: Int = 0
+    /// Of the synced records, those of which the server keeps an earlier write from elsewhere (a guest another
+    /// door checked in first): each now shows the server's.
+    public var superseded: Int = 0
     /// Distinct reasons of the failures and refusals, most frequent first.
     public var reasons: [String]
     /// How many chunks went to the server.
@@ -135,6 +138,9 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
         var text = "\(synced) synced, \(failed) failed"
         if rejected > 0 { text += ", \(rejected) refused" }
         if !reasons.isEmpty { text += ": " + reasons.joined(separator: "; ") }
+        if superseded > 0 {
+            text += "; \(superseded) already recorded on another device first: the server keeps that one"
+        }
         return text
     }
 }

@@ -364,6 +364,7 @@ public actor SyncEngine {
         let tally = run.tally
         summary.synced = tally.synced.subtracting(tally.failed).subtracting(tally.refused).count
         summary.rejected = tally.refused.count
+        summary.superseded = tally.superseded.intersection(tally.synced).subtracting(tally.refused).count
         summary.failed = tally.failed.subtracting(tally.refused).count
         summary.reasons = tally.reasonsByFrequency
         status.lastSyncAt = now()
@@ -471,13 +472,15 @@ public actor SyncEngine {
         let owned = error.wire?.code == .deviceOwned
         let message = Self.describe(error)
         let rejectedBefore = owned ? try await store.counts().rejected : 0
-        try await store.markUndelivered(error: message, refusedAs: owned ? WireError.Code.deviceOwned.rawValue : nil, at: now())
+        try await store.markUndelivered(
+            error: message, refusedAs: owned ? WireError.Code.deviceOwned.rawValue : nil, at: now(), only: records)
         summary.requiresSignIn = error.requiresSignIn
         let counts = try await store.counts()
         summary.failed = records.map { $0.subtracting(tally.synced).subtracting(tally.refused).count } ?? counts.failed
         tally.reasons[message, default: 0] += 1
         summary.reasons = tally.reasonsByFrequency
         summary.synced = tally.synced.subtracting(tally.refused).count
+        summary.superseded = tally.superseded.intersection(tally.synced).subtracting(tally.refused).count
         summary.rejected = tally.refused.count + (owned ? max(0, counts.rejected - rejectedBefore) : 0)
         try await refreshStatus()
         await afterSync()
@@ -726,6 +729,8 @@ struct SyncTally {
     var failed = Set<RecordKey>()
     /// Refused, or kept by the server in a conflict.
     var refused = Set<RecordKey>()
+    /// Synced, the server keeping an earlier write from elsewhere.
+    var superseded = Set<RecordKey>()
     /// Each reason given, with how many answers gave it.
     var reasons: [String: Int] = [:]
 
@@ -735,6 +740,10 @@ struct SyncTally {
             switch result.settledStatus {
             case .applied, .duplicate:
                 synced.insert(key)
+                superseded.remove(key)
+            case .superseded:
+                synced.insert(key)
+                superseded.insert(key)
             case .conflict:
                 refused.insert(key)
                 synced.remove(key)

@@ -38,7 +38,7 @@ package final class ServerMetrics: Sendable {
                 descriptor: MetricNameDescriptor(metricName: name, unitName: "total", helpText: help), labels: labels)
         }
         pushes = counter("outpost_pushes", "Push requests accepted")
-        let statuses: [MutationResult.Status] = [.applied, .duplicate, .conflict, .rejected]
+        let statuses = MutationResult.Status.allCases
         mutations = Dictionary(
             uniqueKeysWithValues: statuses.map {
                 ($0, counter("outpost_mutations", "Mutations by outcome", [("status", $0.rawValue)]))

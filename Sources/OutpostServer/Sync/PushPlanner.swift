@@ -150,12 +150,12 @@ enum PushPlanner {
                     records[recordKey] = outcome.record
                 }
                 let version = outcome.record.version
+                // An answer carries the server's values only to a caller who may read the record; the
+                // organizers' review keeps them whole.
+                let readable = policy.read != .own || context.role >= .supervisor || existing?.owner == context.userId
                 var detail: ConflictDetail?
                 if let conflict = outcome.conflict {
                     let id = newConflictId()
-                    // The answer carries the server's values only to a caller who may read the record; the
-                    // organizers' review keeps them whole.
-                    let readable = policy.read != .own || context.role >= .supervisor || existing?.owner == context.userId
                     detail = ConflictDetail(
                         conflictId: id, fields: conflict.attempted.keys.sorted(),
                         serverFields: readable ? conflict.serverFields : [:], serverVersion: conflict.serverVersion)
@@ -167,9 +167,11 @@ enum PushPlanner {
                             baseVersion: mutation.baseVersion, serverVersion: conflict.serverVersion,
                             clientTimestamp: mutation.clientTimestamp, receivedAt: context.receivedAt))
                 }
-                let status: MutationResult.Status = detail == nil ? .applied : .conflict
+                let status: MutationResult.Status = outcome.superseded ? .superseded : detail == nil ? .applied : .conflict
                 plan.results.append(
-                    MutationResult(idempotencyKey: key, status: status, version: version, conflict: detail))
+                    MutationResult(
+                        idempotencyKey: key, status: status, version: version, conflict: detail,
+                        serverFields: outcome.superseded && readable ? outcome.record.fields : nil))
                 plan.mutations.append(
                     MutationRow(
                         mutation: mutation, contentHash: hash, deviceId: context.deviceId, userId: context.userId,

@@ -16,6 +16,8 @@ enum RecordMerge {
         var changed: Bool
         /// The protected fields that were not applied, with the server's values, if any.
         var conflict: Conflict?
+        /// Whether the mutation was not written because the collection keeps the record's first write.
+        var superseded = false
     }
 
     struct Conflict: Sendable, Hashable {
@@ -59,7 +61,9 @@ enum RecordMerge {
 
         if policy.merge == .firstWriteWins, let existing, !existing.tombstone, mutation.op == .upsert {
             // The first write stands; one that happened earlier but arrived later takes its place whole.
-            guard time < existing.createdAt else { return Outcome(record: existing, changed: false, conflict: nil) }
+            guard time < existing.createdAt else {
+                return Outcome(record: existing, changed: false, conflict: nil, superseded: true)
+            }
             record.fields = mutation.fields
             record.meta.stamps = mutation.fields.mapValues { _ in stamp }
             record.createdAt = time
