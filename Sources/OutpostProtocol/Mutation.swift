@@ -174,6 +174,39 @@ public struct MutationResult: Sendable, Hashable, Codable {
     }
 }
 
+/// What a client understands beyond the protocol's first form, named in the `Outpost-Features` header of its
+/// requests (comma-separated). A server answers a client that does not name a feature as it did before it:
+/// devices of an older build go on working against a newer server.
+public enum ProtocolFeature: String, Sendable, CaseIterable {
+    /// Push results `superseded` (and `originalStatus: superseded`) with `serverFields`; without it, such a
+    /// result is answered `applied`, without the fields.
+    case superseded
+
+    /// The request header that names the features.
+    public static let header = "Outpost-Features"
+    /// The header's value for every feature this build understands.
+    public static var allNames: String { allCases.map(\.rawValue).joined(separator: ", ") }
+
+    /// The features named in the header's values; unknown names are passed over.
+    public static func named(in values: some Sequence<some StringProtocol>) -> Set<ProtocolFeature> {
+        Set(
+            values.flatMap { $0.split(separator: ",") }.compactMap {
+                ProtocolFeature(rawValue: $0.trimmingCharacters(in: .whitespaces))
+            })
+    }
+}
+
+extension MutationResult {
+    /// This result as a client without ``ProtocolFeature/superseded`` reads it.
+    public var withoutSuperseded: MutationResult {
+        var result = self
+        if status == .superseded { result.status = .applied }
+        if originalStatus == .superseded { result.originalStatus = .applied }
+        result.serverFields = nil
+        return result
+    }
+}
+
 /// The protected fields a mutation could not change, and what the server holds for them.
 public struct ConflictDetail: Sendable, Hashable, Codable {
     /// Identifies the conflict kept for review (`GET /v1/conflicts`).

@@ -107,6 +107,7 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
             request.httpMethod = method
             request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
             request.setValue("application/json", forHTTPHeaderField: "Accept")
+            request.setValue(ProtocolFeature.allNames, forHTTPHeaderField: ProtocolFeature.header)
             if let body {
                 request.setValue("application/json", forHTTPHeaderField: "Content-Type")
                 request.httpBody = body

@@ -139,6 +139,12 @@ struct RecordRulesTests {
             // Sent again (its answer lost), it is a duplicate of that.
             let again = try await client.push([late], token: staff, device: "dev-c").results
             #expect(again[0].status == .duplicate && again[0].originalStatus == .superseded && again[0].version == 2)
+            // A device of a build before the status reads both answers as it did then: applied, no fields.
+            let older = try await client.push([late], token: staff, device: "dev-c", features: nil).results
+            #expect(older[0].status == .duplicate && older[0].originalStatus == .applied && older[0].serverFields == nil)
+            let olderScan = try await client.push([Self.scan("g1", device: "dev-d", at: 50)], token: staff, device: "dev-d", features: nil)
+            #expect(olderScan.results[0].status == .applied && olderScan.results[0].version == 2)
+            #expect(olderScan.results[0].serverFields == nil)
             try await storage.settle()
             let pulled = try await client.pull("collection=checkins&scope=gala", token: staff)
             #expect(pulled.changes.count == 1)
@@ -148,7 +154,8 @@ struct RecordRulesTests {
             // The audit lists every scan at the device's scan time, never the time of replay.
             let response = try await client.send(.get, "/v1/audit?collection=checkins&recordId=g1", token: organizer)
             let entries = try JSONDecoder().decode(AuditResponse.self, from: response.body).entries
-            #expect(Set(entries.map(\.clientTimestamp)) == [Fixtures.time(20), Fixtures.time(30), Fixtures.time(40)])
+            #expect(
+                Set(entries.map(\.clientTimestamp)) == [Fixtures.time(20), Fixtures.time(30), Fixtures.time(40), Fixtures.time(50)])
             #expect(entries.allSatisfy { $0.receivedAt == Fixtures.serverNow })
         }
     }

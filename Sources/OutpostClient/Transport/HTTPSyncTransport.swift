@@ -315,6 +315,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         request.method = method
         request.headers.add(name: "Authorization", value: "Bearer \(token)")
         request.headers.add(name: "Accept", value: "application/json")
+        request.headers.add(name: ProtocolFeature.header, value: ProtocolFeature.allNames)
         if let body {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(bytes: body))

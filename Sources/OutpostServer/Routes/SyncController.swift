@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import Logging
 import OutpostProtocol
@@ -77,7 +78,9 @@ struct SyncController<Storage: SyncStorage> {
             role: identity.role, receivedAt: Timestamp(receivedAt))
         let results = try await storage.push(items, context: context, collections: configuration.collections)
         metrics.count(results)
-        return .json(bytes: try PushResponse(results: results).jsonBytes())
+        let features = ProtocolFeature.named(in: request.headers[values: .outpostFeatures])
+        let answer = features.contains(.superseded) ? results : results.map(\.withoutSuperseded)
+        return .json(bytes: try PushResponse(results: answer).jsonBytes())
     }
 
     @Sendable func pull(_ request: Request, context: OutpostRequestContext) async throws -> Response {
@@ -226,4 +229,9 @@ struct SyncController<Storage: SyncStorage> {
                 try RecordRow.writeJSON(page, to: &output)
             })
     }
+}
+
+extension HTTPField.Name {
+    /// ``ProtocolFeature/header``.
+    static let outpostFeatures = HTTPField.Name(ProtocolFeature.header)!
 }

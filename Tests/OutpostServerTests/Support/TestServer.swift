@@ -91,17 +91,22 @@ extension Fixtures {
 extension TestClientProtocol {
     /// Sends a request with a bearer token and an optional raw body.
     func send(
-        _ method: HTTPRequest.Method, _ uri: String, token: String?, body: ByteBuffer? = nil
+        _ method: HTTPRequest.Method, _ uri: String, token: String?, body: ByteBuffer? = nil, headers: HTTPFields = [:]
     ) async throws -> TestResponse {
-        var headers: HTTPFields = [:]
+        var headers = headers
         if let token { headers[.authorization] = "Bearer \(token)" }
         if body != nil { headers[.contentType] = "application/json" }
         return try await executeRequest(uri: uri, method: method, headers: headers, body: body)
     }
 
-    func push(_ mutations: [Mutation], token: String, device: String = "dev-a") async throws -> PushResponse {
+    /// A push as this build's devices send it, naming every ``ProtocolFeature``; with `features` nil, as a device
+    /// of a build before them.
+    func push(
+        _ mutations: [Mutation], token: String, device: String = "dev-a", features: String? = ProtocolFeature.allNames
+    ) async throws -> PushResponse {
         let response = try await send(
-            .post, "/v1/push", token: token, body: try Fixtures.json(PushRequest(deviceId: device, mutations: mutations)))
+            .post, "/v1/push", token: token, body: try Fixtures.json(PushRequest(deviceId: device, mutations: mutations)),
+            headers: features.map { [.outpostFeatures: $0] } ?? [:])
         #expect(response.status == .ok)
         return try JSONDecoder().decode(PushResponse.self, from: response.body)
     }
