@@ -116,6 +116,8 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
             let response: URLResponse
             do {
                 (data, response) = try await session.data(for: request)
+            } catch let error as URLError where error.code == .timedOut {
+                throw TransportError.notAnswering(within: .seconds(request.timeoutInterval), underlying: error)
             } catch {
                 if Task.isCancelled { throw CancellationError() }
                 throw TransportError.unreachable(underlying: error)

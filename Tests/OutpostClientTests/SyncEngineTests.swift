@@ -188,6 +188,36 @@ struct SyncEngineTests {
         }
     }
 
+    @Test("a push no answer began for within the limit is not sent again in that sync; the connection is then not known, and no probe waits again")
+    func silentServerNotRetried() async throws {
+        struct Silent: SyncTransport {
+            let pushes = Counter()
+            let probes = Counter()
+            func push(_ request: PushRequest) async throws -> PushResponse {
+                pushes.increment()
+                throw TransportError.notAnswering(within: .seconds(30))
+            }
+            func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse { fatalError() }
+            func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse { fatalError() }
+            func health() async throws -> HealthResponse {
+                probes.increment()
+                throw TransportError.notAnswering(within: .seconds(30))
+            }
+        }
+        try await withStore { store, _ in
+            let transport = Silent()
+            let engine = SyncEngine(
+                store: store, transport: transport, configuration: .init(deviceId: "d", deliversAfterSave: false), clock: ManualClock())
+            await engine.setOnline(true)
+            try await engine.save(note("r1"))
+            let summary = try await engine.sync()
+            #expect(transport.pushes.value == 1 && transport.probes.value == 0)
+            #expect(summary.failed == 1 && summary.reasons == ["The server did not answer within 30 s"])
+            #expect(await engine.status.connection == .unknown)
+            #expect(try await store.record(collection: "notes", recordId: "r1")?.syncError == "The server did not answer within 30 s")
+        }
+    }
+
     @Test("a 5xx and a 408 (a body that came too slowly) are retried; another 4xx of the whole request is not")
     func serverErrors() async throws {
         struct Failing: SyncTransport {

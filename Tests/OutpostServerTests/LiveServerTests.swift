@@ -352,6 +352,21 @@ struct LiveServerTests {
         #expect(error?.message == "the server could not be reached")
     }
 
+    @Test("a server that takes the connection and never answers did not answer within the limit; it is not called unreachable")
+    func notAnswering() async throws {
+        let silent = try SilentPort()
+        let transport = HTTPSyncTransport(
+            baseURL: URL(string: "http://127.0.0.1:\(silent.port)")!, token: "t", timeout: .seconds(1))
+        let error = await #expect(throws: TransportError.self) { _ = try await transport.health() }
+        #expect(error?.kind == .network)
+        // AsyncHTTPClient's deadline ends the call; on a machine so busy that the silence watch (at twice the
+        // limit) ends it first, nothing was heard and it is unreachable.
+        #expect(
+            (error?.answerTimedOut == true && error?.message == "the server did not answer within 1 s")
+                || error?.message == "the server could not be reached", "\(String(describing: error))")
+        withExtendedLifetime(silent) {}
+    }
+
     @Test("an answer that is not the protocol is an invalid response that keeps the decoder's error beneath")
     func notTheProtocol() async throws {
         let router = Router()

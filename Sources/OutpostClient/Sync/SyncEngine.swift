@@ -323,7 +323,9 @@ public actor SyncEngine {
     /// come back.
     ///
     /// A network failure or a 5xx is retried after each of ``SyncConfiguration/retryDelays``; after the last,
-    /// the queued records are marked failed with the error and the sync ends, to resume on the next trigger.
+    /// the queued records are marked failed with the error and the sync ends, to resume on the next trigger. A
+    /// push that no answer began for within the transport's limit (``TransportError/answerTimedOut``) ends the
+    /// sync at once the same way: each try would cost the whole limit again.
     /// - Parameter retrying: false to try each chunk once (a quick attempt after a local write).
     /// - Returns: what synced and what failed. A second call while one runs returns at once, `skipped`.
     public func sync(
@@ -507,7 +509,8 @@ public actor SyncEngine {
                 error = await diagnose(error)
                 status.lastFailure = Self.describe(error)
                 publish()
-                guard error.isRetryable, retrying, attempt < configuration.retryDelays.count else { throw error }
+                guard error.isRetryable, !error.answerTimedOut, retrying, attempt < configuration.retryDelays.count
+                else { throw error }
                 waiting(configuration.retryDelays[attempt], Self.describe(error))
                 try await clock.sleep(for: configuration.retryDelays[attempt])
                 attempt += 1
@@ -521,12 +524,22 @@ public actor SyncEngine {
 
     /// Records in ``status`` what a failed exchange says of the connection, and returns the error to report.
     ///
+    /// An exchange that no answer began for within the transport's limit leaves the connection not known.
     /// An exchange that found no server while the device counted as online (or before it knew) is checked with a
     /// probe: when the server answers it, the network works and the connection broke during the exchange
     /// (``TransportError/droppedExchange(underlying:)``); otherwise the device is offline. A server that answered
     /// with an error is reachable, and its trouble is ``SyncStatus/serverProblem``.
     private func diagnose(_ error: TransportError) async -> TransportError {
         switch error.kind {
+        case .network where error.answerTimedOut:
+            // No answer within the whole limit: a probe would wait as long again, and whether the server is there
+            // (or a portal that takes every connection) is not known until something answers.
+            if status.isConnectionKnown || status.serverProblem != nil {
+                status.isOnline = false
+                status.isConnectionKnown = false
+                status.serverProblem = nil
+                publish()
+            }
         case .network where (status.isOnline || !status.isConnectionKnown) && !error.reachedServer:
             if (try? await transport.health()) != nil { return .droppedExchange(underlying: error) }
             status.isOnline = false
@@ -664,8 +677,9 @@ public actor SyncEngine {
     /// A short reason for a record's failure, fit for a badge.
     static func describe(_ error: TransportError) -> String {
         switch error.kind {
-        case .network where error.reachedServer:
-            // Such as "The connection to the server broke before it answered".
+        case .network where error.reachedServer || error.answerTimedOut:
+            // Such as "The connection to the server broke before it answered", "The server did not answer
+            // within 30 s".
             return error.message.prefix(1).uppercased() + error.message.dropFirst()
         case .network:
             return "The server could not be reached"

@@ -200,6 +200,10 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         let response: HTTPClientResponse
         do {
             response = try await client.execute(request, timeout: timeout)
+        } catch let error as HTTPClientError where error == .deadlineExceeded {
+            // Connected (a connection that cannot be made fails within AsyncHTTPClient's shorter connect
+            // timeout), and no answer began.
+            throw TransportError.notAnswering(within: .nanoseconds(timeout.nanoseconds), underlying: error)
         } catch {
             throw TransportError.unreachable(underlying: error)
         }

@@ -228,6 +228,10 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     /// For a network failure: true when the server was reachable and the connection broke during the exchange,
     /// so that the device is not offline.
     public var reachedServer = false
+    /// For a network failure: true when the request went out and no answer began within the transport's limit
+    /// (a server that takes connections and never answers, or a captive portal). A sync does not send such an
+    /// exchange again at once, since each try costs the whole limit: the next one sends it.
+    public var answerTimedOut = false
 
     public init(kind: Kind, status: Int? = nil, wire: WireError? = nil, message: String, underlying: (any Error)? = nil) {
         self.kind = kind
@@ -240,6 +244,14 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     /// No connection to the server, or no answer from it at all.
     public static func unreachable(underlying: (any Error)? = nil) -> TransportError {
         TransportError(kind: .network, message: "the server could not be reached", underlying: underlying)
+    }
+
+    /// A request sent, and no answer begun within `limit`: whether the server is there is not known.
+    public static func notAnswering(within limit: Duration, underlying: (any Error)? = nil) -> TransportError {
+        var error = TransportError(
+            kind: .network, message: "the server did not answer within \(limit.components.seconds) s", underlying: underlying)
+        error.answerTimedOut = true
+        return error
     }
 
     /// What a person is told of an exchange whose answer broke off: the request may have reached the server.
