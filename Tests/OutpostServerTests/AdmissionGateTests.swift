@@ -123,21 +123,13 @@ struct AdmissionGateTests {
                 try await Self.until(gate, is: Self.snapshot(running: min(index + 1, 2), waiting: max(index - 1, 0)))
             }
             #expect(log.all == ["mallory 0", "mallory 1"])
-            // ana and bob have none running, mallory one: the place is ana's, who came before bob.
-            held[0].finish()
-            try await Self.until(log, has: 3)
-            #expect(log.all.last == "ana")
-            // ana's place: bob has none running, mallory one.
-            held[5].finish()
-            try await Self.until(log, has: 4)
-            #expect(log.all.last == "bob")
-            // mallory's place: she alone waits now, in her own order.
-            held[1].finish()
-            try await Self.until(log, has: 5)
-            #expect(log.all.last == "mallory 2")
-            held[6].finish()
-            try await Self.until(log, has: 6)
-            #expect(log.all.last == "mallory 3")
+            // Each freed place and who takes it: ana, with none running against mallory's one and before bob;
+            // bob, with none running against mallory's one; then mallory, who alone waits, in her own order.
+            for (step, (freed, next)) in [(0, "ana"), (5, "bob"), (1, "mallory 2"), (6, "mallory 3")].enumerated() {
+                held[freed].finish()
+                try await Self.until(log, has: 3 + step)
+                #expect(log.all.last == next)
+            }
             for index in [2, 3] { held[index].finish() }
             try await Self.until(log, has: 7)
             held[4].finish()
