@@ -23,9 +23,16 @@ enum Delivery {
         let answered = await Bounded.run(for: probeBound, clock: ContinuousClock()) { await engine.resume() }
         guard answered, await engine.status.isOnline else { return }
         await engine.awaitDelivery(upTo: wait)
-        guard waiting > 0, let left = try? await engine.store.outboxCount(), left < waiting else { return }
-        let sent = waiting - left
-        say(sent == 1 ? "sent 1 record that was waiting to sync" : "sent \(sent) records that were waiting to sync")
+        let left = (try? await engine.store.outboxCount()) ?? waiting
+        if waiting > 0, left < waiting {
+            let sent = waiting - left
+            say(sent == 1 ? "sent 1 record that was waiting to sync" : "sent \(sent) records that were waiting to sync")
+        }
+        // The command ends its delivery with it: what is still out goes with the next sync.
+        if await engine.status.isSyncing, left > 0 {
+            say(
+                "still sending after \(wait.components.seconds) s; \(left == 1 ? "1 record goes" : "\(left) records go") with the next sync")
+        }
     }
 
     /// What a list screen runs after ``resume(_:)``: brings its records from the server with `pull`, for at
@@ -54,8 +61,11 @@ enum Delivery {
     /// Where the connection stands after ``resume(_:)``, in words: a probe still unanswered is a server not
     /// answering, not a device offline.
     static func connectionText(_ status: SyncStatus) -> String {
+        // A sync this command started ends with it (``resume(_:)`` says what it left): never "syncing".
+        var status = status
+        status.isSyncing = false
         guard status.connection == .unknown else { return status.connectionText }
-        return "not answering: no answer within \(probeBound.components.seconds) s" + (status.isSyncing ? ", syncing" : "")
+        return "not answering: no answer within \(probeBound.components.seconds) s"
     }
 
     /// Brings the 24-hour notice up to date, and reports what waits too long to the server when it took

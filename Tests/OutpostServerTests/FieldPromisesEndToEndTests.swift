@@ -211,6 +211,22 @@ struct FieldPromisesEndToEndTests {
         try await proxy.stop()
     }
 
+    @Test("a status screen whose delivery outlasts its wait says the rest goes with the next sync, never that it is syncing")
+    func statusOutlastingItsWait() async throws {
+        let session = try AppSession()
+        try await session.startServer()
+        let proxy = try await FaultProxy.start(upstreamPort: Int(session.port)!)
+        let phone = try await session.device("phone", user: "ana", through: proxy.port)
+        proxy.inject(.drop)
+        #expect(try await phone(["device", "put", "notes", "n1", "text=hi"]).status == 0)
+        // The probe is answered; every push's answer is lost, so the delivery tries again past the screen's 2 s.
+        proxy.inject(.cutAnswers(toRequestsStartingWith: "POST /v1/push"))
+        let status = try await phone(["device", "status"]).stdout
+        #expect(status.contains("still sending after 2 s; 1 record goes with the next sync"), "\(status)")
+        #expect(!status.contains("syncing"), "\(status)")
+        try await proxy.stop()
+    }
+
     @Test(
         "two doors offline scan one guest: the later scan's door is told the server keeps the first, and shows that scan as synced"
     )
