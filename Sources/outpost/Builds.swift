@@ -33,7 +33,7 @@ struct BuildsSave: AsyncParsableCommand {
             let waitingOnServer = now.build.syncStatus == .pending && (status.connection == .online || status.connection == .unknown)
             if now.message != saved.message && !waitingOnServer {
                 say(now.message)
-                if now.build.sheet == .failed, let at = now.build.sheetRetryAt { say("    the server tries the sheet again at \(clockText(at))") }
+                if now.build.sheet == .failed, let at = now.build.sheetRetryAt { say("    \(sheetRetryText(at))") }
             } else if now.build.syncStatus == .pending {
                 say(
                     Delivery.stillPending(
@@ -65,7 +65,7 @@ struct BuildsList: AsyncParsableCommand {
                 let shownAttempt = build.syncStatus == .synced ? "" : attempt
                 say("\(build.buildId)  \(build.name)  \(build.status.rawValue)\(sheet)\(shownAttempt)")
                 if let problem = build.problem { say("    \(problem)") }
-                if build.sheet == .failed, let at = build.sheetRetryAt { say("    the server tries the sheet again at \(clockText(at))") }
+                if build.sheet == .failed, let at = build.sheetRetryAt { say("    \(sheetRetryText(at))") }
             }
             await Delivery.showNotice(device.engine)
         }
@@ -113,4 +113,10 @@ struct BuildsSyncAll: AsyncParsableCommand {
         say(summary.description)
         if !summary.isComplete { throw ExitCode(1) }
     }
+}
+
+/// When the server sends a build to the crew's sheet again: a time still to come, or, once passed (the try is
+/// due or under way), that it is trying now.
+func sheetRetryText(_ at: Date, now: Date = Date()) -> String {
+    at > now ? "the server tries the sheet again at \(clockText(at))" : "the server is trying the sheet again now"
 }
