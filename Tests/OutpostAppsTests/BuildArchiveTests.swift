@@ -167,9 +167,10 @@ struct BuildArchiveTests {
             // The refused build waits for the user: sync-all does not send it again.
             #expect(summary.description == "3 synced, 0 failed")
             // Retry sends that build alone, as it is: refused again.
+            let retried = try await archive.retry(bad.build.buildId)
             #expect(
-                try await archive.retry(bad.build.buildId)
-                    == .finished(SyncSummary(synced: 0, failed: 0, rejected: 1, reasons: ["no permit attached"], chunks: 1)))
+                retried == .finished(SyncSummary(synced: 0, failed: 0, rejected: 1, reasons: ["no permit attached"], chunks: 1)),
+                "\(retried)")
             #expect(try await archive.retry(good.build.buildId) == .alreadySynced)
             await #expect(throws: ClientError.self) { try await archive.retry("build-404") }
 
