@@ -190,8 +190,10 @@ public enum ProtocolFeature: String, Sendable, CaseIterable {
     /// The features named in the header's values; unknown names are passed over.
     public static func named(in values: some Sequence<some StringProtocol>) -> Set<ProtocolFeature> {
         Set(
-            values.flatMap { $0.split(separator: ",") }.compactMap {
-                ProtocolFeature(rawValue: $0.trimmingCharacters(in: .whitespaces))
+            values.flatMap { $0.split(separator: ",") }.compactMap { item in
+                // A name, in any case, possibly followed by parameters (`superseded;q=1`).
+                let name = item.split(separator: ";", omittingEmptySubsequences: false).first ?? ""
+                return ProtocolFeature(rawValue: name.trimmingCharacters(in: .whitespaces).lowercased())
             })
     }
 }

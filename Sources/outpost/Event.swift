@@ -86,6 +86,10 @@ struct EventRefresh: AsyncParsableCommand {
             do {
                 let summary = try await data.refresh(collection: Guest.collection, scope: event)
                 say("\(event): \(summary.updated) updated, \(summary.removed) removed")
+                // The doors' check-ins too: a guest checked in elsewhere, or a scan the server kept over this
+                // door's, shows as the server has it.
+                let checkIns = try await device.engine.pull(collection: CheckIn.collection, scope: event)
+                say("\(event): \(checkIns == 1 ? "1 check-in" : "\(checkIns) check-ins") fetched from the server")
             } catch let error as TransportError {
                 throw CLIError("refresh failed: \(error.cliMessage)")
             }

@@ -234,38 +234,52 @@ struct FieldPromisesEndToEndTests {
     }
 
     @Test(
-        "two doors offline scan one guest: the later scan's door is told the server keeps the first, and shows that scan as synced"
+        "three doors offline scan one guest: each ends showing the scan the server keeps, the first by scan time, whatever order they sync in and whatever answer was lost"
     )
-    func twoDoorsOfflineOneGuest() async throws {
+    func doorsOfflineOneGuest() async throws {
         let session = try AppSession()
         try await session.startServer()
         try await session.importRoster(guests: 20)
-        let proxyA = try await FaultProxy.start(upstreamPort: Int(session.port)!)
-        let proxyB = try await FaultProxy.start(upstreamPort: Int(session.port)!)
-        let doorA = try await session.device("door-a", user: "sam", through: proxyA.port)
-        let doorB = try await session.device("door-b", user: "sam", through: proxyB.port)
-        #expect(try await doorA(["event", "open", "gala"]).stdout.contains("Ready for offline"))
-        #expect(try await doorB(["event", "open", "gala"]).stdout.contains("Ready for offline"))
-        proxyA.inject(.drop)
-        proxyB.inject(.drop)
-        #expect(try await doorA(["event", "scan", "g000007"]).status == 0)
-        #expect(try await doorB(["event", "scan", "g000007"]).status == 0)
+        var proxies: [String: FaultProxy] = [:]
+        var doors: [String: (_ arguments: [String]) async throws -> OutpostProcess.Output] = [:]
+        for name in ["door-a", "door-b", "door-c"] {
+            let proxy = try await FaultProxy.start(upstreamPort: Int(session.port)!)
+            let door = try await session.device(name, user: "sam", through: proxy.port)
+            #expect(try await door(["event", "open", "gala"]).stdout.contains("Ready for offline"))
+            proxy.inject(.drop)
+            (proxies[name], doors[name]) = (proxy, door)
+        }
+        // Door b scans first, then a, then c, all offline.
+        for name in ["door-b", "door-a", "door-c"] {
+            #expect(try await doors[name]!(["event", "scan", "g000007"]).status == 0)
+        }
+        func stored(_ name: String) async throws -> String { try await doors[name]!(["device", "records"]).stdout }
 
-        proxyA.inject(nil)
-        #expect(try await doorA(["device", "sync"]).stdout.contains("1 synced, 0 failed"))
-        proxyB.inject(nil)
-        let sync = try await doorB(["device", "sync"])
+        // a syncs first: its scan is stored. b's earlier scan then takes its place.
+        proxies["door-a"]!.inject(nil)
+        #expect(try await doors["door-a"]!(["device", "sync"]).stdout.contains("1 synced, 0 failed"))
+        proxies["door-b"]!.inject(nil)
+        #expect(try await doors["door-b"]!(["device", "sync"]).stdout.contains("1 synced, 0 failed"))
+        // c's first answer is lost; sent again, it is told the server keeps b's, and shows it.
+        proxies["door-c"]!.inject(.cutAnswers(toRequestsStartingWith: "POST /v1/push"))
+        #expect(try await doors["door-c"]!(["device", "sync"]).status != 0)
+        proxies["door-c"]!.inject(nil)
+        let sync = try await doors["door-c"]!(["device", "sync"])
         #expect(sync.status == 0, "\(sync.stderr)")
         #expect(
-            sync.stdout.contains("1 synced, 0 failed; 1 already recorded on another device first: the server keeps that one"),
+            sync.stdout.contains("0 synced, 0 failed; 1 already recorded on another device first: the server keeps that one"),
             "\(sync.stdout)")
-        // Door B now shows the scan the server keeps, door A's, as synced; and a scan again says so.
-        let stored = try await doorB(["device", "records"]).stdout
-        #expect(stored.contains("scanned_by=door-a") && !stored.contains("scanned_by=door-b"), "\(stored)")
-        let again = try await doorB(["event", "scan", "g000007", "--lookup-wait", "30s"]).stdout
-        #expect(again.contains("by door-a"), "\(again)")
-        try await proxyA.stop()
-        try await proxyB.stop()
+        let atC = try await stored("door-c")
+        #expect(atC.contains("scanned_by=door-b") && atC.contains("✓ synced"), "\(atC)")
+        // a learns of b's with its next refresh.
+        let refreshed = try await doors["door-a"]!(["event", "refresh"]).stdout
+        #expect(refreshed.contains("gala: 1 check-in fetched from the server"), "\(refreshed)")
+        let atA = try await stored("door-a")
+        #expect(atA.contains("scanned_by=door-b") && !atA.contains("scanned_by=door-a"), "\(atA)")
+        // A scan again says so.
+        let again = try await doors["door-c"]!(["event", "scan", "g000007", "--lookup-wait", "30s"]).stdout
+        #expect(again.contains("by door-b"), "\(again)")
+        for proxy in proxies.values { try await proxy.stop() }
     }
 
     @Test(

@@ -136,12 +136,16 @@ struct RecordRulesTests {
             #expect(results[0].version == 2)
             #expect(results[0].serverFields?["scanned_by"] == "dev-a")
             #expect(results[0].serverFields?["scanned_at"] == .string(Fixtures.time(20).iso8601))
-            // Sent again (its answer lost), it is a duplicate of that.
+            // Sent again (its answer lost), it is a duplicate of that, with the record the server keeps.
             let again = try await client.push([late], token: staff, device: "dev-c").results
             #expect(again[0].status == .duplicate && again[0].originalStatus == .superseded && again[0].version == 2)
+            #expect(again[0].serverFields?["scanned_by"] == "dev-a")
             // A device of a build before the status reads both answers as it did then: applied, no fields.
             let older = try await client.push([late], token: staff, device: "dev-c", features: nil).results
             #expect(older[0].status == .duplicate && older[0].originalStatus == .applied && older[0].serverFields == nil)
+            // Feature names are read in any case, parameters passed over.
+            let named = try await client.push([late], token: staff, device: "dev-c", features: "Superseded;q=1").results
+            #expect(named[0].originalStatus == .superseded)
             let olderScan = try await client.push([Self.scan("g1", device: "dev-d", at: 50)], token: staff, device: "dev-d", features: nil)
             #expect(olderScan.results[0].status == .applied && olderScan.results[0].version == 2)
             #expect(olderScan.results[0].serverFields == nil)

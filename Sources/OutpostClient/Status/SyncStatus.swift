@@ -103,8 +103,8 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
     public var failed: Int
     /// Records the server refused or that conflict: they wait for the user.
     public var rejected: Int = 0
-    /// Of the synced records, those of which the server keeps an earlier write from elsewhere (a guest another
-    /// door checked in first): each now shows the server's.
+    /// Records whose write the server did not take, keeping an earlier one from elsewhere (a guest another door
+    /// checked in first): each now shows the server's, and is not counted in ``synced``.
     public var superseded: Int = 0
     /// Distinct reasons of the failures and refusals, most frequent first.
     public var reasons: [String]

@@ -364,9 +364,9 @@ public actor SyncEngine {
         }
         var summary = run.summary
         let tally = run.tally
-        summary.synced = tally.synced.subtracting(tally.failed).subtracting(tally.refused).count
-        summary.rejected = tally.refused.count
         summary.superseded = tally.superseded.intersection(tally.synced).subtracting(tally.refused).count
+        summary.synced = tally.synced.subtracting(tally.failed).subtracting(tally.refused).count - summary.superseded
+        summary.rejected = tally.refused.count
         summary.failed = tally.failed.subtracting(tally.refused).count
         summary.reasons = tally.reasonsByFrequency
         status.lastSyncAt = now()
@@ -481,8 +481,8 @@ public actor SyncEngine {
         summary.failed = records.map { $0.subtracting(tally.synced).subtracting(tally.refused).count } ?? counts.failed
         tally.reasons[message, default: 0] += 1
         summary.reasons = tally.reasonsByFrequency
-        summary.synced = tally.synced.subtracting(tally.refused).count
         summary.superseded = tally.superseded.intersection(tally.synced).subtracting(tally.refused).count
+        summary.synced = tally.synced.subtracting(tally.refused).count - summary.superseded
         summary.rejected = tally.refused.count + (owned ? max(0, counts.rejected - rejectedBefore) : 0)
         try await refreshStatus()
         await afterSync()

@@ -65,6 +65,27 @@ enum PushPlanner {
     static func recordKeys(
         of items: [PushItem], excluding processed: Set<String> = [], rules: [String: RecordRule] = RecordRule.standard
     ) -> Set<RecordKey> {
+        recordKeys(of: items, excludingKeys: processed, rules: rules)
+    }
+
+    /// ``recordKeys(of:excluding:rules:)`` leaving out only the duplicates answered from their idempotency row
+    /// alone: a duplicate of a `superseded` write carries the record the server keeps, which is read.
+    static func recordKeys(
+        of items: [PushItem], excludingAnswered processed: [String: ProcessedMutation],
+        rules: [String: RecordRule] = RecordRule.standard
+    ) -> Set<RecordKey> {
+        var keys = recordKeys(
+            of: items, excludingKeys: Set(processed.filter { $0.value.status != .superseded }.keys), rules: rules)
+        // A superseded write's related records need no reading: only its own record is answered.
+        for case .valid(let mutation, _) in items where processed[mutation.idempotencyKey]?.status == .superseded {
+            keys.insert(RecordKey(mutation))
+        }
+        return keys
+    }
+
+    private static func recordKeys(
+        of items: [PushItem], excludingKeys processed: Set<String>, rules: [String: RecordRule]
+    ) -> Set<RecordKey> {
         var keys = Set<RecordKey>()
         for case .valid(let mutation, _) in items where !processed.contains(mutation.idempotencyKey) {
             keys.insert(RecordKey(mutation))
@@ -102,10 +123,19 @@ enum PushPlanner {
                                 "this idempotency key was already used for a different mutation"))
                         continue
                     }
-                    plan.results.append(
-                        MutationResult(
-                            idempotencyKey: key, status: .duplicate, version: earlier.version,
-                            originalStatus: earlier.status, conflict: earlier.conflict))
+                    var answer = MutationResult(
+                        idempotencyKey: key, status: .duplicate, version: earlier.version,
+                        originalStatus: earlier.status, conflict: earlier.conflict)
+                    // A write the server did not take: the record it keeps now, so that a device that lost the
+                    // first answer shows it too.
+                    if earlier.status == .superseded, let policy = collections[mutation.collection],
+                        let stored = records[RecordKey(mutation)], !stored.tombstone,
+                        Self.mayRead(stored, policy: policy, context: context)
+                    {
+                        answer.version = stored.version
+                        answer.serverFields = stored.fields
+                    }
+                    plan.results.append(answer)
                     continue
                 }
                 guard let policy = collections[mutation.collection] else {
@@ -152,7 +182,7 @@ enum PushPlanner {
                 let version = outcome.record.version
                 // An answer carries the server's values only to a caller who may read the record; the
                 // organizers' review keeps them whole.
-                let readable = policy.read != .own || context.role >= .supervisor || existing?.owner == context.userId
+                let readable = existing.map { Self.mayRead($0, policy: policy, context: context) } ?? true
                 var detail: ConflictDetail?
                 if let conflict = outcome.conflict {
                     let id = newConflictId()
@@ -184,5 +214,10 @@ enum PushPlanner {
         // Written in the order of their last change, so that pull order follows the order of the push.
         plan.records = lastChange.sorted { $0.value < $1.value }.compactMap { records[$0.key] }
         return plan
+    }
+
+    /// Whether the pusher may read `record`: an answer carries the server's values only then.
+    static func mayRead(_ record: StoredRecord, policy: CollectionPolicy, context: PushContext) -> Bool {
+        policy.read != .own || context.role >= .supervisor || record.owner == context.userId
     }
 }

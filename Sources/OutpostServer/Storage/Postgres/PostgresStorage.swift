@@ -182,8 +182,9 @@ package struct PostgresStorage: SyncStorage {
             : try await client.withConnection { connection in
                 try await Self.processed(tenant: tenant, keys: keys, connection: connection, logger: logger)
             }
-        // Duplicates are answered from their idempotency rows: their records need not be read or locked.
-        let toRead = PushPlanner.recordKeys(of: items, excluding: Set(processed.keys)).sorted()
+        // Duplicates are answered from their idempotency rows (one of a superseded write with its record, read
+        // below): their records need not be read or locked.
+        let toRead = PushPlanner.recordKeys(of: items, excludingAnswered: processed).sorted()
         if toRead.isEmpty {
             let plan = PushPlanner.plan(
                 items, context: context, processed: processed, records: [:], collections: collections)
