@@ -61,9 +61,7 @@ extension LocalStore {
                     arguments: [collection, scope, recordId])
                 // The server's own version of the record, if it has one, comes again with the next pull: a pull
                 // that passed it while the refused one stood on top did not store it.
-                try db.execute(
-                    sql: "DELETE FROM settings WHERE name IN (?, ?)",
-                    arguments: ["pull_cursor:\(collection):\(scope)", "pull_cursor:\(collection):"])
+                try Self.forgetPullCursors(collection: collection, scope: scope, db: db)
             }
         }
     }

@@ -234,9 +234,7 @@ extension LocalStore {
                 } else {
                     // An answer repeated without the stored fields: the next pull of the collection, from its
                     // start, brings them (a synced record takes the server's fields at its version).
-                    try db.execute(
-                        sql: "DELETE FROM settings WHERE name IN (?, ?)",
-                        arguments: ["pull_cursor:\(key.collection):\(key.scope)", "pull_cursor:\(key.collection):"])
+                    try Self.forgetPullCursors(collection: key.collection, scope: key.scope, db: db)
                 }
             }
             if let error = outcome.error {
@@ -383,19 +381,16 @@ extension LocalStore {
                 let keys = try Row.fetchAll(
                     db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox WHERE state = 'pending'"
                 ).filter { row in records.map { $0.contains(RecordKey(row["collection"], row["scope"], row["record_id"])) } ?? true }
+                let attempted = """
+                    UPDATE outbox SET attempts = attempts + 1, last_attempt = ?, first_attempt = coalesce(first_attempt, ?)
+                    WHERE state = 'pending'
+                    """
                 if records == nil {
-                    try db.execute(
-                        sql: """
-                            UPDATE outbox SET attempts = attempts + 1, last_attempt = ?, first_attempt = coalesce(first_attempt, ?)
-                            WHERE state = 'pending'
-                            """, arguments: [now, now])
+                    try db.execute(sql: attempted, arguments: [now, now])
                 } else {
+                    let ofRecord = try db.cachedStatement(sql: attempted + " AND collection = ? AND scope = ? AND record_id = ?")
                     for row in keys {
-                        try db.execute(
-                            sql: """
-                                UPDATE outbox SET attempts = attempts + 1, last_attempt = ?, first_attempt = coalesce(first_attempt, ?)
-                                WHERE state = 'pending' AND collection = ? AND scope = ? AND record_id = ?
-                                """, arguments: [now, now, row["collection"], row["scope"], row["record_id"]])
+                        try ofRecord.execute(arguments: [now, now, row["collection"], row["scope"], row["record_id"]])
                     }
                 }
                 if code != nil { try db.execute(sql: "UPDATE outbox SET state = 'rejected' WHERE state = 'pending'") }

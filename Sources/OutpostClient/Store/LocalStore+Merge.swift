@@ -3,6 +3,19 @@ import GRDB
 import OutpostProtocol
 
 extension LocalStore {
+    /// The setting that keeps the pull cursor of `collection` within `scope` ("" for every scope).
+    static func pullCursorSetting(collection: String, scope: String) -> String {
+        "pull_cursor:\(collection):\(scope)"
+    }
+
+    /// Forgets the pull cursors a record of `collection` in `scope` is read with (its scope's and the whole
+    /// collection's), so that the next pull brings the server's version of it again.
+    static func forgetPullCursors(collection: String, scope: String, db: Database) throws {
+        try db.execute(
+            sql: "DELETE FROM settings WHERE name IN (?, ?)",
+            arguments: [pullCursorSetting(collection: collection, scope: scope), pullCursorSetting(collection: collection, scope: "")])
+    }
+
     /// Brings records as the server holds them into the store, with the device's own queued changes kept on
     /// top, and saves the pull cursor in the same transaction.
     ///

@@ -364,7 +364,7 @@ public actor SyncEngine {
         }
         var summary = run.summary
         let tally = run.tally
-        summary.superseded = tally.superseded.intersection(tally.synced).subtracting(tally.refused).count
+        summary.superseded = tally.supersededCount
         summary.synced = tally.synced.subtracting(tally.failed).subtracting(tally.refused).count - summary.superseded
         summary.rejected = tally.refused.count
         summary.failed = tally.failed.subtracting(tally.refused).count
@@ -481,7 +481,7 @@ public actor SyncEngine {
         summary.failed = records.map { $0.subtracting(tally.synced).subtracting(tally.refused).count } ?? counts.failed
         tally.reasons[message, default: 0] += 1
         summary.reasons = tally.reasonsByFrequency
-        summary.superseded = tally.superseded.intersection(tally.synced).subtracting(tally.refused).count
+        summary.superseded = tally.supersededCount
         summary.synced = tally.synced.subtracting(tally.refused).count - summary.superseded
         summary.rejected = tally.refused.count + (owned ? max(0, counts.rejected - rejectedBefore) : 0)
         try await refreshStatus()
@@ -576,7 +576,7 @@ public actor SyncEngine {
     /// - Throws: ``TransportError`` when the server cannot be reached; what was already merged stays.
     @discardableResult
     public func pull(collection: String, scope: String? = nil, pageSize: Int = 500) async throws -> Int {
-        let setting = "pull_cursor:\(collection):\(scope ?? "")"
+        let setting = LocalStore.pullCursorSetting(collection: collection, scope: scope ?? "")
         var cursor = try await store.setting(setting)
         var merged = 0
         // The pages come in streams of pulls, a round trip and a request for many pages instead of one each.
@@ -745,6 +745,9 @@ struct SyncTally {
     var refused = Set<RecordKey>()
     /// Synced, the server keeping an earlier write from elsewhere.
     var superseded = Set<RecordKey>()
+
+    /// The records the server last answered without taking their write, keeping an earlier one.
+    var supersededCount: Int { superseded.intersection(synced).subtracting(refused).count }
     /// Each reason given, with how many answers gave it.
     var reasons: [String: Int] = [:]
 

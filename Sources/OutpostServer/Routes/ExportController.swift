@@ -56,9 +56,6 @@ struct ExportController<Storage: SyncStorage> {
                 tenant: identity.tenant, collection: policy.name, scope: scope, after: position, limit: pageLimit,
                 maxBytes: pageMaxBytes)
         }
-        let admitted = { @Sendable (position: RecordPosition?) async throws -> [RecordRow] in
-            try await gate.withAdmission(caller: identity.admissionKey) { try await page(position) }
-        }
         let first = try await page(nil)
         var headers = HTTPFields()
         headers[.contentType] = "text/csv; charset=utf-8"
@@ -69,16 +66,24 @@ struct ExportController<Storage: SyncStorage> {
             body: ResponseBody { writer in
                 do {
                     var names = Set<String>()
-                    try await eachPage(from: first, next: admitted) { rows in
+                    var rows = first
+                    while let last = rows.last {
                         for row in rows { names.formUnion(try ExportRow.fields(of: row).keys) }
+                        let after = RecordPosition(recordId: last.recordId, scope: last.scope)
+                        rows = try await gate.withAdmission(caller: identity.admissionKey) { try await page(after) }
                     }
                     let columns = CSVTable.fieldColumns(collection: policy.name, names: names)
                     try await writer.write(ByteBuffer(string: CSVTable.header(fieldColumns: columns)))
-                    try await eachPage(from: try await admitted(nil), next: admitted) { rows in
-                        let received = try await gate.withAdmission(caller: identity.admissionKey) {
-                            try await storage.receivedTimes(
+                    var position: RecordPosition?
+                    while true {
+                        // A page and its records' receive times, under one admission.
+                        let (rows, received) = try await gate.withAdmission(caller: identity.admissionKey) {
+                            let rows = try await page(position)
+                            let received = try await storage.receivedTimes(
                                 tenant: identity.tenant, collection: policy.name, recordIds: rows.map(\.recordId))
+                            return (rows, received)
                         }
+                        guard let last = rows.last else { break }
                         var text = ""
                         for record in rows {
                             var row = try ExportRow(record)
@@ -88,6 +93,7 @@ struct ExportController<Storage: SyncStorage> {
                             text += CSVTable.line(row, fieldColumns: columns)
                         }
                         try await writer.write(ByteBuffer(string: text))
+                        position = RecordPosition(recordId: last.recordId, scope: last.scope)
                     }
                     try await writer.finish(nil)
                 } catch {
@@ -96,18 +102,6 @@ struct ExportController<Storage: SyncStorage> {
                     throw error
                 }
             })
-    }
-
-    /// Runs `body` on `first` and each page after it, up to the first empty page.
-    private static func eachPage(
-        from first: [RecordRow], next: (RecordPosition?) async throws -> [RecordRow],
-        _ body: ([RecordRow]) async throws -> Void
-    ) async throws {
-        var rows = first
-        while let last = rows.last {
-            try await body(rows)
-            rows = try await next(RecordPosition(recordId: last.recordId, scope: last.scope))
-        }
     }
 
     /// "checkins-gala.csv": the collection and scope, both identifiers, so nothing in them needs quoting.

@@ -65,7 +65,12 @@ enum PushPlanner {
     static func recordKeys(
         of items: [PushItem], excluding processed: Set<String> = [], rules: [String: RecordRule] = RecordRule.standard
     ) -> Set<RecordKey> {
-        recordKeys(of: items, excludingKeys: processed, rules: rules)
+        var keys = Set<RecordKey>()
+        for case .valid(let mutation, _) in items where !processed.contains(mutation.idempotencyKey) {
+            keys.insert(RecordKey(mutation))
+            if let rule = rules[mutation.collection] { keys.formUnion(rule.related(mutation)) }
+        }
+        return keys
     }
 
     /// ``recordKeys(of:excluding:rules:)`` leaving out only the duplicates answered from their idempotency row
@@ -75,21 +80,10 @@ enum PushPlanner {
         rules: [String: RecordRule] = RecordRule.standard
     ) -> Set<RecordKey> {
         var keys = recordKeys(
-            of: items, excludingKeys: Set(processed.filter { $0.value.status != .superseded }.keys), rules: rules)
+            of: items, excluding: Set(processed.filter { $0.value.status != .superseded }.keys), rules: rules)
         // A superseded write's related records need no reading: only its own record is answered.
         for case .valid(let mutation, _) in items where processed[mutation.idempotencyKey]?.status == .superseded {
             keys.insert(RecordKey(mutation))
-        }
-        return keys
-    }
-
-    private static func recordKeys(
-        of items: [PushItem], excludingKeys processed: Set<String>, rules: [String: RecordRule]
-    ) -> Set<RecordKey> {
-        var keys = Set<RecordKey>()
-        for case .valid(let mutation, _) in items where !processed.contains(mutation.idempotencyKey) {
-            keys.insert(RecordKey(mutation))
-            if let rule = rules[mutation.collection] { keys.formUnion(rule.related(mutation)) }
         }
         return keys
     }
