@@ -50,7 +50,9 @@ let package = Package(
             dependencies: [.product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
         ),
         // The field apps' collections: their names, fields and rules, shared by the server, the SDK and the apps.
-        .target(name: "OutpostRecords", dependencies: ["OutpostProtocol"]),
+        .target(
+            name: "OutpostRecords",
+            dependencies: ["OutpostProtocol", .product(name: "Crypto", package: "swift-crypto")]),
         .target(
             name: "OutpostClient",
             dependencies: [

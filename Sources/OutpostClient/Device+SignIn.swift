@@ -20,6 +20,8 @@ extension Device {
         }
         let user = try user(of: token, replacing: saved)
         try await store.setSetting(SettingName.token, token)
+        // A new token may follow a new server secret, and with it new keys: the next sync fetches them.
+        try await store.setSetting(SettingName.recordIdKeys, nil)
         return user
     }
 

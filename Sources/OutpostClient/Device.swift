@@ -20,6 +20,8 @@ public struct Device: Sendable {
         static let deviceId = "device_id"
         /// The last token the server refused and no fresh one replaced (see ``Device/needsSignIn(store:)``).
         static let refusedToken = "refused_token"
+        /// The user's keys for record ids (``RecordIdKeyResponse``, JSON), once fetched from the server.
+        static let recordIdKeys = "record_id_keys"
     }
 
     /// Saves the connection settings of a device store, creating the store when needed.
@@ -34,6 +36,7 @@ public struct Device: Sendable {
         try await store.setSetting(SettingName.server, server.absoluteString)
         try await store.setSetting(SettingName.token, token)
         try await store.setSetting(SettingName.deviceId, deviceId)
+        try await store.setSetting(SettingName.recordIdKeys, nil)
     }
 
     /// Opens the device saved in `store`.

@@ -1,11 +1,19 @@
+import Crypto
 import Foundation
 import OutpostProtocol
 
 /// Staff attendance: the `attendance` collection, one write-once record per check-in and per check-out.
 ///
-/// A record's id says whose it is, which day, and which action: `USER.YYYY-MM-DD.in` or `.out`. So one
-/// staff member has at most one check-in and one check-out per day by construction, the server can refuse
-/// a record written under someone else's id, and a check-out can name the check-in it needs.
+/// A record's id stands for whose it is, which day, and which action, without naming any of them: it is a
+/// keyed digest of the day and the action under the staff member's ``IdKey``, which the server derives from
+/// its secret and gives to that user's devices (`GET /v1/record-id-key`). Every device of one user computes
+/// the same id, so one staff member has at most one check-in and one check-out per day by construction, and a
+/// check-out can name the check-in it needs; yet the id read in a device's store or a database log names no
+/// one, and without the key no day can be tried against it.
+///
+/// A device that has not yet reached the server holds no key; it writes the id's provisional form,
+/// `USER.YYYY-MM-DD.in` or `.out` (``provisionalRecordId(userId:day:action:)``), which the server stores under
+/// the derived id, and which the device renames once it holds the key.
 public enum Attendance {
     public static let collection = "attendance"
 
@@ -19,6 +27,9 @@ public enum Attendance {
     }
 
     public enum Field {
+        /// Whose record it is: the id no longer says, so the record does. The server fills it in when a device
+        /// leaves it out, and refuses any other user's.
+        public static let userId = "user_id"
         public static let action = "action"
         public static let day = "day"
         public static let latitude = "latitude"
@@ -27,12 +38,57 @@ public enum Attendance {
         public static let accuracy = "accuracy_m"
     }
 
-    /// The id of `userId`'s record of `action` on `day`.
-    public static func recordId(userId: String, day: CalendarDay, action: Action) -> String {
+    /// A staff member's key for attendance record ids: 32 bytes the server derives from its secret, the
+    /// tenant and the user, so that each user's ids are unrelated to everyone else's.
+    public struct IdKey: Sendable, Hashable {
+        public let bytes: [UInt8]
+
+        public init?(bytes: [UInt8]) {
+            guard bytes.count == 32 else { return nil }
+            self.bytes = bytes
+        }
+
+        /// The key written as 64 lowercase hex digits, as `GET /v1/record-id-key` answers it.
+        public init?(hex: String) {
+            guard let bytes = [UInt8](hex: hex) else { return nil }
+            self.init(bytes: bytes)
+        }
+
+        public var hex: String { bytes.hexString }
+
+        /// The key of `userId` in `tenant`, from the server's key for record ids.
+        public static func derive(tenant: String, userId: String, from secret: SymmetricKey) -> IdKey {
+            let code = HMAC<SHA256>.authenticationCode(for: Array("\(tenant)\u{0}\(userId)".utf8), using: secret)
+            return IdKey(bytes: Array(code))!
+        }
+    }
+
+    /// What every derived id starts with; no provisional id does, as those end in a day and an action.
+    public static let derivedIdPrefix = "att-"
+
+    /// The id of the record of `action` on `day` of the user whose key is `key`: `att-` and 32 hex digits.
+    public static func recordId(key: IdKey, day: CalendarDay, action: Action) -> String {
+        let code = HMAC<SHA256>.authenticationCode(
+            for: Array("\(collection)\u{0}\(day)\u{0}\(action.idSuffix)".utf8), using: SymmetricKey(data: key.bytes))
+        return derivedIdPrefix + code.prefix(16).hexString
+    }
+
+    /// The provisional id of `userId`'s record of `action` on `day`, for a device without its key yet.
+    public static func provisionalRecordId(userId: String, day: CalendarDay, action: Action) -> String {
         "\(userId).\(day).\(action.idSuffix)"
     }
 
-    /// The parts of an attendance record id, or nil when it is not one.
+    /// The derived id a record id stands for, given the fields' day and action: the id itself when derived, the
+    /// derived form of a provisional id of `userId`, nil for a provisional id of anyone else or no attendance id.
+    public static func derivedRecordId(
+        of recordId: String, userId: String, key: IdKey
+    ) -> String? {
+        if recordId.hasPrefix(derivedIdPrefix) { return recordId }
+        guard let parts = parse(recordId: recordId), parts.userId == userId else { return nil }
+        return self.recordId(key: key, day: parts.day, action: parts.action)
+    }
+
+    /// The parts of a provisional attendance record id, or nil when it is not one.
     public static func parse(recordId: String) -> (userId: String, day: CalendarDay, action: Action)? {
         let parts = recordId.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count >= 3, let action = Action.allCases.first(where: { $0.idSuffix == parts[parts.count - 1] }),
@@ -51,6 +107,9 @@ public enum Attendance {
     /// What is wrong with a whole attendance record's fields, or nil. Records are written once and whole,
     /// so every field is required.
     public static func problem(in fields: [String: JSONValue]) -> String? {
+        if let user = fields[Field.userId], user.stringValue.map(Identifier.isValid) != true {
+            return "user_id must be a user id"
+        }
         guard fields[Field.action]?.stringValue.flatMap(Action.init(rawValue:)) != nil else {
             return "action must be check_in or check_out"
         }
@@ -71,10 +130,26 @@ public enum Attendance {
         return nil
     }
 
-    /// What is wrong with a record's id given its fields, or nil: the id's day and action must be the fields'.
+    /// The day and action a record's fields name, or nil when they name none.
+    public static func dayAndAction(in fields: [String: JSONValue]) -> (day: CalendarDay, action: Action)? {
+        guard let day = fields[Field.day]?.stringValue.flatMap(CalendarDay.init),
+            let action = fields[Field.action]?.stringValue.flatMap(Action.init(rawValue:))
+        else { return nil }
+        return (day, action)
+    }
+
+    /// What is wrong with a record's id given its fields, or nil: a derived id in form, or a provisional id
+    /// whose day and action are the fields'. (Whether a derived id is the user's is checked with the key.)
     public static func problem(recordId: String, fields: [String: JSONValue]) -> String? {
+        if recordId.hasPrefix(derivedIdPrefix) {
+            let digits = recordId.dropFirst(derivedIdPrefix.count)
+            guard digits.utf8.count == 32, [UInt8](hex: digits) != nil else {
+                return "derived attendance record ids are att- and 32 hex digits"
+            }
+            return nil
+        }
         guard let parts = parse(recordId: recordId) else {
-            return "attendance record ids are USER.YYYY-MM-DD.in or USER.YYYY-MM-DD.out"
+            return "attendance record ids are att- and 32 hex digits, or USER.YYYY-MM-DD.in or .out"
         }
         guard fields[Field.day]?.stringValue == parts.day.description,
             fields[Field.action]?.stringValue == parts.action.rawValue

@@ -121,6 +121,13 @@ public actor InMemoryServer {
             })
     }
 
+    /// The keys `GET /v1/record-id-key` answers with; nil answers 404, as a server older than the route does.
+    public private(set) var recordIdKeys: RecordIdKeyResponse?
+
+    public func setRecordIdKeys(_ keys: RecordIdKeyResponse?) {
+        recordIdKeys = keys
+    }
+
     public func heartbeat(_ heartbeat: Heartbeat) -> HeartbeatResponse {
         heartbeats.append(heartbeat)
         return HeartbeatResponse(fingerprint: "fp-\(heartbeat.deviceId)")
@@ -187,7 +194,7 @@ public actor InMemoryServer {
 }
 
 /// A transport straight to an ``InMemoryServer``, with a switch for the network.
-public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransport, Sendable {
+public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransport, RecordIdKeyTransport, Sendable {
     public let server: InMemoryServer
     private let online = NIOLockedValueBox(true)
     private let pushes = NIOLockedValueBox(0)
@@ -228,6 +235,14 @@ public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransp
     public func health() async throws -> HealthResponse {
         guard isOnline else { throw TransportError(kind: .network, message: "offline") }
         return HealthResponse(status: "ok", storage: "ok")
+    }
+
+    public func recordIdKey() async throws -> RecordIdKeyResponse {
+        guard isOnline else { throw TransportError(kind: .network, message: "offline") }
+        guard let keys = await server.recordIdKeys else {
+            throw TransportError(kind: .server, status: 404, message: "no such route")
+        }
+        return keys
     }
 
     public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {

@@ -10,7 +10,7 @@ import OutpostProtocol
 /// ``HTTPSyncTransport`` (``BearerToken``) and its errors; pulls come a page per request.
 ///
 /// Pass a session configured for the app (a background session cannot serve: the engine awaits each answer).
-public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport {
+public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport, RecordIdKeyTransport {
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
     public let bearer: BearerToken
@@ -88,6 +88,12 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
     public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
         try await send("POST", path: "/v1/heartbeats", body: try JSONEncoder().encode(heartbeat)) {
             try JSONDecoder().decode(HeartbeatResponse.self, from: $0)
+        }
+    }
+
+    public func recordIdKey() async throws -> RecordIdKeyResponse {
+        try await send("GET", path: "/v1/record-id-key") {
+            try JSONDecoder().decode(RecordIdKeyResponse.self, from: $0)
         }
     }
 

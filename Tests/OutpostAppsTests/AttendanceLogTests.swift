@@ -117,6 +117,56 @@ struct AttendanceLogTests {
         }
     }
 
+    @Test(
+        "once the device holds its key, the ids it keeps and writes name no one: provisional records and discarded copies are renamed, sealed, and still read"
+    )
+    func idsNameNoOne() async throws {
+        let server = InMemoryServer(rejecting: { mutation in
+            FieldRules.number(mutation.fields["latitude"]) == 1 ? .init(code: .invalidFields, message: "not at the site") : nil
+        })
+        let key = try #require(Attendance.IdKey(bytes: Array(repeating: 9, count: 32)))
+        await server.setRecordIdKeys(RecordIdKeyResponse(attendance: key.hex))
+        try await withTestDevice(server: server) { device in
+            let day = try #require(CalendarDay("2026-11-21"))
+            // Yesterday's check-in, refused and discarded offline-first, leaves a sealed copy under its old id.
+            device.now.advance(seconds: -24 * 3600)
+            try await makeLog(device, location: FixedLocation(LocationFix(latitude: 1, longitude: 1))).checkIn()
+            await device.setOnline(true)
+            await device.delivered()
+            try await device.engine.discard(collection: Attendance.collection, recordId: "ana.2026-11-20.in")
+            await device.setOnline(false)
+            try await device.store.setSetting("record_id_keys", nil)
+
+            // Before the device reaches the server it has no key: today's check-in takes the provisional id.
+            device.now.advance(seconds: 24 * 3600)
+            let log = makeLog(device)
+            #expect(try await log.checkIn().recordId == "ana.2026-11-21.in")
+            await device.setOnline(true)
+            await device.delivered()
+            #expect(try await device.engine.recordIdKeys()?.attendance == key.hex)
+
+            // Reading the state settles the ids: the record moves to its derived id, synced, fields intact.
+            let state = try await log.state()
+            let checkInId = Attendance.recordId(key: key, day: day, action: .checkIn)
+            #expect(state.latest?.recordId == checkInId)
+            #expect(state.latest?.syncStatus == .synced)
+            #expect(state.latest?.latitude == 51.5072)
+            #expect(try await device.store.recordIds(collection: Attendance.collection, containing: ".").isEmpty)
+            #expect(try await device.store.discardedCount() == 1)
+
+            // A check-out now takes its derived id at once, and carries its user.
+            await device.setOnline(false)
+            let checkOut = try await log.checkOut()
+            #expect(checkOut.recordId == Attendance.recordId(key: key, day: day, action: .checkOut))
+            let outbox = try await device.outbox()
+            #expect(outbox.map(\.recordId) == [checkOut.recordId])
+            #expect(outbox.first?.fields["user_id"] == "ana")
+            #expect(try await log.history().map(\.recordId) == [checkOut.recordId, checkInId])
+            #expect(try await device.store.records().allSatisfy { !$0.recordId.contains("ana") })
+
+        }
+    }
+
     @Test("the device user comes from the token's claims")
     func userFromToken() throws {
         func part(_ json: String) -> String {

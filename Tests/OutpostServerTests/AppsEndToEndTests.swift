@@ -89,6 +89,15 @@ final class AppSession: @unchecked Sendable {
         try JSONDecoder().decode(T.self, from: try await data(path))
     }
 
+    /// The id of `user`'s attendance record of `action` on `day`, under the key the server gives that user.
+    func attendanceId(user: String, day: String, action: Attendance.Action) async throws -> String {
+        var request = URLRequest(url: URL(string: url + "/v1/record-id-key")!)
+        request.setValue("Bearer \(try await token(user: user))", forHTTPHeaderField: "Authorization")
+        let keys = try JSONDecoder().decode(RecordIdKeyResponse.self, from: try await URLSession.shared.data(for: request).0)
+        let key = try #require(Attendance.IdKey(hex: keys.attendance))
+        return Attendance.recordId(key: key, day: try #require(CalendarDay(day)), action: action)
+    }
+
     /// GET `path` with an organizer's token, as text.
     func text(_ path: String) async throws -> String {
         String(decoding: try await data(path), as: UTF8.self)
@@ -152,9 +161,16 @@ struct AppsEndToEndTests {
         let reopened = try await ana(["attendance", "status"]).stdout
         #expect(reopened.contains("✓ synced") && reopened.contains("Online · nothing waiting to sync"), "\(reopened)")
         #expect(try await ana(["device", "sync"]).stdout.contains("0 synced, 0 failed"))
-        let audit = try await session.get("/v1/audit?collection=attendance&recordId=ana.\(today).out", as: AuditResponse.self)
+        // The server holds it under an id that names no one, never under the one that names her and the day.
+        let checkOutId = try await session.attendanceId(user: "ana", day: today, action: .checkOut)
+        let audit = try await session.get("/v1/audit?collection=attendance&recordId=\(checkOutId)", as: AuditResponse.self)
         #expect(audit.entries.count == 1)
         #expect(audit.entries.first?.fields["isOfflineEntry"] == true)
+        let named = try await session.get("/v1/audit?collection=attendance&recordId=ana.\(today).out", as: AuditResponse.self)
+        #expect(named.entries.isEmpty)
+        // Nor does the device, once it synced: every attendance id it lists is derived.
+        let records = try await ana(["device", "records"]).stdout
+        #expect(records.contains(checkOutId) && !records.contains("ana."), "\(records)")
 
         // Another client, without the app's checks, is refused by the server: no coordinates, a second check-in.
         let other = try await session.device("script-ana", user: "ana")

@@ -224,7 +224,7 @@ struct PostgresConditionalPushTests {
         -> PostgresStorage.NewRecordsOutcome?
     {
         let items = Fixtures.items(mutations)
-        let recordKeys = PushPlanner.recordKeys(of: items).sorted()
+        let recordKeys = PushPlanner.recordKeys(of: items, context: Fixtures.context()).sorted()
         return try await storage.guarded {
             try await storage.client.withConnection { connection in
                 try await PostgresStorage.pushNew(

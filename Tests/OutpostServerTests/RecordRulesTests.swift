@@ -1,4 +1,5 @@
 import Foundation
+import HummingbirdTesting
 import OutpostProtocol
 import OutpostRecords
 import Testing
@@ -65,13 +66,108 @@ struct RecordRulesTests {
             #expect(results[0].error?.code == .stateConflict)
             #expect(results[2].error?.code == .stateConflict)
 
-            // The server keeps the offline flag and reports it.
+            // The server keeps the offline flag and reports it, under ids that name no one.
             try await storage.settle()
             let pulled = try await client.pull("collection=attendance", token: ana)
-            #expect(pulled.changes.map(\.recordId) == ["ana.2026-11-21.in", "ana.2026-11-21.out"])
+            let key = try await Self.attendanceKey(client, token: ana)
+            let day = try #require(CalendarDay("2026-11-21"))
+            #expect(
+                pulled.changes.map(\.recordId)
+                    == [.checkIn, .checkOut].map { Attendance.recordId(key: key, day: day, action: $0) })
             #expect(pulled.changes[0].fields["isOfflineEntry"] == true)
             #expect(pulled.changes[0].createdAt == Fixtures.time(3))
         }
+    }
+
+    /// The key `GET /v1/record-id-key` gives the bearer of `token`.
+    static func attendanceKey(_ client: some TestClientProtocol, token: String) async throws -> Attendance.IdKey {
+        let response = try await client.send(.get, "/v1/record-id-key", token: token)
+        #expect(response.status == .ok)
+        #expect(response.headers[.cacheControl] == "no-store")
+        let keys = try JSONDecoder().decode(RecordIdKeyResponse.self, from: response.body)
+        return try #require(Attendance.IdKey(hex: keys.attendance))
+    }
+
+    @Test(
+        "attendance ids name no one: each user has a key of their own; a provisional id is stored as the derived one, either form sent again is a duplicate, a derived id under another key is refused",
+        arguments: StorageKind.allCases)
+    func attendanceIds(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token(user: "ana")
+            let ben = try await Fixtures.token(user: "ben")
+            let anaKey = try await Self.attendanceKey(client, token: ana)
+            let benKey = try await Self.attendanceKey(client, token: ben)
+            #expect(anaKey != benKey)
+            #expect(try await Self.attendanceKey(client, token: try await Fixtures.token(user: "ana", name: "Ana B")) == anaKey)
+            #expect(try await Self.attendanceKey(client, token: try await Fixtures.token(tenant: "globex", user: "ana")) != anaKey)
+            #expect(try await client.send(.get, "/v1/record-id-key", token: nil).status == .unauthorized)
+
+            let day = try #require(CalendarDay("2026-11-21"))
+            // A device without its key sends the provisional id; one holding it, the derived id.
+            let provisional = Self.attendance(.checkIn, at: 1)
+            var derived = Self.attendance(.checkOut, at: 2)
+            derived.recordId = Attendance.recordId(key: anaKey, day: day, action: .checkOut)
+            var results = try await client.push([provisional, derived], token: ana).results
+            #expect(results.map(\.status) == [.applied, .applied])
+
+            // The provisional one renamed by its device and sent again, and the derived one sent as provisional
+            // (a device whose store predates the key), are duplicates, not reused keys.
+            var renamed = provisional
+            renamed.recordId = Attendance.recordId(key: anaKey, day: day, action: .checkIn)
+            var unrenamed = derived
+            unrenamed.recordId = "ana.2026-11-21.out"
+            results = try await client.push([renamed, unrenamed, provisional, derived], token: ana).results
+            #expect(results.map(\.status) == [.duplicate, .duplicate, .duplicate, .duplicate])
+
+            // Another user's key, or another day's id, is not hers to write: refused, nothing stored.
+            var foreign = Self.attendance(.checkIn, at: 3, day: "2026-11-22")
+            foreign.recordId = Attendance.recordId(key: benKey, day: try #require(CalendarDay("2026-11-22")), action: .checkIn)
+            var shifted = Self.attendance(.checkIn, at: 4, day: "2026-11-22")
+            shifted.recordId = Attendance.recordId(key: anaKey, day: day, action: .checkIn)
+            var malformed = Self.attendance(.checkIn, at: 5, day: "2026-11-22")
+            malformed.recordId = "att-XYZ"
+            var forged = Self.attendance(.checkIn, at: 6, fields: ["user_id": "ben"], day: "2026-11-22")
+            forged.recordId = Attendance.recordId(key: anaKey, day: try #require(CalendarDay("2026-11-22")), action: .checkIn)
+            results = try await client.push([foreign, shifted, malformed, forged], token: ana).results
+            #expect(results.map(\.error?.code) == [.invalidRecordId, .invalidRecordId, .invalidFields, .forbidden])
+
+            try await storage.settle()
+            let stored = try await client.pull("collection=attendance", token: try await Fixtures.token(user: "olga", role: .organizer))
+            #expect(
+                Set(stored.changes.map(\.recordId))
+                    == Set([.checkIn, .checkOut].map { Attendance.recordId(key: anaKey, day: day, action: $0) }))
+            #expect(stored.changes.allSatisfy { !$0.recordId.contains("ana") })
+            // The record says whose it is, filled in for a device that left it out.
+            #expect(stored.changes.allSatisfy { $0.fields["user_id"] == "ana" })
+        }
+    }
+
+    @Test("attendance records stored under provisional ids still count: no second check-in, and the check-out finds its check-in")
+    func provisionallyStored() throws {
+        let key = try #require(Attendance.IdKey(bytes: Array(repeating: 7, count: 32)))
+        var context = Fixtures.context()
+        context.attendanceKey = key
+        let stored = StoredRecord(
+            collection: Attendance.collection, recordId: "ana.2026-11-21.in", scope: "", owner: "ana", version: 1,
+            tombstone: false, fields: Self.attendance(.checkIn, at: 1).fields, meta: .init(), createdAt: 1000,
+            updatedAt: 1000)
+        let day = try #require(CalendarDay("2026-11-21"))
+        // Items as validation leaves them: under derived ids, naming their user.
+        var checkIn = Self.attendance(.checkIn, at: 2, fields: ["user_id": "ana"])
+        checkIn.recordId = Attendance.recordId(key: key, day: day, action: .checkIn)
+        var checkOut = Self.attendance(.checkOut, at: 3, fields: ["user_id": "ana"])
+        checkOut.recordId = Attendance.recordId(key: key, day: day, action: .checkOut)
+        let items = Fixtures.items([checkIn, checkOut])
+        let keys = PushPlanner.recordKeys(of: items, context: context)
+        #expect(keys.contains(RecordKey(collection: Attendance.collection, recordId: "ana.2026-11-21.in")))
+        let plan = PushPlanner.plan(
+            items, context: context, processed: [:], records: [stored.key: stored], collections: .standard)
+        #expect(plan.results.map(\.status) == [.rejected, .applied])
+        #expect(plan.results[0].error?.message == "already checked in on 2026-11-21")
+        // Without the stored one, the check-out alone has no check-in to follow.
+        let alone = PushPlanner.plan(
+            Fixtures.items([checkOut]), context: context, processed: [:], records: [:], collections: .standard)
+        #expect(alone.results[0].error?.code == .stateConflict)
     }
 
     @Test("attendance: a check-in and its check-out in one push both apply", arguments: StorageKind.allCases)

@@ -50,7 +50,8 @@ public struct AttendanceLog: Sendable {
             throw ClientError(.invalidInput, "latitude must be within -90…90 and longitude within -180…180")
         }
         let day = CalendarDay(engine.now(), timeZone: timeZone)
-        let today = try await entries(on: day)
+        let key = try await settledKey()
+        let today = try await entries(on: day, key: key)
         switch action {
         case .checkIn:
             if let earlier = today[.checkIn] {
@@ -65,6 +66,7 @@ public struct AttendanceLog: Sendable {
             }
         }
         var fields: [String: JSONValue] = [
+            Attendance.Field.userId: .string(userId),
             Attendance.Field.action: .string(action.rawValue),
             Attendance.Field.day: .string(day.description),
             Attendance.Field.latitude: .number(fix.latitude),
@@ -75,7 +77,9 @@ public struct AttendanceLog: Sendable {
         let record = try await engine.save(
             LocalStore.Write(
                 collection: Attendance.collection,
-                recordId: Attendance.recordId(userId: userId, day: day, action: action), fields: fields))
+                recordId: key.map { Attendance.recordId(key: $0, day: day, action: action) }
+                    ?? Attendance.provisionalRecordId(userId: userId, day: day, action: action),
+                fields: fields))
         guard let entry = AttendanceEntry(record) else {
             throw ClientError(.storeUnavailable, "the attendance record could not be read back")
         }
@@ -90,36 +94,69 @@ public struct AttendanceLog: Sendable {
     /// - Throws: ``TransportError`` when the server cannot be reached; nothing changes then.
     @discardableResult
     public func refresh() async throws -> Int {
-        try await engine.pull(collection: Attendance.collection)
+        await engine.fetchRecordIdKeys()
+        let changed = try await engine.pull(collection: Attendance.collection)
+        _ = try await settledKey()
+        return changed
     }
 
     /// Where the staff member stands today, as the home screen shows it.
     public func state() async throws -> AttendanceState {
-        let today = try await entries(on: CalendarDay(engine.now(), timeZone: timeZone))
+        let key = try await settledKey()
+        let today = try await entries(on: CalendarDay(engine.now(), timeZone: timeZone), key: key)
         return AttendanceState(latest: today[.checkOut] ?? today[.checkIn])
     }
 
     /// This user's attendance records, newest first, each with its sync badge.
     public func history() async throws -> [AttendanceEntry] {
-        await engine.markingOverdue(
+        let key = try await settledKey()
+        return await engine.markingOverdue(
             try await engine.store.records(collection: Attendance.collection)
                 .compactMap(AttendanceEntry.init)
-                .filter { $0.userId == userId }
+                .filter { recordIds(day: $0.day, action: $0.action, key: key).contains($0.recordId) }
                 .sorted { $0.time > $1.time },
             collection: Attendance.collection)
     }
 
-    private func entries(on day: CalendarDay) async throws -> [Attendance.Action: AttendanceEntry] {
+    private func entries(on day: CalendarDay, key: Attendance.IdKey?) async throws -> [Attendance.Action: AttendanceEntry] {
         var found: [Attendance.Action: AttendanceEntry] = [:]
         for action in Attendance.Action.allCases {
-            let id = Attendance.recordId(userId: userId, day: day, action: action)
-            if let record = try await engine.store.record(collection: Attendance.collection, recordId: id),
-                let entry = AttendanceEntry(record)
-            {
-                found[action] = entry
+            for id in recordIds(day: day, action: action, key: key) {
+                if let record = try await engine.store.record(collection: Attendance.collection, recordId: id),
+                    let entry = AttendanceEntry(record)
+                {
+                    found[action] = entry
+                    break
+                }
             }
         }
         return found
+    }
+
+    /// The ids this user's record of `action` on `day` may have here. The provisional one comes first: once
+    /// the key is known, a record keeps it only while it waits or was refused beside the server's copy (see
+    /// ``settledKey()``), and the device's own action is what it shows.
+    private func recordIds(day: CalendarDay, action: Attendance.Action, key: Attendance.IdKey?) -> [String] {
+        let provisional = Attendance.provisionalRecordId(userId: userId, day: day, action: action)
+        guard let key else { return [provisional] }
+        return [provisional, Attendance.recordId(key: key, day: day, action: action)]
+    }
+
+    /// The user's key for record ids, once the device holds it, with every record this user wrote under a
+    /// provisional id renamed to its derived id: from then on no id on the device names the user or a day.
+    private func settledKey() async throws -> Attendance.IdKey? {
+        guard let key = try await engine.recordIdKeys().flatMap({ Attendance.IdKey(hex: $0.attendance) }) else {
+            return nil
+        }
+        // Provisional ids hold dots (`USER.YYYY-MM-DD.in`); derived ones never do.
+        let provisional = try await engine.store.recordIds(collection: Attendance.collection, containing: ".")
+        let renames = provisional.reduce(into: [String: String]()) { renames, id in
+            renames[id] = Attendance.derivedRecordId(of: id, userId: userId, key: key)
+        }
+        if !renames.isEmpty {
+            try await engine.store.renameRecords(collection: Attendance.collection, to: renames)
+        }
+        return key
     }
 
     /// "HH:mm" in the log's time zone.
@@ -128,8 +165,8 @@ public struct AttendanceLog: Sendable {
 
 /// One check-in or check-out, as the history lists it.
 public struct AttendanceEntry: Sendable, Hashable {
+    /// The record's id: derived from the user's key, it names no one (see ``Attendance``).
     public var recordId: String
-    public var userId: String
     public var action: Attendance.Action
     public var day: CalendarDay
     /// The device's time of the action.
@@ -147,14 +184,13 @@ public struct AttendanceEntry: Sendable, Hashable {
     /// The entry a stored record holds, or nil when it is not an attendance record.
     public init?(_ record: LocalRecord) {
         guard record.collection == Attendance.collection, !record.tombstone,
-            let parts = Attendance.parse(recordId: record.recordId),
+            let (day, action) = Attendance.dayAndAction(in: record.fields),
             let latitude = FieldRules.number(record.fields[Attendance.Field.latitude]),
             let longitude = FieldRules.number(record.fields[Attendance.Field.longitude])
         else { return nil }
         self.recordId = record.recordId
-        self.userId = parts.userId
-        self.action = parts.action
-        self.day = parts.day
+        self.action = action
+        self.day = day
         self.time = record.createdAt.date
         self.latitude = latitude
         self.longitude = longitude

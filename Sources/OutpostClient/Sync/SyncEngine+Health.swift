@@ -119,6 +119,7 @@ extension SyncEngine {
     /// that no action waits on it.
     func afterSync() async {
         _ = try? await refreshPersistentFailureNotice()
+        if status.isOnline { await fetchRecordIdKeys() }
         if status.isOnline { startHeartbeat() }
     }
 

@@ -8,7 +8,7 @@ import OutpostProtocol
 
 /// The default transport: HTTP and JSON over AsyncHTTPClient, streaming pulls. `URLSessionSyncTransport`
 /// (OutpostURLSession) is the one for apps that ship without NIO.
-public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport {
+public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport, RecordIdKeyTransport {
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
     public let bearer: BearerToken
@@ -104,6 +104,10 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
 
     public func heartbeat(_ heartbeat: Heartbeat) async throws -> HeartbeatResponse {
         try await send(.POST, path: "/v1/heartbeats", query: [], body: try JSONEncoder().encode(heartbeat))
+    }
+
+    public func recordIdKey() async throws -> RecordIdKeyResponse {
+        try await send(.GET, path: "/v1/record-id-key", query: [])
     }
 
     /// A single-use sign-in link to the sync monitor, for an organizer's token.

@@ -54,6 +54,11 @@ public protocol SyncMonitorTransport: SyncTransport {
 }
 
 /// Whether the server's connectors have sent records on, such as to a crew's sheet.
+/// A transport that fetches the signed-in user's keys for record ids (`GET /v1/record-id-key`).
+public protocol RecordIdKeyTransport: SyncTransport {
+    func recordIdKey() async throws -> RecordIdKeyResponse
+}
+
 public protocol DeliveryStatusTransport: SyncTransport {
     /// The records the server has of `recordIds` that the caller may read, each with its connectors and whether
     /// they delivered it (`GET /v1/deliveries`); at most 200 ids.

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import OutpostRecords
 
 /// The keys derived from the server's secret, loaded once storage is up at start-up, and the organization's
 /// identity provider when one is configured.
@@ -23,6 +24,7 @@ package final class ServerSecrets: Sendable {
         var continuation: SymmetricKey
         var fingerprint: SymmetricKey
         var cursors: CursorSealer
+        var recordIds: SymmetricKey
     }
 
     private let keys = NIOLockedValueBox<Keys?>(nil)
@@ -38,8 +40,13 @@ package final class ServerSecrets: Sendable {
             data: HMAC<SHA256>.authenticationCode(for: Array("outpost-device-fingerprint".utf8), using: SymmetricKey(data: secret)))
         // And one for pull cursors, which it seals.
         let cursors = CursorSealer(secret: SymmetricKey(data: secret))
+        // And one from which each user's key for record ids (`Attendance.IdKey`) is derived.
+        let recordIds = SymmetricKey(
+            data: HMAC<SHA256>.authenticationCode(for: Array("outpost-record-ids".utf8), using: SymmetricKey(data: secret)))
         keys.withLockedValue {
-            $0 = Keys(tokens: tokens, continuation: continuation, fingerprint: fingerprint, cursors: cursors)
+            $0 = Keys(
+                tokens: tokens, continuation: continuation, fingerprint: fingerprint, cursors: cursors,
+                recordIds: recordIds)
         }
     }
 
@@ -66,6 +73,12 @@ package final class ServerSecrets: Sendable {
     func continuationKey() throws -> SymmetricKey {
         guard let keys = keys.withLockedValue({ $0 }) else { throw OutpostHTTPError.unavailable }
         return keys.continuation
+    }
+
+    /// The key of a user's attendance record ids: every server sharing the secret derives the same one.
+    func attendanceKey(tenant: String, userId: String) throws -> Attendance.IdKey {
+        guard let keys = keys.withLockedValue({ $0 }) else { throw OutpostHTTPError.unavailable }
+        return Attendance.IdKey.derive(tenant: tenant, userId: userId, from: keys.recordIds)
     }
 
     /// A device's fingerprint in a tenant: a keyed hash of both ids, so that one physical device at two

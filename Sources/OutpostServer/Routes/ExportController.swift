@@ -165,7 +165,7 @@ enum CSVTable {
             CheckIn.Field.guestId, CheckIn.Field.scannedAt, CheckIn.Field.scannedBy, "isOfflineEntry",
         ],
         Attendance.collection: [
-            Attendance.Field.day, Attendance.Field.action, Attendance.Field.latitude, Attendance.Field.longitude,
+            Attendance.Field.userId, Attendance.Field.day, Attendance.Field.action, Attendance.Field.latitude, Attendance.Field.longitude,
             Attendance.Field.accuracy, "isOfflineEntry",
         ],
         Activity.collection: [

@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import OutpostProtocol
+import OutpostRecords
 
 /// `POST /v1/push`, `GET /v1/pull` and `GET /v1/snapshot`.
 struct SyncController<Storage: SyncStorage> {
@@ -19,6 +20,17 @@ struct SyncController<Storage: SyncStorage> {
         group.post("push", use: push)
         group.get("pull", use: pull)
         group.get("snapshot", use: snapshot)
+        group.get("record-id-key", use: recordIdKey)
+    }
+
+    /// `GET /v1/record-id-key`: the caller's own key for attendance record ids (``Attendance/IdKey``), which
+    /// each of their devices needs to name records so that the ids name no one.
+    @Sendable func recordIdKey(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        let key = try secrets.attendanceKey(tenant: identity.tenant, userId: identity.userId)
+        var response = try Response.json(RecordIdKeyResponse(attendance: key.hex))
+        response.headers[.cacheControl] = "no-store"
+        return response
     }
 
     /// The most JSON values a push may hold: generous for a full batch of records with many fields, and a bound
@@ -72,10 +84,15 @@ struct SyncController<Storage: SyncStorage> {
         let validator = MutationValidator(
             collections: configuration.collections, earliest: configuration.earliestTimestamp,
             maxClockSkew: configuration.maxClockSkew)
-        let items = body.mutations.map { validator.item(for: $0, by: identity, now: receivedAt) }
+        let attendanceKey =
+            body.mutations.contains { $0.collection == Attendance.collection }
+            ? try secrets.attendanceKey(tenant: identity.tenant, userId: identity.userId) : nil
+        let items = body.mutations.map {
+            validator.item(for: $0, by: identity, now: receivedAt, attendanceKey: attendanceKey)
+        }
         let context = PushContext(
             tenant: identity.tenant, deviceId: body.deviceId, userId: identity.userId, userName: identity.name,
-            role: identity.role, receivedAt: Timestamp(receivedAt))
+            role: identity.role, receivedAt: Timestamp(receivedAt), attendanceKey: attendanceKey)
         let results = try await storage.push(items, context: context, collections: configuration.collections)
         metrics.count(results)
         let features = ProtocolFeature.named(in: request.headers[values: .outpostFeatures])

@@ -78,13 +78,34 @@ struct MutationValidator: Sendable {
 
     /// What a push does with `mutation`: its rejection, or the mutation with its scope resolved and the hash
     /// of its content as sent (a replay from a device that named no scope must hash as it did).
-    func item(for mutation: Mutation, by identity: Identity, now: Date) -> PushItem {
+    ///
+    /// An attendance record's provisional id becomes its derived id under `attendanceKey`, and the content is
+    /// hashed with the provisional id either way: a device that renames a queued record once it holds its key
+    /// and sends it again is answered as a duplicate, as is one that sent it before ids were derived. The
+    /// record is given its user when the device left it out, since its id no longer names them.
+    func item(
+        for mutation: Mutation, by identity: Identity, now: Date, attendanceKey: Attendance.IdKey? = nil
+    ) -> PushItem {
         if let rejection = rejection(of: mutation, by: identity, now: now) { return .rejected(rejection) }
         var resolved = mutation
         if let policy = collections[mutation.collection], case .success(let scope) = policy.scope(of: mutation) {
             resolved.scope = scope
         }
-        return .valid(resolved, contentHash: Self.contentHash(of: mutation))
+        var hashed = mutation
+        if mutation.collection == Attendance.collection, let attendanceKey,
+            let (day, action) = Attendance.dayAndAction(in: mutation.fields)
+        {
+            let derived = Attendance.recordId(key: attendanceKey, day: day, action: action)
+            let provisional = Attendance.provisionalRecordId(userId: identity.userId, day: day, action: action)
+            if mutation.recordId == provisional || mutation.recordId == derived {
+                resolved.recordId = derived
+                hashed.recordId = provisional
+            }
+            if resolved.fields[Attendance.Field.userId] == nil {
+                resolved.fields[Attendance.Field.userId] = .string(identity.userId)
+            }
+        }
+        return .valid(resolved, contentHash: Self.contentHash(of: hashed))
     }
 
     /// Rules on the fields of particular collections, which must hold for every client. Rules that read

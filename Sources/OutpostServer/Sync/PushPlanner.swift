@@ -1,5 +1,6 @@
 import Foundation
 import OutpostProtocol
+import OutpostRecords
 
 /// Who pushed, from where, and when the server received it.
 package struct PushContext: Sendable {
@@ -10,6 +11,8 @@ package struct PushContext: Sendable {
     /// The pusher's role: a member of staff changes only their own records in a collection of own records.
     var role: Role = .staff
     var receivedAt: Timestamp
+    /// The pusher's key for attendance record ids, when the push holds attendance records.
+    var attendanceKey: Attendance.IdKey?
 }
 
 /// One mutation of a push after validation.
@@ -63,24 +66,25 @@ enum PushPlanner {
     /// Mutations already `processed` (duplicates, reused keys) are answered from their idempotency row alone:
     /// their records need not be read.
     static func recordKeys(
-        of items: [PushItem], excluding processed: Set<String> = [], rules: [String: RecordRule] = RecordRule.standard
+        of items: [PushItem], context: PushContext, excluding processed: Set<String> = [],
+        rules: [String: RecordRule] = RecordRule.standard
     ) -> Set<RecordKey> {
         var keys = Set<RecordKey>()
         for case .valid(let mutation, _) in items where !processed.contains(mutation.idempotencyKey) {
             keys.insert(RecordKey(mutation))
-            if let rule = rules[mutation.collection] { keys.formUnion(rule.related(mutation)) }
+            if let rule = rules[mutation.collection] { keys.formUnion(rule.related(mutation, context)) }
         }
         return keys
     }
 
-    /// ``recordKeys(of:excluding:rules:)`` leaving out only the duplicates answered from their idempotency row
+    /// ``recordKeys(of:context:excluding:rules:)`` leaving out only the duplicates answered from their idempotency row
     /// alone: a duplicate of a `superseded` write carries the record the server keeps, which is read.
     static func recordKeys(
-        of items: [PushItem], excludingAnswered processed: [String: ProcessedMutation],
+        of items: [PushItem], context: PushContext, excludingAnswered processed: [String: ProcessedMutation],
         rules: [String: RecordRule] = RecordRule.standard
     ) -> Set<RecordKey> {
         var keys = recordKeys(
-            of: items, excluding: Set(processed.filter { $0.value.status != .superseded }.keys), rules: rules)
+            of: items, context: context, excluding: Set(processed.filter { $0.value.status != .superseded }.keys), rules: rules)
         // A superseded write's related records need no reading: only its own record is answered.
         for case .valid(let mutation, _) in items where processed[mutation.idempotencyKey]?.status == .superseded {
             keys.insert(RecordKey(mutation))

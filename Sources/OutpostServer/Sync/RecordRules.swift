@@ -19,7 +19,7 @@ struct RecordRule: Sendable {
     }
 
     /// Records besides the mutation's own that ``check`` reads.
-    var related: @Sendable (Mutation) -> [RecordKey] = { _ in [] }
+    var related: @Sendable (Mutation, PushContext) -> [RecordKey] = { _, _ in [] }
     /// The refusal of a mutation, or nil when it may be merged.
     var check: @Sendable (Input) -> WireError.Detail?
 
@@ -42,47 +42,93 @@ struct RecordRule: Sendable {
     }
 
     /// Attendance records are the staff member's own, written once, and a check-out follows a check-in.
+    ///
+    /// By the time a rule sees it, a provisional id has become the derived one (``MutationValidator``), so
+    /// that the record is stored and locked under an id that names no one. Records stored before ids were
+    /// derived keep their provisional ids: each slot is looked up under both.
     static let attendance = RecordRule(
-        related: { mutation in checkInOfCheckOut(mutation.recordId).map { [$0] } ?? [] },
+        related: { mutation, context in
+            guard let slot = AttendanceSlot(mutation, context: context) else { return [] }
+            return slot.provisionalKey + (slot.action == .checkOut ? slot.keys(of: .checkIn) : [])
+        },
         check: { input in
             let mutation = input.mutation
             guard mutation.op == .upsert else {
                 return .init(code: .stateConflict, message: "attendance records cannot be deleted")
             }
-            guard let parts = Attendance.parse(recordId: mutation.recordId) else {
-                return .init(code: .invalidRecordId, message: "attendance record ids are USER.YYYY-MM-DD.in or .out")
+            guard let slot = AttendanceSlot(mutation, context: input.context) else {
+                return .init(code: .invalidFields, message: "an attendance record names its day and action")
             }
-            guard parts.userId == input.context.userId else {
+            guard mutation.fields[Attendance.Field.userId] == .string(input.context.userId) else {
                 return .init(code: .forbidden, message: "staff record only their own attendance")
+            }
+            guard mutation.recordId == slot.derivedId(slot.action) else {
+                if Attendance.parse(recordId: mutation.recordId) != nil {
+                    return .init(code: .forbidden, message: "staff record only their own attendance")
+                }
+                return .init(
+                    code: .invalidRecordId,
+                    message: "the record id is not this user's id for the record's day and action; sign in again")
             }
             let actionDay = CalendarDay(mutation.clientTimestamp.date, timeZone: TimeZone(identifier: "UTC")!)
             // The device's day is its local calendar's; no time zone is more than a day from UTC.
-            guard abs(actionDay.ordinal - parts.day.ordinal) <= 1 else {
+            guard abs(actionDay.ordinal - slot.day.ordinal) <= 1 else {
                 return .init(code: .invalidFields, message: "the record's day is not the day of its client timestamp")
             }
-            if let existing = input.existing, !existing.tombstone {
-                let verb = parts.action == .checkIn ? "checked in" : "checked out"
-                return .init(code: .stateConflict, message: "already \(verb) on \(parts.day)")
+            let stored = ([input.existing] + slot.provisionalKey.map(input.record)).compactMap { $0 }
+            if stored.contains(where: { !$0.tombstone }) {
+                let verb = slot.action == .checkIn ? "checked in" : "checked out"
+                return .init(code: .stateConflict, message: "already \(verb) on \(slot.day)")
             }
-            if let checkIn = checkInOfCheckOut(mutation.recordId) {
-                guard let record = input.record(checkIn), !record.tombstone else {
+            if slot.action == .checkOut {
+                guard slot.keys(of: .checkIn).contains(where: { input.record($0).map { !$0.tombstone } ?? false }) else {
                     return .init(code: .stateConflict, message: "a check-out needs a check-in on the same day")
                 }
             }
             return nil
         })
 
-    /// The check-in a check-out record needs: the same user's, the same day; nil for anything else.
-    static func checkInOfCheckOut(_ recordId: String) -> RecordKey? {
-        guard let parts = Attendance.parse(recordId: recordId), parts.action == .checkOut else { return nil }
-        return RecordKey(
-            collection: Attendance.collection,
-            recordId: Attendance.recordId(userId: parts.userId, day: parts.day, action: .checkIn))
+    /// One user's attendance record of one action on one day, and the ids it may be stored under.
+    struct AttendanceSlot {
+        var key: Attendance.IdKey
+        var userId: String
+        var day: CalendarDay
+        var action: Attendance.Action
+
+        init?(_ mutation: Mutation, context: PushContext) {
+            guard let key = context.attendanceKey, let (day, action) = Attendance.dayAndAction(in: mutation.fields)
+            else { return nil }
+            self.init(key: key, userId: context.userId, day: day, action: action)
+        }
+
+        init(key: Attendance.IdKey, userId: String, day: CalendarDay, action: Attendance.Action) {
+            self.key = key
+            self.userId = userId
+            self.day = day
+            self.action = action
+        }
+
+        func derivedId(_ action: Attendance.Action) -> String {
+            Attendance.recordId(key: key, day: day, action: action)
+        }
+
+        /// Both ids of the day's record of `action`.
+        func keys(of action: Attendance.Action) -> [RecordKey] {
+            [
+                RecordKey(collection: Attendance.collection, recordId: derivedId(action)),
+                RecordKey(
+                    collection: Attendance.collection,
+                    recordId: Attendance.provisionalRecordId(userId: userId, day: day, action: action)),
+            ]
+        }
+
+        /// The provisional key of the slot's own record, read beside its derived one.
+        var provisionalKey: [RecordKey] { Array(keys(of: action).dropFirst()) }
     }
 
     /// A check-in names a guest on its event's roster who has not cancelled, and the device and time of its scan.
     static let checkIn = RecordRule(
-        related: { mutation in [guestKey(of: mutation)] },
+        related: { mutation, _ in [guestKey(of: mutation)] },
         check: { input in
             let mutation = input.mutation
             guard mutation.op == .upsert else {

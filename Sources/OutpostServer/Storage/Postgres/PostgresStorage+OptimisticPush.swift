@@ -25,7 +25,7 @@ extension PostgresStorage {
     ) async throws -> [MutationResult]? {
         let tenant = context.tenant
         let keys = Array(Set(items.compactMap(\.key)))
-        let recordKeys = PushPlanner.recordKeys(of: items).sorted()
+        let recordKeys = PushPlanner.recordKeys(of: items, context: context).sorted()
         return try await client.withConnection { connection in
             let lookup: Lookup
             switch try await Self.pushNew(
@@ -47,7 +47,7 @@ extension PostgresStorage {
             // The related records a rule read and the push leaves as they are; those of duplicates were
             // read only because the keys were not known to be duplicates yet.
             let written = Set(plan.records.map(\.key))
-            let held = PushPlanner.recordKeys(of: items, excluding: Set(lookup.processed.keys))
+            let held = PushPlanner.recordKeys(of: items, context: context, excluding: Set(lookup.processed.keys))
                 .subtracting(written).compactMap { lookup.records[$0] }.sorted { $0.key < $1.key }
             let write = try ConditionalWrite(tenant: tenant, plan: plan, read: lookup.records, held: held)
             if let beforeCommit {

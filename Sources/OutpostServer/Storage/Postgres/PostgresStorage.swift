@@ -184,7 +184,7 @@ package struct PostgresStorage: SyncStorage {
             }
         // Duplicates are answered from their idempotency rows (one of a superseded write with its record, read
         // below): their records need not be read or locked.
-        let toRead = PushPlanner.recordKeys(of: items, excludingAnswered: processed).sorted()
+        let toRead = PushPlanner.recordKeys(of: items, context: context, excludingAnswered: processed).sorted()
         if toRead.isEmpty {
             let plan = PushPlanner.plan(
                 items, context: context, processed: processed, records: [:], collections: collections)

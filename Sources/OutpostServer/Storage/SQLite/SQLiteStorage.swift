@@ -83,7 +83,7 @@ package struct SQLiteStorage: SyncStorage {
             var records: [RecordKey: StoredRecord] = [:]
             let findRecord = try db.cachedStatement(
                 sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ? AND scope = ?")
-            for recordKey in PushPlanner.recordKeys(of: items, excludingAnswered: processed) {
+            for recordKey in PushPlanner.recordKeys(of: items, context: context, excludingAnswered: processed) {
                 if let row = try Row.fetchOne(
                     findRecord, arguments: [context.tenant, recordKey.collection, recordKey.recordId, recordKey.scope])
                 {
