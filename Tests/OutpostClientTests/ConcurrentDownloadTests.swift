@@ -92,7 +92,7 @@ struct ConcurrentDownloadTests {
     static func expectWhole(_ store: LocalStore, count: Int) async throws {
         let data = ReferenceData(store: store, transport: ReferenceServer())
         #expect(try await data.state(collection: "guests", scope: "ev-1").isReady)
-        let rows = try await store.queue.read { db in
+        let rows = try await store.pool.read { db in
             try Int.fetchOne(db, sql: "SELECT count(*) FROM reference_records WHERE scope = 'ev-1'") ?? 0
         }
         #expect(rows == count)

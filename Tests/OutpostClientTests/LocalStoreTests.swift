@@ -181,7 +181,7 @@ struct LocalStoreTests {
         try await withStore { store, _ in
             // Given a store that may not grow past its current size, as on a full disk.
             try await store.write(note("r1"), deviceId: "d", at: Date(), offline: true)
-            try await store.queue.writeWithoutTransaction { db in
+            try await store.pool.writeWithoutTransaction { db in
                 let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 1
                 try db.execute(sql: "PRAGMA max_page_count = \(pages)")
             }

@@ -11,7 +11,7 @@ struct RawStatementTests {
     @Test("empty text and blobs stay empty, nil text is NULL, and values survive a reused statement")
     func values() async throws {
         try await withStore { store, _ in
-            let rows = try await store.queue.write { db -> [Row] in
+            let rows = try await store.pool.write { db -> [Row] in
                 try db.execute(sql: "CREATE TABLE probe (t TEXT, b BLOB, i INTEGER, n TEXT)")
                 let sql = "INSERT INTO probe (t, b, i, n) VALUES (?, ?, ?, ?)"
                 for (text, blob, integer, optional) in [("", Data(), Int64(0), String?.none), ("é x", Data([0, 1, 2]), Int64.min, "kept")] {
@@ -36,7 +36,7 @@ struct RawStatementTests {
     @Test("a constraint that fails throws, writes nothing, and the statement runs again afterwards")
     func failure() async throws {
         try await withStore { store, _ in
-            let count = try await store.queue.write { db -> Int in
+            let count = try await store.pool.write { db -> Int in
                 try db.execute(sql: "CREATE TABLE probe (k TEXT PRIMARY KEY)")
                 let sql = "INSERT INTO probe (k) VALUES (?), (?)"
                 func insert(_ first: String, _ second: String) throws {

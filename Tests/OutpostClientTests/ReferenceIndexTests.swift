@@ -120,7 +120,7 @@ struct ReferenceIndexTests {
             #expect(try await ids("ev-b", "zed").isEmpty)
             #expect(try await ids("ev-b", "ana").count == 30)
             // A download of one event again leaves the other's index whole.
-            try await store.queue.write { db in
+            try await store.pool.write { db in
                 try db.execute(sql: "DELETE FROM reference_state WHERE scope = 'ev-a'")
             }
             try await data.download(collection: "guests", scope: "ev-a")

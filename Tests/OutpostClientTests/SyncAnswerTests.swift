@@ -67,7 +67,7 @@ struct SyncAnswerTests {
     }
 
     func row(_ store: LocalStore) async throws -> (payload: Data, sealedDetail: Bool?) {
-        try await store.queue.read { db in
+        try await store.pool.read { db in
             let row = try #require(
                 try Row.fetchOne(db, sql: "SELECT payload, sealed_detail FROM records WHERE record_id = 'a1'"))
             return (row["payload"], row["sealed_detail"])
@@ -120,7 +120,7 @@ struct SyncAnswerTests {
             try await engine.save(expense(70))
             #expect(try await engine.sync().rejected == 1)
             try await engine.save(expense(60))
-            try await store.queue.write { db in try db.execute(sql: "UPDATE records SET sealed_detail = NULL") }
+            try await store.pool.write { db in try db.execute(sql: "UPDATE records SET sealed_detail = NULL") }
             #expect(try await engine.sync().synced == 1)
             let synced = try #require(try await store.record(collection: "activities", recordId: "a1"))
             #expect(synced.syncStatus == .synced)
@@ -166,7 +166,7 @@ struct SyncAnswerTests {
             // Given a conflict, and an entry of that record still queued (as a store from before the rule holds).
             try await engine.save(expense(70))
             #expect(try await engine.sync().rejected == 1)
-            try await store.queue.write { db in
+            try await store.pool.write { db in
                 try db.execute(
                     sql: """
                         INSERT INTO outbox (idempotency_key, collection, scope, record_id, op, client_ts, payload)

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import GRDBSQLite
+import NIOConcurrencyHelpers
 import Testing
 
 @testable import OutpostClient
@@ -14,7 +15,7 @@ struct WriteTransactionTests {
     func immediate() async throws {
         try await withStore { store, url in
             let other = try DatabaseQueue(path: url.path)
-            try store.writeImmediate { _ in
+            try await store.writeImmediate { _ in
                 // Another connection cannot start writing, though this transaction has not written yet.
                 #expect(throws: DatabaseError.self) {
                     try other.writeWithoutTransaction { db in
@@ -23,30 +24,81 @@ struct WriteTransactionTests {
                     }
                 }
             }
-            try other.writeWithoutTransaction { db in
+            try await other.writeWithoutTransaction { db in
                 try db.execute(sql: "BEGIN IMMEDIATE")
                 try db.execute(sql: "ROLLBACK")
             }
         }
     }
 
+    @Test(
+        "local writes waiting on another process's write lock hold no cooperative thread: other tasks run meanwhile, and the writes land once the lock is let go"
+    )
+    func waitingWritesSuspend() async throws {
+        try await withStore { store, url in
+            // Another connection to the file, as another process holding the store would be, takes the write lock.
+            var configuration = Configuration()
+            configuration.allowsUnsafeTransactions = true
+            let other = try DatabaseQueue(path: url.path, configuration: configuration)
+            try await other.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+            let released = NIOLockedValueBox(false)
+            @Sendable func release() throws {
+                try released.withLockedValue { released in
+                    guard !released else { return }
+                    released = true
+                    try other.writeWithoutTransaction { db in try db.execute(sql: "ROLLBACK") }
+                }
+            }
+            defer { try? release() }
+
+            // More writes than Swift has cooperative threads, each waiting for the lock (for up to the store's
+            // 10 s busy timeout: were they to block their threads, nothing below could run until they failed).
+            let count = 4 * ProcessInfo.processInfo.activeProcessorCount + 2
+            let landed = NIOLockedValueBox(0)
+            let writes = (0..<count).map { index in
+                Task {
+                    _ = try await store.write(
+                        .init(collection: "notes", recordId: "n\(index)", fields: ["title": "waited"]), deviceId: "d",
+                        at: Date(), offline: true)
+                    landed.withLockedValue { $0 += 1 }
+                }
+            }
+            // As many other tasks run to their end while every write still waits.
+            let ran = await withTaskGroup(of: Int.self) { group in
+                for index in 0..<count {
+                    group.addTask {
+                        await Task.yield()
+                        return index
+                    }
+                }
+                return await group.reduce(into: 0) { total, _ in total += 1 }
+            }
+            #expect(ran == count)
+            #expect(landed.withLockedValue { $0 } == 0, "a write landed while the lock was held")
+            try release()
+            for write in writes { try await write.value }
+            #expect(landed.withLockedValue { $0 } == count)
+            #expect(try await store.records().count == count)
+        }
+    }
+
     @Test("a failure inside, or in the commit itself, rolls everything back and the next writes go through")
     func rollback() async throws {
         try await withStore { store, _ in
-            try await store.queue.write { db in
+            try await store.pool.write { db in
                 try db.execute(sql: "CREATE TABLE parent (id INTEGER PRIMARY KEY)")
                 try db.execute(sql: "CREATE TABLE child (parent_id INTEGER NOT NULL REFERENCES parent (id))")
             }
             for _ in 0..<3 {
-                #expect(throws: Refused.self) {
-                    try store.writeImmediate { db in
+                await #expect(throws: Refused.self) {
+                    try await store.writeImmediate { db in
                         try db.execute(sql: "INSERT INTO settings (name, value) VALUES ('probe', x'00')")
                         throw Refused()
                     }
                 }
                 // A foreign key checked at commit: the commit fails and leaves the transaction open.
-                #expect(throws: DatabaseError.self) {
-                    try store.writeImmediate { db in
+                await #expect(throws: DatabaseError.self) {
+                    try await store.writeImmediate { db in
                         try db.execute(sql: "PRAGMA defer_foreign_keys = ON")
                         try db.execute(sql: "INSERT INTO settings (name, value) VALUES ('probe', x'00')")
                         try db.execute(sql: "INSERT INTO child (parent_id) VALUES (42)")
@@ -54,7 +106,7 @@ struct WriteTransactionTests {
                 }
             }
             #expect(
-                try await store.queue.read { db in
+                try await store.pool.read { db in
                     try Int.fetchOne(db, sql: "SELECT (SELECT count(*) FROM settings WHERE name = 'probe') + (SELECT count(*) FROM child)")
                 } == 0)
             for index in 0..<3 {
@@ -80,11 +132,11 @@ struct StoreReadTests {
             _ = try await store.nextChunk(limit: 50)
             // How often the statement a local write begins with was prepared again, as it is cached; read on the
             // store's connection, with the handle it has then.
-            let begin = try store.queue.inDatabase { db in
+            let begin = try await store.pool.writeWithoutTransaction { db in
                 UInt(bitPattern: try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").sqliteStatement)
             }
             let reprepared = {
-                try store.queue.inDatabase { db in
+                try store.pool.writeWithoutTransaction { db in
                     let statement = try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").sqliteStatement
                     #expect(UInt(bitPattern: statement) == begin, "the cached statement was replaced")
                     return sqlite3_stmt_status(statement, SQLITE_STMTSTATUS_REPREPARE, 0)
@@ -122,7 +174,7 @@ struct StoreReadTests {
             let outcome = await reading.result
             #expect(throws: (any Error).self) { try outcome.get() }
             // its transaction is over, and the store reads and writes as before.
-            #expect(try store.queue.inDatabase { db in db.isInsideTransaction } == false)
+            #expect(try await store.pool.unsafeRead { db in db.isInsideTransaction } == false)
             _ = try await store.write(
                 .init(collection: "notes", recordId: "n0", fields: ["title": "kept"]), deviceId: "d", at: Date(), offline: false)
             #expect(try await store.records().count == 1)
@@ -138,7 +190,7 @@ struct StoreReadTests {
                     throw Refused()
                 }
             }
-            #expect(try store.queue.inDatabase { db in db.isInsideTransaction } == false)
+            #expect(try await store.pool.unsafeRead { db in db.isInsideTransaction } == false)
             _ = try await store.write(
                 .init(collection: "notes", recordId: "n0", fields: ["title": "kept"]), deviceId: "d", at: Date(), offline: false)
             #expect(try await store.records().count == 1)

@@ -113,7 +113,7 @@ extension LocalStore {
         let decision = Self.decide(results)
         let through = results.map(\.0.seq).max() ?? 0
         try await perform {
-            try self.writeUnflushed { db in
+            try await self.writeUnflushed { db in
                 try Self.store(decision, at: Timestamp(date).millisecondsSince1970, db: db)
                 try Self.storeRecords(decision, through: through, at: date, sealer: sealer, db: db)
             }

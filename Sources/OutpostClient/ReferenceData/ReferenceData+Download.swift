@@ -143,6 +143,6 @@ extension ReferenceData {
         if page.continuation == nil {
             return try await store.perform { try await store.writeFlushed(write) }
         }
-        return try await store.writeUnflushedOnQueue(write)
+        return try await store.writeUnflushed(write)
     }
 }

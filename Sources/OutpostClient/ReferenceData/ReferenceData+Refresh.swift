@@ -60,7 +60,7 @@ extension ReferenceData {
                     let time = Timestamp(now()).millisecondsSince1970
                     // Without a flush of its own: a refresh lost to a power cut is pulled again, and the next local
                     // write flushes it.
-                    let counts = try await self.store.writeUnflushedOnQueue { db in
+                    let counts = try await self.store.writeUnflushed { db in
                         try Self.apply(
                             prepared.0, rows: prepared.1, pulledFrom: pulledFrom, collection: collection, scope: scope,
                             index: index, at: time, db: db)

@@ -6,12 +6,10 @@ extension LocalStore {
     /// Runs `reads` in one deferred transaction, begun and committed through statements prepared once per
     /// connection, as ``writeImmediate(_:)`` does.
     ///
-    /// Every read of the store goes through here rather than GRDB's `read`, which turns `PRAGMA query_only` on
-    /// and off around each read: SQLite expires every prepared statement of the connection when such a flag
-    /// changes, so each read would have every cached statement (a local write's inserts, the outbox's read, the
-    /// updates of a push's answer) compiled again at its next use. Reads must not toggle `query_only`.
+    /// Reads run on the pool's reader connections, read-only from their opening, beside the writer: a read
+    /// never waits for a write, and never touches the statements the writer has prepared.
     func read<T: Sendable>(_ reads: @Sendable (Database) throws -> T) async throws -> T {
-        try await queue.unsafeRead { db in try Self.deferred(db, reads) }
+        try await pool.unsafeRead { db in try Self.deferred(db, reads) }
     }
 
     /// The transaction of ``read(_:)``, on a connection already at hand.
@@ -26,17 +24,27 @@ extension LocalStore {
     /// still sees the transaction where it looks, in SQLite's autocommit state and its commit hook.
     ///
     /// Rolls back and rethrows when `updates` or the commit fails.
-    func writeImmediate<T>(_ updates: (Database) throws -> T) throws -> T {
-        let value = try queue.writeWithoutTransaction { db in try Self.immediate(db, updates) }
+    func writeImmediate<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let value = try await onWriter { db in try Self.immediate(db, updates) }
         commits.signal()
         return value
     }
 
     /// GRDB's `write`: one flushed transaction, for the store's rarer writes (settings, conflicts, merges).
     func writeFlushed<T: Sendable>(_ updates: @Sendable (Database) throws -> T) async throws -> T {
-        let value = try await queue.write(updates)
+        let value = try await pool.write(updates)
         commits.signal()
         return value
+    }
+
+    /// Runs `work` on the writer's queue, the caller suspended meanwhile: no cooperative thread waits on a lock
+    /// another process holds, or on the flush. Queued work runs to its end whatever becomes of the calling task
+    /// (GRDB's async `write` refuses every statement but a rollback once the task is cancelled, which could
+    /// leave a commit half-made, or the connection unflushed for the local writes after it).
+    private func onWriter<T: Sendable>(_ work: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            pool.asyncWriteWithoutTransaction { db in continuation.resume(with: Result { try work(db) }) }
+        }
     }
 
     private static func immediate<T>(_ db: Database, _ updates: (Database) throws -> T) throws -> T {
@@ -62,33 +70,16 @@ extension LocalStore {
     }
 
     /// Runs `updates` in one transaction that commits without a flush of its own: for what the server can give
-    /// again, such as the results of a push.
+    /// again, such as the results of a push, or a page of reference data.
     ///
     /// The commit is in the write-ahead log at once, so a crash of the process loses nothing; the next durable
     /// commit (any local write) or checkpoint flushes it with everything before it. A power cut before then may
     /// lose it, never reorder it: the engine then sends those mutations again and the server answers them as
-    /// duplicates. A pushed chunk's results must not cost a drain a flush of their own.
-    ///
-    /// Synchronous on purpose: GRDB's async variant refuses every statement but a rollback once the task is
-    /// cancelled, which could leave the connection unflushed for the local writes after it.
-    func writeUnflushed<T>(_ updates: (Database) throws -> T) throws -> T {
-        let value = try queue.writeWithoutTransaction { db in try Self.unflushed(db, durable: durableCommits, updates) }
-        commits.signal()
-        return value
-    }
-
-    /// ``writeUnflushed(_:)`` without blocking the calling thread: the work is queued on the store's connection
-    /// and runs to its end there whatever becomes of the calling task, so that commits always flush again after
-    /// it. For reference data, which the server can give again: a page lost to a power cut is fetched again.
-    func writeUnflushedOnQueue<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    /// duplicates, and a page of reference data is fetched again. A pushed chunk's results must not cost a drain
+    /// a flush of their own.
+    func writeUnflushed<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
         let durable = durableCommits
-        let value = try await perform {
-            try await withCheckedThrowingContinuation { continuation in
-                queue.asyncWriteWithoutTransaction { db in
-                    continuation.resume(with: Result { try Self.unflushed(db, durable: durable, updates) })
-                }
-            }
-        }
+        let value = try await perform { try await self.onWriter { db in try Self.unflushed(db, durable: durable, updates) } }
         commits.signal()
         return value
     }

@@ -11,9 +11,13 @@ import OutpostProtocol
 /// are durable. Payloads (field values, errors, conflicts, the token) are sealed with AES-GCM; only ids,
 /// timestamps and statuses stay in the clear, because queries need them.
 ///
+/// A GRDB `DatabasePool`: reads run on reader connections beside the one writer, and every write runs on the
+/// writer's own queue while its caller is suspended, so that a write waiting on another process's lock holds
+/// none of Swift's cooperative threads.
+///
 /// One `LocalStore` per file per process (GRDB: connect to a database file only once).
 public final class LocalStore: Sendable {
-    let queue: DatabaseQueue
+    let pool: DatabasePool
     let sealer: Sealer
     public let url: URL
     /// Whether commits flush (`synchronous = FULL`); false only in simulations.
@@ -67,23 +71,24 @@ public final class LocalStore: Sendable {
                     try db.execute(sql: "PRAGMA fullfsync = ON")
                 #endif
             }
-            self.queue = try DatabaseQueue(path: url.path, configuration: configuration)
-            try queue.writeWithoutTransaction { db in
-                try db.execute(sql: "PRAGMA journal_mode = WAL")
+            self.pool = try DatabasePool(path: url.path, configuration: configuration)
+            // The pool sets the writer's `synchronous` to NORMAL when it turns WAL on, after `prepareDatabase`.
+            try pool.writeWithoutTransaction { db in
+                try db.execute(sql: durableCommits ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = OFF")
             }
-            try Self.migrator.migrate(queue)
+            try Self.migrator.migrate(pool)
             // Records kept from before scopes move into the scopes their fields name, once; the check is a read,
             // so that every later opening costs no commit.
             let sealer = self.sealer
-            if try !queue.unsafeRead({ db in try Self.deferred(db, Self.scopesFilled) }) {
-                try queue.writeWithoutTransaction { db in
+            if try !pool.unsafeRead({ db in try Self.deferred(db, Self.scopesFilled) }) {
+                try pool.writeWithoutTransaction { db in
                     try db.inTransaction(.immediate) {
                         try Self.fillScopes(db, sealer: sealer)
                         return .commit
                     }
                 }
             }
-            let time = try queue.unsafeRead { db in
+            let time = try pool.unsafeRead { db in
                 try Self.deferred(db) { db in
                     ClientTime(
                         last: max(
@@ -169,9 +174,7 @@ public final class LocalStore: Sendable {
         let sealer = self.sealer
         let clientTime = self.clientTime
         return try await perform {
-            // Synchronous on purpose: a local write is one short transaction, and GRDB's async variant adds
-            // two thread hops, which on a busy device cost more than the commit itself.
-            try self.writeImmediate { db in
+            try await self.writeImmediate { db in
                 // Writes are serial on this queue, and the transaction holds the store's write lock, so neither
                 // this process nor another can write between the read and the advance below.
                 let time = try Self.nextClientTime(after: clientTime, now: date, db: db)
@@ -662,7 +665,7 @@ extension LocalStore {
     package func checkpoint(truncatingLogPast limit: Int = LocalStore.walSizeLimit) async throws {
         let log = url.path + "-wal"
         try await perform {
-            try await queue.writeWithoutTransaction { db in
+            try await pool.writeWithoutTransaction { db in
                 try db.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)")
                 let size = (try? FileManager.default.attributesOfItem(atPath: log)[.size] as? NSNumber)?.intValue ?? 0
                 guard size > limit else { return }
