@@ -58,7 +58,6 @@ let package = Package(
             dependencies: [
                 "OutpostProtocol",
                 "OutpostConcurrency",
-                "OutpostRecords",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -106,7 +105,7 @@ let package = Package(
         .target(
             name: "OutpostTesting",
             dependencies: [
-                "OutpostProtocol", "OutpostClient",
+                "OutpostProtocol", "OutpostClient", "OutpostRecords",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -145,10 +144,12 @@ let package = Package(
             plugins: [.plugin(name: "OpenAPIGenerator", package: "swift-openapi-generator")]
         ),
         .testTarget(name: "OutpostProtocolTests", dependencies: ["OutpostProtocol"]),
+        .testTarget(name: "OutpostRecordsTests", dependencies: ["OutpostRecords"]),
         .testTarget(
             name: "OutpostClientTests",
             dependencies: [
                 "OutpostClient",
+                "OutpostApps",
                 "OutpostConcurrency",
                 "OutpostRecords",
                 "OutpostTesting",

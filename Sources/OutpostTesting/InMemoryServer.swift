@@ -2,6 +2,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 
 /// A server held in memory, with the protocol's push semantics: each idempotency key is applied once,
 /// a key sent again is a duplicate, and a key reused with other content is refused.
@@ -36,7 +37,7 @@ public actor InMemoryServer {
     /// A server whose scoped collections are `scopeFields` (the field naming each one's scope), refusing what
     /// `rejection` gives a code and message for.
     public init(
-        scopeFields: [String: String] = LocalRecord.scopeFields,
+        scopeFields: [String: String] = FieldCollections.scopeFields,
         rejecting rejection: @escaping @Sendable (Mutation) -> WireError.Detail? = { _ in nil }
     ) {
         self.scopeFields = scopeFields

@@ -27,7 +27,7 @@ struct DeviceStoreOptions: ParsableArguments {
     }
 
     func openStore() throws -> LocalStore {
-        try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
     }
 
     /// Opens the device, runs `body`, and shuts its HTTP client down, whatever happens.
@@ -298,7 +298,7 @@ struct DevicePut: AsyncParsableCommand {
 
     func run() async throws {
         let values = try fieldValues(fields)
-        let scope = self.scope ?? LocalRecord.scope(of: values, in: collection)
+        let scope = self.scope ?? StoreSchema.fieldApps.scope(of: values, in: collection)
         try await options.withDevice { device in
             let saved = try await device.engine.save(
                 LocalStore.Write(

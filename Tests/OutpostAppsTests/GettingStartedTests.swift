@@ -22,7 +22,7 @@ struct GettingStartedTests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-article-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
         let url = directory.appendingPathComponent("device.sqlite")
-        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
         // A token naming the user: the attendance log is that user's.
         let claims = #"{"tenant":"acme","sub":"ana","role":"staff","name":"Ana"}"#
         let token = "e30." + Data(claims.utf8).base64EncodedString().replacingOccurrences(of: "=", with: "") + ".sig"

@@ -40,7 +40,7 @@ func withTestDevice<T>(
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-apps-\(UUID())")
     defer { try? FileManager.default.removeItem(at: directory) }
     let url = directory.appendingPathComponent("device.sqlite")
-    let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+    let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
     let memory = InMemoryTransport(server: server)
     memory.isOnline = online
     let engine = SyncEngine(

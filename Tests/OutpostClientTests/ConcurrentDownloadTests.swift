@@ -1,4 +1,5 @@
 import Foundation
+import OutpostApps
 import OutpostProtocol
 import OutpostTesting
 import Testing
@@ -170,7 +171,7 @@ struct ConcurrentDownloadTests {
             let server = GatedServer(roster: roster, holdFrom: 1)
             let first = await Self.heldDownload(store, server)
             // Another process resumes the set from the first one's page and completes it.
-            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             #expect(
                 try await ReferenceData(store: other, transport: roster, pageSize: 100)
                     .download(collection: "guests", scope: "ev-1").isReady)
@@ -187,7 +188,7 @@ struct ConcurrentDownloadTests {
             let server = GatedServer(roster: roster, holdFrom: 1)
             let first = await Self.heldDownload(store, server)
             // Another process stores two more pages, then loses the network.
-            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             let failing = GatedServer(roster: roster, failFrom: 2)
             await #expect(throws: TransportError.self) {
                 try await ReferenceData(store: other, transport: failing, pageSize: 100).download(collection: "guests", scope: "ev-1")
@@ -218,7 +219,7 @@ struct ConcurrentDownloadTests {
         try await withStore { store, url in
             let roster = ReferenceDataTests.roster(1000)
             // Another process starts first: it finds nothing stored, and its first page is on the way.
-            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             let late = GatedServer(roster: roster, holdFrom: 0)
             let lateDownload = Task {
                 try await ReferenceData(store: other, transport: late, pageSize: 100).download(collection: "guests", scope: "ev-1")

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import OutpostTesting
@@ -67,7 +68,7 @@ struct LiveQueryTests {
             // The query's check of other connections waits on the clock.
             _ = await sleeps.next()
 
-            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             _ = try await other.write(note("x"), deviceId: "d", at: Date(), offline: true)
             clock.advance(by: .seconds(1))
             #expect(try await first(list, "the other connection's record").map(\.recordId) == ["x"])

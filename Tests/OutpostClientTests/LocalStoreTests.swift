@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import OutpostApps
 import OutpostProtocol
 import Testing
 
@@ -41,7 +42,7 @@ struct LocalStoreTests {
         try await withStore { running, url in
             // `device run` has the store open; `device put` opens it beside it, and its clock reads later.
             let instant = Date(timeIntervalSince1970: 1_795_251_600)
-            let put = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let put = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             try await running.write(note("r0", ["n": 0]), deviceId: "d", at: instant, offline: false)
             try await put.write(note("r1", ["n": 1]), deviceId: "d", at: instant + 10, offline: false)
             try await put.write(note("r2", ["n": 2]), deviceId: "d", at: instant + 10, offline: false)
@@ -75,10 +76,10 @@ struct LocalStoreTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let url = directory.appendingPathComponent("device.sqlite")
         do {
-            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             for i in 0..<3 { try await store.write(note("r\(i)"), deviceId: "d", at: Date(), offline: true) }
         }
-        let reopened = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let reopened = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
         #expect(try await reopened.nextChunk(limit: 50).count == 3)
         #expect(try await reopened.records(.pending).count == 3)
     }
@@ -90,7 +91,7 @@ struct LocalStoreTests {
         let url = directory.appendingPathComponent("device.sqlite")
         let size: Int
         do {
-            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             for i in 0..<40 { try await store.write(note("r\(i)"), deviceId: "d", at: Date(), offline: true) }
             try await store.checkpoint()
             size = try logSize(url)
@@ -101,7 +102,7 @@ struct LocalStoreTests {
         }
         // Closed: SQLite would delete the log; the store keeps it, at its size.
         #expect(try logSize(url) == size)
-        let reopened = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let reopened = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
         // The next session's commits follow the last session's frames until its first checkpoint (the engine
         // checkpoints after every sync); after it, they overwrite the kept file from its start.
         try await reopened.checkpoint()
@@ -157,7 +158,7 @@ struct LocalStoreTests {
             #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
             try await store.write(note("r1"), deviceId: "d", at: Date(), offline: false)
             let otherKey = try StaticKeyProvider(.init(size: .bits256)).key()
-            let wrong = try LocalStore(url: url, keys: StaticKeyProvider(otherKey))
+            let wrong = try LocalStore(url: url, keys: StaticKeyProvider(otherKey), schema: .fieldApps)
             await #expect(throws: ClientError.self) { _ = try await wrong.records() }
         }
     }

@@ -2,6 +2,7 @@ import Clocks
 import Crypto
 import Foundation
 import GRDB
+import OutpostApps
 import OutpostProtocol
 import OutpostRecords
 import OutpostTesting
@@ -235,7 +236,7 @@ struct RecordScopeTests {
             ])
 
         // When this version opens it
-        let store = try LocalStore(url: url, keys: StaticKeyProvider(key))
+        let store = try LocalStore(url: url, keys: StaticKeyProvider(key), schema: .fieldApps)
 
         // Then every record is kept, opens, and keeps its status and version
         #expect(try await store.records().count == 6)
@@ -293,12 +294,12 @@ struct RecordScopeTests {
 
         // Given the store opened first with another key
         do {
-            let wrongKey = try LocalStore(url: url, keys: StaticKeyProvider(SymmetricKey(size: .bits256)))
+            let wrongKey = try LocalStore(url: url, keys: StaticKeyProvider(SymmetricKey(size: .bits256)), schema: .fieldApps)
             #expect(try await wrongKey.read { try LocalStore.scopesFilled($0) } == false)
         }
 
         // When it is opened with its own
-        let store = try LocalStore(url: url, keys: StaticKeyProvider(key))
+        let store = try LocalStore(url: url, keys: StaticKeyProvider(key), schema: .fieldApps)
 
         // Then the check-in is moved into its event then
         #expect(try await store.record(collection: CheckIn.collection, scope: "gala", recordId: "g1")?.version == 1)

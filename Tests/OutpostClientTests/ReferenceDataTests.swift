@@ -117,6 +117,35 @@ struct ReferenceDataTests {
         }
     }
 
+    @Test("the SDK searches what the app declares: other collections and field names; a collection the schema names no search for is refused")
+    func declaredSearch() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-schema-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("device.sqlite")
+        let schema = StoreSchema(search: ["crew": ReferenceSearch(words: "full_name", exact: "mail")])
+        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: schema)
+        let server = ReferenceServer()
+        server.put("c1", ["full_name": "Ines Okafor", "mail": "ines@example.org", "name": "ignored"], scope: "site")
+        server.put("c2", ["full_name": "Omar Ines", "mail": "omar@example.org"], scope: "site")
+        server.put("g1", ["name": "Ines Guest", "email": "ines@example.org"], scope: "site")
+        let data = ReferenceData(store: store, transport: server)
+        try await data.download(collection: "crew", scope: "site")
+        func ids(_ query: String) async throws -> [String] {
+            try await data.search(collection: "crew", scope: "site", query: query).map(\.recordId)
+        }
+        // Sorted by the declared words field.
+        #expect(try await ids("ine") == ["c1", "c2"])
+        #expect(try await ids("okaf") == ["c1"])
+        #expect(try await ids("ignored") == [])
+        #expect(try await ids("OMAR@example.org") == ["c2"])
+        // Guests are nothing to this app: their roster is not searched here.
+        try await data.download(collection: "guests", scope: "site")
+        let refused = await #expect(throws: ClientError.self) {
+            try await data.search(collection: "guests", scope: "site", query: "ines")
+        }
+        #expect(refused?.code == .invalidInput)
+    }
+
     @Test("roster rows and the search index hold no name or e-mail in the clear")
     func encrypted() async throws {
         try await withStore { store, url in

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import GRDB
+import OutpostApps
 import OutpostProtocol
 import OutpostTesting
 import Testing
@@ -194,13 +195,13 @@ struct ReferenceIndexTests {
 
         // A current store provides the sealed rows and the index.
         let currentURL = directory.appendingPathComponent("current.sqlite")
-        let current = try LocalStore(url: currentURL, keys: StaticKeyProvider(Self.key))
+        let current = try LocalStore(url: currentURL, keys: StaticKeyProvider(Self.key), schema: .fieldApps)
         try await ReferenceData(store: current, transport: server).download(collection: "guests", scope: "ev-1")
         // The same data laid out as the schema before this migration had it.
         let olderURL = directory.appendingPathComponent("older.sqlite")
         try Self.copyAsOlderSchema(from: currentURL, to: olderURL)
 
-        let migrated = try LocalStore(url: olderURL, keys: StaticKeyProvider(Self.key))
+        let migrated = try LocalStore(url: olderURL, keys: StaticKeyProvider(Self.key), schema: .fieldApps)
         let data = ReferenceData(store: migrated, transport: server)
         #expect(try Self.keptTokens(olderURL) == Self.searchRows(olderURL))
         #expect(try Self.keptTokens(olderURL).count == 40)

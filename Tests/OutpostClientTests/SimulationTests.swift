@@ -1,4 +1,5 @@
 import Foundation
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import OutpostTesting
@@ -67,7 +68,7 @@ struct SimulationTests {
         }
 
         func open(_ id: String, _ url: URL, _ transport: CrashPoint) throws -> SyncEngine {
-            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), durableCommits: false)
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps, durableCommits: false)
             return SyncEngine(
                 store: store, transport: transport, configuration: .init(deviceId: id, chunkSize: 5, deliversAfterSave: false), clock: YieldingClock()
             )

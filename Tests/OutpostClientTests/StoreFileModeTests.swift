@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import OutpostApps
 import OutpostClient
 import Testing
 
@@ -15,7 +16,7 @@ struct StoreFileModeTests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-modes-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
         let url = directory.appendingPathComponent("device.sqlite")
-        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
         _ = try await store.write(note("a"), deviceId: "d", at: Date(), offline: true)
         #expect(try mode(directory.path) == 0o700)
         for path in [url.path, url.path + "-wal", url.path + "-shm", LocalStore.defaultKeys(for: url).url.path] {
@@ -28,7 +29,7 @@ struct StoreFileModeTests {
         try await withStore { store, url in
             _ = try await store.write(note("a"), deviceId: "d", at: Date(), offline: true)
             for path in [url.path, url.path + "-wal"] { #expect(chmod(path, 0o644) == 0) }
-            _ = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            _ = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             #expect(try mode(url.path) == 0o600)
             #expect(try mode(url.path + "-wal") == 0o600)
         }
@@ -46,7 +47,7 @@ struct StoreErrorTests {
         let url = directory.appendingPathComponent("device.sqlite")
         try Data(repeating: 0x41, count: 8192).write(to: url)
         do {
-            _ = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            _ = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             Issue.record("a file that is not a store opened")
         } catch let error as ClientError {
             #expect(error.code == .storeUnavailable)

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import OutpostTesting
@@ -8,7 +9,7 @@ func withStore<T>(durable: Bool = true, _ body: (LocalStore, URL) async throws -
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-device-\(UUID())")
     defer { try? FileManager.default.removeItem(at: directory) }
     let url = directory.appendingPathComponent("device.sqlite")
-    let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), durableCommits: durable)
+    let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps, durableCommits: durable)
     return try await body(store, url)
 }
 

@@ -1,5 +1,6 @@
 import Clocks
 import Foundation
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import OutpostTesting
@@ -99,7 +100,7 @@ struct TriggerTests {
                 store: store, transport: InMemoryTransport(server: InMemoryServer()), configuration: .init(deviceId: "d", deliversAfterSave: false),
                 clock: TestClock<Duration>())
             await engine.setOnline(true)
-            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             try await other.write(note("a"), deviceId: "d", at: Date(), offline: true)
             #expect(await engine.status.pendingCount == 0)
             await engine.setOnline(false)
@@ -118,7 +119,7 @@ struct TriggerTests {
                 clock: clock)
             await engine.setOnline(true)
             // The other process saved while this one was online; its own push did not get through.
-            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let other = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             try await other.write(note("a"), deviceId: "d", at: Date(), offline: false)
             #expect(await engine.status.pendingCount == 0)
             let scheduler = SyncScheduler(engine: engine, monitor: FixedMonitor(online: true), clock: clock, retryInterval: .seconds(60))

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import OutpostRecords
@@ -53,7 +54,7 @@ struct AccessSimulationTests {
         var engines: [SyncEngine] = []
         for user in users {
             let url = root.appendingPathComponent("\(user.id).sqlite")
-            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), durableCommits: false)
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps, durableCommits: false)
             let transport = HTTPSyncTransport(
                 baseURL: base, token: try await Fixtures.token(user: user.id, role: user.role, name: user.id))
             engines.append(

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import OutpostTesting
@@ -114,7 +115,7 @@ extension DeviceEndToEndTests {
             ["device", "init", "--server", "http://127.0.0.1:\(port)", "--token", token, "--device-id", "dev-live", "--store", url.path])
         #expect(setup.status == 0, "\(setup.stderr)")
 
-        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
         let notes = store.observeRecords(collection: "notes", checkingOtherProcessesEvery: .milliseconds(50))
         let seen = Task { () async throws -> LocalRecord? in
             for try await records in notes where records.map(\.recordId) == ["n1"] { return records.first }

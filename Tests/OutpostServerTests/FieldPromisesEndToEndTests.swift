@@ -1,4 +1,5 @@
 import Foundation
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import OutpostTesting
@@ -23,7 +24,7 @@ struct FieldPromisesEndToEndTests {
         // The check-in is on disk while the command still waits on the server: the save went first.
         let running = try await OutpostProcess.start(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12", "--store", store])
         let url = URL(fileURLWithPath: store)
-        let reader = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let reader = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
         var seenWhileRunning = false
         let deadline = ContinuousClock.now.advanced(by: .seconds(120))
         while !seenWhileRunning && running.isRunning && ContinuousClock.now < deadline {

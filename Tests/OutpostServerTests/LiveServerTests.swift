@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import NIOConcurrencyHelpers
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import OutpostTesting
@@ -145,7 +146,7 @@ struct LiveServerTests {
             let root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pull-\(UUID())")
             defer { try? FileManager.default.removeItem(at: root) }
             let url = root.appendingPathComponent("device.sqlite")
-            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             let transport = CountingStreams(inner: staff)
             let engine = SyncEngine(store: store, transport: transport, configuration: SyncConfiguration(deviceId: "dev-b", deliversAfterSave: false))
             #expect(try await engine.pull(collection: "notes", pageSize: 1) == ids.count)

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import Testing
@@ -209,7 +210,7 @@ struct PostgresReliabilityTests {
         var engines: [SyncEngine] = []
         for device in 0..<devices {
             let url = root.appendingPathComponent("device-\(device)/device.sqlite")
-            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             for i in 0..<perDevice {
                 try await store.write(
                     LocalStore.Write(collection: "notes", recordId: "d\(device)-\(i)", fields: ["i": .integer(Int64(i))]),

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import OutpostTesting
@@ -78,7 +79,7 @@ struct TokenRenewalTests {
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-renewal-\(UUID())")
             defer { try? FileManager.default.removeItem(at: directory) }
             let url = directory.appendingPathComponent("device.sqlite")
-            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             let deviceNow: @Sendable () -> Date = { Fixtures.serverNow.date }
             try await Device.initialize(store: store, server: base, token: try await Self.expiredToken(), deviceId: "dev-r")
 

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import OutpostTesting
@@ -87,7 +88,7 @@ struct URLSessionTransportTests {
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-urlsession-\(UUID())")
             defer { try? FileManager.default.removeItem(at: directory) }
             let url = directory.appendingPathComponent("device.sqlite")
-            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             let transport = URLSessionSyncTransport(baseURL: base, token: try await Fixtures.token(role: .staff))
             let engine = SyncEngine(
                 store: store, transport: transport,

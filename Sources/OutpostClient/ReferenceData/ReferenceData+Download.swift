@@ -48,6 +48,7 @@ extension ReferenceData {
         let pageSize = self.pageSize
         let sealer = store.sealer
         let index = self.index
+        let search = store.schema.search[collection]
         // Keys are continuations; nil asks for the first page.
         try await Self.transfer(
             from: continuation,
@@ -62,7 +63,7 @@ extension ReferenceData {
                     let rows = try await Self.inHalves(page.records) { record in
                         try Self.prepare(
                             record, collection: collection, scope: scope, sealer: sealer, index: index,
-                            withTokens: true)
+                            search: search, withTokens: true)
                     }
                     return PreparedPage(page: page, rows: rows)
                 },

@@ -31,6 +31,7 @@ extension ReferenceData {
         let transport = self.transport
         let sealer = store.sealer
         let index = self.index
+        let search = store.schema.search[collection]
         let now = self.now
         let summary = NIOLockedValueBox(RefreshSummary(updated: 0, removed: 0))
         let pulls = PullStream<PullPage>(cursor: { $0.cursor }) { cursor in
@@ -52,7 +53,7 @@ extension ReferenceData {
                             ? nil
                             : try Self.prepare(
                                 change, collection: collection, scope: scope, sealer: sealer, index: index,
-                                withTokens: false)
+                                search: search, withTokens: false)
                     }
                     return (page, rows)
                 },

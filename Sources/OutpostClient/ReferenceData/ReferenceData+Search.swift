@@ -29,12 +29,16 @@ extension ReferenceData {
         }
     }
 
-    /// Records whose name words start with the query's words, or whose e-mail is the query: the first `limit`
-    /// found, sorted by name (type more letters to narrow a common prefix).
+    /// Records whose words field (a name) has words that start with the query's words, or whose exact field (an
+    /// e-mail) is the query, as the store's schema declares them for `collection` (``ReferenceSearch``): the
+    /// first `limit` found, sorted by the words field (type more letters to narrow a common prefix).
     ///
-    /// - Throws: ``ClientError`` `invalidInput` for a query of one character, `notFound` while the set is not
-    ///   fully downloaded.
+    /// - Throws: ``ClientError`` `invalidInput` for a query of one character or a collection the schema gives
+    ///   no search, `notFound` while the set is not fully downloaded.
     public func search(collection: String, scope: String, query: String, limit: Int = 20) async throws -> [ReferenceRecord] {
+        guard let search = store.schema.search[collection] else {
+            throw ClientError(.invalidInput, "\(collection) is not searched on this device: its store's schema names no search fields")
+        }
         guard let tokens = index.tokens(forQuery: query) else {
             throw ClientError(.invalidInput, "type at least two characters of a name, or a whole e-mail")
         }
@@ -67,7 +71,7 @@ extension ReferenceData {
                     let opened = try sealer.open(row["payload"], context: context)
                     if byName {
                         // Most candidates of a short prefix do not match: their name alone is read to see.
-                        let name = try? JSONValue.member("name", ofObject: opened)
+                        let name = try? JSONValue.member(search.words, ofObject: opened)
                         guard index.matches(name: name?.stringValue, queryWords: queryWords) else { continue }
                     }
                     let fields: [String: JSONValue]
@@ -76,11 +80,12 @@ extension ReferenceData {
                     } catch {
                         throw ClientError(.cannotDecrypt, "a sealed payload does not decode")
                     }
-                    if index.matches(fields, query: query, queryWords: queryWords) {
+                    if index.matches(fields, search: search, query: query, queryWords: queryWords) {
                         found.append(ReferenceRecord(recordId: id, fields: fields, version: row["version"]))
                     }
                 }
-                found.sort { ($0.fields["name"]?.stringValue ?? "", $0.recordId) < ($1.fields["name"]?.stringValue ?? "", $1.recordId) }
+                let key = search.words
+                found.sort { ($0.fields[key]?.stringValue ?? "", $0.recordId) < ($1.fields[key]?.stringValue ?? "", $1.recordId) }
                 return found
             }
         }

@@ -98,13 +98,15 @@ public struct ReferenceData: Sendable {
         }
     }
 
-    /// Seals `record`, and works out its fingerprint and, if asked, its tokens.
+    /// Seals `record`, and works out its fingerprint and, if asked, its tokens from the fields `search` names
+    /// (none without it: the collection is not searched).
     static func prepare(
         _ record: SnapshotPage.Record, collection: String, scope: String, sealer: Sealer,
-        index: ReferenceIndex, withTokens: Bool
+        index: ReferenceIndex, search: ReferenceSearch?, withTokens: Bool
     ) throws -> PreparedRow {
         let fields = record.fieldsJSON
-        let indexed = try JSONValue.members(["name", "email"], ofObject: fields)
+        let indexed =
+            try search.map { try JSONValue.members([$0.words, $0.exact ?? ""], ofObject: fields) } ?? [nil, nil]
         return PreparedRow(
             recordId: record.recordId,
             payload: try sealer.seal(fields, context: "reference:\(collection)/\(scope)/\(record.recordId)"),

@@ -300,13 +300,15 @@ struct ReferenceIndex: Sendable {
     /// The words of a query of name words, to give ``matches(name:queryWords:)``.
     static func queryWords(_ query: String) -> [String] { words(String(trimmed(query))) }
 
-    /// Whether a candidate really matches: an e-mail exactly, or every query word a prefix of a name word.
-    func matches(_ fields: [String: JSONValue], query: String, queryWords: [String]) -> Bool {
+    /// Whether a candidate really matches: its exact field (an e-mail) exactly, or every query word a prefix of a
+    /// word of its words field (a name).
+    func matches(_ fields: [String: JSONValue], search: ReferenceSearch, query: String, queryWords: [String]) -> Bool {
         let trimmed = Self.trimmed(query)
         if Self.isEmail(trimmed) {
-            return fields["email"]?.stringValue.map { Self.trimmed($0.lowercased()) == trimmed.lowercased() } ?? false
+            guard let exact = search.exact else { return false }
+            return fields[exact]?.stringValue.map { Self.trimmed($0.lowercased()) == trimmed.lowercased() } ?? false
         }
-        return matches(name: fields["name"]?.stringValue, queryWords: queryWords)
+        return matches(name: fields[search.words]?.stringValue, queryWords: queryWords)
     }
 
     /// Whether a name matches a query's words: every query word a prefix of a name word. The name's words come

@@ -1,6 +1,5 @@
 import Foundation
 import OutpostProtocol
-import OutpostRecords
 
 /// Where a record stands with the server.
 public enum RecordSyncStatus: String, Sendable, Hashable, Codable, CaseIterable {
@@ -57,22 +56,6 @@ public struct LocalRecord: Sendable, Hashable {
     public var deleted: Bool {
         get { tombstone }
         set { tombstone = newValue }
-    }
-}
-
-extension LocalRecord {
-    /// The collections whose records belong to a scope, each with the field whose value names it, as the
-    /// server's collection policies say: an event's guests and check-ins.
-    public static let scopeFields: [String: String] = [
-        Guest.collection: Guest.scopeField,
-        CheckIn.collection: CheckIn.scopeField,
-    ]
-
-    /// The scope that `fields` name for a record of `collection`, as the server reads it: the scope field's
-    /// value as text. Nil when the collection has no scope or the fields leave its scope field out.
-    public static func scope(of fields: [String: JSONValue], in collection: String) -> String? {
-        guard let field = scopeFields[collection], let value = fields[field] else { return nil }
-        return value.displayText
     }
 }
 

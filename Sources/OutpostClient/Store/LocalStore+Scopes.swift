@@ -6,13 +6,13 @@ extension LocalStore {
     /// The setting that says the records kept from before scopes are in the scopes their fields name.
     static let scopesFilledSetting = "record_scopes_filled"
 
-    /// Whether ``fillScopes(_:sealer:)`` has finished on this store; nothing is unsealed.
+    /// Whether ``fillScopes(_:sealer:schema:)`` has finished on this store; nothing is unsealed.
     static func scopesFilled(_ db: Database) throws -> Bool {
         try Bool.fetchOne(
             db, sql: "SELECT EXISTS (SELECT 1 FROM settings WHERE name = ?)", arguments: [scopesFilledSetting]) ?? false
     }
 
-    /// Moves the records of scoped collections (``LocalRecord/scopeFields``) that migration v9 kept with the
+    /// Moves the records of scoped collections (``StoreSchema/scopeFields``) that migration v9 kept with the
     /// empty scope into the scope their sealed fields name, and their outbox entries with them, so that a
     /// check-in made before the upgrade is the record its event's pulls, scans and answers look for.
     ///
@@ -25,9 +25,9 @@ extension LocalStore {
     /// the record's entry before it, or else the record's. A record takes the scope its fields name, or else
     /// its last entry's (a deleted record keeps no fields). A record or entry with neither stays unscoped; a
     /// record whose scope already holds a row with its id stays too, rather than replace that row.
-    static func fillScopes(_ db: Database, sealer: Sealer) throws {
+    static func fillScopes(_ db: Database, sealer: Sealer, schema: StoreSchema) throws {
         guard try !scopesFilled(db) else { return }
-        let collections = Array(LocalRecord.scopeFields.keys)
+        let collections = Array(schema.scopeFields.keys)
         let inScoped = "collection IN (\(databaseQuestionMarks(count: collections.count)))"
         var complete = true
 
@@ -49,7 +49,7 @@ extension LocalStore {
                     complete = false
                     continue
                 }
-                scope = LocalRecord.scope(of: fields, in: collection)
+                scope = schema.scope(of: fields, in: collection)
             }
             if let scope { lastEntryScope[record] = scope }
             entries.append((row["seq"], record, scope ?? lastEntryScope[record]))
@@ -64,7 +64,7 @@ extension LocalStore {
                 continue
             }
             let key = RecordKey(record.collection, "", record.recordId)
-            guard let scope = LocalRecord.scope(of: record.fields, in: record.collection) ?? lastEntryScope[key], !scope.isEmpty
+            guard let scope = schema.scope(of: record.fields, in: record.collection) ?? lastEntryScope[key], !scope.isEmpty
             else { continue }
             let taken = try Bool.fetchOne(
                 db, sql: "SELECT EXISTS (SELECT 1 FROM records WHERE collection = ? AND scope = ? AND record_id = ?)",

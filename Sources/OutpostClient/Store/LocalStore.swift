@@ -20,6 +20,8 @@ public final class LocalStore: Sendable {
     let pool: DatabasePool
     let sealer: Sealer
     public let url: URL
+    /// What the app declared about its collections: their scopes, and how reference data is searched.
+    public let schema: StoreSchema
     /// Whether commits flush (`synchronous = FULL`); false only in simulations.
     let durableCommits: Bool
     /// The latest client time written, in milliseconds (device time only moves forward), and the store's
@@ -35,11 +37,14 @@ public final class LocalStore: Sendable {
 
     /// Opens (creating when needed) the store at `url`, sealing with the key `keys` provides.
     ///
-    /// - Parameter durableCommits: flush every commit to disk (the default). Pass false only in simulations
-    ///   that model process crashes, never power loss, and want speed.
+    /// - Parameters:
+    ///   - schema: what the app declares about its collections; the same each time the store is opened.
+    ///   - durableCommits: flush every commit to disk (the default). Pass false only in simulations that model
+    ///     process crashes, never power loss, and want speed.
     /// - Throws: ``ClientError`` with `storeUnavailable` or `keyUnavailable`.
-    public init(url: URL, keys: some KeyProvider, durableCommits: Bool = true) throws {
+    public init(url: URL, keys: some KeyProvider, schema: StoreSchema = StoreSchema(), durableCommits: Bool = true) throws {
         self.url = url
+        self.schema = schema
         self.durableCommits = durableCommits
         do {
             try FileManager.default.createDirectory(
@@ -83,7 +88,7 @@ public final class LocalStore: Sendable {
             if try !pool.unsafeRead({ db in try Self.deferred(db, Self.scopesFilled) }) {
                 try pool.writeWithoutTransaction { db in
                     try db.inTransaction(.immediate) {
-                        try Self.fillScopes(db, sealer: sealer)
+                        try Self.fillScopes(db, sealer: sealer, schema: schema)
                         return .commit
                     }
                 }
@@ -170,7 +175,7 @@ public final class LocalStore: Sendable {
     ///   differs from the one the write's fields name.
     @discardableResult
     package func write(_ write: Write, deviceId: String, at date: Date, offline: Bool) async throws -> LocalRecord {
-        try Self.validate(write)
+        try Self.validate(write, schema: schema)
         let sealer = self.sealer
         let clientTime = self.clientTime
         return try await perform {
@@ -337,7 +342,7 @@ public final class LocalStore: Sendable {
         var dataVersion: Int64
     }
 
-    static func validate(_ write: Write) throws {
+    static func validate(_ write: Write, schema: StoreSchema) throws {
         guard Identifier.isValid(write.collection) else {
             throw ClientError(.invalidInput, "the collection name is not a valid identifier")
         }
@@ -348,8 +353,8 @@ public final class LocalStore: Sendable {
         if let scope = write.scope, !scope.isEmpty {
             guard Identifier.isValid(scope) else { throw ClientError(.invalidInput, "a scope is \(identifierRule)") }
             // The server refuses a mutation whose scope and scope field differ.
-            if let named = LocalRecord.scope(of: write.fields, in: write.collection), named != scope {
-                throw ClientError(.invalidInput, "the scope differs from the record's \(LocalRecord.scopeFields[write.collection] ?? "scope")")
+            if let named = schema.scope(of: write.fields, in: write.collection), named != scope {
+                throw ClientError(.invalidInput, "the scope differs from the record's \(schema.scopeFields[write.collection] ?? "scope")")
             }
         }
         for name in write.fields.keys + [write.timestampField].compactMap({ $0 }) where !Identifier.isValidFieldName(name) {

@@ -17,8 +17,14 @@ struct LocalWriteBench {
         progress("local-write: filling the store with \(records) records…")
         do {
             // The fill needs no durability of its own; what is measured afterwards does.
-            let fill = try LocalStore(url: url, keys: keys, durableCommits: false)
-            try await fill.fill(records: records, deviceId: "bench")
+            let fill = try LocalStore(url: url, keys: keys, schema: .fieldApps, durableCommits: false)
+            // Records like those a door holds after a day's work.
+            try await fill.fill(count: records, collection: "checkins") { position in
+                (
+                    "seed-\(position)",
+                    ["name": .string("Guest \(position)"), "email": .string("guest\(position)@example.org"), "n": .integer(Int64(position))]
+                )
+            }
         }
         // The floor a store on SQLite can reach: the same two rows in a copy of the filled store, through
         // SQLite's C API, with no sealing, encoding or checks.
@@ -28,7 +34,7 @@ struct LocalWriteBench {
         }
         let floor = try SQLiteFloorProbe(url: floorURL)
         defer { floor.close() }
-        let store = try LocalStore(url: url, keys: keys)
+        let store = try LocalStore(url: url, keys: keys, schema: .fieldApps)
         let probe = try FsyncProbe(url: directory.appendingPathComponent("fsync.probe"))
         defer { probe.close() }
 

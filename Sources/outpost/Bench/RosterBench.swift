@@ -51,7 +51,7 @@ struct RosterBench {
         let plain = try await clock.measure { try await plainFetch(base: base, token: staff, client: client) }
 
         let url = directory.appendingPathComponent("device/device.sqlite")
-        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
         let data = ReferenceData(store: store, transport: staffTransport)
         progress("roster: downloading into the encrypted device store…")
         let download = try await clock.measure {

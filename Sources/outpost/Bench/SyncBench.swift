@@ -37,7 +37,7 @@ struct SyncBench {
     func queuedDevice(_ name: String, count: Int, base: URL, token: String, client: HTTPClient) async throws -> SyncEngine {
         let url = directory.appendingPathComponent("\(name)-\(UUID().uuidString.prefix(6))/device.sqlite")
         do {
-            let fill = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), durableCommits: false)
+            let fill = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps, durableCommits: false)
             for i in 0..<count {
                 try await fill.write(
                     .init(
@@ -45,7 +45,7 @@ struct SyncBench {
                     deviceId: name, at: Date(), offline: true)
             }
         }
-        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
         let engine = SyncEngine(
             store: store, transport: HTTPSyncTransport(baseURL: base, token: token, client: client, timeout: .seconds(60)),
             configuration: SyncConfiguration(deviceId: name, deliversAfterSave: false))

@@ -116,7 +116,7 @@ struct Story {
 
     func open(_ name: String, token: String?) async throws -> FieldDevice {
         let url = root.appendingPathComponent(name).appendingPathComponent("device.sqlite")
-        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
         if let token {
             try await Device.initialize(store: store, server: base, token: token, deviceId: name)
             try await store.setSetting(LocalStore.currentEventSetting, Demo.event)

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostApps
 import OutpostClient
 import Testing
 
@@ -87,7 +88,7 @@ extension LocalStore {
     /// Queues `count` notes offline in the device store at `path`, ids `r0000`…; their ids in order.
     static func queueOfflineNotes(at path: String, deviceId: String, count: Int) async throws -> [String] {
         let url = URL(fileURLWithPath: path)
-        let local = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url))
+        let local = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
         var written: [String] = []
         for i in 0..<count {
             let id = String(format: "r%04d", i)

@@ -1,6 +1,5 @@
 import Foundation
 import OutpostProtocol
-import OutpostRecords
 
 /// Reads an event roster from CSV (RFC 4180: quoted fields may hold commas, quotes and line breaks) and checks
 /// every row, reporting problems by line number, so that an import sends nothing unless every row is good.

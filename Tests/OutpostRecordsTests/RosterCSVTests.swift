@@ -1,6 +1,6 @@
 import Foundation
-import OutpostClient
 import OutpostProtocol
+import OutpostRecords
 import Testing
 
 @Suite("Roster CSV")
