@@ -106,15 +106,13 @@ public struct DeviceUser: Sendable, Hashable {
     public init?(token: String) {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3 else { return nil }
-        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
         struct Claims: Decodable {
             var tenant: String
             var sub: String
             var role: String
             var name: String?
         }
-        guard let data = Data(base64Encoded: base64), let claims = try? JSONDecoder().decode(Claims.self, from: data),
+        guard let data = Base64URL.decode(parts[1]), let claims = try? JSONDecoder().decode(Claims.self, from: Data(data)),
             Identifier.isValid(claims.sub), let role = Role(rawValue: claims.role)
         else { return nil }
         self.init(tenant: claims.tenant, userId: claims.sub, name: claims.name ?? claims.sub, role: role)

@@ -257,7 +257,7 @@ struct AccessRulesTests {
             for token in [page.cursor, next.cursor] {
                 let sealed = token.dropFirst(CursorSealer.prefix.count)
                 #expect(!sealed.contains("."))
-                #expect(Data(base64URLEncoded: sealed)?.count == 12 + 16 + 16)
+                #expect(Base64URL.decode(sealed)?.count == 12 + 16 + 16)
             }
             let stolen = try await client.send(.get, "/v1/pull?collection=notes&cursor=\(page.cursor)", token: globex)
             #expect(stolen.status == .badRequest && stolen.wireError?.code == .invalidCursor)

@@ -50,18 +50,9 @@ struct TokenHeader: Decodable {
     /// The header of a compact JWT, or nil when it is not one, or names critical extensions.
     init?(token: String) {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let data = Data(base64URL: parts[0]),
+        guard parts.count == 3, let data = Base64URL.decode(parts[0]).map({ Data($0) }),
             let header = try? JSONDecoder().decode(TokenHeader.self, from: data)
         else { return nil }
         self = header
-    }
-}
-
-extension Data {
-    /// Base64url without padding, as JWTs carry it.
-    init?(base64URL text: Substring) {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        self.init(base64Encoded: base64)
     }
 }

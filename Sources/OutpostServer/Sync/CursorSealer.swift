@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import OutpostProtocol
 
 /// Turns pull cursors into the opaque tokens clients hold, and back.
 ///
@@ -40,13 +41,13 @@ struct CursorSealer: Sendable {
         // Twelve bytes always make a nonce, and sealing 16 bytes under a 256-bit key cannot fail.
         let nonce = try! AES.GCM.Nonce(data: Array(digest.prefix(12)))
         let box = try! AES.GCM.seal(plain, using: key, nonce: nonce, authenticating: context)
-        return Self.prefix + Data(box.combined!).base64URLEncoded()
+        return Self.prefix + Base64URL.encode(box.combined!)
     }
 
     /// The cursor `token` stands for, or nil when this server did not issue it for `tenant`.
     func cursor(_ token: String, tenant: String) -> PullCursor? {
         guard token.hasPrefix(Self.prefix) else { return PullCursor(token: token) }
-        guard token.utf8.count < 128, let data = Data(base64URLEncoded: token.dropFirst(Self.prefix.count)),
+        guard token.utf8.count < 128, let data = Base64URL.decode(token.dropFirst(Self.prefix.count)).map({ Data($0) }),
             let box = try? AES.GCM.SealedBox(combined: data),
             let plain = try? AES.GCM.open(box, using: key, authenticating: Array(tenant.utf8)), plain.count == 16
         else { return nil }
@@ -56,20 +57,5 @@ struct CursorSealer: Sendable {
         }
         let cursor = PullCursor(xid: number(0..<8), seq: number(8..<16))
         return cursor.xid >= 0 && cursor.seq >= 0 ? cursor : nil
-    }
-}
-
-extension Data {
-    /// Base64 with the URL-safe alphabet and no padding.
-    func base64URLEncoded() -> String {
-        base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
-
-    /// Decodes URL-safe base64 without padding; nil for anything else.
-    init?(base64URLEncoded text: Substring) {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        self.init(base64Encoded: base64)
     }
 }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import OutpostProtocol
 
 /// Where the next snapshot page starts, carried by the client: stateless, signed, valid across restarts.
 ///
@@ -28,14 +29,14 @@ struct SnapshotContinuation: Sendable, Hashable, Codable {
     func token(key: SymmetricKey) throws -> String {
         let body = try StorageCoding.encoder.encode(self)
         let mac = HMAC<SHA256>.authenticationCode(for: body, using: key)
-        return body.base64URLEncoded() + "." + Data(mac).base64URLEncoded()
+        return Base64URL.encode(body) + "." + Base64URL.encode(Data(mac))
     }
 
     /// The continuation in `token`, or `nil` when it is malformed or was not signed with `key`.
     init?(token: String, key: SymmetricKey) {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 2, parts[0].count < 4096, parts[1].count < 4096,
-            let body = Data(base64URLEncoded: parts[0]), let mac = Data(base64URLEncoded: parts[1]),
+            let body = Base64URL.decode(parts[0]).map({ Data($0) }), let mac = Base64URL.decode(parts[1]),
             HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: body, using: key),
             let value = try? JSONDecoder().decode(Self.self, from: body)
         else { return nil }
