@@ -115,12 +115,14 @@ extension SyncEngine {
         return (try? await transport.monitorHeartbeat(beat)) != nil
     }
 
-    /// After every sync: the notice brought up to date, and a heartbeat when online, sent in the background so
-    /// that no action waits on it.
+    /// After every sync: the notice brought up to date, and when online a heartbeat, sent in the background so
+    /// that no action waits on it, and the user's keys for record ids fetched if the device holds none.
     func afterSync() async {
         _ = try? await refreshPersistentFailureNotice()
-        if status.isOnline { await fetchRecordIdKeys() }
-        if status.isOnline { startHeartbeat() }
+        guard status.isOnline else { return }
+        // The heartbeat first: a process about to exit waits for it only a moment after the sync returns.
+        startHeartbeat()
+        await fetchRecordIdKeys()
     }
 
     // MARK: Persistent failures
