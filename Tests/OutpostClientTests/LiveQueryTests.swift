@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import OutpostApps
 import OutpostClient
 import OutpostProtocol
@@ -41,6 +42,39 @@ struct LiveQueryTests {
             try await store.setSetting("theme", "dark")
             _ = try await store.write(note("b"), deviceId: "d", at: Date().addingTimeInterval(1), offline: true)
             #expect(try await first(list, "the list with b").map(\.recordId) == ["b", "a"])
+        }
+    }
+
+    @Test(
+        "after its first answer, a list opens only the records a commit changed: one it already holds is shown as it was opened, unread"
+    )
+    func opensOnlyChanged() async throws {
+        try await withStore { store, url in
+            let clock = ManualClock()
+            for id in ["a", "b", "c"] {
+                _ = try await store.write(note(id), deviceId: "d", at: Date(), offline: true)
+            }
+            let list = store.observeRecords(collection: "notes", clock: clock)
+            #expect(try await first(list, "the three notes").count == 3)
+
+            // Record b's sealed payload is damaged behind the store's back, its tag (and so its stamp) kept: a
+            // list that opened b again would fail to.
+            try await DatabaseQueue(path: url.path).write { db in
+                let key = "collection = 'notes' AND record_id = 'b'"
+                var payload = try #require(try Data.fetchOne(db, sql: "SELECT payload FROM records WHERE \(key)"))
+                // Nonce (12 bytes) and tag (the last 16) kept, the ciphertext between zeroed.
+                payload.replaceSubrange(12..<(payload.count - 16), with: Data(count: payload.count - 28))
+                try db.execute(sql: "UPDATE records SET payload = ? WHERE \(key)", arguments: [payload])
+            }
+            await #expect(throws: ClientError.self) { try await store.records(collection: "notes") }
+
+            // A commit that changes a: the list opens a alone, and shows b as it was opened before.
+            var edit = note("a")
+            edit.fields["text"] = "edited"
+            _ = try await store.write(edit, deviceId: "d", at: Date().addingTimeInterval(5), offline: true)
+            let after = try await first(list, "the list with a edited") { $0.first?.fields["text"] == "edited" }
+            #expect(after.map(\.recordId) == ["a", "c", "b"])
+            #expect(after.first { $0.recordId == "b" }?.fields["n"] == 1)
         }
     }
 

@@ -93,12 +93,16 @@ extension LocalStore {
     }
 
     /// The records ``records(_:collection:scope:recordId:)`` lists, now and after every change to them.
+    ///
+    /// After the first list, a commit costs the list the reading of its rows' plain columns, and the opening of
+    /// the records it changed only: the others are shown as they were opened before.
     public func observeRecords(
         _ filter: Filter = .all, collection: String? = nil, scope: String? = nil,
         checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock()
     ) -> AsyncThrowingStream<[LocalRecord], any Error> {
-        observe(checkingOtherProcessesEvery: interval, clock: clock) { store in
-            try await store.records(filter, collection: collection, scope: scope)
+        let opened = OpenedRecords()
+        return observe(checkingOtherProcessesEvery: interval, clock: clock) { store in
+            try await store.records(filter, collection: collection, scope: scope, reopening: opened)
         }
     }
 

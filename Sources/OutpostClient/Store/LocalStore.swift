@@ -414,25 +414,32 @@ public final class LocalStore: Sendable {
         _ filter: Filter = .all, collection: String? = nil, scope: String? = nil, recordId: String? = nil
     ) async throws -> [LocalRecord] {
         let sealer = self.sealer
+        let (sql, arguments) = Self.recordsQuery(columns: "*", filter, collection: collection, scope: scope, recordId: recordId)
         return try await perform {
             try await self.read { db in
-                var sql = "SELECT * FROM records WHERE 1 = 1"
-                var arguments: StatementArguments = []
-                switch filter {
-                case .all: break
-                case .pending: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'pending'"
-                case .failed: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'failed'"
-                case .rejected: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'rejected'"
-                }
-                for (column, value) in [("collection", collection), ("scope", scope), ("record_id", recordId)] {
-                    guard let value else { continue }
-                    sql += " AND \(column) = ?"
-                    arguments += [value]
-                }
-                sql += " ORDER BY updated_at DESC, record_id, scope"
-                return try Row.fetchAll(db, sql: sql, arguments: arguments).map { try Self.record($0, sealer: sealer) }
+                try Row.fetchAll(db, sql: sql, arguments: arguments).map { try Self.record($0, sealer: sealer) }
             }
         }
+    }
+
+    /// The query of ``records(_:collection:scope:recordId:)``, selecting `columns`.
+    static func recordsQuery(
+        columns: String, _ filter: Filter, collection: String?, scope: String?, recordId: String?
+    ) -> (String, StatementArguments) {
+        var sql = "SELECT \(columns) FROM records WHERE 1 = 1"
+        var arguments: StatementArguments = []
+        switch filter {
+        case .all: break
+        case .pending: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'pending'"
+        case .failed: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'failed'"
+        case .rejected: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'rejected'"
+        }
+        for (column, value) in [("collection", collection), ("scope", scope), ("record_id", recordId)] {
+            guard let value else { continue }
+            sql += " AND \(column) = ?"
+            arguments += [value]
+        }
+        return (sql + " ORDER BY updated_at DESC, record_id, scope", arguments)
     }
 
     /// How many records wait to sync for the first time (`pending`), failed and wait to be tried again

@@ -73,6 +73,10 @@ struct Bench: AsyncParsableCommand {
                 results += try await LocalWriteBench(directory: base, records: records, samples: samples) { line in
                     if !json { say(line) }
                 }.run()
+            case .liveQuery:
+                results += try await LiveQueryBench(directory: base) { line in
+                    if !json { say(line) }
+                }.run()
             case .silentSave:
                 results += try await SilentSaveBench(directory: base, runs: min(samples, 50)) { line in
                     if !json { say(line) }
@@ -117,6 +121,7 @@ struct Bench: AsyncParsableCommand {
 enum BenchScenario: String, CaseIterable, ExpressibleByArgument {
     case localWrite = "local-write"
     case silentSave = "silent-save"
+    case liveQuery = "live-query"
     case drain
     case devices
     case roster

@@ -1,0 +1,86 @@
+import Foundation
+import GRDB
+import NIOConcurrencyHelpers
+
+extension LocalStore {
+    /// The records a live list showed last, each with the stamp of the row it was opened from: a record whose row
+    /// still has that stamp is shown again as it was, without being read or unsealed.
+    final class OpenedRecords: Sendable {
+        /// A row's plain columns and the tag of its sealed payload. AES-GCM gives every sealing a fresh nonce, so
+        /// a payload sealed again has another tag even when what it holds is the same.
+        struct Stamp: Hashable, Sendable {
+            var updatedAt: Int64
+            var lastAttempt: Int64?
+            var version: Int64?
+            var status: String?
+            var flags: Int64
+            var tag: (UInt64, UInt64)
+
+            static func == (lhs: Stamp, rhs: Stamp) -> Bool {
+                lhs.updatedAt == rhs.updatedAt && lhs.lastAttempt == rhs.lastAttempt && lhs.version == rhs.version
+                    && lhs.status == rhs.status && lhs.flags == rhs.flags && lhs.tag == rhs.tag
+            }
+
+            func hash(into hasher: inout Hasher) {
+                hasher.combine(updatedAt)
+                hasher.combine(tag.0)
+            }
+        }
+
+        private let records = NIOLockedValueBox<[RecordKey: (stamp: Stamp, record: LocalRecord)]>([:])
+
+        func take(_ key: RecordKey, stamped stamp: Stamp) -> LocalRecord? {
+            records.withLockedValue { $0[key].flatMap { $0.stamp == stamp ? $0.record : nil } }
+        }
+
+        func keep(_ shown: [(RecordKey, Stamp, LocalRecord)]) {
+            records.withLockedValue { records in
+                records = Dictionary(shown.map { ($0.0, ($0.1, $0.2)) }, uniquingKeysWith: { $1 })
+            }
+        }
+    }
+
+    /// ``records(_:collection:scope:recordId:)`` for a list that was read before: every row's plain columns and
+    /// payload tag are read, and only the rows whose stamp moved since `opened` last kept them are read whole and
+    /// unsealed. So a commit that changes one record of a list of thousands costs one record's opening.
+    func records(
+        _ filter: Filter, collection: String?, scope: String?, reopening opened: OpenedRecords
+    ) async throws -> [LocalRecord] {
+        let sealer = self.sealer
+        // Positions 0-2 name the row; 3-8 are its stamp.
+        let stampColumns =
+            "collection, scope, record_id, updated_at, last_sync_attempt, version, sync_status, "
+            + "tombstone | is_offline_entry << 1 | coalesce(sealed_detail, 2) << 2, substr(payload, -16)"
+        let (sql, arguments) = Self.recordsQuery(
+            columns: stampColumns, filter, collection: collection, scope: scope, recordId: nil)
+        return try await perform {
+            try await self.read { db in
+                let lookup = try db.cachedStatement(
+                    sql: "SELECT * FROM records WHERE collection = ? AND scope = ? AND record_id = ?")
+                var shown: [(RecordKey, OpenedRecords.Stamp, LocalRecord)] = []
+                let rows = try Row.fetchCursor(db.cachedStatement(sql: sql), arguments: arguments)
+                while let row = try rows.next() {
+                    let key = RecordKey(row[0], row[1], row[2])
+                    let stamp = OpenedRecords.Stamp(
+                        updatedAt: row[3], lastAttempt: row[4], version: row[5], status: row[6], flags: row[7],
+                        tag: Self.tag(row.dataNoCopy(atIndex: 8)))
+                    if let record = opened.take(key, stamped: stamp) {
+                        shown.append((key, stamp, record))
+                    } else if let full = try Row.fetchOne(lookup, arguments: [key.collection, key.scope, key.recordId]) {
+                        shown.append((key, stamp, try Self.record(full, sealer: sealer)))
+                    }
+                }
+                opened.keep(shown)
+                return shown.map(\.2)
+            }
+        }
+    }
+
+    /// The 16 bytes of a payload's tag as two numbers; zeros for anything shorter.
+    private static func tag(_ bytes: Data?) -> (UInt64, UInt64) {
+        guard let bytes, bytes.count >= 16 else { return (0, 0) }
+        return bytes.withUnsafeBytes { raw in
+            (raw.loadUnaligned(fromByteOffset: raw.count - 16, as: UInt64.self), raw.loadUnaligned(fromByteOffset: raw.count - 8, as: UInt64.self))
+        }
+    }
+}
