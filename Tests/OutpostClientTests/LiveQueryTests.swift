@@ -1,10 +1,11 @@
 import Foundation
 import GRDB
 import OutpostApps
-import OutpostClient
 import OutpostProtocol
 import OutpostTesting
 import Testing
+
+@testable import OutpostClient
 
 /// Live queries: a record list, one record and the counts, updated by the store's own commits and by another
 /// connection's (another process on the same file).
@@ -76,6 +77,25 @@ struct LiveQueryTests {
             #expect(after.map(\.recordId) == ["a", "c", "b"])
             #expect(after.first { $0.recordId == "b" }?.fields["n"] == 1)
         }
+    }
+
+    @Test("a list of one collection is woken by commits that may change it: its own collection's, or any commit whose collections are not known")
+    func wokenByItsCollection() async throws {
+        let signal = CommitSignal()
+        let notes = AsyncStream.makeStream(of: Void.self)
+        let all = AsyncStream.makeStream(of: Void.self)
+        _ = signal.add(notes.continuation, collection: "notes")
+        _ = signal.add(all.continuation)
+        signal.signal(changing: ["checkins"])
+        signal.signal(changing: ["notes", "checkins"])
+        signal.signal()
+        notes.continuation.finish()
+        all.continuation.finish()
+        var wakes = (notes: 0, all: 0)
+        for await _ in notes.stream { wakes.notes += 1 }
+        for await _ in all.stream { wakes.all += 1 }
+        #expect(wakes.notes == 2)
+        #expect(wakes.all == 3)
     }
 
     @Test("one record and the counts follow its status")

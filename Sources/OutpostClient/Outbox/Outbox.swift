@@ -107,13 +107,13 @@ extension LocalStore {
     /// A record becomes synced only when none of its entries remain.
     ///
     /// The server can give every one of these answers again, so the commit does not flush (see
-    /// ``writeUnflushed(_:)``).
+    /// ``writeUnflushed(changing:_:)``).
     func apply(_ results: [(OutboxEntry, MutationResult)], at date: Date) async throws {
         let sealer = self.sealer
         let decision = Self.decide(results)
         let through = results.map(\.0.seq).max() ?? 0
         try await perform {
-            try await self.writeUnflushed { db in
+            try await self.writeUnflushed(changing: Set(results.map(\.0.mutation.collection))) { db in
                 try Self.store(decision, at: Timestamp(date).millisecondsSince1970, db: db)
                 try Self.storeRecords(decision, through: through, at: date, sealer: sealer, db: db)
             }

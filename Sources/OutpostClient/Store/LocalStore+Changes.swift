@@ -4,20 +4,32 @@ import NIOConcurrencyHelpers
 
 /// The subscribers to one store's commits in this process.
 ///
-/// Every write transaction of ``LocalStore`` signals it once committed. A subscriber's stream keeps at most one
-/// waiting signal, so a burst of commits wakes a slow reader once.
+/// Every write transaction of ``LocalStore`` signals it once committed, with the collections whose records it
+/// changed when it knows them. A subscriber to one collection is woken only by commits that may have changed
+/// it. A subscriber's stream keeps at most one waiting signal, so a burst of commits wakes a slow reader once.
 final class CommitSignal: Sendable {
-    private let subscribers = NIOLockedValueBox<[UUID: AsyncStream<Void>.Continuation]>([:])
+    private struct Subscriber {
+        var continuation: AsyncStream<Void>.Continuation
+        /// The collection whose records the subscriber reads; nil for every table.
+        var collection: String?
+    }
 
-    func signal() {
+    private let subscribers = NIOLockedValueBox<[UUID: Subscriber]>([:])
+
+    /// - Parameter collections: the collections whose records the commit changed, the only tables it wrote
+    ///   besides the outbox; nil when it may have changed anything.
+    func signal(changing collections: Set<String>? = nil) {
         subscribers.withLockedValue { subscribers in
-            for continuation in subscribers.values { continuation.yield() }
+            for subscriber in subscribers.values {
+                if let collections, let collection = subscriber.collection, !collections.contains(collection) { continue }
+                subscriber.continuation.yield()
+            }
         }
     }
 
-    func add(_ continuation: AsyncStream<Void>.Continuation) -> UUID {
+    func add(_ continuation: AsyncStream<Void>.Continuation, collection: String? = nil) -> UUID {
         let id = UUID()
-        subscribers.withLockedValue { $0[id] = continuation }
+        subscribers.withLockedValue { $0[id] = Subscriber(continuation: continuation, collection: collection) }
         return id
     }
 
@@ -36,8 +48,16 @@ extension LocalStore {
     public func changes(
         checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock()
     ) -> AsyncStream<Void> {
+        changes(of: nil, checkingOtherProcessesEvery: interval, clock: clock)
+    }
+
+    /// ``changes(checkingOtherProcessesEvery:clock:)`` of the records of `collection` alone (of everything when
+    /// nil): this process's commits that changed only other collections' records wake nothing.
+    func changes(
+        of collection: String?, checkingOtherProcessesEvery interval: Duration, clock: any Clock<Duration>
+    ) -> AsyncStream<Void> {
         let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        let id = commits.add(continuation)
+        let id = commits.add(continuation, collection: collection)
         let watch = Task { [self] in
             var seen = try? await dataVersion()
             // Once the first version is known: a commit by another process between the caller's first read and
@@ -70,18 +90,30 @@ extension LocalStore {
         checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock(),
         _ query: @escaping @Sendable (LocalStore) async throws -> Value
     ) -> AsyncThrowingStream<Value, any Error> {
+        let last = NIOLockedValueBox<Value?>(nil)
+        return observeChanges(checkingOtherProcessesEvery: interval, clock: clock) { store in
+            let value = try await query(store)
+            return last.withLockedValue { last in
+                guard value != last else { return nil }
+                last = value
+                return value
+            }
+        }
+    }
+
+    /// The answers of `query` that are not nil: the first read must give one, later reads give nil for "as before".
+    func observeChanges<Value: Sendable>(
+        of collection: String? = nil, checkingOtherProcessesEvery interval: Duration, clock: any Clock<Duration>,
+        _ query: @escaping @Sendable (LocalStore) async throws -> Value?
+    ) -> AsyncThrowingStream<Value, any Error> {
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: Value.self, bufferingPolicy: .bufferingNewest(1))
         // Subscribed before the first read, so that no commit after it goes unseen.
-        let changes = changes(checkingOtherProcessesEvery: interval, clock: clock)
+        let changes = changes(of: collection, checkingOtherProcessesEvery: interval, clock: clock)
         let task = Task { [self] in
             do {
-                var last = try await query(self)
-                continuation.yield(last)
+                if let first = try await query(self) { continuation.yield(first) }
                 for await _ in changes {
-                    let value = try await query(self)
-                    guard value != last else { continue }
-                    last = value
-                    continuation.yield(value)
+                    if let value = try await query(self) { continuation.yield(value) }
                 }
                 continuation.finish()
             } catch {
@@ -94,14 +126,15 @@ extension LocalStore {
 
     /// The records ``records(_:collection:scope:recordId:)`` lists, now and after every change to them.
     ///
-    /// After the first list, a commit costs the list the reading of its rows' plain columns, and the opening of
-    /// the records it changed only: the others are shown as they were opened before.
+    /// After the first list, a commit of this process that changed other collections' records only costs a list
+    /// of one collection nothing; any other commit costs it the reading of its rows' plain columns, and the
+    /// opening of the records it changed only: the others are shown as they were opened before.
     public func observeRecords(
         _ filter: Filter = .all, collection: String? = nil, scope: String? = nil,
         checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock()
     ) -> AsyncThrowingStream<[LocalRecord], any Error> {
         let opened = OpenedRecords()
-        return observe(checkingOtherProcessesEvery: interval, clock: clock) { store in
+        return observeChanges(of: collection, checkingOtherProcessesEvery: interval, clock: clock) { store in
             try await store.records(filter, collection: collection, scope: scope, reopening: opened)
         }
     }

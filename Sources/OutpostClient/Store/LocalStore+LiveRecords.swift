@@ -27,15 +27,29 @@ extension LocalStore {
             }
         }
 
-        private let records = NIOLockedValueBox<[RecordKey: (stamp: Stamp, record: LocalRecord)]>([:])
-
-        func take(_ key: RecordKey, stamped stamp: Stamp) -> LocalRecord? {
-            records.withLockedValue { $0[key].flatMap { $0.stamp == stamp ? $0.record : nil } }
+        private struct Shown {
+            var records: [RecordKey: (stamp: Stamp, record: LocalRecord)] = [:]
+            var order: [RecordKey] = []
+            var isEmpty = true
         }
 
-        func keep(_ shown: [(RecordKey, Stamp, LocalRecord)]) {
-            records.withLockedValue { records in
-                records = Dictionary(shown.map { ($0.0, ($0.1, $0.2)) }, uniquingKeysWith: { $1 })
+        private let shown = NIOLockedValueBox(Shown())
+
+        func take(_ key: RecordKey, stamped stamp: Stamp) -> LocalRecord? {
+            shown.withLockedValue { $0.records[key].flatMap { $0.stamp == stamp ? $0.record : nil } }
+        }
+
+        /// Keeps the list shown now; whether it differs from the one kept before (always, the first time).
+        func keep(_ list: [(RecordKey, Stamp, LocalRecord)], reopened: Bool) -> Bool {
+            shown.withLockedValue { shown in
+                let order = list.map(\.0)
+                let changed = shown.isEmpty || reopened || order != shown.order
+                if changed {
+                    shown.records = Dictionary(list.map { ($0.0, ($0.1, $0.2)) }, uniquingKeysWith: { $1 })
+                    shown.order = order
+                    shown.isEmpty = false
+                }
+                return changed
             }
         }
     }
@@ -43,9 +57,11 @@ extension LocalStore {
     /// ``records(_:collection:scope:recordId:)`` for a list that was read before: every row's plain columns and
     /// payload tag are read, and only the rows whose stamp moved since `opened` last kept them are read whole and
     /// unsealed. So a commit that changes one record of a list of thousands costs one record's opening.
+    ///
+    /// - Returns: the list, or nil when it is the one `opened` kept last, record for record.
     func records(
         _ filter: Filter, collection: String?, scope: String?, reopening opened: OpenedRecords
-    ) async throws -> [LocalRecord] {
+    ) async throws -> [LocalRecord]? {
         let sealer = self.sealer
         // Positions 0-2 name the row; 3-8 are its stamp.
         let stampColumns =
@@ -58,6 +74,7 @@ extension LocalStore {
                 let lookup = try db.cachedStatement(
                     sql: "SELECT * FROM records WHERE collection = ? AND scope = ? AND record_id = ?")
                 var shown: [(RecordKey, OpenedRecords.Stamp, LocalRecord)] = []
+                var reopened = false
                 let rows = try Row.fetchCursor(db.cachedStatement(sql: sql), arguments: arguments)
                 while let row = try rows.next() {
                     let key = RecordKey(row[0], row[1], row[2])
@@ -68,10 +85,10 @@ extension LocalStore {
                         shown.append((key, stamp, record))
                     } else if let full = try Row.fetchOne(lookup, arguments: [key.collection, key.scope, key.recordId]) {
                         shown.append((key, stamp, try Self.record(full, sealer: sealer)))
+                        reopened = true
                     }
                 }
-                opened.keep(shown)
-                return shown.map(\.2)
+                return opened.keep(shown, reopened: reopened) ? shown.map(\.2) : nil
             }
         }
     }

@@ -4,7 +4,7 @@ import GRDB
 /// flush of their own, for what the server can give again; and reads.
 extension LocalStore {
     /// Runs `reads` in one deferred transaction, begun and committed through statements prepared once per
-    /// connection, as ``writeImmediate(_:)`` does.
+    /// connection, as ``writeImmediate(changing:_:)`` does.
     ///
     /// Reads run on the pool's reader connections, read-only from their opening, beside the writer: a read
     /// never waits for a write, and never touches the statements the writer has prepared.
@@ -24,9 +24,13 @@ extension LocalStore {
     /// still sees the transaction where it looks, in SQLite's autocommit state and its commit hook.
     ///
     /// Rolls back and rethrows when `updates` or the commit fails.
-    func writeImmediate<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    /// - Parameter collections: the collections whose records `updates` may change, the only tables it writes
+    ///   besides the outbox; nil when it may change anything.
+    func writeImmediate<T: Sendable>(
+        changing collections: Set<String>? = nil, _ updates: @escaping @Sendable (Database) throws -> T
+    ) async throws -> T {
         let value = try await onWriter { db in try Self.immediate(db, updates) }
-        commits.signal()
+        commits.signal(changing: collections)
         return value
     }
 
@@ -77,14 +81,18 @@ extension LocalStore {
     /// lose it, never reorder it: the engine then sends those mutations again and the server answers them as
     /// duplicates, and a page of reference data is fetched again. A pushed chunk's results must not cost a drain
     /// a flush of their own.
-    func writeUnflushed<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    ///
+    /// - Parameter collections: as in ``writeImmediate(changing:_:)``.
+    func writeUnflushed<T: Sendable>(
+        changing collections: Set<String>? = nil, _ updates: @escaping @Sendable (Database) throws -> T
+    ) async throws -> T {
         let durable = durableCommits
         let value = try await perform { try await self.onWriter { db in try Self.unflushed(db, durable: durable, updates) } }
-        commits.signal()
+        commits.signal(changing: collections)
         return value
     }
 
-    /// One transaction as ``writeImmediate(_:)`` runs it, its commit not flushed. The pragmas are cached too:
+    /// One transaction as ``writeImmediate(changing:_:)`` runs it, its commit not flushed. The pragmas are cached too:
     /// through GRDB, these four statements would be compiled again for every pushed chunk's answer.
     private static func unflushed<T>(_ db: Database, durable: Bool, _ updates: (Database) throws -> T) throws -> T {
         guard durable else { return try immediate(db, updates) }
