@@ -215,6 +215,17 @@ struct BenchHarnessTests {
         #expect(results.count == 2 && results.allSatisfy { ($0["figure"] as? Double ?? 0) > 0 }, "\(results)")
     }
 
+    @Test("`bench live-query` keeps a list of 2,000 check-ins open while the store commits, and reports what each commit costs it")
+    func liveQuery() async throws {
+        let run = try await OutpostProcess.run(["bench", "live-query", "--samples", "10", "--json"])
+        #expect([0, 1].contains(run.status), "\(run.stderr)")
+        let start = try #require(run.stdout.firstIndex(of: "["), "\(run.stdout) \(run.stderr)")
+        let results = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout[start...].utf8)) as? [[String: Any]])
+        #expect(results.map { $0["unit"] as? String } == ["×", "ms", "ms", "ms"], "\(results)")
+        // The list's new value after each scan was seen: its latency is a time, not a zero for a value never seen.
+        #expect((results.last?["figure"] as? Double ?? 0) > 0, "\(results)")
+    }
+
     @Test("`bench export` stores a collection, exports it whole once and twice at once, and reports the server's memory")
     func export() async throws {
         let run = try await OutpostProcess.run(["bench", "export", "--megabytes", "5", "--json"])

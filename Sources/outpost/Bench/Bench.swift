@@ -74,7 +74,7 @@ struct Bench: AsyncParsableCommand {
                     if !json { say(line) }
                 }.run()
             case .liveQuery:
-                results += try await LiveQueryBench(directory: base) { line in
+                results += try await LiveQueryBench(directory: base, commits: min(samples, 40)) { line in
                     if !json { say(line) }
                 }.run()
             case .silentSave:
