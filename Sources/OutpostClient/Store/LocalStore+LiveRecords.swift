@@ -14,16 +14,26 @@ extension LocalStore {
             var version: Int64?
             var status: String?
             var flags: Int64
-            var tag: (UInt64, UInt64)
+            /// The payload's 16-byte tag, as two numbers.
+            var tagHigh: UInt64
+            var tagLow: UInt64
 
-            static func == (lhs: Stamp, rhs: Stamp) -> Bool {
-                lhs.updatedAt == rhs.updatedAt && lhs.lastAttempt == rhs.lastAttempt && lhs.version == rhs.version
-                    && lhs.status == rhs.status && lhs.flags == rhs.flags && lhs.tag == rhs.tag
-            }
-
-            func hash(into hasher: inout Hasher) {
-                hasher.combine(updatedAt)
-                hasher.combine(tag.0)
+            init(updatedAt: Int64, lastAttempt: Int64?, version: Int64?, status: String?, flags: Int64, tag: Data?) {
+                self.updatedAt = updatedAt
+                self.lastAttempt = lastAttempt
+                self.version = version
+                self.status = status
+                self.flags = flags
+                guard let tag, tag.count >= 16 else {
+                    (tagHigh, tagLow) = (0, 0)
+                    return
+                }
+                (tagHigh, tagLow) = tag.withUnsafeBytes { raw in
+                    (
+                        raw.loadUnaligned(fromByteOffset: raw.count - 16, as: UInt64.self),
+                        raw.loadUnaligned(fromByteOffset: raw.count - 8, as: UInt64.self)
+                    )
+                }
             }
         }
 
@@ -80,7 +90,7 @@ extension LocalStore {
                     let key = RecordKey(row[0], row[1], row[2])
                     let stamp = OpenedRecords.Stamp(
                         updatedAt: row[3], lastAttempt: row[4], version: row[5], status: row[6], flags: row[7],
-                        tag: Self.tag(row.dataNoCopy(atIndex: 8)))
+                        tag: row.dataNoCopy(atIndex: 8))
                     if let record = opened.take(key, stamped: stamp) {
                         shown.append((key, stamp, record))
                     } else if let full = try Row.fetchOne(lookup, arguments: [key.collection, key.scope, key.recordId]) {
@@ -90,14 +100,6 @@ extension LocalStore {
                 }
                 return opened.keep(shown, reopened: reopened) ? shown.map(\.2) : nil
             }
-        }
-    }
-
-    /// The 16 bytes of a payload's tag as two numbers; zeros for anything shorter.
-    private static func tag(_ bytes: Data?) -> (UInt64, UInt64) {
-        guard let bytes, bytes.count >= 16 else { return (0, 0) }
-        return bytes.withUnsafeBytes { raw in
-            (raw.loadUnaligned(fromByteOffset: raw.count - 16, as: UInt64.self), raw.loadUnaligned(fromByteOffset: raw.count - 8, as: UInt64.self))
         }
     }
 }
