@@ -94,6 +94,14 @@ final class PostgresCluster: Sendable {
         return "postgres://postgres@127.0.0.1:\(port)/\(name)?sslmode=disable"
     }
 
+    /// The rows `sql` reads from `database`, one line each, columns separated by `|` (psql's unaligned output);
+    /// for a failing test's diagnosis.
+    func rows(_ sql: String, database: String) async throws -> String {
+        let (program, arguments) = Self.command(
+            binDirectory, "psql", ["-h", "127.0.0.1", "-p", String(port), "-U", "postgres", "-d", database, "-At", "-c", sql])
+        return try await Child.run(program, arguments).output
+    }
+
     /// Stops the server if it runs and deletes the cluster.
     func remove() {
         stop(immediate: true)
