@@ -97,7 +97,9 @@ enum Delivery {
     @discardableResult
     static func report(_ device: Device, collection: String, scope: String = "", recordId: String) async throws -> LocalRecord? {
         let ended = await deliver(device.engine)
-        let record = try await device.store.record(collection: collection, scope: scope, recordId: recordId)
+        // The sync may have renamed a record saved under a provisional id.
+        let current = await device.engine.currentId(of: recordId, in: collection, scope: scope)
+        let record = try await device.store.record(collection: collection, scope: scope, recordId: current)
         let status = await device.engine.status
         if let record { say(line(record, ended: ended, connection: status.connection, lastFailure: status.lastFailure)) }
         if record?.syncStatus == .rejected { throw ExitCode(1) }

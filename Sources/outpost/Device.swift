@@ -1,6 +1,7 @@
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
+import OutpostApps
 import OutpostClient
 import OutpostProtocol
 import OutpostRecords
@@ -38,6 +39,7 @@ struct DeviceStoreOptions: ParsableArguments {
                 store: try openStore(), httpClient: client,
                 configure: { configuration in
                     configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
+                    configuration.recordIdSettlements = [.attendance]
                     if let escalateAfter { configuration.escalation.threshold = escalateAfter }
                 })
             // A delivery a save started stops before the client does: what it had not delivered stays queued. The
@@ -304,7 +306,7 @@ struct DevicePut: AsyncParsableCommand {
                 LocalStore.Write(
                     collection: collection, scope: scope, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
             say("saved \(saved.path) on this device: pending sync (\(await device.engine.status.offlineIndicatorText))")
-            try await Delivery.report(device, collection: collection, scope: saved.scope, recordId: recordId)
+            try await Delivery.report(device, collection: collection, scope: saved.scope, recordId: saved.recordId)
         }
     }
 }

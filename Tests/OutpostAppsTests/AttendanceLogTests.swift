@@ -125,29 +125,35 @@ struct AttendanceLogTests {
             FieldRules.number(mutation.fields["latitude"]) == 1 ? .init(code: .invalidFields, message: "not at the site") : nil
         })
         let key = try #require(Attendance.IdKey(bytes: Array(repeating: 9, count: 32)))
-        await server.setRecordIdKeys(RecordIdKeyResponse(attendance: key.hex))
         try await withTestDevice(server: server) { device in
             let day = try #require(CalendarDay("2026-11-21"))
-            // Yesterday's check-in, refused and discarded offline-first, leaves a sealed copy under its old id.
+            // Yesterday's check-in, refused and discarded before the server gave keys (as one older than the
+            // route), leaves a sealed copy under its provisional id.
             device.now.advance(seconds: -24 * 3600)
             try await makeLog(device, location: FixedLocation(LocationFix(latitude: 1, longitude: 1))).checkIn()
             await device.setOnline(true)
             await device.delivered()
             try await device.engine.discard(collection: Attendance.collection, recordId: "ana.2026-11-20.in")
             await device.setOnline(false)
-            try await device.store.setSetting("record_id_keys", nil)
+            #expect(try await device.engine.recordIdKeys() == nil)
+            await server.setRecordIdKeys(RecordIdKeyResponse(attendance: key.hex, userId: "ana"))
 
             // Before the device reaches the server it has no key: today's check-in takes the provisional id.
             device.now.advance(seconds: 24 * 3600)
             let log = makeLog(device)
             #expect(try await log.checkIn().recordId == "ana.2026-11-21.in")
+            // Keys of another user rename none of hers.
+            #expect(RecordIdSettlement.attendance.settledId("ana.2026-11-21.in", RecordIdKeyResponse(attendance: key.hex, userId: "ben")) == nil)
             await device.setOnline(true)
             await device.delivered()
             #expect(try await device.engine.recordIdKeys()?.attendance == key.hex)
 
-            // Reading the state settles the ids: the record moves to its derived id, synced, fields intact.
-            let state = try await log.state()
+            // The sync that brought the key settled the ids, before anything was read: the record moved to its
+            // derived id, synced, fields intact.
             let checkInId = Attendance.recordId(key: key, day: day, action: .checkIn)
+            #expect(try await device.store.recordIds(collection: Attendance.collection, containing: ".").isEmpty)
+            #expect(try await device.store.record(collection: Attendance.collection, recordId: checkInId)?.syncStatus == .synced)
+            let state = try await log.state()
             #expect(state.latest?.recordId == checkInId)
             #expect(state.latest?.syncStatus == .synced)
             #expect(state.latest?.latitude == 51.5072)

@@ -32,6 +32,13 @@ struct TestDevice {
 }
 
 /// Runs `body` with a fresh device (offline unless `online`), sharing `server` when given; removes the store after.
+/// A test device's configuration: no retry waits, and the field apps' renaming of provisional ids.
+private func configuration(id: String, chunkSize: Int) -> SyncConfiguration {
+    var configuration = SyncConfiguration(deviceId: id, chunkSize: chunkSize, retryDelays: [])
+    configuration.recordIdSettlements = [.attendance]
+    return configuration
+}
+
 func withTestDevice<T>(
     id: String = "dev-a", online: Bool = false, server: InMemoryServer = InMemoryServer(),
     transport: ((InMemoryTransport) -> any SyncTransport)? = nil, now: ManualNow = ManualNow(), chunkSize: Int = 50,
@@ -45,7 +52,7 @@ func withTestDevice<T>(
     memory.isOnline = online
     let engine = SyncEngine(
         store: store, transport: transport?(memory) ?? memory,
-        configuration: SyncConfiguration(deviceId: id, chunkSize: chunkSize, retryDelays: []), clock: TestClock<Duration>(), now: now.closure)
+        configuration: configuration(id: id, chunkSize: chunkSize), clock: TestClock<Duration>(), now: now.closure)
     let device = TestDevice(store: store, engine: engine, server: server, transport: memory, now: now)
     await engine.probe()
     return try await body(device)

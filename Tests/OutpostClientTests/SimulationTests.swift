@@ -124,13 +124,17 @@ struct SimulationTests {
             if try await devices[d].engine.store.outboxCount() > 0 { return "\(devices[d].id) could not drain its outbox" }
         }
 
-        let counts = await server.applicationCounts()
+        // Each write is known by its device, record and time: its key is random in part.
         let applied = await server.applied
+        let writes = applied.map { "\($0.deviceId):\($0.mutation.recordId):\($0.mutation.clientTimestamp.iso8601)" }
+        let counts = writes.reduce(into: [String: Int]()) { $0[$1, default: 0] += 1 }
+        if Set(applied.map(\.mutation.idempotencyKey)).count != applied.count { return "a key was applied twice" }
         for device in devices {
-            for key in device.confirmed where counts[key] != 1 {
-                return "\(key) applied \(counts[key] ?? 0) times"
+            for write in device.confirmed where counts[write] != 1 {
+                return "\(write) applied \(counts[write] ?? 0) times"
             }
-            let order = applied.filter { $0.deviceId == device.id }.map(\.mutation.idempotencyKey)
+            let order = applied.filter { $0.deviceId == device.id }
+                .map { "\($0.deviceId):\($0.mutation.recordId):\($0.mutation.clientTimestamp.iso8601)" }
             if order != device.confirmed { return "\(device.id) applied out of order or with extras" }
         }
         if applied.count != devices.map(\.confirmed.count).reduce(0, +) { return "the server applied writes nobody confirmed" }

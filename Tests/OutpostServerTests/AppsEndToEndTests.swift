@@ -176,6 +176,10 @@ struct AppsEndToEndTests {
         let other = try await session.device("script-ana", user: "ana")
         let raw = try await other(["device", "put", "attendance", "ana.\(today).in", "action=check_in", "day=\(today)"])
         #expect(raw.stdout.contains("refused by the server: a GPS location (latitude and longitude) is required"), "\(raw.stdout)")
+        // The sync that sent it, the device's first, brought her key and renamed the record under the
+        // provisional id it was written with, with no attendance screen read: no id on the device names her.
+        let renamed = try await other(["device", "records"]).stdout
+        #expect(renamed.contains("attendance/att-") && !renamed.contains("ana."), "\(renamed)")
         let again = try await other([
             "device", "put", "attendance", "ana.\(today).in", "action=check_in", "day=\(today)", "latitude=1",
             "longitude=2",

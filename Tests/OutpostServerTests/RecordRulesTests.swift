@@ -131,6 +131,16 @@ struct RecordRulesTests {
             results = try await client.push([foreign, shifted, malformed, forged], token: ana).results
             #expect(results.map(\.error?.code) == [.invalidRecordId, .invalidRecordId, .invalidFields, .forbidden])
 
+            // A refused record its device still knows by the provisional id is reported under the derived one.
+            let refusal = SyncFailure(
+                collection: Attendance.collection, recordId: "ana.2026-11-22.in", firstAttempt: Fixtures.time(-60),
+                lastError: "Refused: not checked in", kind: .rejected)
+            let report = SyncFailureReport(deviceId: "phone-1", failures: [refusal])
+            #expect(try await client.post("/v1/sync-failures", report, token: ana).status == .ok)
+            #expect(
+                try await storage.syncFailures(tenant: "acme").map(\.recordId)
+                    == [Attendance.recordId(key: anaKey, day: try #require(CalendarDay("2026-11-22")), action: .checkIn)])
+
             try await storage.settle()
             let stored = try await client.pull("collection=attendance", token: try await Fixtures.token(user: "olga", role: .organizer))
             #expect(

@@ -143,20 +143,11 @@ public struct AttendanceLog: Sendable {
     }
 
     /// The user's key for record ids, once the device holds it, with every record this user wrote under a
-    /// provisional id renamed to its derived id: from then on no id on the device names the user or a day.
+    /// provisional id renamed to its derived id (``RecordIdSettlement/attendance``), as the engine does after
+    /// each sync: from then on no id on the device names the user or a day.
     private func settledKey() async throws -> Attendance.IdKey? {
-        guard let key = try await engine.recordIdKeys().flatMap({ Attendance.IdKey(hex: $0.attendance) }) else {
-            return nil
-        }
-        // Provisional ids hold dots (`USER.YYYY-MM-DD.in`); derived ones never do.
-        let provisional = try await engine.store.recordIds(collection: Attendance.collection, containing: ".")
-        let renames = provisional.reduce(into: [String: String]()) { renames, id in
-            renames[id] = Attendance.derivedRecordId(of: id, userId: userId, key: key)
-        }
-        if !renames.isEmpty {
-            try await engine.store.renameRecords(collection: Attendance.collection, to: renames)
-        }
-        return key
+        guard let keys = try await engine.settleRecordIds([.attendance]), keys.userId == userId else { return nil }
+        return Attendance.IdKey(hex: keys.attendance)
     }
 
     /// "HH:mm" in the log's time zone.
@@ -232,5 +223,17 @@ public struct AttendanceState: Sendable, Hashable {
         guard isRefused else { return "\(text) at \(clock(latest.time))" }
         let action = latest.action == .checkIn ? "Check-in" : "Check-out"
         return "\(action) at \(clock(latest.time)) refused: \(latest.syncError ?? "refused by the server")"
+    }
+}
+
+extension RecordIdSettlement {
+    /// Attendance records: a provisional id of the keys' user (`USER.YYYY-MM-DD.in`) becomes the id derived
+    /// from the user's key (``Attendance/recordId(key:day:action:)``). Provisional ids hold dots; derived ones
+    /// never do. Declare it in the engine's configuration so that records are renamed after each sync:
+    /// `configuration.recordIdSettlements = [.attendance]`.
+    public static let attendance = RecordIdSettlement(collection: Attendance.collection, marker: ".") { recordId, keys in
+        Attendance.IdKey(hex: keys.attendance).flatMap {
+            Attendance.derivedRecordId(of: recordId, userId: keys.userId, key: $0)
+        }
     }
 }

@@ -219,7 +219,7 @@ public final class LocalStore: Sendable {
                     try Self.save(record, db: db, sealer: sealer)
                 }
 
-                let key = "\(deviceId):\(write.recordId):\(timestamp.iso8601)"
+                let key = Self.idempotencyKey(deviceId: deviceId, at: timestamp)
                 let outbox = RawStatement(
                     try db.cachedStatement(
                         sql: """
@@ -327,6 +327,15 @@ public final class LocalStore: Sendable {
             time.dataVersion = version
             return time.last
         }
+    }
+
+    /// A new write's idempotency key: the device, the write's client time and 64 random bits.
+    ///
+    /// It never carries the record's id, which may name a person (a provisional attendance id does) and which
+    /// the server keeps with the key. The random part keeps two writes apart when their times are equal: a
+    /// store opened again after its outbox drained, under a clock set back.
+    static func idempotencyKey(deviceId: String, at time: Timestamp) -> String {
+        "\(deviceId):\(time.iso8601):\((0..<8).map { _ in UInt8.random(in: .min ... .max) }.hexString)"
     }
 
     /// Changes whenever another connection commits to the store (SQLite's `PRAGMA data_version`).

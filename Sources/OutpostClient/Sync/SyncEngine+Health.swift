@@ -116,13 +116,17 @@ extension SyncEngine {
     }
 
     /// After every sync: the notice brought up to date, and when online a heartbeat, sent in the background so
-    /// that no action waits on it, and the user's keys for record ids fetched if the device holds none.
+    /// that no action waits on it, the user's keys for record ids fetched if the device holds none, and the
+    /// records stored under provisional ids renamed with them.
     func afterSync() async {
         _ = try? await refreshPersistentFailureNotice()
         guard status.isOnline else { return }
         // The heartbeat first: a process about to exit waits for it only a moment after the sync returns.
         startHeartbeat()
-        await fetchRecordIdKeys()
+        if await fetchRecordIdKeys() != nil {
+            // A rename that fails (the store busy past its timeout) is tried again after the next sync.
+            _ = try? await settleRecordIds()
+        }
     }
 
     // MARK: Persistent failures

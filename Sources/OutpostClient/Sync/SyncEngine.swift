@@ -17,6 +17,10 @@ public struct SyncConfiguration: Sendable {
     /// Off, only ``SyncEngine/sync(retrying:progress:)`` and its triggers deliver: for tests of the sync itself,
     /// and benchmarks.
     public var deliversAfterSave: Bool
+    /// The collections whose record ids are derived from the user's keys for record ids, and how: after every
+    /// sync that reached the server, records stored under provisional ids are renamed (see
+    /// ``SyncEngine/settleRecordIds(_:)``). The field apps declare `.attendance`.
+    public var recordIdSettlements: [RecordIdSettlement] = []
 
     public init(
         deviceId: String, chunkSize: Int = 50, retryDelays: [Duration] = [.seconds(1), .seconds(2), .seconds(4)],
@@ -124,6 +128,9 @@ public actor SyncEngine {
     @discardableResult
     public func save(_ write: LocalStore.Write, at time: Date? = nil) async throws -> LocalRecord {
         let known = status.isConnectionKnown
+        var write = write
+        // Once the device holds the keys, a provisional id names the settled record.
+        write.recordId = await currentId(of: write.recordId, in: write.collection, scope: write.scope ?? "")
         let record = try await store.write(
             write, deviceId: configuration.deviceId, at: time ?? now(), offline: !status.isOnline)
         try await refreshStatus()

@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import Logging
 import OutpostProtocol
+import OutpostRecords
 
 /// `POST /v1/heartbeats`, `POST /v1/sync-failures` (devices), `GET /v1/monitor` and
 /// `DELETE /v1/devices/{deviceId}/owner` (organizers).
@@ -85,8 +86,22 @@ struct MonitorController<Storage: SyncStorage> {
         }
         try await devices.authorize(report.deviceId, for: identity)
         let received = Timestamp(now())
+        // A record the device still knows by its provisional id is reported under the id the server keeps:
+        // neither the monitor nor the table of failures holds an id that names the user.
+        let attendanceKey =
+            report.failures.contains { $0.collection == Attendance.collection }
+            ? try secrets.attendanceKey(tenant: identity.tenant, userId: identity.userId) : nil
+        let reportedFailures = report.failures.map { failure in
+            var failure = failure
+            if failure.collection == Attendance.collection, let attendanceKey,
+                let derived = Attendance.derivedRecordId(of: failure.recordId, userId: identity.userId, key: attendanceKey)
+            {
+                failure.recordId = derived
+            }
+            return failure
+        }
         // Everything is checked before anything is written: a report is recorded whole or not at all.
-        for (index, failure) in report.failures.enumerated() {
+        for (index, failure) in reportedFailures.enumerated() {
             guard configuration.collections[failure.collection] != nil else {
                 throw OutpostHTTPError(.notFound, .unknownCollection, "failures[\(index)].collection is not a collection")
             }
@@ -113,7 +128,7 @@ struct MonitorController<Storage: SyncStorage> {
             return try .json(SyncFailureReceipt(recorded: 0, alreadyKnown: 0, escalationEnabled: false))
         }
         let fingerprint = try secrets.fingerprint(tenant: identity.tenant, deviceId: report.deviceId)
-        let failures = report.failures.map { failure in
+        let failures = reportedFailures.map { failure in
             StoredSyncFailure(
                 tenant: identity.tenant, fingerprint: fingerprint, userId: identity.userId,
                 collection: failure.collection, recordId: failure.recordId,

@@ -28,7 +28,7 @@ struct SyncController<Storage: SyncStorage> {
     @Sendable func recordIdKey(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
         let key = try secrets.attendanceKey(tenant: identity.tenant, userId: identity.userId)
-        var response = try Response.json(RecordIdKeyResponse(attendance: key.hex))
+        var response = try Response.json(RecordIdKeyResponse(attendance: key.hex, userId: identity.userId))
         response.headers[.cacheControl] = "no-store"
         return response
     }
