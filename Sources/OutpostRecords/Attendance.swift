@@ -107,6 +107,10 @@ public enum Attendance {
     /// What is wrong with a whole attendance record's fields, or nil. Records are written once and whole,
     /// so every field is required.
     public static func problem(in fields: [String: JSONValue]) -> String? {
+        // A write naming neither is an edit of a stored record's fields.
+        if fields[Field.action] == nil && fields[Field.day] == nil {
+            return "attendance records are written once, whole: a check-in or check-out cannot be edited"
+        }
         if let user = fields[Field.userId], user.stringValue.map(Identifier.isValid) != true {
             return "user_id must be a user id"
         }

@@ -131,6 +131,18 @@ struct RecordRulesTests {
             results = try await client.push([foreign, shifted, malformed, forged], token: ana).results
             #expect(results.map(\.error?.code) == [.invalidRecordId, .invalidRecordId, .invalidFields, .forbidden])
 
+            // An edit of a stored record's fields is told that attendance is written once, whoever sends it.
+            var edit = Fixtures.upsert(
+                Attendance.recordId(key: anaKey, day: day, action: .checkIn), ["latitude": 1.5], at: 7,
+                collection: Attendance.collection)
+            edit.baseVersion = 1
+            for (token, device) in [(ana, "phone-ana"), (ben, "phone-ben")] {
+                edit.idempotencyKey += "-again"
+                let refused = try await client.push([edit], token: token, device: device).results
+                #expect(refused.map(\.error?.code) == [.invalidFields])
+                #expect(refused.first?.error?.message.hasPrefix("attendance records are written once") == true)
+            }
+
             // A refused record its device still knows by the provisional id is reported under the derived one.
             let refusal = SyncFailure(
                 collection: Attendance.collection, recordId: "ana.2026-11-22.in", firstAttempt: Fixtures.time(-60),
