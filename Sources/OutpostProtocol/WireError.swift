@@ -45,8 +45,8 @@ public struct WireError: Error, Sendable, Hashable, Codable, CustomStringConvert
         public static let invalidFields = Code("invalid_fields")
         public static let invalidBaseVersion = Code("invalid_base_version")
         public static let idempotencyKeyReused = Code("idempotency_key_reused")
-        /// The record's current state forbids the change: a second check-in on one day, a check-out with no
-        /// check-in, deleting a write-once record.
+        /// The record's current state forbids the change: a check-out with no check-in, deleting a write-once
+        /// record.
         public static let stateConflict = Code("state_conflict")
         /// A check-in for a guest who is not on the event's roster.
         public static let unknownGuest = Code("unknown_guest")

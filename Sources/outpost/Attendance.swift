@@ -66,9 +66,7 @@ struct AttendanceCheckIn: AsyncParsableCommand {
 
     func run() async throws {
         try await options.withAttendance(location: location.provider) { log, device in
-            let entry = try await log.checkIn()
-            say(describe(entry, log: log, connection: await device.engine.status.connection))
-            try await Delivery.report(device, collection: Attendance.collection, recordId: entry.recordId)
+            try await record(try await log.checkIn(), log: log, device: device)
         }
     }
 }
@@ -80,16 +78,26 @@ struct AttendanceCheckOut: AsyncParsableCommand {
 
     func run() async throws {
         try await options.withAttendance(location: location.provider) { log, device in
-            let entry = try await log.checkOut()
-            say(describe(entry, log: log, connection: await device.engine.status.connection))
-            try await Delivery.report(device, collection: Attendance.collection, recordId: entry.recordId)
+            try await record(try await log.checkOut(), log: log, device: device)
         }
     }
 }
 
-/// "Checked In at 08:02 — saved offline, pending sync", the moment the save is durable.
-private func describe(_ entry: AttendanceEntry, log: AttendanceLog, connection: Connection) -> String {
-    "\(entry.action.stateText) at \(log.clock(entry.time)) — \(Delivery.saved(connection))"
+/// Says what was saved, "Check-in at 08:02 — saved offline, pending sync", the moment the save is durable;
+/// then where it stands once delivered. When the day's record of the action was already made on another of the
+/// person's devices, the server keeps that one, and its time and sync state are said, read from the server.
+private func record(_ entry: AttendanceEntry, log: AttendanceLog, device: Device) async throws {
+    let action = entry.action == .checkIn ? "Check-in" : "Check-out"
+    say("\(action) at \(log.clock(entry.time)) — \(Delivery.saved(await device.engine.status.connection))")
+    let record = try await Delivery.report(device, collection: Attendance.collection, recordId: entry.recordId)
+    if record?.syncStatus == .synced,
+        await device.engine.wasKeptElsewhere(collection: Attendance.collection, recordId: entry.recordId)
+    {
+        // The record's time is the first write's: a pull brings it.
+        await Delivery.refresh(device.engine) { _ = try await log.refresh() }
+        let state = try await log.state()
+        if let latest = state.latest { say("\(state.line(clock: log.clock)) · \(latest.badge.symbol)") }
+    }
 }
 
 struct AttendanceStatus: AsyncParsableCommand {

@@ -93,6 +93,9 @@ enum Delivery {
     /// The second line after a save: delivers what is queued for at most ``wait``, then says where `record`
     /// stands. Returns the record as it then is.
     ///
+    /// A synced record whose write the server answered by keeping an earlier one from another device in its
+    /// place (`superseded`) is said so, never "synced".
+    ///
     /// - Throws: `ExitCode(1)`, after the line, when the server refused the record: the action did not take.
     @discardableResult
     static func report(_ device: Device, collection: String, scope: String = "", recordId: String) async throws -> LocalRecord? {
@@ -101,7 +104,15 @@ enum Delivery {
         let current = await device.engine.currentId(of: recordId, in: collection, scope: scope)
         let record = try await device.store.record(collection: collection, scope: scope, recordId: current)
         let status = await device.engine.status
-        if let record { say(line(record, ended: ended, connection: status.connection, lastFailure: status.lastFailure)) }
+        if let record {
+            if record.syncStatus == .synced,
+                await device.engine.wasKeptElsewhere(collection: collection, scope: scope, recordId: recordId)
+            {
+                say("already recorded on another device first: the server keeps that one")
+            } else {
+                say(line(record, ended: ended, connection: status.connection, lastFailure: status.lastFailure))
+            }
+        }
         if record?.syncStatus == .rejected { throw ExitCode(1) }
         return record
     }

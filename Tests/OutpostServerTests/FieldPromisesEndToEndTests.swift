@@ -47,7 +47,7 @@ struct FieldPromisesEndToEndTests {
         // stopped waiting for the server before the transport gave up on it.
         let lines = checkIn.stdout.split(separator: "\n")
         #expect(
-            lines.first?.hasPrefix("Checked In at") == true && lines.first?.hasSuffix("— saved on this device") == true, "\(checkIn.stdout)")
+            lines.first?.hasPrefix("Check-in at") == true && lines.first?.hasSuffix("— saved on this device") == true, "\(checkIn.stdout)")
         #expect(
             lines.last == "not synced yet: the server has not answered within 1 s; it stays queued and goes with the next sync",
             "\(checkIn.stdout)")
@@ -308,32 +308,40 @@ struct FieldPromisesEndToEndTests {
         try await proxy.stop()
     }
 
-    @Test("a check-in the server refuses (another phone checked in first) is told as refused on the status screen, never as checked in")
-    func refusedCheckInStatus() async throws {
+    @Test(
+        "a check-in made on two of the person's devices is one record: the first made stands on both, the later device is told so, and neither is refused"
+    )
+    func checkInOnTwoDevices() async throws {
         let session = try AppSession()
         try await session.startServer()
         let proxy = try await FaultProxy.start(upstreamPort: Int(session.port)!)
         let phone = try await session.device("phone-ana", user: "ana", through: proxy.port)
         let tablet = try await session.device("tablet-ana", user: "ana")
+        // The phone checks in first, with no link; then the tablet, online.
         proxy.inject(.drop)
-        #expect(try await phone(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12"]).stdout.contains("Checked In at"))
-        let tabletCheckIn = try await tablet(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12"]).stdout
-        #expect(tabletCheckIn.contains("synced"), "\(tabletCheckIn)")
+        let first = try await phone(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12"]).stdout
+        let time = try #require(first.firstMatch(of: /^Check-in at (\d\d:\d\d) — saved/).map { String($0.output.1) }, "\(first)")
+        let second = try await tablet(["attendance", "check-in", "--lat", "40", "--lon", "-3.7"])
+        #expect(second.status == 0 && second.stdout.contains("synced: the server has it"), "\(second.stdout)")
+
+        // The phone's link returns: its check-in, made first, takes the record's place.
         proxy.inject(nil)
         let status = try await phone(["attendance", "status"]).stdout
         let lines = status.split(separator: "\n").map(String.init)
         #expect(lines.first == "sent 1 record that was waiting to sync", "\(status)")
-        #expect(lines.dropFirst().first?.hasPrefix("Check-in at ") == true, "\(status)")
-        #expect(lines.dropFirst().first?.contains(" refused: already checked in on ") == true, "\(status)")
-        #expect(!status.contains("Checked In"), "\(status)")
-        // Discarded, the refused one gives way to the check-in the server has, from the tablet.
-        let today = try #require(status.firstMatch(of: /discard (\S+) --collection/).map { String($0.output.1) }, "\(status)")
-        #expect(try await phone(["device", "discard", today, "--collection", "attendance"]).status == 0)
-        let discarded = try await phone(["attendance", "status"]).stdout
-        #expect(discarded.hasPrefix("Checked In at ") && discarded.contains("✓ synced"), "\(discarded)")
-        // A third device of hers, online, shows it too.
+        #expect(lines.dropFirst().first == "Checked In at \(time) · ✓ synced", "\(status)")
+        #expect(!status.contains("refused"), "\(status)")
+        let history = try await tablet(["attendance", "history"]).stdout
+        #expect(history.contains("51.50000,-0.12000  ✓ synced") && !history.contains("40.00000"), "\(history)")
+
+        // A third device checks in later still: told that the first stands, and shown it; not refused.
         let laptop = try await session.device("laptop-ana", user: "ana")
-        #expect(try await laptop(["attendance", "status"]).stdout.hasPrefix("Checked In at "))
+        let third = try await laptop(["attendance", "check-in", "--lat", "48.8", "--lon", "2.35"])
+        let said = third.stdout.split(separator: "\n").map(String.init)
+        #expect(third.status == 0, "\(third.stderr)")
+        #expect(said.dropFirst().first == "already recorded on another device first: the server keeps that one", "\(third.stdout)")
+        #expect(said.last == "Checked In at \(time) · ✓ synced", "\(third.stdout)")
+        #expect(try await laptop(["device", "records", "--rejected"]).stdout.contains("no refused records"))
         try await proxy.stop()
     }
 
@@ -423,7 +431,7 @@ struct FieldPromisesEndToEndTests {
 
         // Offline, a record from each app; on the true clock none has waited a day.
         #expect(try await door(["event", "scan", "g000001"], nil).stdout.contains("Checked in"))
-        #expect(try await door(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12"], nil).stdout.contains("Checked In"))
+        #expect(try await door(["attendance", "check-in", "--lat", "51.5", "--lon", "-0.12"], nil).stdout.contains("Check-in at"))
         #expect(try await door(["activity", "register", "--type", "call", "--date", "2026-11-20", "--duration", "30"], nil).status == 0)
         #expect(try await door(["builds", "save", "--name", "Shed"], nil).status == 0)
         #expect(try await door(["device", "notice"], nil).stdout.hasPrefix("no notice"))

@@ -24,7 +24,7 @@ struct RecordRulesTests {
     }
 
     @Test(
-        "attendance: coordinates required, own records only, one check-in a day, check-out after check-in, never deleted",
+        "attendance: coordinates required, own records only, one check-in a day (the first made), check-out after check-in, never deleted",
         arguments: StorageKind.allCases)
     func attendanceRules(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
@@ -54,21 +54,24 @@ struct RecordRulesTests {
             results = try await client.push([Self.attendance(.checkOut, at: 4)], token: ana).results
             #expect(results[0].status == .applied)
 
-            // A second check-in that day is refused; the first sent again is a duplicate; nothing is deleted.
+            // A second check-in that day, from another device of hers, is the same record: the first by device
+            // time stays, and the later write is answered superseded with the record kept, not refused. The
+            // first sent again is a duplicate; nothing is deleted.
             results = try await client.push(
                 [
-                    Self.attendance(.checkIn, at: 5), checkIn,
+                    Self.attendance(.checkIn, at: 5, fields: ["latitude": 40]), checkIn,
                     Fixtures.delete("ana.2026-11-21.in", at: 6, collection: Attendance.collection),
                 ],
-                token: ana
+                token: ana, device: "tablet-ana"
             ).results
-            #expect(results.map(\.status) == [.rejected, .duplicate, .rejected])
-            #expect(results[0].error?.code == .stateConflict)
+            #expect(results.map(\.status) == [.superseded, .duplicate, .rejected])
+            #expect(results[0].serverFields?["latitude"] == 51.5)
+            #expect(results[0].serverFields?["isOfflineEntry"] == true)
             #expect(results[2].error?.code == .stateConflict)
 
             // The server keeps the offline flag and reports it, under ids that name no one.
             try await storage.settle()
-            let pulled = try await client.pull("collection=attendance", token: ana)
+            var pulled = try await client.pull("collection=attendance", token: ana)
             let key = try await Self.attendanceKey(client, token: ana)
             let day = try #require(CalendarDay("2026-11-21"))
             #expect(
@@ -76,6 +79,15 @@ struct RecordRulesTests {
                     == [.checkIn, .checkOut].map { Attendance.recordId(key: key, day: day, action: $0) })
             #expect(pulled.changes[0].fields["isOfflineEntry"] == true)
             #expect(pulled.changes[0].createdAt == Fixtures.time(3))
+
+            // A check-in made earlier that arrives later takes the record's place whole: the day's check-in is
+            // the first one made.
+            results = try await client.push([Self.attendance(.checkIn, at: 2.5, fields: ["latitude": 45])], token: ana).results
+            #expect(results.map(\.status) == [.applied])
+            try await storage.settle()
+            pulled = try await client.pull("collection=attendance", token: ana)
+            let kept = try #require(pulled.changes.first { $0.recordId == Attendance.recordId(key: key, day: day, action: .checkIn) })
+            #expect(kept.createdAt == Fixtures.time(2.5) && kept.fields["latitude"] == 45 && kept.fields["isOfflineEntry"] == nil)
         }
     }
 

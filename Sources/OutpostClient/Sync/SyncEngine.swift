@@ -64,6 +64,8 @@ public actor SyncEngine {
     /// Records created while the connection was not known: saved as made offline, and settled online when the
     /// probe running at the time finds the server (see ``save(_:)``).
     private var unsettled: Set<RecordKey> = []
+    /// Records whose write the server last answered, in this process, by keeping an earlier one from elsewhere.
+    private var keptElsewhere: Set<RecordKey> = []
 
     public init(
         store: LocalStore,
@@ -141,6 +143,19 @@ public actor SyncEngine {
             startDelivery()
         }
         return record
+    }
+
+    /// Whether the server's last answer to a write of this record, in this process, kept an earlier write from
+    /// elsewhere in its place (`superseded`: a guest another door checked in first, a check-in made first on
+    /// another of the person's devices). The record then shows the server's, and is synced; a screen says whose
+    /// write stands rather than "synced". Ask by the id the record was saved under.
+    public func wasKeptElsewhere(collection: String, scope: String = "", recordId: String) -> Bool {
+        keptElsewhere.contains(RecordKey(collection, scope, recordId))
+    }
+
+    private func noteKeptElsewhere(_ tally: SyncTally) {
+        keptElsewhere.subtract(tally.synced.union(tally.refused).union(tally.failed))
+        keptElsewhere.formUnion(tally.superseded.intersection(tally.synced).subtracting(tally.refused))
     }
 
     /// Starts a probe in the background when the engine does not know yet whether the server is reachable, for
@@ -372,6 +387,7 @@ public actor SyncEngine {
         var summary = run.summary
         let tally = run.tally
         summary.superseded = tally.supersededCount
+        noteKeptElsewhere(tally)
         summary.synced = tally.synced.subtracting(tally.failed).subtracting(tally.refused).count - summary.superseded
         summary.rejected = tally.refused.count
         summary.failed = tally.failed.subtracting(tally.refused).count
@@ -489,6 +505,7 @@ public actor SyncEngine {
         tally.reasons[message, default: 0] += 1
         summary.reasons = tally.reasonsByFrequency
         summary.superseded = tally.supersededCount
+        noteKeptElsewhere(tally)
         summary.synced = tally.synced.subtracting(tally.refused).count - summary.superseded
         summary.rejected = tally.refused.count + (owned ? max(0, counts.rejected - rejectedBefore) : 0)
         try await refreshStatus()

@@ -135,7 +135,7 @@ public struct CollectionRegistry: Sendable, Hashable {
         CollectionPolicy(name: Guest.collection, kind: .reference, scopeField: Guest.scopeField),
         CollectionPolicy(name: EventRecord.collection, kind: .reference),
         CollectionPolicy(name: CheckIn.collection, scopeField: CheckIn.scopeField, merge: .firstWriteWins),
-        CollectionPolicy(name: Attendance.collection, read: .own),
+        CollectionPolicy(name: Attendance.collection, merge: .firstWriteWins, read: .own),
         CollectionPolicy(name: Activity.collection, protectedFields: Activity.financialFields, read: .own),
         CollectionPolicy(name: Build.collection, read: .own),
         CollectionPolicy(name: "notes"),

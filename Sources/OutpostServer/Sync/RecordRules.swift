@@ -43,9 +43,14 @@ struct RecordRule: Sendable {
 
     /// Attendance records are the staff member's own, written once, and a check-out follows a check-in.
     ///
+    /// Every device of one user names a day's check-in with the same id, so a check-in from a second device is
+    /// a second write of the same record: the collection keeps the first by device time, and the later one is
+    /// answered `superseded` with the record kept, not refused (the person is checked in).
+    ///
     /// By the time a rule sees it, a provisional id has become the derived one (``MutationValidator``), so
     /// that the record is stored and locked under an id that names no one. Records stored before ids were
-    /// derived keep their provisional ids: each slot is looked up under both.
+    /// derived keep their provisional ids: each slot is looked up under both, and one found under its
+    /// provisional id alone refuses the write, which would make a second record of the day.
     static let attendance = RecordRule(
         related: { mutation, context in
             guard let slot = AttendanceSlot(mutation, context: context) else { return [] }
@@ -75,8 +80,8 @@ struct RecordRule: Sendable {
             guard abs(actionDay.ordinal - slot.day.ordinal) <= 1 else {
                 return .init(code: .invalidFields, message: "the record's day is not the day of its client timestamp")
             }
-            let stored = ([input.existing] + slot.provisionalKey.map(input.record)).compactMap { $0 }
-            if stored.contains(where: { !$0.tombstone }) {
+            let legacy = slot.provisionalKey.compactMap(input.record)
+            if input.existing.map(\.tombstone) ?? true, legacy.contains(where: { !$0.tombstone }) {
                 let verb = slot.action == .checkIn ? "checked in" : "checked out"
                 return .init(code: .stateConflict, message: "already \(verb) on \(slot.day)")
             }
