@@ -169,7 +169,7 @@ struct DeviceRecords: AsyncParsableCommand {
         let cutoff = Date().addingTimeInterval(-Double(threshold.components.seconds))
         let overdue = Set(try await store.persistentFailures(writtenBefore: cutoff).map { "\($0.collection)/\($0.recordId)" })
         for record in records {
-            let fields = record.fields.keys.sorted().map { "\($0)=\(record.fields[$0]!.displayText)" }.joined(separator: " ")
+            let fields = Self.fieldsText(record)
             let badge = SyncBadge(
                 status: record.syncStatus, error: record.syncError, isConflict: record.conflict != nil,
                 overdue: overdue.contains("\(record.collection)/\(record.recordId)") ? threshold : nil)
@@ -181,6 +181,11 @@ struct DeviceRecords: AsyncParsableCommand {
         if records.contains(where: { $0.collection == Build.collection && $0.syncStatus == .synced }) {
             say("synced: the server has the record; whether the crew's sheet has a build: outpost builds list")
         }
+    }
+
+    /// The record's fields as `name=value`, by name.
+    static func fieldsText(_ record: LocalRecord) -> String {
+        record.fields.keys.sorted().map { "\($0)=\(record.fields[$0]!.displayText)" }.joined(separator: " ")
     }
 
     /// The lines under a record that failed, was refused or conflicts: why, and what the person can do.
@@ -198,9 +203,11 @@ struct DeviceRecords: AsyncParsableCommand {
                     "keep the server's: outpost device resolve \(record.recordId) --keep-server; send yours on top: outpost device resolve \(record.recordId) --resend",
                 ]
             }
+            // Attendance records are written once: an edit would be refused again.
+            let edit = record.collection == Attendance.collection ? "" : "edit it and it is sent again, or "
             return [
                 record.syncError ?? "refused by the server",
-                "edit it and it is sent again, or discard it (a copy stays on this device): outpost device discard \(record.recordId)",
+                "\(edit)discard it (a copy stays on this device): outpost device discard \(record.recordId)",
             ]
         case .pending, .synced:
             return []
@@ -245,7 +252,20 @@ struct DeviceDiscard: AsyncParsableCommand {
         try await options.withDevice { device in
             let found = try await record.find(in: device.store, .rejected)
             try await device.engine.discard(collection: found.collection, scope: found.scope, recordId: found.recordId)
-            say("discarded \(found.path); a copy stays on this device (\(try await device.store.discardedCount()) discarded in all)")
+            say("discarded \(found.path); a sealed copy stays on this device")
+            // A refused edit of a record the server holds: the server's version takes its place, from a pull.
+            if found.version != nil {
+                await Delivery.resume(device.engine)
+                let engine = device.engine
+                await Delivery.refresh(engine) {
+                    _ = try await engine.pull(collection: found.collection, scope: found.scope.isEmpty ? nil : found.scope)
+                }
+                if let restored = try await device.store.record(collection: found.collection, scope: found.scope, recordId: found.recordId) {
+                    say("the server's version: \(restored.badge.symbol)  \(restored.path)  \(DeviceRecords.fieldsText(restored))")
+                } else {
+                    say("the server's version comes back with the next refresh")
+                }
+            }
             await Delivery.showNotice(device.engine)
         }
     }

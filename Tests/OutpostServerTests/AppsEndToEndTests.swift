@@ -188,6 +188,18 @@ struct AppsEndToEndTests {
         #expect(again.stdout.contains("already recorded on another device first: the server keeps that one"), "\(again.stdout)")
         #expect(raw.status == 1, "a refused save ends with a failure")
         #expect(again.status == 0, "\(again.stderr)")
+
+        // An edit of a synced record is refused as such; discarded, the server's version takes its place at once.
+        let checkInId = try await session.attendanceId(user: "ana", day: today, action: .checkIn)
+        let edited = try await ana(["device", "put", "attendance", checkInId, "latitude=5"])
+        #expect(edited.status == 1 && edited.stdout.contains("refused by the server: attendance records are written once"), "\(edited.stdout)")
+        let refused = try await ana(["device", "records", "--rejected"]).stdout
+        #expect(refused.contains("discard it") && !refused.contains("edit it"), "\(refused)")
+        let discarded = try await ana(["device", "discard", checkInId, "--collection", "attendance"]).stdout
+        #expect(
+            discarded
+                == "discarded attendance/\(checkInId); a sealed copy stays on this device\nthe server's version: ✓ synced  attendance/\(checkInId)  action=check_in day=\(today) latitude=51.5 longitude=-0.12 user_id=ana\n",
+            "\(discarded)")
     }
 
     @Test("event check-in: offline scans queue and replay with their scan times; repeats, cancelled and unknown guests are told apart")
