@@ -97,6 +97,10 @@ struct AttendanceLogTests {
     func oneCheckInPerDay() async throws {
         try await withTestDevice { device in
             let log = makeLog(device)
+            // Heard from the server today, the device knows there is no check-in.
+            await device.setOnline(true)
+            try await log.refresh()
+            await device.setOnline(false)
             var error = await #expect(throws: ClientError.self) { try await log.checkOut() }
             #expect(error?.code == .notCheckedIn)
             try await log.checkIn()
@@ -114,6 +118,27 @@ struct AttendanceLogTests {
             #expect(try await log.state().text == "Not checked in")
             let next = try await log.checkIn()
             #expect(next.recordId == "ana.2026-11-22.in")
+        }
+    }
+
+    @Test(
+        "a device that has not heard from the server today saves a check-out with no check-in of its own, marked as awaiting one; the server decides"
+    )
+    func checkOutAwaitingCheckIn() async throws {
+        let server = InMemoryServer(rejecting: { mutation in
+            mutation.fields["action"] == "check_out" ? .init(code: .stateConflict, message: "a check-out needs a check-in on the same day") : nil
+        })
+        try await withTestDevice(server: server) { device in
+            let log = makeLog(device)
+            let checkOut = try await log.checkOut()
+            #expect(checkOut.awaitsCheckIn && checkOut.syncStatus == .pending)
+            #expect(try await log.state().text == "Checked Out")
+            // With no check-in on the server either, it is refused, and the state says so.
+            await device.setOnline(true)
+            await device.delivered()
+            let state = try await log.state()
+            #expect(state.isRefused)
+            #expect(state.line(clock: log.clock) == "Check-out at 09:00 refused: a check-out needs a check-in on the same day")
         }
     }
 

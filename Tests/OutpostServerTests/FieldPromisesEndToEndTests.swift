@@ -342,6 +342,20 @@ struct FieldPromisesEndToEndTests {
         #expect(said.dropFirst().first == "already recorded on another device first: the server keeps that one", "\(third.stdout)")
         #expect(said.last == "Checked In at \(time) · ✓ synced", "\(third.stdout)")
         #expect(try await laptop(["device", "records", "--rejected"]).stdout.contains("no refused records"))
+
+        // A spare phone, never synced and with no link, checks out: it cannot know of the check-in, so the
+        // check-out is saved and the server, which holds the check-in, takes it.
+        let spare = try await session.device("spare-ana", user: "ana", through: proxy.port)
+        proxy.inject(.drop)
+        let checkOut = try await spare(["attendance", "check-out", "--lat", "51.5", "--lon", "-0.12"])
+        #expect(checkOut.status == 0, "\(checkOut.stderr)")
+        #expect(
+            checkOut.stdout.contains(
+                "no check-in of today on this device: the server takes this check-out if it holds one from your other devices"),
+            "\(checkOut.stdout)")
+        proxy.inject(nil)
+        let out = try await spare(["attendance", "status"]).stdout
+        #expect(out.contains("Checked Out at ") && out.contains("✓ synced"), "\(out)")
         try await proxy.stop()
     }
 

@@ -38,9 +38,19 @@ public struct AttendanceLog: Sendable {
     public func checkIn() async throws -> AttendanceEntry { try await record(.checkIn) }
 
     /// Checks out for today.
+    ///
+    /// A check-out needs the day's check-in. A device that has not heard from the server today may not know
+    /// of one made on another of the person's devices (a phone borrowed at the end of the day, offline), so
+    /// there the check-out is saved without one (``AttendanceEntry/awaitsCheckIn``) and the server decides:
+    /// it takes it when it holds the check-in, and refuses it otherwise. A device that has refreshed today
+    /// (``refresh()``) knows, and refuses at once.
+    ///
     /// - Throws: ``ClientError`` `noLocationFix`, `notCheckedIn` or `alreadyCheckedOut`; nothing is written then.
     @discardableResult
     public func checkOut() async throws -> AttendanceEntry { try await record(.checkOut) }
+
+    /// The setting that holds the last day ``refresh()`` brought the user's records from the server.
+    static let refreshedDaySetting = "attendance_refreshed_day"
 
     private func record(_ action: Attendance.Action) async throws -> AttendanceEntry {
         guard let fix = await location.currentFix() else {
@@ -58,7 +68,7 @@ public struct AttendanceLog: Sendable {
                 throw ClientError(.alreadyCheckedIn, "Already checked in today at \(clock(earlier.time)).")
             }
         case .checkOut:
-            guard today[.checkIn] != nil else {
+            if today[.checkIn] == nil, try await engine.store.setting(Self.refreshedDaySetting) == day.description {
                 throw ClientError(.notCheckedIn, "Not checked in today: check in first.")
             }
             if let earlier = today[.checkOut] {
@@ -80,9 +90,10 @@ public struct AttendanceLog: Sendable {
                 recordId: key.map { Attendance.recordId(key: $0, day: day, action: action) }
                     ?? Attendance.provisionalRecordId(userId: userId, day: day, action: action),
                 fields: fields))
-        guard let entry = AttendanceEntry(record) else {
+        guard var entry = AttendanceEntry(record) else {
             throw ClientError(.storeUnavailable, "the attendance record could not be read back")
         }
+        entry.awaitsCheckIn = action == .checkOut && today[.checkIn] == nil
         return entry
     }
 
@@ -94,9 +105,11 @@ public struct AttendanceLog: Sendable {
     /// - Throws: ``TransportError`` when the server cannot be reached; nothing changes then.
     @discardableResult
     public func refresh() async throws -> Int {
+        let day = CalendarDay(engine.now(), timeZone: timeZone)
         await engine.fetchRecordIdKeys()
         let changed = try await engine.pull(collection: Attendance.collection)
         _ = try await settledKey()
+        try await engine.store.setSetting(Self.refreshedDaySetting, day.description)
         return changed
     }
 
@@ -171,6 +184,10 @@ public struct AttendanceEntry: Sendable, Hashable {
     public var isConflict: Bool
     /// The escalation threshold, when the entry has waited to sync longer than it (see ``SyncBadge/overdue``).
     public var overdue: Duration?
+    /// True for a check-out just saved on a device that holds no check-in of its day and has not heard from
+    /// the server today: the server takes it when it holds a check-in from another of the person's devices,
+    /// and refuses it otherwise (see ``AttendanceLog/checkOut()``).
+    public var awaitsCheckIn = false
 
     /// The entry a stored record holds, or nil when it is not an attendance record.
     public init?(_ record: LocalRecord) {
