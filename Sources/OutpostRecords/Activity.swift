@@ -114,3 +114,34 @@ public enum Activity {
         return total
     }
 }
+
+extension Activity {
+    /// An activity's fields, as a typed query reads them.
+    public struct Record: Sendable, Hashable, Codable {
+        public var type: String
+        public var date: CalendarDay
+        public var durationMinutes: Int
+        public var participants: Int?
+        public var notes: String?
+        /// A decimal string with two decimals, such as "12.50": money is never a binary fraction.
+        public var travelExpense: String?
+
+        public init(
+            type: String, date: CalendarDay, durationMinutes: Int, participants: Int? = nil, notes: String? = nil,
+            travelExpense: String? = nil
+        ) {
+            self.type = type
+            self.date = date
+            self.durationMinutes = durationMinutes
+            self.participants = participants
+            self.notes = notes
+            self.travelExpense = travelExpense
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case type, date, participants, notes
+            case durationMinutes = "duration_minutes"
+            case travelExpense = "travel_expense"
+        }
+    }
+}

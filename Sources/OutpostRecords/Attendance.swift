@@ -161,3 +161,34 @@ public enum Attendance {
         return nil
     }
 }
+
+extension Attendance {
+    /// An attendance record's fields, as a typed query reads them.
+    public struct Record: Sendable, Hashable, Codable {
+        /// Whose record it is; nil in records stored before ids were derived, whose id names the user.
+        public var userId: String?
+        public var action: Action
+        public var day: CalendarDay
+        public var latitude: Double
+        public var longitude: Double
+        /// The fix's accuracy in metres, when the device gave one.
+        public var accuracy: Double?
+
+        public init(
+            userId: String?, action: Action, day: CalendarDay, latitude: Double, longitude: Double, accuracy: Double? = nil
+        ) {
+            self.userId = userId
+            self.action = action
+            self.day = day
+            self.latitude = latitude
+            self.longitude = longitude
+            self.accuracy = accuracy
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case userId = "user_id"
+            case action, day, latitude, longitude
+            case accuracy = "accuracy_m"
+        }
+    }
+}

@@ -25,3 +25,31 @@ public enum Build {
         fields[Field.name] == nil ? "a new build needs a name" : nil
     }
 }
+
+extension Build {
+    /// A build's fields, as a typed query reads them: its name, and the crew's own fields as they are.
+    public struct Record: Sendable, Hashable, Codable {
+        public var name: String
+        /// Every field but the name.
+        public var other: [String: JSONValue]
+
+        public init(name: String, other: [String: JSONValue] = [:]) {
+            self.name = name
+            self.other = other
+        }
+
+        public init(from decoder: any Decoder) throws {
+            var fields = try [String: JSONValue](from: decoder)
+            guard let name = fields.removeValue(forKey: Field.name)?.stringValue else {
+                throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "a build has a name"))
+            }
+            self.init(name: name, other: fields)
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var fields = other
+            fields[Field.name] = .string(name)
+            try fields.encode(to: encoder)
+        }
+    }
+}

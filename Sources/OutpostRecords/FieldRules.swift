@@ -93,3 +93,19 @@ public struct CalendarDay: Sendable, Hashable, Comparable, CustomStringConvertib
         }
     }
 }
+
+extension CalendarDay: Codable {
+    /// Reads `YYYY-MM-DD`.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        guard let day = CalendarDay(try container.decode(String.self)) else {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected a date written YYYY-MM-DD")
+        }
+        self = day
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+}

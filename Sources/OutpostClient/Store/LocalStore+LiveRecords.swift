@@ -72,13 +72,25 @@ extension LocalStore {
     func records(
         _ filter: Filter, collection: String?, scope: String?, reopening opened: OpenedRecords
     ) async throws -> [LocalRecord]? {
+        let statuses: Set<RecordSyncStatus>? =
+            switch filter {
+            case .all: nil
+            case .pending: [.pending]
+            case .failed: [.failed]
+            case .rejected: [.rejected]
+            }
+        return try await records(Selection(collection: collection, scope: scope, statuses: statuses), reopening: opened)
+    }
+
+    /// The records `selection` lists, each opened only when its row changed since `opened` last kept it; nil
+    /// when the list is the one kept before.
+    func records(_ selection: Selection, reopening opened: OpenedRecords) async throws -> [LocalRecord]? {
         let sealer = self.sealer
         // Positions 0-2 name the row; 3-8 are its stamp.
         let stampColumns =
             "collection, scope, record_id, updated_at, last_sync_attempt, version, sync_status, "
             + "tombstone | is_offline_entry << 1 | coalesce(sealed_detail, 2) << 2, substr(payload, -16)"
-        let (sql, arguments) = Self.recordsQuery(
-            columns: stampColumns, filter, collection: collection, scope: scope, recordId: nil)
+        let (sql, arguments) = selection.sql(columns: stampColumns)
         return try await perform {
             try await self.read { db in
                 let lookup = try db.cachedStatement(
