@@ -5,25 +5,47 @@ import NIOConcurrencyHelpers
 /// The subscribers to one store's commits in this process.
 ///
 /// Every write transaction of ``LocalStore`` signals it once committed, with the collections whose records it
-/// changed when it knows them. A subscriber to one collection is woken only by commits that may have changed
-/// it. A subscriber's stream keeps at most one waiting signal, so a burst of commits wakes a slow reader once.
+/// changed, and the records themselves, when it knows them. A subscriber to one collection is woken only by
+/// commits that may have changed it. A subscriber's stream keeps at most one waiting signal, so a burst of
+/// commits wakes a slow reader once; what they changed adds up until the reader takes it (``take(_:)``).
 final class CommitSignal: Sendable {
     private struct Subscriber {
         var continuation: AsyncStream<Void>.Continuation
         /// The collection whose records the subscriber reads; nil for every table.
         var collection: String?
+        /// What the commits since the subscriber last took it changed.
+        var changed = ChangedRecords.none
     }
 
     private let subscribers = NIOLockedValueBox<[UUID: Subscriber]>([:])
 
-    /// - Parameter collections: the collections whose records the commit changed, the only tables it wrote
-    ///   besides the outbox; nil when it may have changed anything.
-    func signal(changing collections: Set<String>? = nil) {
+    /// - Parameters:
+    ///   - collections: the collections whose records the commit changed, the only tables it wrote besides the
+    ///     outbox; nil when it may have changed anything.
+    ///   - records: the records it changed, all of them; nil when it does not name them.
+    func signal(changing collections: Set<String>? = nil, records: Set<RecordKey>? = nil) {
         subscribers.withLockedValue { subscribers in
-            for subscriber in subscribers.values {
+            for (id, subscriber) in subscribers {
                 if let collections, let collection = subscriber.collection, !collections.contains(collection) { continue }
+                subscribers[id]?.changed.merge(records.map { .records($0) } ?? .unknown)
                 subscriber.continuation.yield()
             }
+        }
+    }
+
+    /// Wakes one subscriber, as if anything had changed: another process may have committed.
+    func signalUnknown(to id: UUID) {
+        subscribers.withLockedValue { subscribers in
+            subscribers[id]?.changed = .unknown
+            subscribers[id]?.continuation.yield()
+        }
+    }
+
+    /// What changed since the subscriber last took it.
+    func take(_ id: UUID) -> ChangedRecords {
+        subscribers.withLockedValue { subscribers in
+            defer { subscribers[id]?.changed = .none }
+            return subscribers[id]?.changed ?? .unknown
         }
     }
 
@@ -56,19 +78,27 @@ extension LocalStore {
     func changes(
         of collection: String?, checkingOtherProcessesEvery interval: Duration, clock: any Clock<Duration>
     ) -> AsyncStream<Void> {
+        changesNamingRecords(of: collection, checkingOtherProcessesEvery: interval, clock: clock).stream
+    }
+
+    /// ``changes(of:checkingOtherProcessesEvery:clock:)``, with what each element's commits changed: `take` gives
+    /// the records they changed, or ``ChangedRecords/unknown``, since it was last called.
+    func changesNamingRecords(
+        of collection: String?, checkingOtherProcessesEvery interval: Duration, clock: any Clock<Duration>
+    ) -> (stream: AsyncStream<Void>, take: @Sendable () -> ChangedRecords) {
         let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         let id = commits.add(continuation, collection: collection)
-        let watch = Task { [self] in
+        let watch = Task { [self, commits] in
             var seen = try? await dataVersion()
             // Once the first version is known: a commit by another process between the caller's first read and
             // that version would otherwise go unseen.
-            continuation.yield()
+            commits.signalUnknown(to: id)
             while !Task.isCancelled {
                 do { try await clock.sleep(for: interval) } catch { return }
                 let version = try? await dataVersion()
                 if version != seen {
                     seen = version
-                    continuation.yield()
+                    commits.signalUnknown(to: id)
                 }
             }
         }
@@ -76,7 +106,7 @@ extension LocalStore {
             commits.remove(id)
             watch.cancel()
         }
-        return stream
+        return (stream, { [commits] in commits.take(id) })
     }
 
     /// `query`'s answer now, and again whenever a commit changes it (see ``changes(checkingOtherProcessesEvery:clock:)``).
@@ -133,10 +163,42 @@ extension LocalStore {
         _ filter: Filter = .all, collection: String? = nil, scope: String? = nil,
         checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock()
     ) -> AsyncThrowingStream<[LocalRecord], any Error> {
-        let opened = OpenedRecords()
-        return observeChanges(of: collection, checkingOtherProcessesEvery: interval, clock: clock) { store in
-            try await store.records(filter, collection: collection, scope: scope, reopening: opened)
+        let statuses: Set<RecordSyncStatus>? =
+            switch filter {
+            case .all: nil
+            case .pending: [.pending]
+            case .failed: [.failed]
+            case .rejected: [.rejected]
+            }
+        return observeList(
+            Selection(collection: collection, scope: scope, statuses: statuses), checkingOtherProcessesEvery: interval,
+            clock: clock
+        ) { $0 }
+    }
+
+    /// The records `selection` lists, now and after every commit that changes them, each list made into a value
+    /// by `transform` (see ``LiveList``).
+    func observeList<Value: Sendable>(
+        _ selection: Selection, checkingOtherProcessesEvery interval: Duration, clock: any Clock<Duration>,
+        _ transform: @escaping @Sendable ([LocalRecord]) throws -> Value
+    ) -> AsyncThrowingStream<Value, any Error> {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: Value.self, bufferingPolicy: .bufferingNewest(1))
+        // Subscribed before the first read, so that no commit after it goes unseen.
+        let (changes, take) = changesNamingRecords(of: selection.collection, checkingOtherProcessesEvery: interval, clock: clock)
+        let list = LiveList(selection)
+        let task = Task { [self] in
+            do {
+                if let first = try await records(in: list, changed: .unknown) { continuation.yield(try transform(first)) }
+                for await _ in changes {
+                    if let value = try await records(in: list, changed: take()) { continuation.yield(try transform(value)) }
+                }
+                continuation.finish()
+            } catch {
+                continuation.finish(throwing: error)
+            }
         }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
     }
 
     /// One record, now and after every change to it; nil while the device does not hold it.

@@ -26,11 +26,13 @@ extension LocalStore {
     /// Rolls back and rethrows when `updates` or the commit fails.
     /// - Parameter collections: the collections whose records `updates` may change, the only tables it writes
     ///   besides the outbox; nil when it may change anything.
+    /// - Parameter records: the records `updates` may change, all of them; nil when it does not name them.
     func writeImmediate<T: Sendable>(
-        changing collections: Set<String>? = nil, _ updates: @escaping @Sendable (Database) throws -> T
+        changing collections: Set<String>? = nil, records: Set<RecordKey>? = nil,
+        _ updates: @escaping @Sendable (Database) throws -> T
     ) async throws -> T {
         let value = try await onWriter { db in try Self.immediate(db, updates) }
-        commits.signal(changing: collections)
+        commits.signal(changing: collections, records: records)
         return value
     }
 

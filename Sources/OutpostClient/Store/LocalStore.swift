@@ -179,7 +179,9 @@ public final class LocalStore: Sendable {
         let sealer = self.sealer
         let clientTime = self.clientTime
         return try await perform {
-            try await self.writeImmediate(changing: [write.collection]) { db in
+            try await self.writeImmediate(
+                changing: [write.collection], records: [RecordKey(write.collection, write.scope ?? "", write.recordId)]
+            ) { db in
                 // Writes are serial on this queue, and the transaction holds the store's write lock, so neither
                 // this process nor another can write between the read and the advance below.
                 let time = try Self.nextClientTime(after: clientTime, now: date, db: db)

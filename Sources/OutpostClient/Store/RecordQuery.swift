@@ -104,7 +104,7 @@ extension LocalStore {
     ///
     /// - Throws: ``ClientError`` `invalidInput` naming the record whose fields do not decode as `Fields`.
     public func records<Fields>(_ query: RecordQuery<Fields>) async throws -> [TypedRecord<Fields>] {
-        let records = try await records(Selection(query), reopening: OpenedRecords()) ?? []
+        let records = try await records(in: LiveList(Selection(query)), changed: .unknown) ?? []
         return try TypedRecords<Fields>().decode(records)
     }
 
@@ -118,12 +118,8 @@ extension LocalStore {
         _ query: RecordQuery<Fields>, checkingOtherProcessesEvery interval: Duration = .seconds(1),
         clock: any Clock<Duration> = ContinuousClock()
     ) -> AsyncThrowingStream<[TypedRecord<Fields>], any Error> {
-        let opened = OpenedRecords()
         let decoded = TypedRecords<Fields>()
-        let selection = Selection(query)
-        return observeChanges(of: query.collection, checkingOtherProcessesEvery: interval, clock: clock) { store in
-            try await store.records(selection, reopening: opened).map { try decoded.decode($0) }
-        }
+        return observeList(Selection(query), checkingOtherProcessesEvery: interval, clock: clock) { try decoded.decode($0) }
     }
 
     /// What a list selects, in SQL's terms.
