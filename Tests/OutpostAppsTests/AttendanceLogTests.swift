@@ -178,6 +178,8 @@ struct AttendanceLogTests {
             let checkInId = Attendance.recordId(key: key, day: day, action: .checkIn)
             #expect(try await device.store.recordIds(collection: Attendance.collection, containing: ".").isEmpty)
             #expect(try await device.store.record(collection: Attendance.collection, recordId: checkInId)?.syncStatus == .synced)
+            // The key was fetched before the push, so the id that left the device was the settled one.
+            #expect(await device.server.applied.last?.mutation.recordId == checkInId)
             let state = try await log.state()
             #expect(state.latest?.recordId == checkInId)
             #expect(state.latest?.syncStatus == .synced)

@@ -46,6 +46,16 @@ extension SyncEngine {
         return keys
     }
 
+    /// Before a push: fetches the keys when the device holds none and renames what waits under provisional ids,
+    /// so that the push carries settled ids, and none that names a person leaves the device where the server
+    /// gives the key. Does nothing without settlements, or while the server is not known to be reachable (the
+    /// fetch would only wait).
+    func settleBeforeSending() async {
+        guard !configuration.recordIdSettlements.isEmpty, status.isOnline else { return }
+        if (try? await recordIdKeys()) == nil, await fetchRecordIdKeys() == nil { return }
+        _ = try? await settleRecordIds()
+    }
+
     /// The id the record named `recordId` has on this device: `recordId` while a record is stored under it,
     /// else, once the device holds the keys, the id a settlement of the collection derives from it. A save
     /// under a provisional id writes the settled record, and a screen that saved one reads it back by this

@@ -148,9 +148,11 @@ public actor SyncEngine {
     /// Whether the server's last answer to a write of this record, in this process, kept an earlier write from
     /// elsewhere in its place (`superseded`: a guest another door checked in first, a check-in made first on
     /// another of the person's devices). The record then shows the server's, and is synced; a screen says whose
-    /// write stands rather than "synced". Ask by the id the record was saved under.
-    public func wasKeptElsewhere(collection: String, scope: String = "", recordId: String) -> Bool {
-        keptElsewhere.contains(RecordKey(collection, scope, recordId))
+    /// write stands rather than "synced". Ask by the id the record was saved under, or its settled id.
+    public func wasKeptElsewhere(collection: String, scope: String = "", recordId: String) async -> Bool {
+        if keptElsewhere.contains(RecordKey(collection, scope, recordId)) { return true }
+        let current = await currentId(of: recordId, in: collection, scope: scope)
+        return current != recordId && keptElsewhere.contains(RecordKey(collection, scope, current))
     }
 
     private func noteKeptElsewhere(_ tally: SyncTally) {
@@ -376,6 +378,7 @@ public actor SyncEngine {
         if run.total > 0 { progress?(SyncProgress(sent: 0, total: run.total, chunk: 0)) }
         do {
             try await store.restampFutureEntries(now: now(), maxLead: Self.futureAllowance)
+            if run.total > 0 { await settleBeforeSending() }
             if let undelivered = try await deliverChunks(only: records, retrying: retrying, progress: progress, run: &run) {
                 return try await endUndelivered(undelivered, only: records, tally: run.tally, summary: run.summary)
             }
