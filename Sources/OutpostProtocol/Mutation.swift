@@ -149,6 +149,9 @@ public struct MutationResult: Sendable, Hashable, Codable {
     public var error: WireError.Detail?
     /// For `superseded`, and for a `duplicate` of one: the stored record's fields, when the caller may read them.
     public var serverFields: [String: JSONValue]?
+    /// With `serverFields`: the client time of the stored record's first write, which a device shows as the
+    /// time of what the server keeps (a check-in's time).
+    public var serverCreatedAt: Timestamp?
 
     public init(
         idempotencyKey: String,
@@ -157,7 +160,8 @@ public struct MutationResult: Sendable, Hashable, Codable {
         originalStatus: Status? = nil,
         conflict: ConflictDetail? = nil,
         error: WireError.Detail? = nil,
-        serverFields: [String: JSONValue]? = nil
+        serverFields: [String: JSONValue]? = nil,
+        serverCreatedAt: Timestamp? = nil
     ) {
         self.idempotencyKey = idempotencyKey
         self.status = status
@@ -166,6 +170,7 @@ public struct MutationResult: Sendable, Hashable, Codable {
         self.conflict = conflict
         self.error = error
         self.serverFields = serverFields
+        self.serverCreatedAt = serverCreatedAt
     }
 
     /// A rejection with a stable code and a message safe to show to the user.
@@ -205,6 +210,7 @@ extension MutationResult {
         if status == .superseded { result.status = .applied }
         if originalStatus == .superseded { result.originalStatus = .applied }
         result.serverFields = nil
+        result.serverCreatedAt = nil
         return result
     }
 }

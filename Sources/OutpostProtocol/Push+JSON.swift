@@ -156,6 +156,14 @@ extension MutationResult {
         if let value = object["serverFields"], value != .null {
             serverFields = try JSONShape.object(object, "serverFields", in: path)
         }
+        var serverCreatedAt: Timestamp?
+        if let value = object["serverCreatedAt"], value != .null {
+            let text = try JSONShape.string(object, "serverCreatedAt", in: path)
+            guard let time = Timestamp(iso8601: text) else {
+                throw JSONShape.error("\(path)serverCreatedAt must be an RFC 3339 date-time")
+            }
+            serverCreatedAt = time
+        }
         self.init(
             idempotencyKey: try JSONShape.string(object, "idempotencyKey", in: path),
             status: current,
@@ -163,7 +171,8 @@ extension MutationResult {
             originalStatus: try status("originalStatus"),
             conflict: conflict,
             error: error,
-            serverFields: serverFields)
+            serverFields: serverFields,
+            serverCreatedAt: serverCreatedAt)
     }
 
     func writeJSON(to output: inout [UInt8]) throws(JSONSyntaxError) {
@@ -189,6 +198,10 @@ extension MutationResult {
         if let originalStatus {
             JSONWriter.key("originalStatus", to: &output)
             JSONWriter.string(originalStatus.rawValue, to: &output)
+        }
+        if let serverCreatedAt {
+            JSONWriter.key("serverCreatedAt", to: &output)
+            JSONWriter.string(serverCreatedAt.iso8601, to: &output)
         }
         if let serverFields {
             JSONWriter.key("serverFields", to: &output)

@@ -132,7 +132,9 @@ extension MutationResult {
             version: Bool.random(using: &random) ? Int64.random(in: 1...1000, using: &random) : nil,
             originalStatus: Bool.random(using: &random) ? .applied : nil, conflict: conflict,
             error: Bool.random(using: &random) ? .init(code: .stateConflict, message: JSONValue.randomString(using: &random)) : nil,
-            serverFields: Bool.random(using: &random) ? ["scanned_by": JSONValue.random(depth: 1, using: &random)] : nil)
+            serverFields: Bool.random(using: &random) ? ["scanned_by": JSONValue.random(depth: 1, using: &random)] : nil,
+            serverCreatedAt: Bool.random(using: &random)
+                ? Timestamp(millisecondsSince1970: Int64.random(in: 0...4_000_000_000_000, using: &random)) : nil)
     }
 
     var canonical: MutationResult {

@@ -341,6 +341,9 @@ struct FieldPromisesEndToEndTests {
         #expect(third.status == 0, "\(third.stderr)")
         #expect(said.dropFirst().first == "already recorded on another device first: the server keeps that one", "\(third.stdout)")
         #expect(said.last == "Checked In at \(time) · ✓ synced", "\(third.stdout)")
+        // It shows the kept check-in whole: the phone's place, and that it was made offline.
+        let kept = try await laptop(["attendance", "history"]).stdout
+        #expect(kept.contains("\(time)  check-in   51.50000,-0.12000  ✓ synced  (offline entry)"), "\(kept)")
         #expect(try await laptop(["device", "records", "--rejected"]).stdout.contains("no refused records"))
 
         // A spare phone, never synced and with no link, checks out: it cannot know of the check-in, so the

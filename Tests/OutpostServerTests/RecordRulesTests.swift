@@ -67,6 +67,7 @@ struct RecordRulesTests {
             #expect(results.map(\.status) == [.superseded, .duplicate, .rejected])
             #expect(results[0].serverFields?["latitude"] == 51.5)
             #expect(results[0].serverFields?["isOfflineEntry"] == true)
+            #expect(results[0].serverCreatedAt == Fixtures.time(3))
             #expect(results[2].error?.code == .stateConflict)
 
             // The server keeps the offline flag and reports it, under ids that name no one.

@@ -152,6 +152,7 @@ extension LocalStore {
                 decision.confirmed.append(entry.seq)
                 outcome.version = result.version ?? outcome.version
                 outcome.serverFields = result.serverFields
+                outcome.serverCreatedAt = result.serverCreatedAt
                 outcome.superseded = true
             case .conflict:
                 decision.confirmed.append(entry.seq)
@@ -230,7 +231,11 @@ extension LocalStore {
             record.lastSyncAttempt = date
             if outcome.superseded && stillQueued == 0 {
                 if let fields = outcome.serverFields {
+                    // The record the server keeps, whole: its fields, its offline flag, and its time when the
+                    // answer gives it.
                     record.fields = fields
+                    record.isOfflineEntry = fields[LocalRecord.offlineEntryField] == .bool(true)
+                    if let createdAt = outcome.serverCreatedAt { record.createdAt = createdAt }
                 } else {
                     // An answer repeated without the stored fields: the next pull of the collection, from its
                     // start, brings them (a synced record takes the server's fields at its version).
@@ -294,6 +299,7 @@ extension LocalStore {
         /// answer carried them (``MutationResult/serverFields``).
         var superseded = false
         var serverFields: [String: JSONValue]?
+        var serverCreatedAt: Timestamp?
 
         /// Whether what the server took settles `conflict`: the user wrote every conflicting field again (a
         /// resend), or deleted the record. Any other write leaves the conflict to the user.

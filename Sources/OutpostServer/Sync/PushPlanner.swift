@@ -132,6 +132,7 @@ enum PushPlanner {
                     {
                         answer.version = stored.version
                         answer.serverFields = stored.fields
+                        answer.serverCreatedAt = Timestamp(millisecondsSince1970: stored.createdAt)
                     }
                     plan.results.append(answer)
                     continue
@@ -199,7 +200,9 @@ enum PushPlanner {
                 plan.results.append(
                     MutationResult(
                         idempotencyKey: key, status: status, version: version, conflict: detail,
-                        serverFields: outcome.superseded && readable ? outcome.record.fields : nil))
+                        serverFields: outcome.superseded && readable ? outcome.record.fields : nil,
+                        serverCreatedAt: outcome.superseded && readable
+                            ? Timestamp(millisecondsSince1970: outcome.record.createdAt) : nil))
                 plan.mutations.append(
                     MutationRow(
                         mutation: mutation, contentHash: hash, deviceId: context.deviceId, userId: context.userId,
