@@ -122,6 +122,39 @@ struct AttendanceLogTests {
     }
 
     @Test(
+        "a refused change to a synced check-in leaves the check-in standing; discarded offline, the server's record comes back at once and the day goes on"
+    )
+    func refusedChangeDiscardedOffline() async throws {
+        let server = InMemoryServer(rejecting: { mutation in
+            mutation.fields["latitude"] == 7 ? .init(code: .invalidFields, message: "attendance records are written once") : nil
+        })
+        try await withTestDevice(online: true, server: server) { device in
+            let log = makeLog(device)
+            let checkIn = try await log.checkIn()
+            await device.delivered()
+            let id = try #require(try await device.store.records(collection: Attendance.collection).first?.recordId)
+            #expect(try await device.store.record(collection: Attendance.collection, recordId: id)?.syncStatus == .synced)
+
+            try await device.engine.save(LocalStore.Write(collection: Attendance.collection, recordId: id, fields: ["latitude": 7]))
+            await device.delivered()
+            let refused = try await log.state()
+            #expect(refused.isRefused && refused.latest?.isRefusedChange == true)
+            #expect(refused.line(clock: log.clock) == "Checked In at 09:00; a change to it was refused: attendance records are written once")
+
+            // Offline, the discard gives the check-in back as the server has it, synced; the day goes on.
+            await device.setOnline(false)
+            try await device.engine.discard(collection: Attendance.collection, recordId: id)
+            let restored = try #require(try await device.store.record(collection: Attendance.collection, recordId: id))
+            #expect(restored.syncStatus == .synced && restored.fields["latitude"] == .number(checkIn.latitude))
+            #expect(restored.serverCopy == nil)
+            #expect(try await log.state().line(clock: log.clock) == "Checked In at 09:00")
+            let error = await #expect(throws: ClientError.self) { try await log.checkIn() }
+            #expect(error?.code == .alreadyCheckedIn)
+            #expect(try await log.checkOut().awaitsCheckIn == false)
+        }
+    }
+
+    @Test(
         "a device that has not heard from the server today saves a check-out with no check-in of its own, marked as awaiting one; the server decides"
     )
     func checkOutAwaitingCheckIn() async throws {

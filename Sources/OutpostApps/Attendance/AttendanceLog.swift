@@ -188,6 +188,9 @@ public struct AttendanceEntry: Sendable, Hashable {
     /// the server today: the server takes it when it holds a check-in from another of the person's devices,
     /// and refuses it otherwise (see ``AttendanceLog/checkOut()``).
     public var awaitsCheckIn = false
+    /// True when the server refused a change to a record it has: the check-in or check-out itself stands (see
+    /// ``LocalRecord/serverCopy``), and discarding the change brings it back.
+    public var isRefusedChange = false
 
     /// The entry a stored record holds, or nil when it is not an attendance record.
     public init?(_ record: LocalRecord) {
@@ -207,6 +210,7 @@ public struct AttendanceEntry: Sendable, Hashable {
         self.syncStatus = record.syncStatus
         self.syncError = record.syncError
         self.isConflict = record.conflict != nil
+        self.isRefusedChange = record.syncStatus == .rejected && record.serverCopy != nil
     }
 
     public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: isConflict, overdue: overdue) }
@@ -238,6 +242,9 @@ public struct AttendanceState: Sendable, Hashable {
     public func line(clock: (Date) -> String) -> String {
         guard let latest else { return text }
         guard isRefused else { return "\(text) at \(clock(latest.time))" }
+        if latest.isRefusedChange {
+            return "\(text) at \(clock(latest.time)); a change to it was refused: \(latest.syncError ?? "refused by the server")"
+        }
         let action = latest.action == .checkIn ? "Check-in" : "Check-out"
         return "\(action) at \(clock(latest.time)) refused: \(latest.syncError ?? "refused by the server")"
     }

@@ -37,9 +37,10 @@ extension LocalStore {
         }
     }
 
-    /// Gives up a refused record: a sealed copy goes to the archive, its refused entries leave the queue, and
-    /// the record leaves the device. A record the server holds comes back with the next pull of its
-    /// collection, which starts over for that purpose.
+    /// Gives up a refused record: a sealed copy goes to the archive, and its refused entries leave the queue.
+    /// A refused change to a record the server has gives way to the server's record as the device last had it
+    /// (``LocalRecord/serverCopy``), synced. Any other refused record leaves the device; one the server holds
+    /// after all comes back with the next pull of its collection, which starts over for that purpose.
     ///
     /// - Throws: ``ClientError`` `notFound` without such a record, `invalidInput` when it is not refused.
     func discardRefused(collection: String, scope: String, recordId: String, at date: Date) async throws {
@@ -56,6 +57,21 @@ extension LocalStore {
                 try db.execute(
                     sql: "DELETE FROM outbox WHERE collection = ? AND scope = ? AND record_id = ?",
                     arguments: [collection, scope, recordId])
+                if let copy = record.serverCopy {
+                    var restored = record
+                    restored.fields = copy.fields
+                    restored.tombstone = copy.tombstone
+                    restored.createdAt = copy.createdAt
+                    restored.updatedAt = copy.updatedAt
+                    restored.isOfflineEntry = copy.isOfflineEntry
+                    restored.syncStatus = .synced
+                    restored.syncError = nil
+                    restored.syncErrorCode = nil
+                    restored.conflict = nil
+                    restored.serverCopy = nil
+                    try Self.save(restored, db: db, sealer: sealer)
+                    return
+                }
                 try db.execute(
                     sql: "DELETE FROM records WHERE collection = ? AND scope = ? AND record_id = ?",
                     arguments: [collection, scope, recordId])

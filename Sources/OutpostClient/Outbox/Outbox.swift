@@ -255,6 +255,7 @@ extension LocalStore {
                 record.syncError = nil
                 record.syncErrorCode = nil
                 record.conflict = nil
+                if stillQueued == 0 { record.serverCopy = nil }
             }
             try Self.save(record, db: db, sealer: sealer)
         }

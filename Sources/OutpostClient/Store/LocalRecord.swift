@@ -45,6 +45,19 @@ public struct LocalRecord: Sendable, Hashable {
     public var version: Int64?
     /// When a protected field conflicted: what the server holds, for the app to show.
     public var conflict: ConflictDetail?
+    /// The record as the server last had it, while this device's changes to it wait or were refused: what a
+    /// discard of a refused change brings back, with no network. Nil for a record the server never had, and
+    /// once the changes synced.
+    public var serverCopy: ServerCopy? = nil
+
+    /// A record as the server had it, kept beside the device's changes to it.
+    public struct ServerCopy: Sendable, Hashable, Codable {
+        public var fields: [String: JSONValue]
+        public var tombstone: Bool
+        public var createdAt: Timestamp
+        public var updatedAt: Timestamp
+        public var isOfflineEntry: Bool
+    }
 
     /// The badge a list shows beside this record.
     public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: conflict != nil) }

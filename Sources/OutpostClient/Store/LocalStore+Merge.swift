@@ -104,7 +104,13 @@ extension LocalStore {
                         createdAt: min(change.createdAt, existing?.createdAt ?? change.createdAt),
                         updatedAt: max(change.updatedAt, existing?.updatedAt ?? change.updatedAt),
                         version: change.version, conflict: conflict)
-                    if isQueued || conflict != nil { record.syncErrorCode = existing?.syncErrorCode }
+                    if isQueued || conflict != nil {
+                        record.syncErrorCode = existing?.syncErrorCode
+                        // The server's record, beside the device's changes on top of it.
+                        record.serverCopy = LocalRecord.ServerCopy(
+                            fields: change.fields, tombstone: change.tombstone, createdAt: change.createdAt,
+                            updatedAt: change.updatedAt, isOfflineEntry: change.fields[LocalRecord.offlineEntryField] == .bool(true))
+                    }
                     try Self.save(record, db: db, sealer: sealer)
                     merged += 1
                 }

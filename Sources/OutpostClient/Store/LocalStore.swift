@@ -273,6 +273,12 @@ public final class LocalStore: Sendable {
         }
         let record: LocalRecord
         if var existing = found {
+            // The first change to a record the server has keeps the server's record beside it.
+            if existing.syncStatus == .synced, existing.version != nil, existing.serverCopy == nil {
+                existing.serverCopy = LocalRecord.ServerCopy(
+                    fields: existing.fields, tombstone: existing.tombstone, createdAt: existing.createdAt,
+                    updatedAt: existing.updatedAt, isOfflineEntry: existing.isOfflineEntry)
+            }
             if write.op == .delete {
                 existing.fields = [:]
                 existing.tombstone = true
@@ -530,11 +536,12 @@ public final class LocalStore: Sendable {
         var syncError: String?
         var syncErrorCode: String?
         var conflict: ConflictDetail?
+        var serverCopy: LocalRecord.ServerCopy? = nil
 
         /// The JSON `JSONEncoder` would write, without it: every local write and every sync result seals one.
-        /// A payload holding a conflict, which is rare, goes through Codable.
+        /// A payload holding a conflict or a server copy, which are rare, goes through Codable.
         func jsonBytes() throws -> [UInt8] {
-            if conflict != nil { return Array(try JSONEncoder().encode(self)) }
+            if conflict != nil || serverCopy != nil { return Array(try JSONEncoder().encode(self)) }
             var output: [UInt8] = [UInt8(ascii: "{")]
             output.reserveCapacity(256)
             JSONWriter.key("fields", first: true, to: &output)
@@ -561,11 +568,15 @@ public final class LocalStore: Sendable {
             return output
         }
 
-        init(fields: [String: JSONValue], syncError: String?, syncErrorCode: String? = nil, conflict: ConflictDetail?) {
+        init(
+            fields: [String: JSONValue], syncError: String?, syncErrorCode: String? = nil, conflict: ConflictDetail?,
+            serverCopy: LocalRecord.ServerCopy? = nil
+        ) {
             self.fields = fields
             self.syncError = syncError
             self.syncErrorCode = syncErrorCode
             self.conflict = conflict
+            self.serverCopy = serverCopy
         }
 
         /// Reads what ``jsonBytes()`` or `JSONEncoder` wrote.
@@ -573,7 +584,7 @@ public final class LocalStore: Sendable {
             guard case .object(let object) = try JSONValue(parsing: data) else {
                 throw JSONSyntaxError(offset: 0, reason: "expected an object")
             }
-            if let conflict = object["conflict"], conflict != .null {
+            if object["conflict"].map({ $0 != .null }) ?? false || object["serverCopy"].map({ $0 != .null }) ?? false {
                 self = try JSONDecoder().decode(Self.self, from: data)
                 return
             }
@@ -622,12 +633,13 @@ public final class LocalStore: Sendable {
             syncError: payload.syncError, syncErrorCode: payload.syncErrorCode, isOfflineEntry: row["is_offline_entry"],
             createdAt: Timestamp(millisecondsSince1970: row["created_at"]),
             updatedAt: Timestamp(millisecondsSince1970: row["updated_at"]), version: row["version"],
-            conflict: payload.conflict)
+            conflict: payload.conflict, serverCopy: payload.serverCopy)
     }
 
     static func save(_ record: LocalRecord, db: Database, sealer: Sealer) throws {
         let payload = SealedPayload(
-            fields: record.fields, syncError: record.syncError, syncErrorCode: record.syncErrorCode, conflict: record.conflict)
+            fields: record.fields, syncError: record.syncError, syncErrorCode: record.syncErrorCode, conflict: record.conflict,
+            serverCopy: record.serverCopy)
         try save(record, sealedPayload: try sealer.seal(payload.jsonBytes(), context: record.payloadContext), db: db)
     }
 
@@ -653,7 +665,8 @@ public final class LocalStore: Sendable {
         try statement.bind(record.createdAt.millisecondsSince1970, at: 9)
         try statement.bind(record.updatedAt.millisecondsSince1970, at: 10)
         try statement.bind(record.version, at: 11)
-        try statement.bind(record.syncError != nil || record.syncErrorCode != nil || record.conflict != nil, at: 12)
+        try statement.bind(
+            record.syncError != nil || record.syncErrorCode != nil || record.conflict != nil || record.serverCopy != nil, at: 12)
         try statement.execute()
     }
 
