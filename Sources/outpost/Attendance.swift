@@ -89,10 +89,10 @@ struct AttendanceCheckOut: AsyncParsableCommand {
 private func record(_ entry: AttendanceEntry, log: AttendanceLog, device: Device) async throws {
     let action = entry.action == .checkIn ? "Check-in" : "Check-out"
     say("\(action) at \(log.clock(entry.time)) — \(Delivery.saved(await device.engine.status.connection))")
-    if entry.awaitsCheckIn {
+    let record = try await Delivery.report(device, collection: Attendance.collection, recordId: entry.recordId)
+    if entry.awaitsCheckIn, record?.isWaitingToSync == true {
         say("no check-in of today on this device: the server takes this check-out if it holds one from your other devices")
     }
-    let record = try await Delivery.report(device, collection: Attendance.collection, recordId: entry.recordId)
     if record?.syncStatus == .synced,
         await device.engine.wasKeptElsewhere(collection: Attendance.collection, recordId: entry.recordId)
     {

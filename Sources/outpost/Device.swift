@@ -203,8 +203,14 @@ struct DeviceRecords: AsyncParsableCommand {
                     "keep the server's: outpost device resolve \(record.recordId) --keep-server; send yours on top: outpost device resolve \(record.recordId) --resend",
                 ]
             }
-            // Attendance records are written once: an edit would be refused again.
-            let edit = record.collection == Attendance.collection ? "" : "edit it and it is sent again, or "
+            // Attendance records are written once: an edit would be refused again. A check-out refused for want
+            // of a check-in goes through once the check-in, made on another device, has reached the server.
+            let isAttendance = record.collection == Attendance.collection
+            let edit =
+                !isAttendance
+                ? "edit it and it is sent again, or "
+                : record.fields[Attendance.Field.action] == .string(Attendance.Action.checkOut.rawValue) && record.serverCopy == nil
+                    ? "once your check-in has reached the server, send it again (outpost device retry \(record.recordId)), or " : ""
             return [
                 record.syncError ?? "refused by the server",
                 "\(edit)discard it (a copy stays on this device): outpost device discard \(record.recordId)",

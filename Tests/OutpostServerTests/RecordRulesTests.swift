@@ -156,6 +156,16 @@ struct RecordRulesTests {
                 #expect(refused.first?.error?.message.hasPrefix("attendance records are written once") == true)
             }
 
+            // Another user writing to her stored record is answered as for an id that names nothing stored: the
+            // answer does not tell whether the id exists.
+            var intruding = Self.attendance(.checkIn, user: "ben", at: 8)
+            intruding.recordId = Attendance.recordId(key: anaKey, day: day, action: .checkIn)
+            var madeUp = Self.attendance(.checkIn, user: "ben", at: 9)
+            madeUp.recordId = "att-" + String(repeating: "0", count: 32)
+            let intrusions = try await client.push([intruding, madeUp], token: ben, device: "phone-ben").results
+            #expect(intrusions.map(\.error?.code) == [.invalidRecordId, .invalidRecordId])
+            #expect(intrusions[0].error?.message == intrusions[1].error?.message)
+
             // A refused record its device still knows by the provisional id is reported under the derived one.
             let refusal = SyncFailure(
                 collection: Attendance.collection, recordId: "ana.2026-11-22.in", firstAttempt: Fixtures.time(-60),

@@ -100,6 +100,15 @@ struct MutationValidator: Sendable {
             if mutation.recordId == provisional || mutation.recordId == derived {
                 resolved.recordId = derived
                 hashed.recordId = provisional
+            } else {
+                // Refused before any record is read, so that the answer says nothing of whether the id is stored.
+                let isProvisional = Attendance.parse(recordId: mutation.recordId) != nil
+                return .rejected(
+                    .rejected(
+                        mutation.idempotencyKey, isProvisional ? .forbidden : .invalidRecordId,
+                        isProvisional
+                            ? "staff record only their own attendance"
+                            : "the record id is not this user's id for the record's day and action; sign in again"))
             }
             if resolved.fields[Attendance.Field.userId] == nil {
                 resolved.fields[Attendance.Field.userId] = .string(identity.userId)
