@@ -120,14 +120,15 @@ extension Activity {
     public struct Record: Sendable, Hashable, Codable {
         public var type: String
         public var date: CalendarDay
-        public var durationMinutes: Int
-        public var participants: Int?
+        public var durationMinutes: Int64
+        public var participants: Int64?
         public var notes: String?
-        /// A decimal string with two decimals, such as "12.50": money is never a binary fraction.
+        /// A decimal string with two decimals, such as "12.50" (see ``Activity/parseMoney(_:)``): money is never a
+        /// binary fraction.
         public var travelExpense: String?
 
         public init(
-            type: String, date: CalendarDay, durationMinutes: Int, participants: Int? = nil, notes: String? = nil,
+            type: String, date: CalendarDay, durationMinutes: Int64, participants: Int64? = nil, notes: String? = nil,
             travelExpense: String? = nil
         ) {
             self.type = type

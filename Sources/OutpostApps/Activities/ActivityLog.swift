@@ -76,28 +76,10 @@ public struct ActivityLog: Sendable {
     }
 }
 
-/// A new activity as the mentor enters it.
-public struct ActivityDraft: Sendable, Hashable {
-    public var type: String
-    public var date: CalendarDay
-    public var durationMinutes: Int64
-    public var participants: Int64?
-    public var notes: String?
-    /// A decimal amount such as "12.50"; see ``Activity/parseMoney(_:)``.
-    public var travelExpense: String?
+/// A new activity as the mentor enters it: the activity's record (``Activity/Record``).
+public typealias ActivityDraft = Activity.Record
 
-    public init(
-        type: String, date: CalendarDay, durationMinutes: Int64, participants: Int64? = nil, notes: String? = nil,
-        travelExpense: String? = nil
-    ) {
-        self.type = type
-        self.date = date
-        self.durationMinutes = durationMinutes
-        self.participants = participants
-        self.notes = notes
-        self.travelExpense = travelExpense
-    }
-
+extension Activity.Record {
     var fields: [String: JSONValue] {
         var fields: [String: JSONValue] = [
             Activity.Field.type: .string(type),
