@@ -7,7 +7,7 @@ extension ReferenceData {
     public func lookup(collection: String, scope: String, recordId: String) async throws -> ReferenceLookup {
         let sealer = store.sealer
         return try await store.perform {
-            try await store.read { db in
+            try store.readOnCaller { db in
                 guard try Self.state(db, collection: collection, scope: scope).isReady else { return .incomplete }
                 if let row = try Row.fetchOne(
                     db.cachedStatement(
@@ -44,7 +44,7 @@ extension ReferenceData {
         }
         let sealer = store.sealer
         return try await store.perform {
-            try await store.read { db in
+            try store.readOnCaller { db in
                 // Until the last page is stored, a search would answer from part of the set.
                 guard try Self.state(db, collection: collection, scope: scope).isReady else {
                     throw ClientError(.notFound, ReferenceMessages.incomplete)

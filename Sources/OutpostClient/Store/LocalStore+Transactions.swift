@@ -12,6 +12,15 @@ extension LocalStore {
         try await pool.unsafeRead { db in try Self.deferred(db, reads) }
     }
 
+    /// ``read(_:)`` on the caller's thread, for the short reads a person waits on at every keystroke (a roster
+    /// search, a lookup): the hop to a reader's queue and back costs such a read more than its query (a search
+    /// took 0.20 ms that way against 0.13 ms on the caller's thread, `bench roster`). It blocks the caller only
+    /// while the read runs, or while every reader is busy with another: in WAL mode a reader never waits for a
+    /// writer or another process's lock.
+    func readOnCaller<T>(_ reads: (Database) throws -> T) throws -> T {
+        try pool.unsafeReentrantRead { db in try Self.deferred(db, reads) }
+    }
+
     /// The transaction of ``read(_:)``, on a connection already at hand.
     static func deferred<T>(_ db: Database, _ reads: (Database) throws -> T) throws -> T {
         try transaction(db, begin: "BEGIN DEFERRED TRANSACTION", reads)
