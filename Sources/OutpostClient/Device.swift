@@ -57,8 +57,8 @@ public struct Device: Sendable {
         credentials: (any CredentialsProvider)? = nil,
         httpClient: HTTPClient = .shared,
         clock: any Clock<Duration> = ContinuousClock(),
-        now: @escaping @Sendable () -> Date = { Date() },
-        configure: (inout SyncConfiguration) -> Void = { _ in }
+        configure: @Sendable (inout SyncConfiguration) -> Void = { _ in },
+        now: @escaping @Sendable () -> Date = { Date() }
     ) async throws -> Device {
         guard let server = try await store.setting(SettingName.server).flatMap(URL.init(string:)),
             let token = try await store.setting(SettingName.token),

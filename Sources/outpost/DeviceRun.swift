@@ -36,7 +36,7 @@ struct DeviceRun: AsyncParsableCommand {
             retryInterval: retryInterval.duration,
             periodic: [
                 .init(every: refreshInterval.duration) {
-                    guard let event = try? await device.store.setting(LocalStore.currentEventSetting),
+                    guard let event = try? await engine.currentEvent(),
                         (try? await data.state(collection: Guest.collection, scope: event))?.isReady == true,
                         let summary = try? await data.refresh(collection: Guest.collection, scope: event)
                     else { return }

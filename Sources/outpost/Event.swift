@@ -46,7 +46,7 @@ struct EventOpen: AsyncParsableCommand {
     func run() async throws {
         let event = try checkedEvent(self.event)
         try await options.withDevice { device in
-            try await device.store.setSetting(LocalStore.currentEventSetting, event)
+            try await device.engine.setCurrentEvent(event)
             let data = ReferenceData(store: device.store, transport: device.transport)
             let bar = ProgressBar(label: "roster \(event)")
             do {

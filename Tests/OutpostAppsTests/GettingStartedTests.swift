@@ -47,4 +47,29 @@ struct GettingStartedTests {
             screen.history.first?.badge.systemImage == "checkmark.icloud" && screen.connection.text == "All records synced"
         }
     }
+
+    @Test("from the main actor, an app configures its device and names its event; the heartbeat names it for the event's monitor")
+    func configureAndNameTheEvent() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-article-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("device.sqlite")
+        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
+        try await Device.initialize(store: store, server: URL(string: "http://127.0.0.1:9")!, token: "t", deviceId: "door-1")
+        let server = InMemoryServer()
+        let threshold = Duration.seconds(3600)
+        let device = try await Device.open(store: store, transport: InMemoryTransport(server: server)) { configuration in
+            configuration.escalation.threshold = threshold
+            configuration.recordIdSettlements = [.attendance]
+        }
+        #expect(device.engine.configuration.escalation.threshold == threshold)
+        await device.engine.probe()
+
+        try await device.engine.setCurrentEvent("gala")
+        #expect(try await device.engine.currentEvent() == "gala")
+        await device.engine.awaitHeartbeat(upTo: .seconds(60))
+        #expect(await server.heartbeats.last?.event == "gala")
+        await #expect(throws: ClientError.self) { try await device.engine.setCurrentEvent("no spaces allowed") }
+        try await device.engine.setCurrentEvent(String?.none)
+        #expect(try await device.engine.currentEvent() == nil)
+    }
 }

@@ -101,6 +101,25 @@ extension ClientError.Code {
 extension SyncEngine {
     // MARK: Heartbeats
 
+    /// The event this device works at (the one whose roster it opened), as its heartbeats name it: an event's
+    /// sync monitor (`GET /v1/monitor?event=…`) lists the devices whose last heartbeat named the event. Nil
+    /// while none is set.
+    public func currentEvent() async throws -> String? {
+        try await store.setting(LocalStore.currentEventSetting)
+    }
+
+    /// Sets the event this device works at, or clears it with nil; the next heartbeat names it, and one is sent
+    /// at once when the server is reachable, so that the event's monitor lists the device without waiting.
+    ///
+    /// - Throws: ``ClientError`` `invalidInput` when `event` is not an identifier.
+    public func setCurrentEvent(_ event: String?) async throws {
+        if let event, !Identifier.isValid(event) {
+            throw ClientError(.invalidInput, "an event id must be 1 to 128 characters from A-Z a-z 0-9 . _ : @ -")
+        }
+        try await store.setSetting(LocalStore.currentEventSetting, event)
+        if status.isOnline { startHeartbeat() }
+    }
+
     /// Reports this device's state to the sync monitor: ids and counts only. Best effort: returns false when
     /// the server cannot be reached, and the next sync or minute tries again.
     @discardableResult

@@ -124,11 +124,11 @@ struct Story {
         let http = HTTPSyncTransport(baseURL: base, token: try await store.setting("token") ?? "", client: client)
         let clock = deviceClock
         let device = try await Device.open(
-            store: store, transport: venue.link(http), now: { clock.now },
+            store: store, transport: venue.link(http),
             configure: { configuration in
                 configuration.appVersion = "outpost-demo/\(OutpostVersion.current)"
                 configuration.retryDelays = []
-            })
+            }, now: { clock.now })
         return FieldDevice(name: name, device: device)
     }
 
