@@ -48,6 +48,24 @@ extension Device {
 }
 
 /// A device's credentials: the token saved in its store, renewed by the app's provider and saved back, sealed.
+extension Device {
+    /// The credentials through which a transport the app makes itself (such as `URLSessionSyncTransport`)
+    /// renews its token, as the HTTP transport ``open(store:transport:credentials:httpClient:clock:configure:now:)``
+    /// makes does: a token saved in the store since the refused one (by ``signIn(store:token:)``, in this process or
+    /// another) is taken first; then `app` is asked, and what it gives is saved; with neither, the store keeps the
+    /// refusal, and ``needsSignIn(store:)`` says so.
+    ///
+    /// ```swift
+    /// let transport = URLSessionSyncTransport(
+    ///     baseURL: server, token: token, credentials: Device.storedCredentials(store: store, app: identityProvider))
+    /// let device = try await Device.open(store: store, transport: transport)
+    /// ```
+    public static func storedCredentials(store: LocalStore, app: (any CredentialsProvider)? = nil) -> any CredentialsProvider {
+        StoredCredentials(store: store, app: app)
+    }
+}
+
+/// The token store behind every transport of a device (see ``Device/storedCredentials(store:app:)``).
 struct StoredCredentials: CredentialsProvider {
     let store: LocalStore
     /// The app's own provider, when it gave one.

@@ -47,7 +47,8 @@ public struct Device: Sendable {
     /// ``TransportError/signInRequired(wire:)`` and queued records wait for a sign-in.
     ///
     /// - Parameters:
-    ///   - transport: replaces the HTTP transport (tests use an in-memory one); `credentials` then go unused.
+    ///   - transport: replaces the HTTP transport (tests use an in-memory one); `credentials` then go unused: give
+    ///     the transport ``storedCredentials(store:app:)`` instead, so that it shares the store's token.
     ///   - credentials: renews a refused token, such as by signing in again against the app's identity provider.
     ///     A token that names another tenant or user than the saved one is not taken.
     /// - Throws: ``ClientError`` `notConfigured` when `initialize` never ran on this store.

@@ -106,6 +106,42 @@ struct URLSessionTransportTests {
         }
     }
 
+    @Test("through the store's credentials, a refused token waits for a sign-in, and a sign-in in the same process is taken at the next sync")
+    func signInThroughTheStore() async throws {
+        try await withServer(.sqlite, setup: .live) { client, _ in
+            let port = try #require(client.port)
+            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-urlsession-\(UUID())")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let url = directory.appendingPathComponent("device.sqlite")
+            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
+            let good = try await Fixtures.token(role: .staff)
+            // The same claims under a signature the server refuses: an expired or revoked token.
+            let refused = String(good.dropLast(4)) + (good.hasSuffix("AAAA") ? "BBBB" : "AAAA")
+            try await Device.initialize(store: store, server: base, token: refused, deviceId: "dev-u")
+            let transport = URLSessionSyncTransport(
+                baseURL: base, token: refused, credentials: Device.storedCredentials(store: store))
+            let device = try await Device.open(store: store, transport: transport) { configuration in
+                configuration.retryDelays = []
+                configuration.deliversAfterSave = false
+            } now: {
+                Fixtures.serverNow.date
+            }
+            _ = try await device.engine.save(LocalStore.Write(collection: "notes", recordId: "a", fields: ["n": 1]))
+            #expect(await device.engine.probe(syncingPending: false))
+
+            let stranded = try await device.engine.sync()
+            #expect(stranded.requiresSignIn, "\(stranded)")
+            #expect(try await Device.needsSignIn(store: store))
+
+            _ = try await Device.signIn(store: store, token: good)
+            #expect(try await Device.needsSignIn(store: store) == false)
+            let summary = try await device.engine.sync()
+            #expect(summary.synced == 1 && summary.isComplete, "\(summary)")
+            #expect(await transport.bearer.current == good)
+        }
+    }
+
     @Test("no server: a retryable network error")
     func unreachable() async throws {
         // Port 9 (discard): nothing listens on it here.
