@@ -528,4 +528,16 @@ struct ScreenModelTests {
             try await eventually("the banner cleared") { !banner.isVisible }
         }
     }
+
+    @Test("the connection indicator offers a sign-in while the token is refused, counting what waits for it")
+    func signInIndicator() {
+        var status = SyncStatus(isOnline: true, pendingCount: 2, failedCount: 1)
+        #expect(ConnectionIndicator(status).signInText == nil)
+        status.needsSignIn = true
+        #expect(ConnectionIndicator(status).needsSignIn)
+        #expect(ConnectionIndicator(status).signInText == "Sign in again to send 3 records")
+        status.pendingCount = 0
+        status.failedCount = 0
+        #expect(ConnectionIndicator(status).signInText == "Sign in again to sync")
+    }
 }

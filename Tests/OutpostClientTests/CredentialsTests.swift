@@ -129,6 +129,7 @@ struct CredentialsTests {
             #expect(refused.requiresSignIn)
             #expect(refused.synced == 0 && refused.failed == 3)
             #expect(refused.reasons == ["The token is invalid or expired: sign in again"])
+            #expect(await engine.status.needsSignIn)
             #expect(try await store.outboxCount() == 3)
             let records = try await store.records(.failed)
             #expect(records.count == 3)
@@ -147,6 +148,7 @@ struct CredentialsTests {
             app.fresh = "fresh"
             let resumed = try await bounded("the sync after the sign-in") { try await engine.sync() }
             #expect(resumed.synced == 3 && resumed.failed == 0 && !resumed.requiresSignIn)
+            #expect(await engine.status.needsSignIn == false)
             #expect(await server.applied.map(\.mutation.recordId) == ["a", "b", "c"])
             #expect(try await store.outboxCount() == 0)
             #expect(try await store.records(.failed).isEmpty)

@@ -133,11 +133,13 @@ struct URLSessionTransportTests {
             let stranded = try await device.engine.sync()
             #expect(stranded.requiresSignIn, "\(stranded)")
             #expect(try await Device.needsSignIn(store: store))
+            #expect(await device.engine.status.needsSignIn)
 
             _ = try await Device.signIn(store: store, token: good)
             #expect(try await Device.needsSignIn(store: store) == false)
             let summary = try await device.engine.sync()
             #expect(summary.synced == 1 && summary.isComplete, "\(summary)")
+            #expect(await device.engine.status.needsSignIn == false)
             #expect(await transport.bearer.current == good)
         }
     }

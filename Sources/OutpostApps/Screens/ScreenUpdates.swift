@@ -82,4 +82,13 @@ public struct ConnectionIndicator: Sendable, Hashable {
     public var connectionText: String { status.connectionText }
     /// "3 records waiting to sync", and the refused ones after it.
     public var text: String { status.offlineIndicatorText }
+    /// True when what waits cannot go until the person signs in again: the screen offers the sign-in.
+    public var needsSignIn: Bool { status.needsSignIn }
+    /// "Sign in again to send 3 records" while ``needsSignIn``; nil otherwise.
+    public var signInText: String? {
+        guard status.needsSignIn else { return nil }
+        let waiting = waitingCount
+        return waiting == 0
+            ? "Sign in again to sync" : waiting == 1 ? "Sign in again to send 1 record" : "Sign in again to send \(waiting) records"
+    }
 }

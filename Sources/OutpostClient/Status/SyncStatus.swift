@@ -24,6 +24,10 @@ public struct SyncStatus: Sendable, Hashable {
     public var lastFailure: String?
     /// Held while records have failed to sync for over the escalation threshold; cannot be dismissed.
     public var persistentFailureNotice: PersistentFailureNotice?
+    /// True once the server refused the token and no fresh one could be had, by whatever sync found it (one the
+    /// app started, or a delivery in the background): what is queued waits for the person to sign in again
+    /// (``Device/signIn(store:token:)``). Cleared when a push is answered.
+    public var needsSignIn = false
 
     public init(isOnline: Bool = false, isSyncing: Bool = false, pendingCount: Int = 0, failedCount: Int = 0, lastSyncAt: Date? = nil) {
         self.isOnline = isOnline

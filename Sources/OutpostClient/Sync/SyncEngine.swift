@@ -503,6 +503,7 @@ public actor SyncEngine {
         try await store.markUndelivered(
             error: message, refusedAs: owned ? WireError.Code.deviceOwned.rawValue : nil, at: now(), only: records)
         summary.requiresSignIn = error.requiresSignIn
+        if error.requiresSignIn { status.needsSignIn = true }
         let counts = try await store.counts()
         summary.failed = records.map { $0.subtracting(tally.synced).subtracting(tally.refused).count } ?? counts.failed
         tally.reasons[message, default: 0] += 1
@@ -525,10 +526,11 @@ public actor SyncEngine {
         while true {
             do {
                 let response = try await transport.push(request)
-                if !status.isOnline || status.serverProblem != nil || status.lastFailure != nil {
+                if !status.isOnline || status.serverProblem != nil || status.lastFailure != nil || status.needsSignIn {
                     status.isOnline = true
                     status.serverProblem = nil
                     status.lastFailure = nil
+                    status.needsSignIn = false
                     publish()
                 }
                 return response
