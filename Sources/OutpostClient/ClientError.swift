@@ -29,6 +29,8 @@ public struct ClientError: Error, Sendable, CustomStringConvertible {
         /// Another process did the same work on this store meanwhile (such as downloading the same set, past this
         /// call); calling again goes on from where it left things.
         public static let busy = Code(rawValue: "busy")
+        /// Records wait to sync, or were refused and wait for the person: deleting the store would lose them.
+        public static let unsyncedRecords = Code(rawValue: "unsynced_records")
     }
 
     public var code: Code

@@ -86,3 +86,27 @@ struct StoredCredentials: CredentialsProvider {
         return nil
     }
 }
+
+extension Device {
+    /// Signs the person out of a shared device and deletes everything the device holds of them: deliveries
+    /// stop, and the store (records, queue, settings, token, reference data) is deleted with its key
+    /// (``LocalStore/wipe()``). The device and its store must not be used afterwards; the next person opens a new
+    /// store at the same place.
+    ///
+    /// - Parameter discardingUnsynced: deletes records that have not reached the server too. Without it, the wipe
+    ///   is refused while any record waits to sync or waits for the person after a refusal.
+    /// - Throws: ``ClientError`` `unsyncedRecords`, with nothing deleted, when records would be lost.
+    public func wipe(discardingUnsynced: Bool = false) async throws {
+        let counts = try await store.counts()
+        let unsynced = counts.pending + counts.failed + counts.rejected
+        guard discardingUnsynced || unsynced == 0 else {
+            throw ClientError(
+                .unsyncedRecords,
+                unsynced == 1
+                    ? "1 record has not reached the server: sync it first, or discard it with the device's data"
+                    : "\(unsynced) records have not reached the server: sync them first, or discard them with the device's data")
+        }
+        await engine.stopDelivery()
+        try store.wipe()
+    }
+}

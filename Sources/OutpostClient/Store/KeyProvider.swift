@@ -10,6 +10,10 @@ import OutpostProtocol
 public protocol KeyProvider: Sendable {
     /// The 256-bit key; the same one every time for the same store.
     func key() throws -> SymmetricKey
+
+    /// Deletes the key: whatever it sealed can no longer be opened, wherever a copy of it lies. The next
+    /// ``key()`` makes a new one.
+    func destroy() throws
 }
 
 /// Keeps the key in a file of its own, mode 0600, beside the store; creates it on first use.
@@ -42,6 +46,15 @@ public struct KeyFileProvider: KeyProvider {
         }
         return key
     }
+
+    public func destroy() throws {
+        do {
+            try FileManager.default.removeItem(at: url)
+        } catch CocoaError.fileNoSuchFile {
+        } catch {
+            throw ClientError(.keyUnavailable, "cannot delete the key file \(url.path)", underlying: error)
+        }
+    }
 }
 
 /// A fixed key, for tests and for apps that manage keys themselves.
@@ -53,6 +66,9 @@ public struct StaticKeyProvider: KeyProvider {
     }
 
     public func key() throws -> SymmetricKey { value }
+
+    /// Nothing to delete: the app keeps the key.
+    public func destroy() throws {}
 }
 
 /// Seals and opens payloads with AES-GCM, bound to the row they belong to.

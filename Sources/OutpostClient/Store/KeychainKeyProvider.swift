@@ -40,6 +40,13 @@
             return key
         }
 
+        public func destroy() throws {
+            let status = SecItemDelete(query as CFDictionary)
+            guard status == errSecSuccess || status == errSecItemNotFound else {
+                throw ClientError(.keyUnavailable, "the Keychain refused to delete the store's key (status \(status))")
+            }
+        }
+
         /// The item's attributes, without its value.
         private var query: [String: Any] {
             var query: [String: Any] = [

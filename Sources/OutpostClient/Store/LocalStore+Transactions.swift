@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 
 /// The store's kinds of transaction: a local write's, flushed and taking the lock at once; the ones without a
@@ -112,5 +113,35 @@ extension LocalStore {
         // Local writes must flush again whatever happened above.
         try RawStatement(try db.cachedStatement(sql: "PRAGMA synchronous = FULL"), db: db).execute()
         return try outcome.get()
+    }
+}
+
+extension LocalStore {
+    /// Closes the store's connections, once every read and write under way has ended. Any later call on it
+    /// fails as ``ClientError/Code/storeUnavailable``.
+    public func close() throws {
+        do {
+            try pool.close()
+        } catch {
+            throw ClientError(.storeUnavailable, "the device store could not be closed", underlying: error)
+        }
+    }
+
+    /// Closes the store and deletes it: its file, its write-ahead log and shared memory, and its key, so that
+    /// nothing of it can be read again, even from a copy or a backup (AES-GCM without the key). A store opened
+    /// at the same place afterwards starts empty, with a new key.
+    ///
+    /// What waits to sync is lost with it: see ``Device/wipe(discardingUnsynced:)``, which checks first.
+    public func wipe() throws {
+        try close()
+        try keys.destroy()
+        for suffix in ["", "-wal", "-shm"] {
+            do {
+                try FileManager.default.removeItem(atPath: url.path + suffix)
+            } catch CocoaError.fileNoSuchFile {
+            } catch {
+                throw ClientError(.storeUnavailable, "cannot delete \(url.path + suffix)", underlying: error)
+            }
+        }
     }
 }

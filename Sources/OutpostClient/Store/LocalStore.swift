@@ -19,6 +19,8 @@ import OutpostProtocol
 public final class LocalStore: Sendable {
     let pool: DatabasePool
     let sealer: Sealer
+    /// Where the sealing key comes from: ``wipe()`` destroys it.
+    let keys: any KeyProvider
     public let url: URL
     /// What the app declared about its collections: their scopes, and how reference data is searched.
     public let schema: StoreSchema
@@ -54,6 +56,7 @@ public final class LocalStore: Sendable {
             throw ClientError(.storeUnavailable, "cannot create the folder \(url.deletingLastPathComponent().path)")
         }
         try Self.restrictToOwner(url)
+        self.keys = keys
         self.sealer = Sealer(key: try keys.key())
         do {
             var configuration = Configuration()
@@ -117,7 +120,7 @@ public final class LocalStore: Sendable {
         guard descriptor >= 0 else {
             throw ClientError(.storeUnavailable, "cannot create the device store at \(url.path)")
         }
-        close(descriptor)
+        closeDescriptor(descriptor)
         for path in [url.path, url.path + "-wal", url.path + "-shm"] where FileManager.default.fileExists(atPath: path) {
             guard chmod(path, 0o600) == 0 else {
                 throw ClientError(.storeUnavailable, "cannot make the device store at \(url.path) private to its owner")
@@ -728,4 +731,9 @@ extension LocalRecord {
     }
 
     var payloadContext: String { Self.payloadContext(collection, scope, recordId) }
+}
+
+/// The C library's `close`, which ``LocalStore/close()`` hides inside the type.
+private func closeDescriptor(_ descriptor: Int32) {
+    _ = close(descriptor)
 }
