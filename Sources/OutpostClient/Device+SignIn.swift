@@ -85,6 +85,18 @@ struct StoredCredentials: CredentialsProvider {
         try await store.setSetting(Device.SettingName.refusedToken, rejected)
         return nil
     }
+
+    /// As for a refused token, but the one expiring still works: without a fresh one nothing is recorded.
+    func renewedToken(before expiring: String) async throws -> String? {
+        if let saved = try await store.setting(Device.SettingName.token), saved != expiring { return saved }
+        guard let fresh = try await app?.renewedToken(before: expiring), fresh != expiring else { return nil }
+        do {
+            try await Device.signIn(store: store, token: fresh)
+            return fresh
+        } catch let error as ClientError where error.code == .otherUser || error.code == .invalidInput {
+            return nil
+        }
+    }
 }
 
 extension Device {

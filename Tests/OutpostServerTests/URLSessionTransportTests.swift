@@ -80,15 +80,20 @@ struct URLSessionTransportTests {
         }
     }
 
+    /// The live server's URL, and a device store in a folder of its own (the caller removes it).
+    static func deviceStore(port: Int?) throws -> (URL, LocalStore, URL) {
+        let port = try #require(port)
+        let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-urlsession-\(UUID())")
+        let url = directory.appendingPathComponent("device.sqlite")
+        return (base, try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps), directory)
+    }
+
     @Test("a device syncs through it: what it saved offline reaches the server once, in order")
     func deviceSync() async throws {
         try await withServer(.sqlite, setup: .live) { client, storage in
-            let port = try #require(client.port)
-            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-urlsession-\(UUID())")
+            let (base, store, directory) = try Self.deviceStore(port: client.port)
             defer { try? FileManager.default.removeItem(at: directory) }
-            let url = directory.appendingPathComponent("device.sqlite")
-            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             let transport = URLSessionSyncTransport(baseURL: base, token: try await Fixtures.token(role: .staff))
             let engine = SyncEngine(
                 store: store, transport: transport,
@@ -109,12 +114,8 @@ struct URLSessionTransportTests {
     @Test("through the store's credentials, a refused token waits for a sign-in, and a sign-in in the same process is taken at the next sync")
     func signInThroughTheStore() async throws {
         try await withServer(.sqlite, setup: .live) { client, _ in
-            let port = try #require(client.port)
-            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-urlsession-\(UUID())")
+            let (base, store, directory) = try Self.deviceStore(port: client.port)
             defer { try? FileManager.default.removeItem(at: directory) }
-            let url = directory.appendingPathComponent("device.sqlite")
-            let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             let good = try await Fixtures.token(role: .staff)
             // The same claims under a signature the server refuses: an expired or revoked token.
             let refused = String(good.dropLast(4)) + (good.hasSuffix("AAAA") ? "BBBB" : "AAAA")

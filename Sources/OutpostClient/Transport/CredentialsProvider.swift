@@ -28,4 +28,14 @@ public protocol CredentialsProvider: Sendable {
     ///   ``TransportError/Kind/network`` when the identity provider cannot be reached, so that the request is
     ///   retried later like any other network failure.
     func refreshedToken(after rejected: String) async throws -> String?
+
+    /// A token to use instead of `expiring`, which the server still takes but which expires within minutes (see
+    /// ``BearerToken``); nil to go on with it. By default ``refreshedToken(after:)`` answers.
+    func renewedToken(before expiring: String) async throws -> String?
+}
+
+extension CredentialsProvider {
+    public func renewedToken(before expiring: String) async throws -> String? {
+        try await refreshedToken(after: expiring)
+    }
 }
