@@ -16,6 +16,8 @@ struct SyncAnswerTests {
         private var version: Int64 = 6
         /// What a pull answers: the record as the server holds it.
         var changes: [Change] = []
+        /// Answers for another mutation's key in the first place: an answer the device must not take.
+        var misplaced = false
         func push(_ request: PushRequest) async throws -> PushResponse {
             PushResponse(
                 results: request.mutations.map { mutation in
@@ -27,7 +29,8 @@ struct SyncAnswerTests {
                                 conflictId: "c1", fields: ["travel_expense"], serverFields: ["travel_expense": 55],
                                 serverVersion: version - 1))
                     }
-                    return MutationResult(idempotencyKey: mutation.idempotencyKey, status: .applied, version: version)
+                    return MutationResult(
+                        idempotencyKey: misplaced ? "someone-else" : mutation.idempotencyKey, status: .applied, version: version)
                 })
         }
         func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
@@ -194,5 +197,19 @@ struct SyncAnswerTests {
         var deleted = LocalStore.Outcome()
         deleted.deleted = true
         #expect(deleted.settles(conflict))
+    }
+
+    @Test("an answer about another mutation than the one in its place confirms nothing: the records stay queued")
+    func misplacedAnswer() async throws {
+        try await withEngine { store, engine, server in
+            server.misplaced = true
+            try await engine.save(LocalStore.Write(collection: "notes", recordId: "n1", fields: ["n": 1]))
+            let error = await #expect(throws: TransportError.self) { try await engine.sync(retrying: false) }
+            #expect(error?.message == "the server answered for other records than it was sent")
+            #expect(try await store.outboxCount() == 1)
+            #expect(try await store.record(collection: "notes", recordId: "n1")?.syncStatus != .synced)
+            server.misplaced = false
+            #expect(try await engine.sync().synced == 1)
+        }
     }
 }

@@ -443,9 +443,12 @@ public actor SyncEngine {
                     try await answer.settle()
                     return error
                 }
-                guard response.results.count == chunk.count else {
+                // Each answer must be about the mutation in its place: one about another leaves both unconfirmed.
+                guard response.results.count == chunk.count,
+                    zip(chunk, response.results).allSatisfy({ $0.mutation.idempotencyKey == $1.idempotencyKey })
+                else {
                     _ = try? await following
-                    throw TransportError(kind: .invalidResponse, message: "the server answered a different number of results")
+                    throw TransportError(kind: .invalidResponse, message: "the server answered for other records than it was sent")
                 }
                 let pairs = Array(zip(chunk, response.results))
                 // Answers are stored in the order they came.

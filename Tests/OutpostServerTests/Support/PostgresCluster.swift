@@ -99,7 +99,8 @@ final class PostgresCluster: Sendable {
     func rows(_ sql: String, database: String) async throws -> String {
         let (program, arguments) = Self.command(
             binDirectory, "psql", ["-h", "127.0.0.1", "-p", String(port), "-U", "postgres", "-d", database, "-At", "-c", sql])
-        return try await Child.run(program, arguments).output
+        // In the root folder: psql run as `postgres` may not enter the test's own.
+        return try await Child.run(program, arguments, in: URL(fileURLWithPath: "/")).output
     }
 
     /// Stops the server if it runs and deletes the cluster.
