@@ -18,6 +18,8 @@ import OutpostProtocol
 /// One `LocalStore` per file per process (GRDB: connect to a database file only once).
 public final class LocalStore: Sendable {
     let pool: DatabasePool
+    /// The read-only connection of ``readOnCaller(_:)``, which nothing else uses.
+    let callerReader: DatabaseQueue
     let sealer: Sealer
     /// Where the sealing key comes from: ``wipe()`` destroys it.
     let keys: any KeyProvider
@@ -106,6 +108,9 @@ public final class LocalStore: Sendable {
                 }
             }
             self.clientTime = NIOLockedValueBox(time)
+            var callerConfiguration = configuration
+            callerConfiguration.readonly = true
+            self.callerReader = try DatabaseQueue(path: url.path, configuration: callerConfiguration)
         } catch let error as ClientError {
             throw error
         } catch {
