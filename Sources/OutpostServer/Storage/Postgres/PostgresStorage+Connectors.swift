@@ -3,8 +3,8 @@ import PostgresNIO
 
 extension PostgresStorage {
     package func addConnector(_ connector: Connector) async throws {
-        try await guarded {
-            try await client.query(
+        try await committed { connection in
+            try await connection.query(
                 """
                 INSERT INTO connectors (tenant, id, collection, scope, url, secret, format, paused, cursor_xid, cursor_seq,
                   delivered, delivered_changes, replays, failures, next_attempt_at, created_at, lease_until)
@@ -69,8 +69,8 @@ extension PostgresStorage {
     }
 
     package func releaseConnectors(owner: String) async throws {
-        try await guarded {
-            try await client.query(
+        try await committed { connection in
+            try await connection.query(
                 "UPDATE connectors SET lease_owner = NULL, lease_until = 0 WHERE lease_owner = \(owner)", logger: logger)
         }
     }
@@ -105,16 +105,17 @@ extension PostgresStorage {
     package func connectorFailed(
         tenant: String, id: String, owner: String, error: String, at time: Int64, nextAttemptAt: Int64
     ) async throws -> Int? {
-        try await guarded {
-            let rows = try await client.query(
+        try await committed { connection in
+            let rows = try await connection.query(
                 """
                 UPDATE connectors SET failures = failures + 1, last_error = \(error), last_failed_at = \(time),
                   next_attempt_at = \(nextAttemptAt)
                 WHERE tenant = \(tenant) AND id = \(id) AND lease_owner = \(owner)
                 RETURNING failures
                 """, logger: logger)
-            for try await failures in rows.decode(Int32.self) { return Int(failures) }
-            return nil
+            var count: Int?
+            for try await failures in rows.decode(Int32.self) { count = Int(failures) }
+            return count
         }
     }
 
@@ -180,10 +181,11 @@ extension PostgresStorage {
 
     /// Runs a statement that returns a row for each row it changed; true when it changed one.
     private func changedRow(_ query: PostgresQuery) async throws -> Bool {
-        try await guarded {
-            let rows = try await client.query(query, logger: logger)
-            for try await _ in rows { return true }
-            return false
+        try await committed { connection in
+            let rows = try await connection.query(query, logger: logger)
+            var changed = false
+            for try await _ in rows { changed = true }
+            return changed
         }
     }
 

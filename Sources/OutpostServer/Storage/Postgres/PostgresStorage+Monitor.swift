@@ -4,8 +4,8 @@ import PostgresNIO
 
 extension PostgresStorage {
     package func recordHeartbeat(_ report: DeviceReport) async throws {
-        _ = try await guarded {
-            try await client.query(
+        _ = try await committed { connection in
+            try await connection.query(
                 """
                 INSERT INTO devices (tenant, fingerprint, user_id, staff_name, event, pending_count, failed_count,
                                      last_roster_fetch, app_version, last_seen, rejected_count)
@@ -62,25 +62,27 @@ extension PostgresStorage {
     }
 
     package func bindDevice(tenant: String, fingerprint: String, userId: String, at time: Int64) async throws -> String {
-        try await guarded {
+        try await committed { connection in
             // Two statements: a binding another transaction commits while the insert waits is visible only to
             // a statement that starts after it.
-            try await client.query(
+            try await connection.query(
                 """
                 INSERT INTO device_owners (tenant, fingerprint, user_id, bound_at)
                 VALUES (\(tenant), \(fingerprint), \(userId), \(time)) ON CONFLICT DO NOTHING
                 """, logger: logger)
-            let rows = try await client.query(
+            let rows = try await connection.query(
                 "SELECT user_id FROM device_owners WHERE tenant = \(tenant) AND fingerprint = \(fingerprint)",
                 logger: logger)
-            for try await owner in rows.decode(String.self) { return owner }
-            throw StorageError(.corrupt, "a device binding vanished")
+            var owner: String?
+            for try await user in rows.decode(String.self) { owner = user }
+            guard let owner else { throw StorageError(.corrupt, "a device binding vanished") }
+            return owner
         }
     }
 
     package func releaseDevice(tenant: String, fingerprint: String) async throws -> Bool {
-        try await guarded {
-            let rows = try await client.query(
+        try await committed { connection in
+            let rows = try await connection.query(
                 """
                 DELETE FROM device_owners WHERE tenant = \(tenant) AND fingerprint = \(fingerprint) RETURNING 1
                 """, logger: logger)

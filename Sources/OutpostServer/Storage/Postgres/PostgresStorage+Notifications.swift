@@ -3,8 +3,8 @@ import PostgresNIO
 
 extension PostgresStorage {
     package func setNotification(_ notification: EventNotification) async throws {
-        try await guarded {
-            try await client.query(
+        try await committed { connection in
+            try await connection.query(
                 """
                 INSERT INTO event_notifications (tenant, event, url, format)
                 VALUES (\(notification.tenant), \(notification.event), \(notification.url), \(notification.format.rawValue))
@@ -14,11 +14,12 @@ extension PostgresStorage {
     }
 
     package func removeNotification(tenant: String, event: String) async throws -> Bool {
-        try await guarded {
-            let rows = try await client.query(
+        try await committed { connection in
+            let rows = try await connection.query(
                 "DELETE FROM event_notifications WHERE tenant = \(tenant) AND event = \(event) RETURNING event", logger: logger)
-            for try await _ in rows.decode(String.self) { return true }
-            return false
+            var changed = false
+            for try await _ in rows.decode(String.self) { changed = true }
+            return changed
         }
     }
 
@@ -44,28 +45,30 @@ extension PostgresStorage {
     ) async throws
         -> Bool
     {
-        try await guarded {
-            let rows = try await client.query(
+        try await committed { connection in
+            let rows = try await connection.query(
                 """
                 INSERT INTO notification_episodes (tenant, event, fingerprint, kind, opened_at)
                 VALUES (\(tenant), \(event), \(fingerprint), \(kind.rawValue), \(time))
                 ON CONFLICT DO NOTHING RETURNING kind
                 """, logger: logger)
-            for try await _ in rows.decode(String.self) { return true }
-            return false
+            var changed = false
+            for try await _ in rows.decode(String.self) { changed = true }
+            return changed
         }
     }
 
     package func closeEpisode(tenant: String, event: String, fingerprint: String, kind: EpisodeKind) async throws -> Bool {
-        try await guarded {
-            let rows = try await client.query(
+        try await committed { connection in
+            let rows = try await connection.query(
                 """
                 DELETE FROM notification_episodes
                 WHERE tenant = \(tenant) AND event = \(event) AND fingerprint = \(fingerprint) AND kind = \(kind.rawValue)
                 RETURNING kind
                 """, logger: logger)
-            for try await _ in rows.decode(String.self) { return true }
-            return false
+            var changed = false
+            for try await _ in rows.decode(String.self) { changed = true }
+            return changed
         }
     }
 

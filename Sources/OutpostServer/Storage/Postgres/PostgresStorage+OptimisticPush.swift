@@ -2,7 +2,12 @@ import Logging
 import OutpostProtocol
 import PostgresNIO
 
-/// A push's first attempt: two statements on one connection and no explicit transaction.
+/// A push's first attempt: at most two statements on one connection, the write between `BEGIN` and `COMMIT`.
+///
+/// The write has a transaction of its own, never the implicit one around a single statement: PostgreSQL
+/// reports a statement complete before that implicit transaction commits, and PostgresNIO ends the query
+/// there, so a commit that then fails (a deferred check, the server stopping) would go unseen and the push be
+/// answered as applied with nothing stored. `COMMIT` is answered only once the commit is made.
 ///
 /// The locked path (``PostgresStorage/push(_:context:collections:)``'s fallback) spends seven round trips on
 /// a push: the idempotency lookup, `BEGIN`, the record locks, the record lookup, two inserts and `COMMIT`.
@@ -50,14 +55,10 @@ extension PostgresStorage {
             let held = PushPlanner.recordKeys(of: items, context: context, excluding: Set(lookup.processed.keys))
                 .subtracting(written).compactMap { lookup.records[$0] }.sorted { $0.key < $1.key }
             let write = try ConditionalWrite(tenant: tenant, plan: plan, read: lookup.records, held: held)
-            if let beforeCommit {
-                // Tests hold the write open before it commits, as they do the locked path's transaction.
-                try await connection.withTransaction(logger: logger) { connection in
-                    try await Self.run(write, on: connection, logger: logger)
-                    try await beforeCommit()
-                }
-            } else {
+            try await connection.withTransaction(logger: logger) { connection in
                 try await Self.run(write, on: connection, logger: logger)
+                // Tests hold the write open before it commits, as they do the locked path's transaction.
+                try await beforeCommit?()
             }
             return plan.results
         }
@@ -111,16 +112,11 @@ extension PostgresStorage {
             }
             return any ? found : nil
         }
-        let found: Lookup?
-        if let beforeCommit {
-            found = try await connection.withTransaction(logger: logger) { connection in
-                let found = try await run(connection)
-                // Tests hold a write open before it commits; this one wrote nothing if it found anything.
-                if found == nil { try await beforeCommit() }
-                return found
-            }
-        } else {
-            found = try await run(connection)
+        let found = try await connection.withTransaction(logger: logger) { connection in
+            let found = try await run(connection)
+            // Tests hold a write open before it commits; this one wrote nothing if it found anything.
+            if found == nil { try await beforeCommit?() }
+            return found
         }
         return found.map { .found($0) } ?? .written(plan.results)
     }

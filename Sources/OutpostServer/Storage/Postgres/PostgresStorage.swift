@@ -119,19 +119,19 @@ package struct PostgresStorage: SyncStorage {
 
     package func signingSecret(creatingWith make: @Sendable () -> [UInt8]) async throws -> [UInt8] {
         let candidate = make()
-        return try await guarded {
+        return try await committed { [logger] connection in
             // The first process to start stores its secret; every other one reads that one.
-            try await client.query(
+            try await connection.query(
                 """
                 INSERT INTO outpost_settings (name, value) VALUES ('jwt_secret', \(ByteBuffer(bytes: candidate)))
                 ON CONFLICT (name) DO NOTHING
                 """, logger: logger)
-            let rows = try await client.query(
+            let rows = try await connection.query(
                 "SELECT value FROM outpost_settings WHERE name = 'jwt_secret'", logger: logger)
-            for try await value in rows.decode(ByteBuffer.self) {
-                return Array(buffer: value)
-            }
-            throw StorageError(.corrupt, "the JWT secret is missing from outpost_settings")
+            var secret: [UInt8]?
+            for try await value in rows.decode(ByteBuffer.self) { secret = Array(buffer: value) }
+            guard let secret else { throw StorageError(.corrupt, "the JWT secret is missing from outpost_settings") }
+            return secret
         }
     }
 
@@ -612,6 +612,16 @@ package struct PostgresStorage: SyncStorage {
             throw Self.translate(error.closureError ?? error.commitError ?? error.beginError ?? error)
         } catch {
             throw Self.translate(error)
+        }
+    }
+
+    /// ``guarded(_:)`` for what writes: `body` runs between `BEGIN` and `COMMIT`, and this returns only once the
+    /// commit is confirmed. A lone statement must not be trusted with a write the server acknowledges:
+    /// PostgreSQL reports it complete before its implicit transaction commits, and PostgresNIO ends the query
+    /// there, so a commit that then failed (a deferred check, the database stopping) would go unseen.
+    func committed<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        try await guarded { [client, logger] in
+            try await client.withTransaction(logger: logger) { connection in try await body(connection) }
         }
     }
 
