@@ -53,9 +53,8 @@ public final class BearerToken: Sendable {
         guard let credentials else { return }
         let sent = current
         guard let expiry = Self.expiry(of: sent), declined.withLockedValue({ $0 }) != sent else { return }
-        let lead = Double(renewBefore.components.seconds) + Double(renewBefore.components.attoseconds) / 1e18
         let remaining = expiry.timeIntervalSince(now())
-        guard remaining > 0, remaining <= lead else { return }
+        guard remaining > 0, remaining <= renewBefore / .seconds(1) else { return }
         guard let fresh = try? await credentials.renewedToken(before: sent), !fresh.isEmpty, fresh != sent else {
             declined.withLockedValue { $0 = sent }
             return

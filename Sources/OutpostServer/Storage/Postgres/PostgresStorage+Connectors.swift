@@ -179,16 +179,6 @@ extension PostgresStorage {
         }
     }
 
-    /// Runs a statement that returns a row for each row it changed; true when it changed one.
-    private func changedRow(_ query: PostgresQuery) async throws -> Bool {
-        try await committed { connection in
-            let rows = try await connection.query(query, logger: logger)
-            var changed = false
-            for try await _ in rows { changed = true }
-            return changed
-        }
-    }
-
     private static func connectors(_ rows: PostgresRowSequence) async throws -> [Connector] {
         var found: [Connector] = []
         for try await row in rows {

@@ -81,15 +81,7 @@ extension PostgresStorage {
     }
 
     package func releaseDevice(tenant: String, fingerprint: String) async throws -> Bool {
-        try await committed { connection in
-            let rows = try await connection.query(
-                """
-                DELETE FROM device_owners WHERE tenant = \(tenant) AND fingerprint = \(fingerprint) RETURNING 1
-                """, logger: logger)
-            var released = false
-            for try await _ in rows { released = true }
-            return released
-        }
+        try await changedRow("DELETE FROM device_owners WHERE tenant = \(tenant) AND fingerprint = \(fingerprint) RETURNING 1")
     }
 
     package func eventProgress(tenant: String, event: String, since: Int64) async throws -> EventProgress {

@@ -14,13 +14,7 @@ extension PostgresStorage {
     }
 
     package func removeNotification(tenant: String, event: String) async throws -> Bool {
-        try await committed { connection in
-            let rows = try await connection.query(
-                "DELETE FROM event_notifications WHERE tenant = \(tenant) AND event = \(event) RETURNING event", logger: logger)
-            var changed = false
-            for try await _ in rows.decode(String.self) { changed = true }
-            return changed
-        }
+        try await changedRow("DELETE FROM event_notifications WHERE tenant = \(tenant) AND event = \(event) RETURNING event")
     }
 
     package func notification(tenant: String, event: String) async throws -> EventNotification? {
@@ -45,31 +39,21 @@ extension PostgresStorage {
     ) async throws
         -> Bool
     {
-        try await committed { connection in
-            let rows = try await connection.query(
-                """
-                INSERT INTO notification_episodes (tenant, event, fingerprint, kind, opened_at)
-                VALUES (\(tenant), \(event), \(fingerprint), \(kind.rawValue), \(time))
-                ON CONFLICT DO NOTHING RETURNING kind
-                """, logger: logger)
-            var changed = false
-            for try await _ in rows.decode(String.self) { changed = true }
-            return changed
-        }
+        try await changedRow(
+            """
+            INSERT INTO notification_episodes (tenant, event, fingerprint, kind, opened_at)
+            VALUES (\(tenant), \(event), \(fingerprint), \(kind.rawValue), \(time))
+            ON CONFLICT DO NOTHING RETURNING kind
+            """)
     }
 
     package func closeEpisode(tenant: String, event: String, fingerprint: String, kind: EpisodeKind) async throws -> Bool {
-        try await committed { connection in
-            let rows = try await connection.query(
-                """
-                DELETE FROM notification_episodes
-                WHERE tenant = \(tenant) AND event = \(event) AND fingerprint = \(fingerprint) AND kind = \(kind.rawValue)
-                RETURNING kind
-                """, logger: logger)
-            var changed = false
-            for try await _ in rows.decode(String.self) { changed = true }
-            return changed
-        }
+        try await changedRow(
+            """
+            DELETE FROM notification_episodes
+            WHERE tenant = \(tenant) AND event = \(event) AND fingerprint = \(fingerprint) AND kind = \(kind.rawValue)
+            RETURNING kind
+            """)
     }
 
     private static func notifications(_ rows: PostgresRowSequence) async throws -> [EventNotification] {

@@ -625,6 +625,16 @@ package struct PostgresStorage: SyncStorage {
         }
     }
 
+    /// Runs, as ``committed(_:)``, a statement that returns a row for each row it changed; true when it changed one.
+    func changedRow(_ query: PostgresQuery) async throws -> Bool {
+        try await committed { connection in
+            let rows = try await connection.query(query, logger: logger)
+            var changed = false
+            for try await _ in rows { changed = true }
+            return changed
+        }
+    }
+
     /// Runs `body`, and gives up after `timeout` without waiting for it to finish: an operation stuck on a
     /// connection that died under it may not heed cancellation, and must not hold its request forever.
     static func bounded<T: Sendable>(
