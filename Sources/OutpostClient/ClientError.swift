@@ -31,6 +31,8 @@ public struct ClientError: Error, Sendable, CustomStringConvertible {
         public static let busy = Code(rawValue: "busy")
         /// Records wait to sync, or were refused and wait for the person: deleting the store would lose them.
         public static let unsyncedRecords = Code(rawValue: "unsynced_records")
+        /// Nobody is signed in on the device: a person signs in before anything is saved or synced.
+        public static let signedOut = Code(rawValue: "signed_out")
     }
 
     public var code: Code

@@ -70,13 +70,19 @@ struct StoredCredentials: CredentialsProvider {
     let store: LocalStore
     /// The app's own provider, when it gave one.
     let app: (any CredentialsProvider)?
+    /// Told of every token taken in place of the one sent, before any request sends it.
+    var taken: @Sendable (String) async -> Void = { _ in }
 
     func refreshedToken(after rejected: String) async throws -> String? {
         // A sign-in in another process, or the app's own through `Device.signIn`, may have saved one meanwhile.
-        if let saved = try await store.setting(Device.SettingName.token), saved != rejected { return saved }
+        if let saved = try await store.setting(Device.SettingName.token), saved != rejected {
+            await taken(saved)
+            return saved
+        }
         if let fresh = try await app?.refreshedToken(after: rejected), fresh != rejected {
             do {
                 try await Device.signIn(store: store, token: fresh)
+                await taken(fresh)
                 return fresh
             } catch let error as ClientError where error.code == .otherUser || error.code == .invalidInput {
                 // Another person's token must not send this one's work: they sign in again instead.
@@ -88,10 +94,14 @@ struct StoredCredentials: CredentialsProvider {
 
     /// As for a refused token, but the one expiring still works: without a fresh one nothing is recorded.
     func renewedToken(before expiring: String) async throws -> String? {
-        if let saved = try await store.setting(Device.SettingName.token), saved != expiring { return saved }
+        if let saved = try await store.setting(Device.SettingName.token), saved != expiring {
+            await taken(saved)
+            return saved
+        }
         guard let fresh = try await app?.renewedToken(before: expiring), fresh != expiring else { return nil }
         do {
             try await Device.signIn(store: store, token: fresh)
+            await taken(fresh)
             return fresh
         } catch let error as ClientError where error.code == .otherUser || error.code == .invalidInput {
             return nil
@@ -109,16 +119,21 @@ extension Device {
     ///   is refused while any record waits to sync or waits for the person after a refusal.
     /// - Throws: ``ClientError`` `unsyncedRecords`, with nothing deleted, when records would be lost.
     public func wipe(discardingUnsynced: Bool = false) async throws {
+        if !discardingUnsynced { try await checkNothingUnsynced() }
+        await engine.stopDelivery()
+        try store.wipe()
+    }
+
+    /// - Throws: ``ClientError`` `unsyncedRecords` while any record waits to sync or waits for the person.
+    func checkNothingUnsynced() async throws {
         let counts = try await store.counts()
         let unsynced = counts.pending + counts.failed + counts.rejected
-        guard discardingUnsynced || unsynced == 0 else {
+        guard unsynced == 0 else {
             throw ClientError(
                 .unsyncedRecords,
                 unsynced == 1
                     ? "1 record has not reached the server: sync it first, or discard it with the device's data"
                     : "\(unsynced) records have not reached the server: sync them first, or discard them with the device's data")
         }
-        await engine.stopDelivery()
-        try store.wipe()
     }
 }

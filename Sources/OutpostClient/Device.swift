@@ -22,6 +22,9 @@ public struct Device: Sendable {
         static let refusedToken = "refused_token"
         /// The user's keys for record ids (``RecordIdKeyResponse``, JSON), once fetched from the server.
         static let recordIdKeys = "record_id_keys"
+        /// Whose work the store holds after they signed out without a wipe (``Outpost/owner(_:)``): only they
+        /// may sign in to it again.
+        static let signedOutUser = "signed_out_user"
     }
 
     /// Saves the connection settings of a device store, creating the store when needed.
@@ -29,9 +32,7 @@ public struct Device: Sendable {
         guard Identifier.isValid(deviceId) else {
             throw ClientError(.invalidInput, "the device id must be 1 to 128 characters from A-Z a-z 0-9 . _ : @ -")
         }
-        guard let scheme = server.scheme, ["http", "https"].contains(scheme), server.host != nil else {
-            throw ClientError(.invalidInput, "the server must be an http:// or https:// URL")
-        }
+        try validate(server: server)
         guard !token.isEmpty else { throw ClientError(.invalidInput, "the token is empty") }
         try await store.setSetting(SettingName.server, server.absoluteString)
         try await store.setSetting(SettingName.token, token)
@@ -83,6 +84,13 @@ public struct Device: Sendable {
     }
 
     public var deviceId: String { engine.configuration.deviceId }
+
+    /// - Throws: ``ClientError`` `invalidInput` unless `server` is an http:// or https:// URL with a host.
+    static func validate(server: URL) throws {
+        guard let scheme = server.scheme, ["http", "https"].contains(scheme), server.host != nil else {
+            throw ClientError(.invalidInput, "the server must be an http:// or https:// URL")
+        }
+    }
 }
 
 /// The staff member a device acts for, read from the claims of its token.

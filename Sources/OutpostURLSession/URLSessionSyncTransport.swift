@@ -9,7 +9,9 @@ import OutpostProtocol
 /// HTTP and JSON over `URLSession`: the transport for an app that ships without NIO. It shares the token rule of
 /// ``HTTPSyncTransport`` (``BearerToken``) and its errors; pulls come a page per request.
 ///
-/// Pass a session configured for the app (a background session cannot serve: the engine awaits each answer).
+/// Pass a session configured for the app (a background session cannot serve: the engine awaits each answer), with
+/// no `URLCache`, as ``uncachedSession`` is: a sync answer must never come from a cache, and FoundationNetworking
+/// (Linux) traps the process when a request is cancelled while its session's cache is being read.
 public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport, RecordIdKeyTransport {
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
@@ -21,10 +23,10 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
     ///   - baseURL: the server, such as `https://sync.example.org`.
     ///   - token: the bearer token; it is sent in a header and never logged.
     ///   - credentials: asked for a fresh token when the server refuses `token`, as ``HTTPSyncTransport`` does.
-    ///   - session: the session requests go through.
+    ///   - session: the session requests go through; one without a `URLCache` (see ``uncachedSession``).
     ///   - timeout: the longest the server may fall silent, before or during its answer: a retryable network error.
     public init(
-        baseURL: URL, token: String, credentials: (any CredentialsProvider)? = nil, session: URLSession = .shared,
+        baseURL: URL, token: String, credentials: (any CredentialsProvider)? = nil, session: URLSession = uncachedSession,
         timeout: Duration = .seconds(30)
     ) {
         self.baseURL = baseURL
@@ -32,6 +34,14 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
         self.session = session
         self.timeout = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
     }
+
+    /// A session with no cache, for sync requests.
+    public static let uncachedSession: URLSession = {
+        let configuration = URLSessionConfiguration.default
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        return URLSession(configuration: configuration)
+    }()
 
     public func push(_ request: PushRequest) async throws -> PushResponse {
         try await send("POST", path: "/v1/push", body: Data(try request.jsonBytes())) { try PushResponse(jsonBytes: $0) }
@@ -133,6 +143,17 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
             }
             try TransportRequest.check(status: http.statusCode, body: data)
             return try TransportRequest.decoded(data, status: http.statusCode, decode)
+        }
+    }
+}
+
+extension Outpost.Transport {
+    /// HTTP on `URLSession` (``URLSessionSyncTransport``): the transport of an app that links no NIO.
+    public static func urlSession(
+        _ session: URLSession = URLSessionSyncTransport.uncachedSession, timeout: Duration = .seconds(30)
+    ) -> Self {
+        Self { server, token, credentials in
+            URLSessionSyncTransport(baseURL: server, token: token, credentials: credentials, session: session, timeout: timeout)
         }
     }
 }

@@ -24,10 +24,21 @@ public struct SyncStatus: Sendable, Hashable {
     public var lastFailure: String?
     /// Held while records have failed to sync for over the escalation threshold; cannot be dismissed.
     public var persistentFailureNotice: PersistentFailureNotice?
+    /// Whether someone is signed in on the device, and whether their token works: see ``SignInState``.
+    public var signIn: SignInState = .signedIn
     /// True once the server refused the token and no fresh one could be had, by whatever sync found it (one the
     /// app started, or a delivery in the background): what is queued waits for the person to sign in again
-    /// (``Device/signIn(store:token:)``). Cleared when a push is answered.
-    public var needsSignIn = false
+    /// (``Outpost/signIn(token:)``). Cleared by a sign-in, or when a push is answered.
+    public var needsSignIn: Bool {
+        get { signIn == .needsSignIn }
+        set {
+            if newValue {
+                signIn = .needsSignIn
+            } else if signIn == .needsSignIn {
+                signIn = .signedIn
+            }
+        }
+    }
 
     public init(isOnline: Bool = false, isSyncing: Bool = false, pendingCount: Int = 0, failedCount: Int = 0, lastSyncAt: Date? = nil) {
         self.isOnline = isOnline
@@ -78,6 +89,19 @@ public struct SyncStatus: Sendable, Hashable {
         guard isOnline else { return .offline }
         return serverProblem.map(Connection.serverTrouble) ?? .online
     }
+}
+
+/// Whether the device has someone signed in whose token the server takes.
+public enum SignInState: Sendable, Hashable {
+    /// Nobody is signed in: nothing can be saved or synced until someone signs in (``Outpost/signIn(token:)``).
+    case signedOut
+    /// Signed in: the token is sent with every request, and renewed before it expires.
+    case signedIn
+    /// The app's credentials provider is being asked for a fresh token; requests wait for its answer.
+    case renewing
+    /// The server refused the token and the provider had no other: what is queued waits, kept, until the person
+    /// signs in again.
+    case needsSignIn
 }
 
 /// Where the device's connection to the server stands: three things a person is told apart.

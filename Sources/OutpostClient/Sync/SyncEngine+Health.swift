@@ -120,6 +120,13 @@ extension SyncEngine {
         if status.isOnline { startHeartbeat() }
     }
 
+    /// Records where sign-in stands, as the runtime learns it (a provider asked, a token taken), and publishes it.
+    func setSignIn(_ state: SignInState) {
+        guard status.signIn != state else { return }
+        status.signIn = state
+        publish()
+    }
+
     /// Reports this device's state to the sync monitor: ids and counts only. Best effort: returns false when
     /// the server cannot be reached, and the next sync or minute tries again.
     @discardableResult
