@@ -1,6 +1,7 @@
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
+import Logging
 import OutpostApps
 import OutpostClient
 import OutpostProtocol
@@ -31,17 +32,47 @@ struct DeviceStoreOptions: ParsableArguments {
         try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
     }
 
-    /// Opens the device, runs `body`, and shuts its HTTP client down, whatever happens.
-    func withDevice<T>(escalateAfter: Duration? = nil, _ body: (Device) async throws -> T) async throws -> T {
+    /// The runtime an app would make for this store: the same engine, token store and schedule as the SDK's.
+    func runtimeConfiguration(client: HTTPClient, escalateAfter: Duration? = nil) -> Outpost.Configuration {
+        var configuration = Outpost.Configuration(location: .file(url), server: nil)
+        configuration.transport = .http(client: client)
+        configuration.schema = .fieldApps
+        configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
+        configuration.recordIdSettlements = [.attendance]
+        configuration.eventReferenceCollections = [Guest.collection]
+        // A device command says what happened in its own lines: the runtime's log shows only what went wrong.
+        var logger = Logger(label: "outpost-device")
+        logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .warning
+        configuration.logger = logger
+        if let escalateAfter { configuration.escalation.threshold = escalateAfter }
+        return configuration
+    }
+
+    /// Opens the runtime on this store, runs `body` with it, and closes it and its HTTP client, whatever happens.
+    func withRuntime<T>(
+        escalateAfter: Duration? = nil, configure: (inout Outpost.Configuration) -> Void = { _ in },
+        _ body: (Outpost) async throws -> T
+    ) async throws -> T {
         try await withDeviceHTTPClient { client in
+            var configuration = runtimeConfiguration(client: client, escalateAfter: escalateAfter)
+            configure(&configuration)
             // The SDK's errors (ClientError) reach `Main`, which prints their message as the one line.
-            let device = try await Device.open(
-                store: try openStore(), httpClient: client,
-                configure: { configuration in
-                    configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
-                    configuration.recordIdSettlements = [.attendance]
-                    if let escalateAfter { configuration.escalation.threshold = escalateAfter }
-                })
+            let outpost = try await Outpost(configuration)
+            do {
+                let result = try await body(outpost)
+                await outpost.close()
+                return result
+            } catch {
+                await outpost.close()
+                throw error
+            }
+        }
+    }
+
+    /// Opens the device, runs `body`, and closes the store and its HTTP client, whatever happens.
+    func withDevice<T>(escalateAfter: Duration? = nil, _ body: (Device) async throws -> T) async throws -> T {
+        try await withRuntime(escalateAfter: escalateAfter) { outpost in
+            let device = try await outpost.openDevice
             // A delivery a save started stops before the client does: what it had not delivered stays queued. The
             // heartbeat after it goes, within a bound, so that the monitor sees the device as it is.
             do {

@@ -24,72 +24,46 @@ struct DeviceRun: AsyncParsableCommand {
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
-        try await options.withDevice(escalateAfter: escalation.escalateAfter.duration) { device in try await run(device) }
-    }
-
-    private func run(_ device: Device) async throws {
-        let data = ReferenceData(store: device.store, transport: device.transport)
-        let engine = device.engine
-        let scheduler = SyncScheduler(
-            engine: engine,
-            monitor: HealthProbeMonitor(transport: device.transport, interval: probeInterval.duration),
-            retryInterval: retryInterval.duration,
-            periodic: [
-                .init(every: refreshInterval.duration) {
-                    guard let event = try? await engine.currentEvent(),
-                        (try? await data.state(collection: Guest.collection, scope: event))?.isReady == true,
-                        let summary = try? await data.refresh(collection: Guest.collection, scope: event)
-                    else { return }
-                    say("roster \(event) refreshed: \(summary.updated) updated, \(summary.removed) removed")
-                },
-                .init(every: heartbeatInterval.duration) { await engine.sendHeartbeat() },
-                .init(every: escalationInterval.duration, onlineOnly: false) {
-                    await Self.escalate(engine)
-                },
-            ])
-        // On launch: look for records failing too long, before anything else.
-        await Self.escalate(engine)
-        let service = DeviceService(device: device, scheduler: scheduler)
-        let group = ServiceGroup(
-            configuration: .init(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: .cli("outpost-device")))
-        say("device \(device.deviceId) running against \(device.serverURL.absoluteString); Ctrl-C stops")
-        try await group.run()
-        say("device stopped: \(await device.engine.status.offlineIndicatorText)")
-    }
-
-    /// Checks for persistent failures and prints the notice when there is one.
-    static func escalate(_ engine: SyncEngine) async {
-        guard let failures = try? await engine.checkPersistentFailures(), !failures.isEmpty,
-            let notice = await engine.status.persistentFailureNotice
-        else { return }
-        say("notice: \(notice.message) [\(PersistentFailureNotice.actionTitle): outpost device notice --retry]")
+        try await options.withRuntime(
+            escalateAfter: escalation.escalateAfter.duration,
+            configure: { configuration in
+                configuration.connectivity = .healthProbe(every: probeInterval.duration)
+                configuration.retryInterval = retryInterval.duration
+                configuration.heartbeatInterval = heartbeatInterval.duration
+                configuration.escalationInterval = escalationInterval.duration
+                configuration.referenceRefreshInterval = refreshInterval.duration
+            }
+        ) { outpost in
+            let device = try await outpost.openDevice
+            let group = ServiceGroup(
+                configuration: .init(
+                    services: [DeviceService(outpost: outpost)], gracefulShutdownSignals: [.sigterm, .sigint],
+                    logger: .cli("outpost-device")))
+            say("device \(device.deviceId) running against \(device.serverURL.absoluteString); Ctrl-C stops")
+            try await group.run()
+            say("device stopped: \(await outpost.status.offlineIndicatorText)")
+        }
     }
 }
 
-/// The device's run loop as a service: the scheduler, and a line on stdout for every status change.
+/// The device's runtime as a service: started until shutdown, with a line on stdout for every status change.
 struct DeviceService: Service {
-    let device: Device
-    let scheduler: SyncScheduler
+    let outpost: Outpost
 
     func run() async throws {
+        await outpost.start()
         await cancelWhenGracefulShutdown {
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await scheduler.run() }
-                group.addTask {
-                    var last: SyncStatus?
-                    var toldToSignIn = false
-                    for await status in await device.engine.statusUpdates() where status != last {
-                        say("\(status.connectionText.lowercased()): \(status.offlineIndicatorText)")
-                        last = status
-                        // Once per refused token: a sign-in from another process is taken at the next retry.
-                        let refused = (try? await Device.needsSignIn(store: device.store)) == true
-                        if refused, !toldToSignIn { say(DeviceLogin.signInAgain) }
-                        toldToSignIn = refused
-                    }
+            var last: SyncStatus?
+            for await status in await outpost.statusUpdates() where status != last {
+                say("\(status.connectionText.lowercased()): \(status.offlineIndicatorText)")
+                if let notice = status.persistentFailureNotice, notice.count != last?.persistentFailureNotice?.count {
+                    say("notice: \(notice.message) [\(PersistentFailureNotice.actionTitle): outpost device notice --retry]")
                 }
-                await group.next()
-                group.cancelAll()
+                // Once per refusal: a sign-in from another process is taken at the next retry.
+                if status.needsSignIn, last?.needsSignIn != true { say(DeviceLogin.signInAgain) }
+                last = status
             }
         }
+        await outpost.stop()
     }
 }

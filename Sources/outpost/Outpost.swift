@@ -5,7 +5,7 @@ import OutpostClient
 import OutpostProtocol
 
 /// The `outpost` command: serves the server, and issues tokens.
-struct Outpost: AsyncParsableCommand {
+struct OutpostCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "outpost",
         abstract: "Offline-first capture and sync: the server, field devices, tokens.",
@@ -24,7 +24,7 @@ enum Main {
         signal(SIGPIPE, SIG_IGN)
         var device: DeviceStoreOptions?
         do {
-            var command = try Outpost.parseAsRoot()
+            var command = try OutpostCommand.parseAsRoot()
             device = DeviceStoreOptions.of(command)
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
@@ -49,9 +49,9 @@ enum Main {
     ///
     /// - Parameter device: whether the command acted as a device, which signs in again with `device login`.
     static func exit(reporting error: any Error, device: Bool = false) -> Never {
-        let code = Outpost.exitCode(for: error)
+        let code = OutpostCommand.exitCode(for: error)
         if code == .success {
-            Outpost.exit(withError: error)
+            OutpostCommand.exit(withError: error)
         }
         // A command that already said why (a failed sync, a missed benchmark target) exits with its code.
         if let exitCode = error as? ExitCode {
@@ -60,7 +60,7 @@ enum Main {
         // The SDK's and the apps' errors carry the words field staff read.
         let refusedDevice = device ? (error as? TransportError).map(\.cliMessage) : nil
         let message =
-            (refusedDevice ?? (error as? ClientError).map(cliMessage) ?? Outpost.message(for: error))
+            (refusedDevice ?? (error as? ClientError).map(cliMessage) ?? OutpostCommand.message(for: error))
             .split(separator: "\n").first.map(String.init) ?? "failed"
         FileHandle.standardError.write(Data("outpost: \(message)\n".utf8))
         Foundation.exit(code.rawValue == 0 ? 1 : code.rawValue)
@@ -71,6 +71,8 @@ enum Main {
 func cliMessage(_ error: ClientError) -> String {
     switch error.code {
     case .notConfigured: return "\(error.message): run `outpost device init --server URL --token T` first"
+    case .signedOut:
+        return "this device is not set up with a server and a token: run `outpost device init --server URL --token T` first"
     case .noUser: return "\(error.message); initialise it with a token from `outpost token`"
     default: return error.message
     }
