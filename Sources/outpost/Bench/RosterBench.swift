@@ -177,6 +177,9 @@ struct RosterBench {
 final class BenchServer: @unchecked Sendable {
     let process = Process()
     private let output = Pipe()
+    /// Where the server's errors go when no request log is asked for: a file, read only when the server fails
+    /// to start, so that a long run never blocks on a pipe nobody drains.
+    private let errors: URL
 
     init(directory: URL, secret: [UInt8], databaseURL: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
@@ -191,7 +194,10 @@ final class BenchServer: @unchecked Sendable {
         environment["LOG_LEVEL"] = logPath == nil ? "error" : "info"
         process.environment = environment
         process.standardOutput = output
-        if let logPath, FileManager.default.createFile(atPath: logPath, contents: nil), let file = FileHandle(forWritingAtPath: logPath) {
+        errors = directory.appendingPathComponent("server-errors.log")
+        try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let errorPath = logPath ?? errors.path
+        if FileManager.default.createFile(atPath: errorPath, contents: nil), let file = FileHandle(forWritingAtPath: errorPath) {
             process.standardError = file
         } else {
             process.standardError = FileHandle.nullDevice
@@ -211,7 +217,10 @@ final class BenchServer: @unchecked Sendable {
                 return URL(string: String(text[range]))!
             }
         }
-        throw CLIError("the benchmark server did not start")
+        stop()
+        // The server says why in its last line, such as a database that does not exist.
+        let said = (try? String(contentsOf: errors, encoding: .utf8))?.split(separator: "\n").last.map { ": \($0)" } ?? ""
+        throw CLIError("the benchmark server did not start\(said)")
     }
 
     func stop() {
