@@ -201,7 +201,7 @@ public actor SyncEngine {
 
     /// Starts delivering the outbox in the background, unless a delivery runs; then that one runs once more
     /// when it ends, so that what was saved meanwhile goes too.
-    public func startDelivery() {
+    package func startDelivery() {
         guard delivery == nil else {
             deliverAgain = true
             return
@@ -274,7 +274,7 @@ public actor SyncEngine {
     // MARK: Connectivity
 
     /// Records a connectivity change; coming back online starts a sync of anything pending.
-    public func setOnline(_ online: Bool) async {
+    package func setOnline(_ online: Bool) async {
         let cameOnline = online && !status.isOnline
         status.isOnline = online
         await settleUnknownConnection(online: online)
@@ -295,7 +295,7 @@ public actor SyncEngine {
     /// online, and ``SyncStatus/serverProblem`` says what is wrong with the server. A probe whose task is
     /// cancelled before an answer changes nothing: the connection stays as it was known.
     @discardableResult
-    public func probe(syncingPending: Bool = true) async -> Bool {
+    package func probe(syncingPending: Bool = true) async -> Bool {
         let online: Bool
         let problem: String?
         do {
