@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "OutpostClient", targets: ["OutpostClient"]),
         .library(name: "OutpostServer", targets: ["OutpostServer"]),
         .library(name: "OutpostApps", targets: ["OutpostApps"]),
+        .library(name: "OutpostHTTP", targets: ["OutpostHTTP"]),
         .library(name: "OutpostURLSession", targets: ["OutpostURLSession"]),
         .library(name: "OutpostTesting", targets: ["OutpostTesting"]),
         .executable(name: "outpost", targets: ["outpost"]),
@@ -63,13 +64,22 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
+            ]
+        ),
+        // The HTTP transport on AsyncHTTPClient, apart: an app on URLSession (OutpostURLSession) links no NIO stack.
+        .target(
+            name: "OutpostHTTP",
+            dependencies: [
+                "OutpostProtocol",
+                "OutpostConcurrency",
+                "OutpostClient",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
             ]
         ),
         .target(
@@ -119,6 +129,7 @@ let package = Package(
                 "OutpostRecords",
                 "OutpostServer",
                 "OutpostClient",
+                "OutpostHTTP",
                 "OutpostApps",
                 // The benchmarks' doubles: a port that never answers.
                 "OutpostTesting",
@@ -151,6 +162,7 @@ let package = Package(
             name: "OutpostClientTests",
             dependencies: [
                 "OutpostClient",
+                "OutpostHTTP",
                 "OutpostApps",
                 "OutpostConcurrency",
                 "OutpostRecords",
@@ -178,6 +190,7 @@ let package = Package(
                 "OutpostConcurrency",
                 "OutpostRecords",
                 "OutpostClient",
+                "OutpostHTTP",
                 "OutpostApps",
                 "OutpostURLSession",
                 "OutpostTesting",

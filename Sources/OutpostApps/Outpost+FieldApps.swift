@@ -5,8 +5,8 @@ import OutpostRecords
 extension Outpost.Configuration {
     /// A configuration for the field apps: their collections' scopes and roster search, the open event's roster
     /// kept current, and attendance ids settled with the user's keys.
-    public static func fieldApps(location: Outpost.StoreLocation, server: URL?) -> Self {
-        var configuration = Self(location: location, server: server)
+    public static func fieldApps(location: Outpost.StoreLocation, server: URL?, transport: Outpost.Transport) -> Self {
+        var configuration = Self(location: location, server: server, transport: transport)
         configuration.schema = .fieldApps
         configuration.eventReferenceCollections = [Guest.collection]
         configuration.recordIdSettlements = [.attendance]

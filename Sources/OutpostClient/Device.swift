@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import Foundation
 import OutpostProtocol
 
@@ -40,39 +39,25 @@ public struct Device: Sendable {
         try await store.setSetting(SettingName.recordIdKeys, nil)
     }
 
-    /// Opens the device saved in `store`.
+    /// Opens the device saved in `store`, talking to its server through `transport`.
     ///
-    /// The HTTP transport sends the token saved in the store. When the server refuses it, the device takes a token
-    /// saved there since (by a sign-in in another process, see ``signIn(store:token:)``), or else asks `credentials`
-    /// and saves what it gives, sealed, for the next process; with neither, its calls throw
-    /// ``TransportError/signInRequired(wire:)`` and queued records wait for a sign-in.
+    /// Give the transport ``storedCredentials(store:app:)`` as its credentials, so that it sends the token saved in
+    /// the store and saves every renewed one back, sealed. ``Outpost`` opens its device so; OutpostHTTP's
+    /// `Device.open(store:credentials:httpClient:…)` makes the HTTP transport this way.
     ///
-    /// - Parameters:
-    ///   - transport: replaces the HTTP transport (tests use an in-memory one); `credentials` then go unused: give
-    ///     the transport ``storedCredentials(store:app:)`` instead, so that it shares the store's token.
-    ///   - credentials: renews a refused token, such as by signing in again against the app's identity provider.
-    ///     A token that names another tenant or user than the saved one is not taken.
     /// - Throws: ``ClientError`` `notConfigured` when `initialize` never ran on this store.
     public static func open(
         store: LocalStore,
-        transport: (any SyncTransport)? = nil,
-        credentials: (any CredentialsProvider)? = nil,
-        httpClient: HTTPClient = .shared,
+        transport: any SyncTransport,
         clock: any Clock<Duration> = ContinuousClock(),
         configure: @Sendable (inout SyncConfiguration) -> Void = { _ in },
         now: @escaping @Sendable () -> Date = { Date() }
     ) async throws -> Device {
-        guard let server = try await store.setting(SettingName.server).flatMap(URL.init(string:)),
-            let token = try await store.setting(SettingName.token),
+        guard let (server, token) = try await savedConnection(store),
             let deviceId = try await store.setting(SettingName.deviceId)
         else {
             throw ClientError(.notConfigured, "this device is not set up with a server and a token")
         }
-        let transport =
-            transport
-            ?? HTTPSyncTransport(
-                baseURL: server, token: token, credentials: StoredCredentials(store: store, app: credentials),
-                client: httpClient, timeout: .seconds(15))
         var configuration = SyncConfiguration(deviceId: deviceId)
         configure(&configuration)
         let engine = SyncEngine(store: store, transport: transport, configuration: configuration, clock: clock, now: now)
@@ -81,6 +66,14 @@ public struct Device: Sendable {
         try await engine.refreshPersistentFailureNotice()
         return Device(
             store: store, engine: engine, transport: transport, serverURL: server, user: DeviceUser(token: token))
+    }
+
+    /// The server and token saved in `store`; nil when it was never set up, or its person signed out.
+    package static func savedConnection(_ store: LocalStore) async throws -> (server: URL, token: String)? {
+        guard let server = try await store.setting(SettingName.server).flatMap(URL.init(string:)),
+            let token = try await store.setting(SettingName.token)
+        else { return nil }
+        return (server, token)
     }
 
     public var deviceId: String { engine.configuration.deviceId }

@@ -3,11 +3,12 @@ import Foundation
 import NIOCore
 import NIOFoundationCompat
 import NIOHTTP1
+import OutpostClient
 import OutpostConcurrency
 import OutpostProtocol
 
-/// The default transport: HTTP and JSON over AsyncHTTPClient, streaming pulls. `URLSessionSyncTransport`
-/// (OutpostURLSession) is the one for apps that ship without NIO.
+/// HTTP and JSON over AsyncHTTPClient, streaming pulls (OutpostHTTP). `URLSessionSyncTransport`
+/// (OutpostURLSession) is the one for an app that sends its requests through URLSession.
 public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport, RecordIdKeyTransport {
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.

@@ -7,7 +7,7 @@ import OutpostProtocol
 #endif
 
 /// HTTP and JSON over `URLSession`: the transport for an app that ships without NIO. It shares the token rule of
-/// ``HTTPSyncTransport`` (``BearerToken``) and its errors; pulls come a page per request.
+/// `HTTPSyncTransport` (``BearerToken``) and its errors; pulls come a page per request.
 ///
 /// Pass a session configured for the app (a background session cannot serve: the engine awaits each answer), with
 /// no `URLCache`, as ``uncachedSession`` is: a sync answer must never come from a cache, and FoundationNetworking
@@ -22,7 +22,7 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
     /// - Parameters:
     ///   - baseURL: the server, such as `https://sync.example.org`.
     ///   - token: the bearer token; it is sent in a header and never logged.
-    ///   - credentials: asked for a fresh token when the server refuses `token`, as ``HTTPSyncTransport`` does.
+    ///   - credentials: asked for a fresh token when the server refuses `token`, as `HTTPSyncTransport` does.
     ///   - session: the session requests go through; one without a `URLCache` (see ``uncachedSession``).
     ///   - timeout: the longest the server may fall silent, before or during its answer: a retryable network error.
     public init(

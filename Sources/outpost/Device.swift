@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import OutpostApps
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 import OutpostRecords
 
@@ -34,8 +35,7 @@ struct DeviceStoreOptions: ParsableArguments {
 
     /// The runtime an app would make for this store: the same engine, token store and schedule as the SDK's.
     func runtimeConfiguration(client: HTTPClient, escalateAfter: Duration? = nil) -> Outpost.Configuration {
-        var configuration = Outpost.Configuration(location: .file(url), server: nil)
-        configuration.transport = .http(client: client)
+        var configuration = Outpost.Configuration(location: .file(url), server: nil, transport: .http(client: client))
         configuration.schema = .fieldApps
         configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
         configuration.recordIdSettlements = [.attendance]

@@ -2,6 +2,7 @@ import ArgumentParser
 import AsyncHTTPClient
 import Foundation
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 
 /// The `outpost` command: serves the server, and issues tokens.

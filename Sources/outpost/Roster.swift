@@ -3,6 +3,7 @@ import AsyncHTTPClient
 import Crypto
 import Foundation
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 import OutpostRecords
 

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostHTTP
 import OutpostProtocol
 import OutpostTesting
 import Testing

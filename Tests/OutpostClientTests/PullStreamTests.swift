@@ -4,6 +4,7 @@ import OutpostProtocol
 import Testing
 
 @testable import OutpostClient
+@testable import OutpostHTTP
 
 /// The pieces of a streamed pull on the device: lines cut from pieces at any boundary, and a refresh's reader
 /// that follows one stream while it stands at the cursor asked for, and opens another otherwise.

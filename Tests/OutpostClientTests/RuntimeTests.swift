@@ -31,14 +31,14 @@ struct RuntimeTests {
         }
 
         func configuration(_ location: Outpost.StoreLocation? = nil) -> Outpost.Configuration {
+            let (inner, accepted, now) = (transport, accepted, now)
             var configuration = Outpost.Configuration(
                 location: location ?? .file(directory.appendingPathComponent("device.sqlite")),
-                server: URL(string: "https://sync.example.org")!)
+                server: URL(string: "https://sync.example.org")!,
+                transport: Outpost.Transport { _, token, credentials in
+                    AcceptingTransport(memory: inner, accepted: accepted, bearer: BearerToken(token, credentials: credentials, now: now.closure))
+                })
             configuration.deviceId = "phone-1"
-            let (inner, accepted, now) = (transport, accepted, now)
-            configuration.transport = Outpost.Transport { _, token, credentials in
-                AcceptingTransport(memory: inner, accepted: accepted, bearer: BearerToken(token, credentials: credentials, now: now.closure))
-            }
             let network = network
             configuration.connectivity = Outpost.Connectivity { _, _ in network }
             configuration.clock = clock

@@ -5,6 +5,7 @@ import HummingbirdTesting
 import NIOConcurrencyHelpers
 import OutpostClient
 import OutpostConcurrency
+import OutpostHTTP
 import OutpostProtocol
 import OutpostTesting
 import Testing

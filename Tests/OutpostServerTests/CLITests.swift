@@ -1,5 +1,6 @@
 import Foundation
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 import OutpostRecords
 import Testing

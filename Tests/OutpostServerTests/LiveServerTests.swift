@@ -4,6 +4,7 @@ import HummingbirdTesting
 import NIOConcurrencyHelpers
 import OutpostApps
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 import OutpostTesting
 import Testing

@@ -4,6 +4,7 @@ import HummingbirdTesting
 import Logging
 import NIOConcurrencyHelpers
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 import OutpostRecords
 import OutpostTesting

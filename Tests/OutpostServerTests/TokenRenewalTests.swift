@@ -1,6 +1,7 @@
 import Foundation
 import OutpostApps
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 import OutpostTesting
 import Testing

@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import Crypto
 import Foundation
 import Logging
@@ -16,8 +15,9 @@ extension Outpost {
         /// The device's id on the sync monitor, such as `door-1`; a store made by a first sign-in takes it
         /// (with a short random suffix for each person's store on a shared device). Nil: a random one.
         public var deviceId: String?
-        /// How the device talks to the server.
-        public var transport: Transport = .http()
+        /// How the device talks to the server: `.http()` from OutpostHTTP, `.urlSession()` from OutpostURLSession,
+        /// or a transport of the app's own.
+        public var transport: Transport
         /// How the device learns that the server can be reached.
         public var connectivity: Connectivity = .standard
         /// The key that seals a store, from its location; by default a file beside the store, mode 0600
@@ -52,9 +52,10 @@ extension Outpost {
         /// The device's time, stamped on every write (tests give a fixed one).
         public var now: @Sendable () -> Date = { Date() }
 
-        public init(location: StoreLocation, server: URL?) {
+        public init(location: StoreLocation, server: URL?, transport: Transport) {
             self.location = location
             self.server = server
+            self.transport = transport
         }
     }
 
@@ -122,8 +123,8 @@ extension Outpost {
         }
     }
 
-    /// How the device sends its requests: ``http(client:timeout:)`` on AsyncHTTPClient, `urlSession` from
-    /// OutpostURLSession, or a transport of the app's own.
+    /// How the device sends its requests: `.http()` on AsyncHTTPClient (OutpostHTTP), `.urlSession()`
+    /// (OutpostURLSession), or a transport of the app's own.
     public struct Transport: Sendable {
         /// Makes the transport for `server`, sending `token` and renewing it through `credentials` (the store's
         /// token store, which asks the app's provider): a transport must pass `credentials` on, so that every
@@ -132,13 +133,6 @@ extension Outpost {
 
         public init(_ make: @escaping @Sendable (_ server: URL, _ token: String, _ credentials: any CredentialsProvider) -> any SyncTransport) {
             self.make = make
-        }
-
-        /// HTTP on AsyncHTTPClient (``HTTPSyncTransport``).
-        public static func http(client: HTTPClient = .shared, timeout: Duration = .seconds(15)) -> Transport {
-            Transport { server, token, credentials in
-                HTTPSyncTransport(baseURL: server, token: token, credentials: credentials, client: client, timeout: timeout)
-            }
         }
     }
 

@@ -8,7 +8,7 @@ import OutpostProtocol
 /// ```swift
 /// var configuration = Outpost.Configuration(
 ///     location: .perUser(directory: applicationSupport.appendingPathComponent("Outpost")),
-///     server: URL(string: "https://sync.example.org")!)
+///     server: URL(string: "https://sync.example.org")!, transport: .urlSession())
 /// configuration.schema = .fieldApps
 /// let outpost = try await Outpost(configuration, credentials: identityProvider)
 /// if await outpost.status.signIn == .signedOut { try await outpost.signIn(token: tokenFromTheSignInScreen) }

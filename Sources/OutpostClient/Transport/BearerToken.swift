@@ -5,7 +5,7 @@ import OutpostProtocol
 /// The bearer token a transport sends, renewed through a ``CredentialsProvider`` before it expires and when the
 /// server refuses it.
 ///
-/// ``HTTPSyncTransport`` keeps one; a transport of an app's own can share the same rule by sending its requests
+/// `HTTPSyncTransport` (OutpostHTTP) keeps one; a transport of an app's own can share the same rule by sending its requests
 /// through ``authorizing(_:)``. Safe to use from many tasks at once: the token sits behind a lock, and a renewed
 /// token is the one every later request sends.
 public final class BearerToken: Sendable {

@@ -1,7 +1,7 @@
 /// Renews the bearer token a transport sends when the server refuses the one it has.
 ///
 /// Tokens expire (after 12 h by default), sooner than a device may stay offline; a device back after a day
-/// finds its token refused. An app gives ``HTTPSyncTransport`` (or ``Device/open(store:transport:credentials:httpClient:clock:configure:now:)``)
+/// finds its token refused. An app gives ``Outpost`` (or a transport it makes itself)
 /// a provider that signs in again against its identity provider, silently where it can (a refresh token it
 /// keeps, for instance):
 ///

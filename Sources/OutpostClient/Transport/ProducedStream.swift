@@ -3,7 +3,7 @@ import AsyncAlgorithms
 extension AsyncThrowingStream where Failure == any Error {
     /// How many pages a stream holds ready beyond the one its consumer works on, by default: enough that the
     /// next page is read while the consumer stores one, and no more.
-    static var defaultReadAhead: Int { 2 }
+    package static var defaultReadAhead: Int { 2 }
 
     /// A stream whose elements `produce` delivers from a task of its own, at most `readAhead` ahead of the
     /// consumer.
@@ -16,7 +16,7 @@ extension AsyncThrowingStream where Failure == any Error {
     /// The stream ends when `produce` returns, or throws its error after the elements delivered before it. The
     /// producing task is cancelled when the consumer is cancelled or lets the stream go; `deliver` then throws
     /// `CancellationError`, and the element is dropped.
-    static func produced(
+    package static func produced(
         readAhead: Int = defaultReadAhead,
         by produce:
             @escaping @Sendable (_ deliver: @escaping @Sendable (Element) async throws -> Void) async throws

@@ -270,7 +270,7 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     }
 
     /// A stream of pulls the server began and the connection broke in: the server was reached.
-    static func droppedPull(underlying: (any Error)? = nil) -> TransportError {
+    package static func droppedPull(underlying: (any Error)? = nil) -> TransportError {
         var error = TransportError(kind: .network, message: "the connection dropped during a pull", underlying: underlying)
         error.reachedServer = true
         return error

@@ -5,6 +5,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 
 extension SyncBench {

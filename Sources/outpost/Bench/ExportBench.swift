@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 import OutpostServer
 

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 import OutpostServer
 

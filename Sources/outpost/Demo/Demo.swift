@@ -5,6 +5,7 @@ import Logging
 import NIOConcurrencyHelpers
 import OutpostApps
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 import OutpostRecords
 import OutpostServer

@@ -24,10 +24,10 @@ final class AttendanceApp {
     }
 
     static func launch(storeFolder: URL, server: URL, identity: some CredentialsProvider) async throws -> AttendanceApp {
-        var configuration = Outpost.Configuration.fieldApps(location: .perUser(directory: storeFolder), server: server)
+        var configuration = Outpost.Configuration.fieldApps(
+            location: .perUser(directory: storeFolder), server: server, transport: .urlSession())
         configuration.deviceId = "attendance-phone"
         configuration.appVersion = "attendance-ios/1.0"
-        configuration.transport = .urlSession()
         let outpost = try await Outpost(configuration, credentials: identity)
         await outpost.start()
         let app = AttendanceApp(outpost: outpost)
