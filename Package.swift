@@ -156,6 +156,14 @@ let package = Package(
             swiftSettings: [.unsafeFlags(["-suppress-warnings"])],
             plugins: [.plugin(name: "OpenAPIGenerator", package: "swift-openapi-generator")]
         ),
+        // The app of OutpostApps' article "Building the attendance screen", built without package access, as an
+        // app's own package would be: the compiler refuses anything of the SDK that is not public.
+        .target(
+            name: "OutpostArticleApp",
+            dependencies: ["OutpostApps", "OutpostClient", "OutpostURLSession"],
+            path: "Tests/ArticleApp",
+            packageAccess: false
+        ),
         .testTarget(name: "OutpostProtocolTests", dependencies: ["OutpostProtocol"]),
         .testTarget(name: "OutpostRecordsTests", dependencies: ["OutpostRecords"]),
         .testTarget(
@@ -195,6 +203,7 @@ let package = Package(
                 "OutpostURLSession",
                 "OutpostTesting",
                 "OutpostOpenAPIClient",
+                "OutpostArticleApp",
                 .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
                 .product(name: "OpenAPIAsyncHTTPClient", package: "swift-openapi-async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),

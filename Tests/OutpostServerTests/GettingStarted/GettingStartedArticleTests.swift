@@ -7,6 +7,7 @@ import OutpostTesting
 import OutpostURLSession
 import Testing
 
+@testable import OutpostArticleApp
 @testable import OutpostServer
 
 #if canImport(FoundationNetworking)
@@ -31,7 +32,7 @@ struct GettingStartedArticleTests {
             contentsOf: Self.root.appendingPathComponent("Sources/OutpostApps/Documentation.docc/BuildingTheAttendanceScreen.md"),
             encoding: .utf8)
         let app = Self.lines(
-            try String(contentsOf: Self.root.appendingPathComponent("Tests/OutpostServerTests/GettingStarted/AttendanceApp.swift"), encoding: .utf8))
+            try String(contentsOf: Self.root.appendingPathComponent("Tests/ArticleApp/AttendanceApp.swift"), encoding: .utf8))
         let blocks: [String] = article.components(separatedBy: "```swift\n").dropFirst().map { tail in
             String(tail.components(separatedBy: "\n```")[0])
         }

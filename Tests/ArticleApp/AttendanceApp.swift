@@ -4,8 +4,8 @@ import OutpostClient
 import OutpostURLSession
 
 // The app of the article "Building the attendance screen" (OutpostApps' documentation), on the SDK's public API
-// alone: every Swift block of the article but the SwiftUI view is code of this file, and
-// `GettingStartedArticleTests` checks that, then runs this app against a real server.
+// alone (its target is built without package access): every Swift block of the article but the SwiftUI
+// view is code of this file, and `GettingStartedArticleTests` checks that, then runs this app against a real server.
 
 struct OfficeLocation: LocationProvider {
     func currentFix() async -> LocationFix? {
