@@ -127,7 +127,7 @@ extension Device {
     /// - Throws: ``ClientError`` `unsyncedRecords` while any record waits to sync or waits for the person.
     func checkNothingUnsynced() async throws {
         let counts = try await store.counts()
-        let unsynced = counts.pending + counts.failed + counts.rejected
+        let unsynced = counts.pending + counts.failed + counts.refused
         guard unsynced == 0 else {
             throw ClientError(
                 .unsyncedRecords,

@@ -141,7 +141,7 @@ struct ActivityList: AsyncParsableCommand {
                 line += "  \(entry.badge.symbol)"
                 if entry.isOfflineEntry && entry.syncStatus != .synced { line += "  (saved offline)" }
                 say(line)
-                if entry.syncStatus == .failed || entry.syncStatus == .rejected, let error = entry.syncError { say("    \(error)") }
+                if entry.syncStatus == .failed || entry.syncStatus == .refused, let error = entry.syncError { say("    \(error)") }
             }
             await Delivery.showNotice(device.engine)
         }

@@ -139,7 +139,7 @@ struct AttendanceHistory: AsyncParsableCommand {
                 say(
                     "\(entry.day) \(log.clock(entry.time))  \(entry.action == .checkIn ? "check-in " : "check-out")  \(place)  \(entry.badge.symbol)\(offline)"
                 )
-                if entry.syncStatus == .failed || entry.syncStatus == .rejected, let error = entry.syncError { say("    \(error)") }
+                if entry.syncStatus == .failed || entry.syncStatus == .refused, let error = entry.syncError { say("    \(error)") }
             }
             await Delivery.showNotice(device.engine)
         }

@@ -113,7 +113,7 @@ enum Delivery {
                 say(line(record, ended: ended, connection: status.connection, lastFailure: status.lastFailure))
             }
         }
-        if record?.syncStatus == .rejected { throw ExitCode(1) }
+        if record?.syncStatus == .refused { throw ExitCode(1) }
         return record
     }
 
@@ -145,8 +145,8 @@ enum Delivery {
         switch record.syncStatus {
         case .synced:
             return "synced: the server has it"
-        case .rejected:
-            return "refused by the server: \(record.syncError ?? "no reason given") (see `outpost device records --rejected`)"
+        case .refused:
+            return "refused by the server: \(record.syncError ?? "no reason given") (see `outpost device records --refused`)"
         case .failed:
             return "not synced: \(record.syncError ?? "unknown error"); it stays queued and goes with the next sync"
         case .pending:
@@ -205,7 +205,7 @@ enum Delivery {
             lines += PersistentFailureNotice.guidance.map { "    \($0)" }
             if let error = notice.retryError { lines.append("    \(error)") }
         } else if let refused = status.refusedText {
-            lines.append("attention: \(refused) (outpost device records --rejected)")
+            lines.append("attention: \(refused) (outpost device records --refused)")
         }
         return lines
     }

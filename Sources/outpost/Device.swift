@@ -126,7 +126,7 @@ struct DeviceStatus: AsyncParsableCommand {
             say("server:   \(device.serverURL.absoluteString) (\(Delivery.connectionText(status)))")
             say("pending:  \(status.pendingCount)")
             say("failed:   \(status.failedCount)")
-            say("refused:  \(status.rejectedCount)")
+            say("refused:  \(status.refusedCount)")
             say("status:   \(status.offlineIndicatorText)")
             _ = try? await Delivery.escalate(device.engine)
             await Delivery.showNotice(device.engine)
@@ -181,19 +181,21 @@ struct DeviceRecords: AsyncParsableCommand {
     var pending = false
     @Flag(help: "Only records that failed to sync and will be retried.")
     var failed = false
-    @Flag(help: "Only records the server refused, or that conflict: they wait for you.")
-    var rejected = false
+    @Flag(
+        name: [.customLong("refused"), .customLong("rejected")],
+        help: "Only records the server refused, or that conflict: they wait for you.")
+    var refused = false
     @OptionGroup var options: DeviceStoreOptions
 
     func validate() throws {
-        guard [pending, failed, rejected].filter({ $0 }).count <= 1 else {
-            throw ValidationError("give at most one of --pending, --failed and --rejected")
+        guard [pending, failed, refused].filter({ $0 }).count <= 1 else {
+            throw ValidationError("give at most one of --pending, --failed and --refused")
         }
     }
 
     func run() async throws {
         let store = try options.openStore()
-        let filter: LocalStore.Filter = pending ? .pending : failed ? .failed : rejected ? .rejected : .all
+        let filter: LocalStore.Filter = pending ? .pending : failed ? .failed : refused ? .refused : .all
         let records = try await store.records(filter)
         // A record waiting longer than a day shows as not synced for that long, not as pending.
         let threshold = EscalationPolicy().threshold
@@ -207,7 +209,7 @@ struct DeviceRecords: AsyncParsableCommand {
             say("\(badge.symbol)  \(record.path)  \(record.tombstone ? "(deleted)" : fields)")
             for line in Self.details(record) { say("    \(line)") }
         }
-        if records.isEmpty { say(rejected ? "no refused records" : "no records") }
+        if records.isEmpty { say(refused ? "no refused records" : "no records") }
         // A synced build is on the server; whether the crew's sheet has it too is the archive's to say.
         if records.contains(where: { $0.collection == Build.collection && $0.syncStatus == .synced }) {
             say("synced: the server has the record; whether the crew's sheet has a build: outpost builds list")
@@ -224,7 +226,7 @@ struct DeviceRecords: AsyncParsableCommand {
         switch record.syncStatus {
         case .failed:
             return [record.syncError ?? "unknown error"]
-        case .rejected:
+        case .refused:
             if let conflict = record.conflict {
                 let yours = conflict.fields.map { "\($0)=\(record.fields[$0]?.displayText ?? "(none)")" }.joined(separator: " ")
                 let theirs = conflict.fields.map { "\($0)=\(conflict.serverFields[$0]?.displayText ?? "(none)")" }.joined(separator: " ")
@@ -269,7 +271,7 @@ struct RecordOptions: ParsableArguments {
     func find(in store: LocalStore, _ filter: LocalStore.Filter = .all) async throws -> LocalRecord {
         let found = try await store.records(filter, collection: collection, scope: scope, recordId: recordId)
         guard let record = found.first else {
-            throw CLIError(filter == .rejected ? "no refused record \(recordId) on this device" : "no record \(recordId) on this device")
+            throw CLIError(filter == .refused ? "no refused record \(recordId) on this device" : "no record \(recordId) on this device")
         }
         guard found.count == 1 else {
             throw CLIError("\(recordId) names \(found.count) records (\(found.map(\.path).joined(separator: ", "))): add --collection or --scope")
@@ -287,7 +289,7 @@ struct DeviceDiscard: AsyncParsableCommand {
 
     func run() async throws {
         try await options.withDevice { device in
-            let found = try await record.find(in: device.store, .rejected)
+            let found = try await record.find(in: device.store, .refused)
             try await device.engine.discard(collection: found.collection, scope: found.scope, recordId: found.recordId)
             say("discarded \(found.path); a sealed copy stays on this device")
             // A refused edit of a record the server holds: the server's version takes its place, from a pull.
@@ -324,7 +326,7 @@ struct DeviceResolve: AsyncParsableCommand {
 
     func run() async throws {
         try await options.withDevice { device in
-            let found = try await record.find(in: device.store, .rejected)
+            let found = try await record.find(in: device.store, .refused)
             guard found.conflict != nil else {
                 throw CLIError("\(found.path) has no conflict: it was refused (\(found.syncError ?? "no reason")); edit or discard it")
             }
@@ -386,7 +388,7 @@ struct DeviceNotice: AsyncParsableCommand {
             try await Delivery.escalate(engine)
             guard await engine.status.persistentFailureNotice != nil else {
                 say("no notice: nothing has waited to sync for longer than \(escalation.escalateAfter)")
-                if let refused = await engine.status.refusedText { say("attention: \(refused) (outpost device records --rejected)") }
+                if let refused = await engine.status.refusedText { say("attention: \(refused) (outpost device records --refused)") }
                 return
             }
             if dismiss { try await engine.dismissPersistentFailureNotice() }
@@ -399,7 +401,7 @@ struct DeviceNotice: AsyncParsableCommand {
                 if retry { throw ExitCode(1) }
             } else {
                 say("notice cleared: every record that can sync has synced")
-                if let refused = await engine.status.refusedText { say("attention: \(refused) (outpost device records --rejected)") }
+                if let refused = await engine.status.refusedText { say("attention: \(refused) (outpost device records --refused)") }
             }
         }
     }

@@ -164,7 +164,7 @@ extension EventScan {
         let ended = await Delivery.deliver(device.engine)
         guard var record = try await device.store.record(collection: CheckIn.collection, scope: scan.event, recordId: scan.guestId)
         else { return }
-        if record.syncStatus == .rejected {
+        if record.syncStatus == .refused {
             throw CLIError("refused by the server after all: \(CheckInDesk.verdict(of: record))")
         }
         // The scan was decided without the other doors' scans: the server keeps the first.

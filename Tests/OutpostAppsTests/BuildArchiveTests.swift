@@ -150,7 +150,7 @@ struct BuildArchiveTests {
             #expect(saving.message == "Build \"Bad\" saved; uploading shortly.")
             await device.delivered()
             let bad = try await archive.current(saving)
-            #expect(bad.build.syncStatus == .rejected)
+            #expect(bad.build.syncStatus == .refused)
             #expect(bad.message == "Build \"Bad\" saved on this device; the server refused it: no permit attached")
             let good = try await archive.current(try await archive.save(name: "Roof"))
             await device.delivered()
@@ -169,7 +169,7 @@ struct BuildArchiveTests {
             // Retry sends that build alone, as it is: refused again.
             let retried = try await archive.retry(bad.build.buildId)
             #expect(
-                retried == .finished(SyncSummary(synced: 0, failed: 0, rejected: 1, reasons: ["no permit attached"], chunks: 1)),
+                retried == .finished(SyncSummary(synced: 0, failed: 0, refused: 1, reasons: ["no permit attached"], chunks: 1)),
                 "\(retried)")
             #expect(try await archive.retry(good.build.buildId) == .alreadySynced)
             await #expect(throws: ClientError.self) { try await archive.retry("build-404") }

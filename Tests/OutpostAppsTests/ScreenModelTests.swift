@@ -169,7 +169,7 @@ struct ScreenModelTests {
             #expect(screen.stateText.hasPrefix("Check-in at ") && screen.stateText.hasSuffix(" refused: already checked in on another phone"))
             #expect(!screen.stateText.contains("Checked In"))
             #expect(!screen.canCheckOut)
-            #expect(screen.history.first?.badge.status == .rejected)
+            #expect(screen.history.first?.badge.status == .refused)
         }
     }
 

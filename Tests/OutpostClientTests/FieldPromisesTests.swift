@@ -116,11 +116,11 @@ struct FieldPromisesTests {
             now.advance(seconds: 25 * 3600)
             try await engine.refreshPersistentFailureNotice()
             let status = await engine.status
-            #expect(status.pendingCount == 1 && status.rejectedCount == 1)
+            #expect(status.pendingCount == 1 && status.refusedCount == 1)
             #expect(status.offlineIndicatorText == "1 record waiting to sync; 1 record refused by the server — review them")
             #expect(status.persistentFailureNotice?.message == "1 record has not synced for over 24 hours; 1 more was refused by the server")
             let bad = try #require(try await store.record(collection: "notes", recordId: "bad"))
-            #expect(bad.badge.symbol == "⛔ rejected")
+            #expect(bad.badge.symbol == "⛔ refused")
             #expect(bad.badge.accessibilityLabel == "Refused by the server, needs your attention: not yours")
 
             transport.isOnline = true
@@ -132,7 +132,7 @@ struct FieldPromisesTests {
             #expect(try await store.discardedCount() == 1)
             #expect(try await store.counts() == RecordCounts())
             #expect(await engine.status.persistentFailureNotice == nil)
-            #expect(await engine.status.rejectedCount == 0)
+            #expect(await engine.status.refusedCount == 0)
         }
     }
 
@@ -142,7 +142,7 @@ struct FieldPromisesTests {
             let server = InMemoryServer(rejecting: { $0.fields["n"] == -1 ? .init(code: .invalidFields, message: "n must be positive") : nil })
             let engine = engine(store, InMemoryTransport(server: server))
             try await engine.save(note("x", ["n": -1, "label": "kept"]))
-            #expect(try await engine.sync().rejected == 1)
+            #expect(try await engine.sync().refused == 1)
             try await engine.save(note("x", ["n": 2]))
             #expect(try await engine.sync().synced == 1)
             let resent = try #require(await server.applied.last?.mutation.fields)
@@ -176,7 +176,7 @@ struct FieldPromisesTests {
             let engine = engine(store, Protected())
             let expense = LocalStore.Write(collection: "activities", recordId: "a1", fields: ["travel_expense": 70])
             try await engine.save(expense)
-            #expect(try await engine.sync().rejected == 1)
+            #expect(try await engine.sync().refused == 1)
             let conflicting = try #require(try await store.record(collection: "activities", recordId: "a1"))
             #expect(conflicting.badge.symbol == "⚠ conflict")
             #expect(conflicting.fields["travel_expense"] == 70)
@@ -185,7 +185,7 @@ struct FieldPromisesTests {
             #expect(kept.fields["travel_expense"] == 55 && kept.syncStatus == .synced && kept.conflict == nil)
 
             try await engine.save(LocalStore.Write(collection: "activities", recordId: "a2", fields: ["travel_expense": 70]))
-            #expect(try await engine.sync().rejected == 1)
+            #expect(try await engine.sync().refused == 1)
             try await engine.resendOverServerValue(collection: "activities", recordId: "a2")
             #expect(try await engine.sync().synced == 1)
             let resent = try #require(try await store.record(collection: "activities", recordId: "a2"))
@@ -216,7 +216,7 @@ struct FieldPromisesTests {
             // Sent while the clock is still ahead: refused for its time, which the device can outgrow, so it
             // stays queued as failed, not refused.
             let during = try await engine.sync()
-            #expect(during.failed == 1 && during.rejected == 0)
+            #expect(during.failed == 1 && during.refused == 0)
             let failed = try #require(try await store.record(collection: CheckIn.collection, scope: "gala", recordId: "g1"))
             #expect(failed.syncStatus == .failed)
             #expect(failed.syncError == "The device's clock is ahead of the server's: check the date and time settings")

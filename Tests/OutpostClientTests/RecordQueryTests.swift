@@ -44,11 +44,11 @@ struct RecordQueryTests {
 
             let all = try await store.records(RecordQuery.activities.order(.oldestFirst))
             #expect(all.map(\.recordId) == ["a1", "a2", "a3", "a4"])
-            #expect(all.map(\.syncStatus) == [.synced, .synced, .rejected, .pending])
+            #expect(all.map(\.syncStatus) == [.synced, .synced, .refused, .pending])
             #expect(all[0].fields == Activity.Record(type: "visit", date: CalendarDay("2026-11-20")!, durationMinutes: 30))
-            #expect(all[2].fields.notes == "refuse" && all[2].badge.symbol == "⛔ rejected")
+            #expect(all[2].fields.notes == "refuse" && all[2].badge.symbol == "⛔ refused")
 
-            let waiting = try await store.records(RecordQuery.activities.filter(.pending, .rejected).order(.newestFirst))
+            let waiting = try await store.records(RecordQuery.activities.filter(.pending, .refused).order(.newestFirst))
             #expect(waiting.map(\.recordId) == ["a4", "a3"])
             #expect(try await store.records(RecordQuery.activities.order(.newestFirst).limit(2)).map(\.recordId) == ["a4", "a3"])
             #expect(try await store.records(RecordQuery.activities.filter(.failed)).isEmpty)

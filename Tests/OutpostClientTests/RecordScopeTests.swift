@@ -133,12 +133,12 @@ struct RecordScopeTests {
 
             // Then the gala's check-in is synced and the expo's refused with the reason
             #expect(summary.synced == 1)
-            #expect(summary.rejected == 1)
+            #expect(summary.refused == 1)
             let gala = try #require(try await store.record(collection: CheckIn.collection, scope: "gala", recordId: "g1"))
             #expect(gala.syncStatus == .synced)
             #expect(gala.version == 1)
             let expo = try #require(try await store.record(collection: CheckIn.collection, scope: "expo", recordId: "g1"))
-            #expect(expo.syncStatus == .rejected)
+            #expect(expo.syncStatus == .refused)
             #expect(expo.syncError == "the expo is closed")
             #expect(await server.applied.map(\.mutation.scope) == ["gala"])
 
@@ -147,7 +147,7 @@ struct RecordScopeTests {
                 _ = try await engine.retry(collection: CheckIn.collection, scope: "fair", recordId: "g1")
             }
             let retried = try await engine.retry(collection: CheckIn.collection, scope: "expo", recordId: "g1")
-            #expect(retried.rejected == 1)
+            #expect(retried.refused == 1)
             #expect(retried.synced == 0)
         }
     }

@@ -49,7 +49,7 @@ struct StoreFixtureTests {
             #expect(activity.fields["notes"] == "Visited Mrs Okafor" && activity.fields["duration_minutes"] == 30)
             let attendance = try #require(records.first { $0.collection == "attendance" })
             #expect(attendance.recordId.hasPrefix("att-") && attendance.fields["user_id"] == "sam")
-            #expect(try await store.counts() == RecordCounts(pending: 4, failed: 0, rejected: 0))
+            #expect(try await store.counts() == RecordCounts(pending: 4, failed: 0, refused: 0))
 
             // The roster is searched offline as before.
             let reference = ReferenceData(store: store, transport: InMemoryTransport(server: InMemoryServer()))
@@ -69,7 +69,7 @@ struct StoreFixtureTests {
             let summary = try await engine.sync()
             #expect(summary.synced == 4 && summary.isComplete, "\(summary)")
             #expect(await server.applied.map(\.mutation.idempotencyKey) == queued.map(\.idempotencyKey))
-            #expect(try await store.counts() == RecordCounts(pending: 0, failed: 0, rejected: 0))
+            #expect(try await store.counts() == RecordCounts(pending: 0, failed: 0, refused: 0))
         }
     }
 }

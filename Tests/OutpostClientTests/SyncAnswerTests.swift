@@ -99,7 +99,7 @@ struct SyncAnswerTests {
     func conflictCleared() async throws {
         try await withEngine { store, engine in
             try await engine.save(expense(70))
-            #expect(try await engine.sync().rejected == 1)
+            #expect(try await engine.sync().refused == 1)
             #expect(try await row(store).sealedDetail == true)
             // Written again: resent, pending, the conflict settled by the new value.
             try await engine.save(expense(60))
@@ -121,7 +121,7 @@ struct SyncAnswerTests {
     func rowFromBeforeTheColumn() async throws {
         try await withEngine { store, engine in
             try await engine.save(expense(70))
-            #expect(try await engine.sync().rejected == 1)
+            #expect(try await engine.sync().refused == 1)
             try await engine.save(expense(60))
             try await store.pool.write { db in try db.execute(sql: "UPDATE records SET sealed_detail = NULL") }
             #expect(try await engine.sync().synced == 1)
@@ -138,7 +138,7 @@ struct SyncAnswerTests {
         try await withEngine { store, engine, server in
             // Given a conflict on the travel expense: the device wrote 70, the server kept 55.
             try await engine.save(expense(70))
-            #expect(try await engine.sync().rejected == 1)
+            #expect(try await engine.sync().refused == 1)
 
             // When the record comes back in a pull, with the server's value changed again and another field.
             server.changes = [Self.serverRecord(50, version: 9)]
@@ -146,14 +146,14 @@ struct SyncAnswerTests {
 
             // Then it is still refused, as a conflict: the device's value on top, the server's in the detail.
             let record = try #require(try await store.record(collection: "activities", recordId: "a1"))
-            #expect(record.syncStatus == .rejected)
+            #expect(record.syncStatus == .refused)
             #expect(record.fields["travel_expense"] == 70)
             #expect(record.fields["notes"] == "from the office")
             #expect(record.conflict?.serverFields == ["travel_expense": 50])
             #expect(record.conflict?.serverVersion == 9)
             #expect(record.syncErrorCode == "conflict")
-            #expect(try await store.counts() == RecordCounts(rejected: 1))
-            #expect(try await store.records(.rejected).map(\.recordId) == ["a1"])
+            #expect(try await store.counts() == RecordCounts(refused: 1))
+            #expect(try await store.records(.refused).map(\.recordId) == ["a1"])
 
             // And keeping the server's value settles it with the value the server has now.
             let kept = try await engine.keepServerValue(collection: "activities", recordId: "a1")
@@ -168,7 +168,7 @@ struct SyncAnswerTests {
         try await withEngine { store, engine, _ in
             // Given a conflict, and an entry of that record still queued (as a store from before the rule holds).
             try await engine.save(expense(70))
-            #expect(try await engine.sync().rejected == 1)
+            #expect(try await engine.sync().refused == 1)
             try await store.pool.write { db in
                 try db.execute(
                     sql: """
@@ -180,7 +180,7 @@ struct SyncAnswerTests {
             // When the network gives up, the record stays refused with its conflict, not failed.
             try await store.markUndelivered(error: "The server could not be reached", at: Date())
             let record = try #require(try await store.record(collection: "activities", recordId: "a1"))
-            #expect(record.syncStatus == .rejected)
+            #expect(record.syncStatus == .refused)
             #expect(record.conflict != nil)
             #expect(record.syncErrorCode == "conflict")
         }

@@ -145,7 +145,7 @@ struct SyncEngineTests {
             let untried = try #require(try await h.store.record(collection: "notes", recordId: "r2"))
             #expect(untried.syncStatus == .pending)
             #expect(untried.lastSyncAttempt == nil)
-            #expect(try await h.store.counts() == RecordCounts(pending: 1, failed: 1, rejected: 0))
+            #expect(try await h.store.counts() == RecordCounts(pending: 1, failed: 1, refused: 0))
         }
     }
 
@@ -266,24 +266,24 @@ struct SyncEngineTests {
             try await h.engine.save(note("c"))
             let summary = try await h.engine.sync()
             #expect(summary.synced == 2)
-            #expect(summary.failed == 0 && summary.rejected == 1)
+            #expect(summary.failed == 0 && summary.refused == 1)
             #expect(summary.description == "2 synced, 0 failed, 1 refused: GPS signal required")
             let bad = try #require(try await h.store.record(collection: "notes", recordId: "bad"))
-            #expect(bad.syncStatus == .rejected)
+            #expect(bad.syncStatus == .refused)
             #expect(bad.syncError == "GPS signal required")
             #expect(bad.syncErrorCode == "invalid_fields")
-            #expect(try await h.store.counts() == RecordCounts(pending: 0, failed: 0, rejected: 1))
+            #expect(try await h.store.counts() == RecordCounts(pending: 0, failed: 0, refused: 1))
             #expect(await h.engine.status.offlineIndicatorText == "Nothing waiting to sync; 1 record refused by the server — review them")
             #expect(try await h.store.record(collection: "notes", recordId: "c")?.syncStatus == .synced)
             // Set aside: a later sync does not resend it, a retry of that record does.
             #expect(try await h.engine.sync().synced == 0)
             // Sync all leaves it to the user; a retry of that record sends it alone, as it is.
-            #expect(try await h.engine.retryAll().rejected == 0)
+            #expect(try await h.engine.retryAll().refused == 0)
             let retried = try await h.engine.retry(recordId: "bad")
-            #expect(retried.rejected == 1 && retried.synced == 0)
+            #expect(retried.refused == 1 && retried.synced == 0)
             await #expect(throws: ClientError.self) { _ = try await h.engine.retry(recordId: "missing") }
             // Named with its collection, the record must be in that one.
-            #expect(try await h.engine.retry(collection: "notes", recordId: "bad").rejected == 1)
+            #expect(try await h.engine.retry(collection: "notes", recordId: "bad").refused == 1)
             await #expect(throws: ClientError.self) { _ = try await h.engine.retry(collection: "guests", recordId: "bad") }
         }
     }
@@ -294,7 +294,7 @@ struct SyncEngineTests {
         try await withEngine(rejecting: { reasons[$0.recordId].map { .init(code: .invalidFields, message: $0) } }) { h in
             for id in ["b", "z1", "a", "z2"] { try await h.engine.save(note(id)) }
             let summary = try await h.engine.sync()
-            #expect(summary.rejected == 4)
+            #expect(summary.refused == 4)
             #expect(summary.reasons == ["Zone closed", "Already used", "Badge expired"])
         }
     }
@@ -356,7 +356,7 @@ struct SyncEngineTests {
             }
             // Given x's first entry refused and set aside (the first push),
             _ = try await engine.save(note("x", ["n": -1]))
-            #expect(try await engine.sync().rejected == 1)
+            #expect(try await engine.sync().refused == 1)
             // and a queue whose first chunk holds a and 49 others, and whose second holds a again and x fixed,
             _ = try await engine.save(note("a"))
             for i in 0..<49 { _ = try await engine.save(note("b\(i)")) }
@@ -423,7 +423,7 @@ struct SyncEngineTests {
                 if push == 3 { seenX = try await store.record(collection: "notes", recordId: "x")?.syncStatus }
             }
             _ = try await engine.save(note("x", ["n": -1]))
-            #expect(try await engine.sync().rejected == 1)
+            #expect(try await engine.sync().refused == 1)
             _ = try await engine.save(note("y", ["n": 3]))
             _ = try await engine.sync()
             #expect(observer.pushes == 3)
@@ -436,7 +436,7 @@ struct SyncEngineTests {
         try await withObservedEngine { store, engine, observer in
             // x's first entry is refused and set aside;
             _ = try await engine.save(note("x", ["n": -1]))
-            #expect(try await engine.sync().rejected == 1)
+            #expect(try await engine.sync().refused == 1)
             // then two chunks queue, and while the first is out, the user retries x.
             for i in 0..<50 { _ = try await engine.save(note("a\(i)")) }
             for i in 0..<50 { _ = try await engine.save(note("b\(i)")) }
@@ -449,7 +449,7 @@ struct SyncEngineTests {
             #expect(observer.sent[3] == ["b49"])
             // x is refused again and set aside; nothing else waits.
             #expect(try await store.outboxCount() == 0)
-            #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus == .rejected)
+            #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus == .refused)
         }
     }
 
@@ -474,9 +474,9 @@ struct SyncEngineTests {
                 store: store, transport: Conflicting(), configuration: .init(deviceId: "d", deliversAfterSave: false), clock: TestClock<Duration>())
             try await engine.save(LocalStore.Write(collection: "activities", recordId: "a1", fields: ["travel_expense": 70]))
             let summary = try await engine.sync()
-            #expect(summary.rejected == 1 && summary.failed == 0)
+            #expect(summary.refused == 1 && summary.failed == 0)
             let record = try #require(try await store.record(collection: "activities", recordId: "a1"))
-            #expect(record.syncStatus == .rejected)
+            #expect(record.syncStatus == .refused)
             #expect(record.badge.symbol == "⚠ conflict")
             #expect(record.conflict?.serverFields == ["travel_expense": 55])
             #expect(record.version == 7)

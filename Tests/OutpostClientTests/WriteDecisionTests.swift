@@ -12,7 +12,7 @@ struct WriteDecisionTests {
     func found(_ fields: [String: JSONValue], status: RecordSyncStatus) -> LocalRecord {
         LocalRecord(
             collection: "notes", scope: "", recordId: "n1", fields: fields, tombstone: false, syncStatus: status,
-            lastSyncAttempt: nil, syncError: status == .rejected ? "refused" : nil, isOfflineEntry: false,
+            lastSyncAttempt: nil, syncError: status == .refused ? "refused" : nil, isOfflineEntry: false,
             createdAt: Timestamp(millisecondsSince1970: 1), updatedAt: Timestamp(millisecondsSince1970: 1), version: 3, conflict: nil)
     }
 
@@ -36,7 +36,7 @@ struct WriteDecisionTests {
         #expect(synced.outboxFields == ["b": .integer(2)])
         #expect(synced.record.syncStatus == .pending && synced.record.version == 3)
 
-        let refused = try LocalStore.decide(write, found: found(["a": .integer(1)], status: .rejected), scope: "", at: stamp, offline: false)
+        let refused = try LocalStore.decide(write, found: found(["a": .integer(1)], status: .refused), scope: "", at: stamp, offline: false)
         #expect(refused.resends)
         #expect(refused.outboxFields == ["a": .integer(1), "b": .integer(2)])
         #expect(refused.record.syncError == nil)

@@ -193,7 +193,7 @@ struct AppsEndToEndTests {
         let checkInId = try await session.attendanceId(user: "ana", day: today, action: .checkIn)
         let edited = try await ana(["device", "put", "attendance", checkInId, "latitude=5"])
         #expect(edited.status == 1 && edited.stdout.contains("refused by the server: attendance records are written once"), "\(edited.stdout)")
-        let refused = try await ana(["device", "records", "--rejected"]).stdout
+        let refused = try await ana(["device", "records", "--refused"]).stdout
         #expect(refused.contains("discard it") && !refused.contains("edit it"), "\(refused)")
         let discarded = try await ana(["device", "discard", checkInId, "--collection", "attendance"]).stdout
         #expect(
@@ -301,7 +301,7 @@ struct AppsEndToEndTests {
         #expect(listed.contains("Conflict: travel_expense changed on the server"))
         let status = try await phone(["device", "status"]).stdout
         #expect(status.contains("refused:  1") && status.contains("status:   Nothing waiting to sync"), "\(status)")
-        let refusedRecords = try await phone(["device", "records", "--rejected"]).stdout
+        let refusedRecords = try await phone(["device", "records", "--refused"]).stdout
         #expect(refusedRecords.contains("yours: travel_expense=30.00   server's: travel_expense=20.00"), "\(refusedRecords)")
         // Keeping the server's value settles it: the record is synced with the server's value.
         let resolved = try await phone(["device", "resolve", id, "--keep-server"])

@@ -91,7 +91,7 @@ struct FieldPromisesEndToEndTests {
         #expect(status.contains("refused:  1") && status.contains("Nothing waiting to sync"), "\(status)")
         let again = try await phone(["device", "sync"]).stdout
         #expect(!again.contains("failed, 1") && !again.contains("1 synced"), "\(again)")
-        let refused = try await phone(["device", "records", "--rejected"]).stdout
+        let refused = try await phone(["device", "records", "--refused"]).stdout
         #expect(refused.contains("yours: travel_expense=30.00   server's: travel_expense=20.00"), "\(refused)")
         let resolved = try await phone(["device", "resolve", id, "--keep-server"])
         #expect(resolved.status == 0, "\(resolved.stdout) \(resolved.stderr)")
@@ -344,7 +344,7 @@ struct FieldPromisesEndToEndTests {
         // It shows the kept check-in whole: the phone's place, and that it was made offline.
         let kept = try await laptop(["attendance", "history"]).stdout
         #expect(kept.contains("\(time)  check-in   51.50000,-0.12000  ✓ synced  (offline entry)"), "\(kept)")
-        #expect(try await laptop(["device", "records", "--rejected"]).stdout.contains("no refused records"))
+        #expect(try await laptop(["device", "records", "--refused"]).stdout.contains("no refused records"))
 
         // A spare phone, never synced and with no link, checks out: it cannot know of the check-in, so the
         // check-out is saved and the server, which holds the check-in, takes it.
@@ -383,7 +383,7 @@ struct FieldPromisesEndToEndTests {
         let pending = try await door(["event", "pending"]).stdout
         #expect(pending.contains("0 check-ins pending sync") && pending.contains("1 check-in refused by the server"), "\(pending)")
         #expect(pending.contains("g000007") && pending.contains("Registration cancelled"))
-        #expect(try await door(["device", "records", "--rejected"]).stdout.contains("⛔ rejected  checkins/gala/g000007"))
+        #expect(try await door(["device", "records", "--refused"]).stdout.contains("⛔ refused  checkins/gala/g000007"))
         // The device reports the refusal as one: a warning of its own on the server, never a 24-hour failure.
         #expect(try await door(["device", "status"]).stdout.contains("refused:  1"))
         let logs = await session.stopServer()
@@ -395,7 +395,7 @@ struct FieldPromisesEndToEndTests {
         try await session.startServer()
         let discarded = try await door(["device", "discard", "g000007", "--collection", "checkins"])
         #expect(discarded.stdout.contains("discarded checkins/gala/g000007"), "\(discarded.stdout) \(discarded.stderr)")
-        #expect(try await door(["device", "records", "--rejected"]).stdout.contains("no refused records"))
+        #expect(try await door(["device", "records", "--refused"]).stdout.contains("no refused records"))
         // A guest on the roster still checks in, synced.
         #expect(try await door(["event", "scan", "g000008", "--lookup-wait", "30s"]).stdout.contains("(synced)"))
     }
@@ -419,7 +419,7 @@ struct FieldPromisesEndToEndTests {
         let status = try await ben(["device", "status"]).stdout
         #expect(status.contains("refused:  1") && status.contains("failed:   0") && status.contains("pending:  0"), "\(status)")
         #expect(try await ben(["device", "sync"]).stdout.contains("0 synced, 0 failed"))
-        let refused = try await ben(["device", "records", "--rejected"]).stdout
+        let refused = try await ben(["device", "records", "--refused"]).stdout
         #expect(refused.contains("notes/n2") && refused.contains("an organizer can release it"), "\(refused)")
     }
 

@@ -153,9 +153,9 @@ public struct ActivitySave: Sendable, Hashable {
             case .online: return "Saved — syncing now"
             }
         case .failed: return "Saved on this device — sync failed, will retry: \(activity.syncError ?? "unknown error")"
-        case .rejected where activity.conflict != nil:
+        case .refused where activity.conflict != nil:
             return "Saved on this device — conflict with the server: \(activity.syncError ?? "a protected field changed")"
-        case .rejected: return "Saved on this device — refused by the server: \(activity.syncError ?? "no reason given")"
+        case .refused: return "Saved on this device — refused by the server: \(activity.syncError ?? "no reason given")"
         }
     }
 

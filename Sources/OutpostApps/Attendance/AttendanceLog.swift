@@ -210,7 +210,7 @@ public struct AttendanceEntry: Sendable, Hashable {
         self.syncStatus = record.syncStatus
         self.syncError = record.syncError
         self.isConflict = record.conflict != nil
-        self.isRefusedChange = record.syncStatus == .rejected && record.serverCopy != nil
+        self.isRefusedChange = record.syncStatus == .refused && record.serverCopy != nil
     }
 
     public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: isConflict, overdue: overdue) }
@@ -234,7 +234,7 @@ public struct AttendanceState: Sendable, Hashable {
     public var isPendingSync: Bool { latest.map { $0.syncStatus == .pending || $0.syncStatus == .failed } ?? false }
 
     /// True when the server refused the latest action: it needs the staff member's attention.
-    public var isRefused: Bool { latest?.syncStatus == .rejected }
+    public var isRefused: Bool { latest?.syncStatus == .refused }
 
     /// The state's line, with its time: "Checked In at 09:12", or what the server refused and why:
     /// "Check-in at 09:12 refused: already checked in on 2026-11-21". A refused action is never told as done.

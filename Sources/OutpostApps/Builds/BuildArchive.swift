@@ -261,7 +261,7 @@ public struct BuildEntry: Sendable, Hashable {
         switch syncStatus {
         case .pending: return overdue == nil ? .pending : .failed
         case .failed: return .failed
-        case .rejected: return .rejected
+        case .refused: return .refused
         case .synced:
             switch sheet {
             case .received, .noSheet: return .synced
@@ -277,7 +277,7 @@ public struct BuildEntry: Sendable, Hashable {
         case .failed where syncStatus == .synced: return "the crew's sheet has not taken it: \(sheetError ?? "no reason given")"
         case .failed where overdue != nil:
             return "not uploaded for over \(PersistentFailureNotice.describe(overdue ?? .zero)): \(syncError ?? "not yet delivered")"
-        case .failed, .rejected: return syncError ?? "unknown error"
+        case .failed, .refused: return syncError ?? "unknown error"
         case .pending, .uploaded, .synced: return nil
         }
     }
@@ -299,7 +299,7 @@ public enum BuildStatus: String, Sendable, Hashable, CaseIterable {
     /// it: retried, and ``BuildEntry/problem`` says why.
     case failed
     /// The server refused it: it waits for the crew.
-    case rejected
+    case refused
 }
 
 /// Whether the crew's sheet (where the server's connector of builds sends them) has a build.
@@ -364,7 +364,7 @@ public struct BuildSave: Sendable, Hashable {
             }
         case .failed:
             return "Build \"\(build.name)\" saved. The upload failed (\(build.syncError ?? "unknown error")); retry it from the archive."
-        case .rejected:
+        case .refused:
             return "Build \"\(build.name)\" saved on this device; the server refused it: \(build.syncError ?? "no reason given")"
         }
     }

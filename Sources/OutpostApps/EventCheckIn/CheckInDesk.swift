@@ -66,7 +66,7 @@ public struct CheckInDesk: Sendable {
         if let first = try await engine.store.record(collection: CheckIn.collection, scope: event, recordId: guestId),
             let scan = ScanRecord(first, guest: details)
         {
-            if first.syncStatus == .rejected { return .refused(scan, reason: Self.verdict(of: first)) }
+            if first.syncStatus == .refused { return .refused(scan, reason: Self.verdict(of: first)) }
             return .alreadyCheckedIn(scan)
         }
         // The store stamps scanned_at with the write's own client timestamp: the scan time, the key's time
@@ -92,7 +92,7 @@ public struct CheckInDesk: Sendable {
         guard let scan = ScanRecord(record, guest: details) else {
             throw ClientError(.storeUnavailable, "the check-in could not be read back")
         }
-        if record.syncStatus == .rejected { return .refused(scan, reason: Self.verdict(of: record)) }
+        if record.syncStatus == .refused { return .refused(scan, reason: Self.verdict(of: record)) }
         if scan.scannedBy != engine.configuration.deviceId { return .alreadyCheckedIn(scan) }
         return .checkedIn(scan, warning: try await largeQueueWarning())
     }
@@ -153,7 +153,7 @@ public struct CheckInDesk: Sendable {
 
     /// This event's scans the server refused, oldest first, each with the door's verdict.
     public func refused() async throws -> [(scan: ScanRecord, reason: String)] {
-        try await engine.store.records(.rejected, collection: CheckIn.collection)
+        try await engine.store.records(.refused, collection: CheckIn.collection)
             .filter { $0.scope == event }
             .compactMap { record in ScanRecord(record, guest: nil).map { ($0, Self.verdict(of: record)) } }
             .sorted { $0.scan.scannedAt < $1.scan.scannedAt }

@@ -205,7 +205,7 @@ public struct BuildRow: Sendable, Hashable, Identifiable {
         case .uploaded: statusText = "Uploaded"
         case .pending: statusText = "Waiting to upload"
         case .failed: statusText = build.syncStatus == .synced ? "Not in the crew's sheet" : "Upload failed"
-        case .rejected: statusText = "Refused by the server"
+        case .refused: statusText = "Refused by the server"
         }
         errorText = build.problem
         canRetry = build.syncStatus != .synced || build.sheet == .waiting || build.sheet == .failed

@@ -112,7 +112,7 @@ public final class DoorScreen {
         if let shown = verdict, shown.kind == .checkedIn,
             let record = try? await desk.engine.store.record(
                 collection: CheckIn.collection, scope: desk.event, recordId: shown.guestId),
-            record.syncStatus == .rejected, let scan = ScanRecord(record, guest: nil),
+            record.syncStatus == .refused, let scan = ScanRecord(record, guest: nil),
             verdict == shown  // Still the banner read: a scan made meanwhile keeps its own.
         {
             verdict = ScanVerdict(.refused(scan, reason: CheckInDesk.verdict(of: record)), guestId: shown.guestId, guest: shown.guest)

@@ -49,7 +49,7 @@ extension LocalStore {
             try await self.writeFlushed { db in
                 guard let record = try Self.record(db, collection: collection, scope: scope, recordId: recordId, sealer: sealer)
                 else { throw ClientError(.notFound, "no record \(recordId) on this device") }
-                guard record.syncStatus == .rejected else {
+                guard record.syncStatus == .refused else {
                     throw ClientError(.invalidInput, "record \(recordId) was not refused by the server; only refused records can be discarded")
                 }
                 try Self.archiveRefused(record, db: db, sealer: sealer, at: Timestamp(date).millisecondsSince1970)

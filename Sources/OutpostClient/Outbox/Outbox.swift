@@ -161,13 +161,13 @@ extension LocalStore {
                 let fields = result.conflict?.fields.joined(separator: ", ") ?? "a protected field"
                 outcome.error = "Conflict: \(fields) changed on the server; the server kept its value"
                 outcome.code = "conflict"
-                outcome.status = .rejected
+                outcome.status = .refused
             case .rejected:
                 let retriable = isRetriable(result.error?.code)
                 decision.refused.append((entry.seq, retriable ? "pending" : "rejected"))
-                outcome.error = retriable ? clockAheadMessage : result.error?.message ?? "rejected by the server"
+                outcome.error = retriable ? clockAheadMessage : result.error?.message ?? "refused by the server"
                 outcome.code = result.error?.code.rawValue
-                if outcome.status != .rejected { outcome.status = retriable ? .failed : .rejected }
+                if outcome.status != .refused { outcome.status = retriable ? .failed : .refused }
             }
             decision.outcomes[key] = outcome
             decision.lastEntry[key] = max(decision.lastEntry[key] ?? .min, entry.mutation.clientTimestamp.millisecondsSince1970)
@@ -248,7 +248,7 @@ extension LocalStore {
                 record.syncErrorCode = outcome.code
                 if let conflict = outcome.conflict { record.conflict = conflict }
             } else if let conflict = record.conflict, !outcome.writing(decision.results, of: key).settles(conflict) {
-                record.syncStatus = .rejected
+                record.syncStatus = .refused
             } else {
                 // Entries still queued keep the record pending.
                 record.syncStatus = stillQueued == 0 ? .synced : .pending
@@ -408,7 +408,7 @@ extension LocalStore {
                     else { continue }
                     // A conflict still awaits the user's choice: it stays the record's state.
                     if record.conflict == nil {
-                        record.syncStatus = code == nil ? .failed : .rejected
+                        record.syncStatus = code == nil ? .failed : .refused
                         record.syncError = error
                         record.syncErrorCode = code
                     }

@@ -14,7 +14,7 @@ public struct SyncStatus: Sendable, Hashable {
     public var failedCount: Int
     /// Records the server refused (or that conflict): they wait for the user, not for the network, and are
     /// not counted as waiting to sync.
-    public var rejectedCount: Int = 0
+    public var refusedCount: Int = 0
     public var lastSyncAt: Date?
     /// Set while the server is reachable but failing: it answered a probe or a push with a server error (a 5xx,
     /// or an answer this SDK cannot read), such as "Server error (500)". Cleared by the next push it takes.
@@ -55,7 +55,7 @@ public struct SyncStatus: Sendable, Hashable {
         var text: String
         if waiting == 0 {
             text =
-                rejectedCount > 0 || !isConnectionKnown
+                refusedCount > 0 || !isConnectionKnown
                 ? "Nothing waiting to sync" : isOnline ? "All records synced" : "Offline — nothing waiting to sync"
         } else {
             text = waiting == 1 ? "1 record waiting to sync" : "\(waiting) records waiting to sync"
@@ -66,8 +66,8 @@ public struct SyncStatus: Sendable, Hashable {
 
     /// "2 records refused by the server — review them", or nil when none was.
     public var refusedText: String? {
-        guard rejectedCount > 0 else { return nil }
-        return (rejectedCount == 1 ? "1 record" : "\(rejectedCount) records") + " refused by the server — review them"
+        guard refusedCount > 0 else { return nil }
+        return (refusedCount == 1 ? "1 record" : "\(refusedCount) records") + " refused by the server — review them"
     }
 
     /// "Online", "Offline", "Online — the server is having trouble" or, before the first try, "Checking
@@ -130,7 +130,7 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
     /// Records that failed and will be tried again.
     public var failed: Int
     /// Records the server refused or that conflict: they wait for the user.
-    public var rejected: Int = 0
+    public var refused: Int = 0
     /// Records whose write the server did not take, keeping an earlier one from elsewhere (a guest another door
     /// checked in first): each now shows the server's, and is not counted in ``synced``.
     public var superseded: Int = 0
@@ -145,12 +145,12 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
     public var requiresSignIn: Bool
 
     public init(
-        synced: Int = 0, failed: Int = 0, rejected: Int = 0, reasons: [String] = [], chunks: Int = 0, skipped: Bool = false,
+        synced: Int = 0, failed: Int = 0, refused: Int = 0, reasons: [String] = [], chunks: Int = 0, skipped: Bool = false,
         requiresSignIn: Bool = false
     ) {
         self.synced = synced
         self.failed = failed
-        self.rejected = rejected
+        self.refused = refused
         self.reasons = reasons
         self.chunks = chunks
         self.skipped = skipped
@@ -158,13 +158,13 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// True when every record this sync sent reached the server.
-    public var isComplete: Bool { failed == 0 && rejected == 0 && !skipped }
+    public var isComplete: Bool { failed == 0 && refused == 0 && !skipped }
 
     /// Such as "3 synced, 1 failed: GPS signal required".
     public var description: String {
         if skipped { return "a sync is already running" }
         var text = "\(synced) synced, \(failed) failed"
-        if rejected > 0 { text += ", \(rejected) refused" }
+        if refused > 0 { text += ", \(refused) refused" }
         if !reasons.isEmpty { text += ": " + reasons.joined(separator: "; ") }
         if superseded > 0 {
             text += "; \(superseded) already recorded on another device first: the server keeps that one"

@@ -12,8 +12,8 @@ public enum RecordSyncStatus: String, Sendable, Hashable, Codable, CaseIterable 
     case failed
     /// The server refused it for good, or a protected field conflicted: it waits for the user (edit and resend,
     /// keep the server's value, or discard), not for the network. `syncError` says why; it is not counted as
-    /// waiting to sync.
-    case rejected
+    /// waiting to sync. Stored as `rejected`.
+    case refused = "rejected"
 }
 
 /// A record as the device holds it: its values, plus where it stands with the server.
@@ -75,7 +75,7 @@ public struct LocalRecord: Sendable, Hashable {
 /// A record's sync badge, with the text a screen reader speaks.
 public struct SyncBadge: Sendable, Hashable {
     public var status: RecordSyncStatus
-    /// A rejected record whose protected field conflicted with the server's.
+    /// A refused record whose protected field conflicted with the server's.
     public var isConflict: Bool
     /// For a record still waiting to sync, the escalation threshold it has waited longer than (24 hours): it is
     /// shown as failing, not as pending.
@@ -86,7 +86,7 @@ public struct SyncBadge: Sendable, Hashable {
     ///   (``SyncEngine/overdueRecordIds(collection:scope:)``).
     public init(status: RecordSyncStatus, error: String?, isConflict: Bool = false, overdue: Duration? = nil) {
         self.status = status
-        self.isConflict = isConflict && status == .rejected
+        self.isConflict = isConflict && status == .refused
         self.overdue = status == .pending || status == .failed ? overdue : nil
         if let overdue = self.overdue {
             accessibilityLabel =
@@ -96,8 +96,8 @@ public struct SyncBadge: Sendable, Hashable {
         switch status {
         case .pending: accessibilityLabel = "Record pending synchronization"
         case .failed: accessibilityLabel = "Synchronization failed, will retry: \(error ?? "unknown error")"
-        case .rejected where isConflict: accessibilityLabel = "Conflict with the server, needs your decision: \(error ?? "unknown error")"
-        case .rejected: accessibilityLabel = "Refused by the server, needs your attention: \(error ?? "unknown error")"
+        case .refused where isConflict: accessibilityLabel = "Conflict with the server, needs your decision: \(error ?? "unknown error")"
+        case .refused: accessibilityLabel = "Refused by the server, needs your attention: \(error ?? "unknown error")"
         case .synced: accessibilityLabel = "Record synchronized"
         }
     }
@@ -110,7 +110,7 @@ public struct SyncBadge: Sendable, Hashable {
         switch status {
         case .pending: return "icloud.and.arrow.up"
         case .failed: return "exclamationmark.icloud"
-        case .rejected: return isConflict ? "exclamationmark.triangle" : "xmark.icloud"
+        case .refused: return isConflict ? "exclamationmark.triangle" : "xmark.icloud"
         case .synced: return "checkmark.icloud"
         }
     }
@@ -121,7 +121,7 @@ public struct SyncBadge: Sendable, Hashable {
         switch status {
         case .pending: return "⏳ pending"
         case .failed: return "✗ failed"
-        case .rejected: return isConflict ? "⚠ conflict" : "⛔ rejected"
+        case .refused: return isConflict ? "⚠ conflict" : "⛔ refused"
         case .synced: return "✓ synced"
         }
     }
@@ -134,12 +134,12 @@ public struct RecordCounts: Sendable, Hashable {
     /// Failed, and tried again on the next sync.
     public var failed: Int
     /// Refused by the server, or conflicting: they wait for the user, not for the network.
-    public var rejected: Int
+    public var refused: Int
 
-    public init(pending: Int = 0, failed: Int = 0, rejected: Int = 0) {
+    public init(pending: Int = 0, failed: Int = 0, refused: Int = 0) {
         self.pending = pending
         self.failed = failed
-        self.rejected = rejected
+        self.refused = refused
     }
 
     /// What still waits for the network: pending and failed.

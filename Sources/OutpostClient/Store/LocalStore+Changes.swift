@@ -168,7 +168,7 @@ extension LocalStore {
             case .all: nil
             case .pending: [.pending]
             case .failed: [.failed]
-            case .rejected: [.rejected]
+            case .refused: [.refused]
             }
         return observeList(
             Selection(collection: collection, scope: scope, statuses: statuses), checkingOtherProcessesEvery: interval,

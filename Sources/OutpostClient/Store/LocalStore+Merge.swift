@@ -95,7 +95,7 @@ extension LocalStore {
                         conflict = nil
                     }
                     let status: RecordSyncStatus =
-                        isQueued ? existing?.syncStatus ?? .pending : conflict != nil ? .rejected : .synced
+                        isQueued ? existing?.syncStatus ?? .pending : conflict != nil ? .refused : .synced
                     var record = LocalRecord(
                         collection: change.collection, scope: change.scope, recordId: change.recordId, fields: fields,
                         tombstone: deleted, syncStatus: status, lastSyncAttempt: existing?.lastSyncAttempt,

@@ -271,7 +271,7 @@ public final class LocalStore: Sendable {
         _ write: Write, found: LocalRecord?, scope: String, at timestamp: Timestamp, offline: Bool
     ) throws -> WriteDecision {
         let isNew = found == nil
-        let resends = found?.syncStatus == .rejected
+        let resends = found?.syncStatus == .refused
         var fields = write.fields
         if let field = write.timestampField, write.op == .upsert {
             fields[field] = .string(timestamp.iso8601)
@@ -405,7 +405,7 @@ public final class LocalStore: Sendable {
         /// Failed, to be tried again.
         case failed
         /// Refused by the server or conflicting: waiting for the user.
-        case rejected
+        case refused
     }
 
     /// The record `recordId` of `collection` in `scope` (empty for a collection without scopes), or nil.
@@ -457,7 +457,7 @@ public final class LocalStore: Sendable {
         case .all: break
         case .pending: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'pending'"
         case .failed: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'failed'"
-        case .rejected: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'rejected'"
+        case .refused: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'rejected'"
         }
         for (column, value) in [("collection", collection), ("scope", scope), ("record_id", recordId)] {
             guard let value else { continue }
@@ -485,7 +485,7 @@ public final class LocalStore: Sendable {
                     switch row[0] as String {
                     case RecordSyncStatus.pending.rawValue: counts.pending = row[1]
                     case RecordSyncStatus.failed.rawValue: counts.failed = row[1]
-                    default: counts.rejected = row[1]
+                    default: counts.refused = row[1]
                     }
                 }
                 return counts

@@ -35,7 +35,7 @@ public struct PersistentFailureNotice: Sendable, Hashable {
     /// How many records have waited too long.
     public var count: Int
     /// How many records the server refused, counted apart: retrying cannot deliver them.
-    public var rejectedCount: Int = 0
+    public var refusedCount: Int = 0
     /// How long "too long" is: the escalation threshold.
     public var threshold: Duration
     /// True while a retry runs: the action shows a busy state and ignores a second press.
@@ -44,11 +44,11 @@ public struct PersistentFailureNotice: Sendable, Hashable {
     public var retryError: String?
 
     public init(
-        count: Int, rejectedCount: Int = 0, threshold: Duration = .seconds(24 * 3600), isRetrying: Bool = false,
+        count: Int, refusedCount: Int = 0, threshold: Duration = .seconds(24 * 3600), isRetrying: Bool = false,
         retryError: String? = nil
     ) {
         self.count = count
-        self.rejectedCount = rejectedCount
+        self.refusedCount = refusedCount
         self.threshold = threshold
         self.isRetrying = isRetrying
         self.retryError = retryError
@@ -58,8 +58,8 @@ public struct PersistentFailureNotice: Sendable, Hashable {
     public var message: String {
         let records = count == 1 ? "1 record has" : "\(count) records have"
         var text = "\(records) not synced for over \(Self.describe(threshold))"
-        if rejectedCount > 0 {
-            text += rejectedCount == 1 ? "; 1 more was refused by the server" : "; \(rejectedCount) more were refused by the server"
+        if refusedCount > 0 {
+            text += refusedCount == 1 ? "; 1 more was refused by the server" : "; \(refusedCount) more were refused by the server"
         }
         return text
     }
@@ -136,7 +136,7 @@ extension SyncEngine {
         let fetched = try? await store.lastReferenceFetch()
         let beat = Heartbeat(
             deviceId: configuration.deviceId, event: event ?? nil, pendingCount: counts.pending,
-            failedCount: counts.failed, rejectedCount: counts.rejected, lastRosterFetch: fetched.flatMap { $0 }.map(Timestamp.init),
+            failedCount: counts.failed, rejectedCount: counts.refused, lastRosterFetch: fetched.flatMap { $0 }.map(Timestamp.init),
             appVersion: configuration.appVersion)
         return (try? await transport.monitorHeartbeat(beat)) != nil
     }
@@ -166,7 +166,7 @@ extension SyncEngine {
     @discardableResult
     public func checkPersistentFailures() async throws -> [SyncFailure] {
         let waiting = try await refreshPersistentFailureNotice()
-        let refused = try await store.records(.rejected).map { record in
+        let refused = try await store.records(.refused).map { record in
             SyncFailure(
                 collection: record.collection, recordId: record.recordId,
                 firstAttempt: record.lastSyncAttempt.map(Timestamp.init) ?? record.createdAt,
@@ -208,14 +208,14 @@ extension SyncEngine {
     public func refreshPersistentFailureNotice() async throws -> [SyncFailure] {
         let cutoff = now().addingTimeInterval(-Double(configuration.escalation.threshold.components.seconds))
         let failures = try await store.persistentFailures(writtenBefore: cutoff)
-        let rejected = try await store.counts().rejected
+        let rejected = try await store.counts().refused
         let previous = status.persistentFailureNotice
-        status.rejectedCount = rejected
+        status.refusedCount = rejected
         status.persistentFailureNotice =
             failures.isEmpty
             ? nil
             : PersistentFailureNotice(
-                count: failures.count, rejectedCount: rejected, threshold: configuration.escalation.threshold,
+                count: failures.count, refusedCount: rejected, threshold: configuration.escalation.threshold,
                 isRetrying: previous?.isRetrying ?? false, retryError: previous?.retryError)
         if previous != status.persistentFailureNotice { publish() }
         return failures

@@ -108,7 +108,7 @@ public actor SyncEngine {
         let counts = try await store.counts()
         status.pendingCount = counts.pending
         status.failedCount = counts.failed
-        status.rejectedCount = counts.rejected
+        status.refusedCount = counts.refused
         publish()
     }
 
@@ -392,7 +392,7 @@ public actor SyncEngine {
         summary.superseded = tally.supersededCount
         noteKeptElsewhere(tally)
         summary.synced = tally.synced.subtracting(tally.failed).subtracting(tally.refused).count - summary.superseded
-        summary.rejected = tally.refused.count
+        summary.refused = tally.refused.count
         summary.failed = tally.failed.subtracting(tally.refused).count
         summary.reasons = tally.reasonsByFrequency
         status.lastSyncAt = now()
@@ -502,7 +502,7 @@ public actor SyncEngine {
         var summary = summary
         let owned = error.wire?.code == .deviceOwned
         let message = Self.describe(error)
-        let rejectedBefore = owned ? try await store.counts().rejected : 0
+        let rejectedBefore = owned ? try await store.counts().refused : 0
         try await store.markUndelivered(
             error: message, refusedAs: owned ? WireError.Code.deviceOwned.rawValue : nil, at: now(), only: records)
         summary.requiresSignIn = error.requiresSignIn
@@ -514,7 +514,7 @@ public actor SyncEngine {
         summary.superseded = tally.supersededCount
         noteKeptElsewhere(tally)
         summary.synced = tally.synced.subtracting(tally.refused).count - summary.superseded
-        summary.rejected = tally.refused.count + (owned ? max(0, counts.rejected - rejectedBefore) : 0)
+        summary.refused = tally.refused.count + (owned ? max(0, counts.refused - rejectedBefore) : 0)
         try await refreshStatus()
         await afterSync()
         return summary
@@ -804,7 +804,7 @@ struct SyncTally {
             case .rejected:
                 refused.insert(key)
                 synced.remove(key)
-                reasons[result.error?.message ?? "rejected by the server", default: 0] += 1
+                reasons[result.error?.message ?? "refused by the server", default: 0] += 1
             }
         }
     }

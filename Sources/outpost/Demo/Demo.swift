@@ -236,7 +236,7 @@ struct Story {
             narrator.warn("door-1 shows: \(notice.message) [\(PersistentFailureNotice.actionTitle)]")
         }
         if let refused = status.refusedText { narrator.warn("door-1 shows: \(refused)") }
-        let refusedRecords = try await devices[0].device.store.records(.rejected)
+        let refusedRecords = try await devices[0].device.store.records(.refused)
         let reported =
             waiting.map { "\($0.collection)/\($0.recordId): \($0.lastError)" }
             + refusedRecords.map { "\($0.collection)/\($0.recordId): refused: \($0.syncError ?? "no reason")" }
