@@ -14,14 +14,22 @@ extension Device {
     ///   store holds one person's work). The store is unchanged when it throws.
     @discardableResult
     public static func signIn(store: LocalStore, token: String) async throws -> DeviceUser? {
+        try await save(token, in: store, forgettingKeys: true)
+    }
+
+    /// Saves `token` in place of the store's, for the same person.
+    ///
+    /// - Parameter forgettingKeys: forgets the user's keys for record ids. A person signing in again may follow a
+    ///   new server secret, and with it new keys, which the next sync fetches; a token the app's provider renews
+    ///   silently keeps them, so that a screen reading them never finds them gone in between.
+    static func save(_ token: String, in store: LocalStore, forgettingKeys: Bool) async throws -> DeviceUser? {
         guard !token.isEmpty else { throw ClientError(.invalidInput, "the token is empty") }
         guard let saved = try await store.setting(SettingName.token) else {
             throw ClientError(.notConfigured, "this device is not set up: give it a server and a token first")
         }
         let user = try user(of: token, replacing: saved)
         try await store.setSetting(SettingName.token, token)
-        // A new token may follow a new server secret, and with it new keys: the next sync fetches them.
-        try await store.setSetting(SettingName.recordIdKeys, nil)
+        if forgettingKeys { try await store.setSetting(SettingName.recordIdKeys, nil) }
         return user
     }
 
@@ -81,7 +89,7 @@ struct StoredCredentials: CredentialsProvider {
         }
         if let fresh = try await app?.refreshedToken(after: rejected), fresh != rejected {
             do {
-                try await Device.signIn(store: store, token: fresh)
+                _ = try await Device.save(fresh, in: store, forgettingKeys: true)
                 await taken(fresh)
                 return fresh
             } catch let error as ClientError where error.code == .otherUser || error.code == .invalidInput {
@@ -100,7 +108,7 @@ struct StoredCredentials: CredentialsProvider {
         }
         guard let fresh = try await app?.renewedToken(before: expiring), fresh != expiring else { return nil }
         do {
-            try await Device.signIn(store: store, token: fresh)
+            _ = try await Device.save(fresh, in: store, forgettingKeys: false)
             await taken(fresh)
             return fresh
         } catch let error as ClientError where error.code == .otherUser || error.code == .invalidInput {

@@ -276,6 +276,24 @@ struct RuntimeTests {
         await outpost.close()
     }
 
+    @Test(
+        "a token renewed before it expires keeps the user's keys for record ids; one taken after a refusal forgets them, for the next sync to fetch"
+    )
+    func renewalKeepsKeys() async throws {
+        try await withStore { store, _ in
+            let tokens = (0..<3).map { Self.token("ana", salt: "\($0)") }
+            try await Device.initialize(store: store, server: URL(string: "https://sync.example.org")!, token: tokens[0], deviceId: "d")
+            try await store.setSetting(Device.SettingName.recordIdKeys, #"{"keys":"held"}"#)
+            let renewing = StoredCredentials(store: store, app: Provider(fresh: tokens[1]))
+            #expect(try await renewing.renewedToken(before: tokens[0]) == tokens[1])
+            #expect(try await store.setting(Device.SettingName.recordIdKeys) != nil)
+            let refreshing = StoredCredentials(store: store, app: Provider(fresh: tokens[2]))
+            #expect(try await refreshing.refreshedToken(after: tokens[1]) == tokens[2])
+            #expect(try await store.setting(Device.SettingName.token) == tokens[2])
+            #expect(try await store.setting(Device.SettingName.recordIdKeys) == nil)
+        }
+    }
+
     @Test("a refused token with no fresh one: the person must sign in; their sign-in clears it and sends what waited")
     func signInAgain() async throws {
         let app = App()

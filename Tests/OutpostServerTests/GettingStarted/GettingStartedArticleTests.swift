@@ -117,8 +117,16 @@ struct GettingStartedArticleTests {
 
             // The line returns: the runtime notices by itself, and the screen shows the check-in synced.
             proxy.inject(nil)
-            try await eventually("the check-in synced") {
-                again.history.first?.badge.systemImage == "checkmark.icloud" && again.connection.text == "All records synced"
+            do {
+                try await eventually("the check-in synced") {
+                    again.history.first?.badge.systemImage == "checkmark.icloud" && again.connection.text == "All records synced"
+                }
+            } catch {
+                let status = await relaunched.outpost.status
+                let stored = try await relaunched.outpost.openDevice.store.records(.all).map { "\($0.recordId) \($0.syncStatus)" }
+                let shown = again.history.map { "\($0.entry.recordId) \($0.badge.systemImage)" }
+                Issue.record("the runtime's status: \(status); the screen: \(again.connection.text) \(shown); stored: \(stored)")
+                throw error
             }
             let renewed = identity.counts
             #expect(renewed.renewals >= 1 && renewed.refusals == 0, "\(renewed)")
