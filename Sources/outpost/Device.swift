@@ -35,15 +35,10 @@ struct DeviceStoreOptions: ParsableArguments {
 
     /// The runtime an app would make for this store: the same engine, token store and schedule as the SDK's.
     func runtimeConfiguration(client: HTTPClient, escalateAfter: Duration? = nil) -> Outpost.Configuration {
-        var configuration = Outpost.Configuration(location: .file(url), server: nil, transport: .http(client: client))
-        configuration.schema = .fieldApps
+        var configuration = Outpost.Configuration.fieldApps(location: .file(url), server: nil, transport: .http(client: client))
         configuration.appVersion = "outpost-cli/\(OutpostVersion.current)"
-        configuration.recordIdSettlements = [.attendance]
-        configuration.eventReferenceCollections = [Guest.collection]
         // A device command says what happened in its own lines: the runtime's log shows only what went wrong.
-        var logger = Logger(label: "outpost-device")
-        logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .warning
-        configuration.logger = logger
+        configuration.logger = .cli("outpost-device", level: .warning)
         if let escalateAfter { configuration.escalation.threshold = escalateAfter }
         return configuration
     }

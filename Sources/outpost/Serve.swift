@@ -125,7 +125,7 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let level = Logger.configuredLevel
+        let level = Logger.configuredLevel()
         // One JSON object per line on stderr, for log collectors.
         LoggingSystem.bootstrap { label in JSONLogHandler(label: label, level: level) }
         let logger = Logger.cli("outpost")

@@ -39,16 +39,16 @@ struct StorageOptions: ParsableArguments {
 }
 
 extension Logger {
-    /// The CLI's logger, to stderr, at `$LOG_LEVEL` (default info).
-    static func cli(_ label: String) -> Logger {
+    /// The CLI's logger, to stderr, at `$LOG_LEVEL` (default `level`).
+    static func cli(_ label: String, level: Logger.Level = .info) -> Logger {
         var logger = Logger(label: label)
-        logger.logLevel = configuredLevel
+        logger.logLevel = configuredLevel(default: level)
         return logger
     }
 
-    /// `$LOG_LEVEL`, or info.
-    static var configuredLevel: Logger.Level {
-        ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .info
+    /// `$LOG_LEVEL`, or `level`.
+    static func configuredLevel(default level: Logger.Level = .info) -> Logger.Level {
+        ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? level
     }
 }
 

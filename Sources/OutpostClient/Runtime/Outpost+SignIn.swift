@@ -49,16 +49,13 @@ extension Outpost {
     private func save(_ token: String, of user: DeviceUser?, in store: LocalStore) async throws {
         if try await store.setting(Device.SettingName.token) != nil {
             try await Device.signIn(store: store, token: token)
-        } else if let server = try await store.setting(Device.SettingName.server) {
-            // Signed out without a wipe: the store holds its person's work, for them alone.
+        } else if try await store.setting(Device.SettingName.server) != nil {
+            // Signed out without a wipe: the store holds its person's work, for them alone. Opening the device
+            // brings its server up to the configured one.
             if let owner = try await store.setting(Device.SettingName.signedOutUser), !owner.isEmpty,
                 owner != Self.owner(user)
             {
                 throw ClientError(.otherUser, "this device holds the work of another person, who must sign in or wipe it")
-            }
-            if let configured = configuration.server, configured.absoluteString != server {
-                try Device.validate(server: configured)
-                try await store.setSetting(Device.SettingName.server, configured.absoluteString)
             }
             try await store.setSetting(Device.SettingName.token, token)
             try await store.setSetting(Device.SettingName.signedOutUser, nil)
@@ -126,9 +123,9 @@ extension Outpost {
 
     /// Opens the device of a store that holds a token, and forwards its statuses.
     func open(_ store: LocalStore) async throws {
-        guard let token = try await store.setting(Device.SettingName.token),
-            let server = try await store.setting(Device.SettingName.server).flatMap(URL.init(string:))
-        else { throw ClientError(.notConfigured, "this device is not set up with a server and a token") }
+        guard let (server, token) = try await Device.savedConnection(store) else {
+            throw ClientError(.notConfigured, "this device is not set up with a server and a token")
+        }
         if let configured = configuration.server, configured != server {
             try Device.validate(server: configured)
             try await store.setSetting(Device.SettingName.server, configured.absoluteString)

@@ -41,7 +41,7 @@ public actor Outpost {
     var forwarding: Task<Void, Never>?
     var isStarted = false
     var isClosed = false
-    var signedOutStatus: SyncStatus = {
+    let signedOutStatus: SyncStatus = {
         var status = SyncStatus()
         status.signIn = .signedOut
         return status
