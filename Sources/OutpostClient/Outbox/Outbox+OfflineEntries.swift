@@ -14,7 +14,7 @@ extension LocalStore {
         guard !keys.isEmpty else { return 0 }
         let sealer = self.sealer
         return try await perform {
-            try await self.writeFlushed { db in
+            try await self.writeImmediate { db in
                 var settled = 0
                 for key in keys {
                     guard var record = try Self.record(db, collection: key.collection, scope: key.scope, recordId: key.recordId, sealer: sealer),

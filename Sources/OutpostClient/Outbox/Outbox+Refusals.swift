@@ -46,7 +46,7 @@ extension LocalStore {
     func discardRefused(collection: String, scope: String, recordId: String, at date: Date) async throws {
         let sealer = self.sealer
         try await perform {
-            try await self.writeFlushed { db in
+            try await self.writeImmediate { db in
                 guard let record = try Self.record(db, collection: collection, scope: scope, recordId: recordId, sealer: sealer)
                 else { throw ClientError(.notFound, "no record \(recordId) on this device") }
                 guard record.syncStatus == .refused else {
@@ -96,7 +96,7 @@ extension LocalStore {
     func keepServerValue(collection: String, scope: String, recordId: String) async throws -> LocalRecord {
         let sealer = self.sealer
         return try await perform {
-            try await self.writeFlushed { db in
+            try await self.writeImmediate { db in
                 guard var record = try Self.record(db, collection: collection, scope: scope, recordId: recordId, sealer: sealer)
                 else { throw ClientError(.notFound, "no record \(recordId) on this device") }
                 guard let conflict = record.conflict else {

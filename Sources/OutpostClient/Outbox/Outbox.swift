@@ -189,10 +189,8 @@ extension LocalStore {
         }
         guard !decision.confirmed.isEmpty else { return }
         // Confirmed entries go in one statement.
-        let delete = RawStatement(
-            try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))"), db: db)
-        try delete.bind("[" + decision.confirmed.map(String.init).joined(separator: ",") + "]", at: 1)
-        try delete.execute()
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))")
+            .execute(arguments: ["[" + decision.confirmed.map(String.init).joined(separator: ",") + "]"])
     }
 
     /// Stores what becomes of the chunk's records, once its entries are stored: each one's version, status and
@@ -203,26 +201,21 @@ extension LocalStore {
         let now = Timestamp(date).millisecondsSince1970
         let (updatedAt, sealedDetail) = try plainColumns(of: decision.outcomes.keys, db: db)
         let queued = try stillQueued(updatedAt: updatedAt, lastEntry: decision.lastEntry, through: through, db: db)
-        let updatePlain = RawStatement(
-            try db.cachedStatement(
-                sql: """
-                    UPDATE records SET version = CASE WHEN ?1 IS NULL THEN version ELSE max(coalesce(version, 0), ?1) END,
-                                       last_sync_attempt = ?2, sync_status = coalesce(?3, sync_status)
-                    WHERE collection = ?4 AND scope = ?5 AND record_id = ?6
-                    """),
-            db: db)
+        let updatePlain = try db.cachedStatement(
+            sql: """
+                UPDATE records SET version = CASE WHEN ?1 IS NULL THEN version ELSE max(coalesce(version, 0), ?1) END,
+                                   last_sync_attempt = ?2, sync_status = coalesce(?3, sync_status)
+                WHERE collection = ?4 AND scope = ?5 AND record_id = ?6
+                """)
         for (key, outcome) in decision.outcomes where updatedAt[key] != nil {
             let stillQueued = queued[key] ?? 0
             // Confirmed, with no sync error or conflict in the sealed payload to clear (or with entries still
             // queued, which leave it as it is): the sealed payload stays as it is.
             if outcome.error == nil && !outcome.superseded && (stillQueued > 0 || !sealedDetail.contains(key)) {
-                try updatePlain.bind(outcome.version, at: 1)
-                try updatePlain.bind(now, at: 2)
-                try updatePlain.bind(stillQueued == 0 ? RecordSyncStatus.synced.rawValue : String?.none, at: 3)
-                try updatePlain.bind(key.collection, at: 4)
-                try updatePlain.bind(key.scope, at: 5)
-                try updatePlain.bind(key.recordId, at: 6)
-                try updatePlain.execute()
+                try updatePlain.execute(arguments: [
+                    outcome.version, now, stillQueued == 0 ? RecordSyncStatus.synced.rawValue : String?.none, key.collection,
+                    key.scope, key.recordId,
+                ])
                 continue
             }
             guard var record = try Self.record(db, collection: key.collection, scope: key.scope, recordId: key.recordId, sealer: sealer)
@@ -262,26 +255,20 @@ extension LocalStore {
     }
 
     /// Each record's `updated_at`, and whether its sealed payload holds a sync error or conflict, for the records
-    /// that exist. Most answers change only a record's plain columns: those are read first, through SQLite's API,
-    /// since GRDB's arguments and rows around each would outweigh the rest of the transaction.
+    /// that exist. Most answers change only a record's plain columns: those are read first, so that only the
+    /// records whose sealed payload changes are opened.
     private static func plainColumns(
         of keys: some Collection<RecordKey>, db: Database
     ) throws -> (updatedAt: [RecordKey: Int64], sealedDetail: Set<RecordKey>) {
-        let readPlain = RawStatement(
-            try db.cachedStatement(
-                sql: "SELECT updated_at, sealed_detail FROM records WHERE collection = ? AND scope = ? AND record_id = ?"),
-            db: db)
+        let readPlain = try db.cachedStatement(
+            sql: "SELECT updated_at, sealed_detail FROM records WHERE collection = ? AND scope = ? AND record_id = ?")
         var updatedAt: [RecordKey: Int64] = [:]
         var sealedDetail = Set<RecordKey>()
         for key in keys {
-            try readPlain.bind(key.collection, at: 1)
-            try readPlain.bind(key.scope, at: 2)
-            try readPlain.bind(key.recordId, at: 3)
+            guard let row = try Row.fetchOne(readPlain, arguments: [key.collection, key.scope, key.recordId]) else { continue }
+            updatedAt[key] = row[0] ?? 0
             // Unknown (NULL: a row from before the column) counts as holding one.
-            guard let plain = try readPlain.firstRow({ row in (time: row.integer(0), sealed: row.integer(1)) })
-            else { continue }
-            updatedAt[key] = plain.time ?? 0
-            if plain.sealed != 0 { sealedDetail.insert(key) }
+            if (row[1] as Bool?) != false { sealedDetail.insert(key) }
         }
         return (updatedAt, sealedDetail)
     }
@@ -383,7 +370,7 @@ extension LocalStore {
         let sealer = self.sealer
         let records = code == nil ? records : nil
         try await perform {
-            try await self.writeFlushed { db in
+            try await self.writeImmediate { db in
                 let now = Timestamp(date).millisecondsSince1970
                 let keys = try Row.fetchAll(
                     db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox WHERE state = 'pending'"
@@ -424,7 +411,7 @@ extension LocalStore {
     @discardableResult
     package func requeue(collection: String? = nil, scope: String? = nil, recordId: String) async throws -> Int {
         try await perform {
-            try await self.writeFlushed { db in
+            try await self.writeImmediate { db in
                 try db.execute(
                     sql: """
                         UPDATE outbox SET state = 'pending'
@@ -468,7 +455,7 @@ extension LocalStore {
         }
         guard any else { return 0 }
         return try await perform {
-            try await self.writeFlushed { db in
+            try await self.writeImmediate { db in
                 // From the first entry to stamp on, newest first: each stamped entry goes just before the one after it.
                 let rows = try Row.fetchAll(
                     db,

@@ -142,7 +142,7 @@ extension ReferenceData {
         // Pages are stored without a flush of their own, but for the last: a page lost to a power cut is fetched
         // again, while "Ready for offline" must survive one.
         if page.continuation == nil {
-            return try await store.perform { try await store.writeFlushed(write) }
+            return try await store.perform { try await store.writeImmediate(write) }
         }
         return try await store.writeUnflushed(write)
     }

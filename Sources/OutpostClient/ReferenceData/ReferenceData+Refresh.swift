@@ -201,27 +201,16 @@ extension ReferenceData {
         // A row replaced keeps its ordinal: one probe of the table by it, where an upsert first probed the
         // unique index of ids. A walk-in takes the next ordinal.
         if !updates.isEmpty {
-            let update = RawStatement(
-                try db.cachedStatement(sql: "UPDATE reference_records SET payload = ?, version = ? WHERE ordinal = ?"), db: db)
+            let update = try db.cachedStatement(sql: "UPDATE reference_records SET payload = ?, version = ? WHERE ordinal = ?")
             for (ordinal, row) in updates {
-                try update.bind(row.payload, at: 1)
-                try update.bind(row.version, at: 2)
-                try update.bind(ordinal, at: 3)
-                try update.execute()
+                try update.execute(arguments: [row.payload, row.version, ordinal])
             }
         }
         if !retokenized.isEmpty {
-            let update = RawStatement(
-                try db.cachedStatement(
-                    sql: "UPDATE reference_records SET payload = ?, version = ?, tokens = ?, fingerprint = ? WHERE ordinal = ?"),
-                db: db)
+            let update = try db.cachedStatement(
+                sql: "UPDATE reference_records SET payload = ?, version = ?, tokens = ?, fingerprint = ? WHERE ordinal = ?")
             for (ordinal, row, tokens, _) in retokenized {
-                try update.bind(row.payload, at: 1)
-                try update.bind(row.version, at: 2)
-                try update.bind(tokens, at: 3)
-                try update.bind(row.fingerprint, at: 4)
-                try update.bind(ordinal, at: 5)
-                try update.execute()
+                try update.execute(arguments: [row.payload, row.version, tokens, row.fingerprint, ordinal])
             }
         }
         try insertRecords(walkIns, collection: collection, scope: scope, index: index, db: db)

@@ -136,19 +136,12 @@ public struct ReferenceData: Sendable {
         var start = 0
         while start < rows.count {
             let count = min(insertBatch, rows.count - start)
-            let statement = RawStatement(
-                try db.cachedStatement(sql: Self.inserts[count - 1]), db: db)
-            try statement.bind(collection, at: 1)
-            try statement.bind(scope, at: 2)
-            for (offset, row) in rows[start..<(start + count)].enumerated() {
-                let first = Int32(3 + 5 * offset)
-                try statement.bind(row.recordId, at: first)
-                try statement.bind(row.payload, at: first + 1)
-                try statement.bind(row.version, at: first + 2)
-                try statement.bind(row.tokenText(index), at: first + 3)
-                try statement.bind(row.fingerprint, at: first + 4)
+            var values: [(any DatabaseValueConvertible)?] = [collection, scope]
+            values.reserveCapacity(2 + 5 * count)
+            for row in rows[start..<(start + count)] {
+                values += [row.recordId, row.payload, row.version, row.tokenText(index), row.fingerprint]
             }
-            try statement.execute()
+            try db.cachedStatement(sql: Self.inserts[count - 1]).execute(arguments: StatementArguments(values))
             start += count
         }
     }

@@ -11,7 +11,7 @@ extension LocalStore {
         let batch = 5000
         for start in stride(from: 0, to: count, by: batch) {
             try await perform {
-                try await self.writeFlushed { db in
+                try await self.writeImmediate { db in
                     let time = Timestamp(Date())
                     for position in start..<min(start + batch, count) {
                         let (recordId, fields) = record(position)

@@ -31,7 +31,7 @@ extension LocalStore {
     package func merge(_ changes: [Change], cursorSetting: String, cursor: String) async throws -> Int {
         let sealer = self.sealer
         return try await perform {
-            try await self.writeFlushed { db in
+            try await self.writeImmediate { db in
                 var queued = Set<RecordKey>()
                 if !changes.isEmpty {
                     for row in try Row.fetchAll(db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox") {

@@ -36,7 +36,7 @@ extension LocalStore {
         }
         guard !movable.isEmpty else { return 0 }
         return try await perform {
-            try await self.writeFlushed { db in
+            try await self.writeImmediate { db in
                 var renamed = 0
                 for (old, new) in movable.sorted(by: { $0.key < $1.key }) {
                     let key: StatementArguments = [collection, scope, old]

@@ -4,13 +4,10 @@ import GRDB
 /// The store's kinds of transaction: a local write's, flushed and taking the lock at once; the ones without a
 /// flush of their own, for what the server can give again; and reads.
 extension LocalStore {
-    /// Runs `reads` in one deferred transaction, begun and committed through statements prepared once per
-    /// connection, as ``writeImmediate(changing:_:)`` does.
-    ///
-    /// Reads run on the pool's reader connections, read-only from their opening, beside the writer: a read
-    /// never waits for a write, and never touches the statements the writer has prepared.
+    /// Runs `reads` in one read-only transaction on one of the pool's reader connections, beside the writer: a
+    /// read never waits for a write.
     func read<T: Sendable>(_ reads: @Sendable (Database) throws -> T) async throws -> T {
-        try await pool.unsafeRead { db in try Self.deferred(db, reads) }
+        try await pool.read(reads)
     }
 
     /// ``read(_:)`` on the caller's thread, for the short reads a person waits on at every keystroke (a roster
@@ -23,19 +20,10 @@ extension LocalStore {
     /// task resumes, so a cooperative thread waiting here for one of them could wait for itself, and with every
     /// cooperative thread waiting so, the whole process would stop.
     func readOnCaller<T>(_ reads: (Database) throws -> T) throws -> T {
-        try callerReader.unsafeReentrantRead { db in try Self.deferred(db, reads) }
+        try callerReader.read(reads)
     }
 
-    /// The transaction of ``read(_:)``, on a connection already at hand.
-    static func deferred<T>(_ db: Database, _ reads: (Database) throws -> T) throws -> T {
-        try transaction(db, begin: "BEGIN DEFERRED TRANSACTION", reads)
-    }
-
-    /// Runs `updates` in one transaction that takes the write lock at once (`BEGIN IMMEDIATE`), through
-    /// statements prepared once per connection: GRDB's `write` prepares its `BEGIN` and `COMMIT` again on every
-    /// call, which on a local write costs about as much as its two inserts. Both run through SQLite's API
-    /// (`RawStatement`), without GRDB's checks around each statement, which weigh on a write this small. GRDB
-    /// still sees the transaction where it looks, in SQLite's autocommit state and its commit hook.
+    /// Runs `updates` in one flushed transaction that takes the write lock at once (`BEGIN IMMEDIATE`).
     ///
     /// Rolls back and rethrows when `updates` or the commit fails.
     /// - Parameter collections: the collections whose records `updates` may change, the only tables it writes
@@ -50,13 +38,6 @@ extension LocalStore {
         return value
     }
 
-    /// GRDB's `write`: one flushed transaction, for the store's rarer writes (settings, conflicts, merges).
-    func writeFlushed<T: Sendable>(_ updates: @Sendable (Database) throws -> T) async throws -> T {
-        let value = try await pool.write(updates)
-        commits.signal()
-        return value
-    }
-
     /// Runs `work` on the writer's queue, the caller suspended meanwhile: no cooperative thread waits on a lock
     /// another process holds, or on the flush. Queued work runs to its end whatever becomes of the calling task
     /// (GRDB's async `write` refuses every statement but a rollback once the task is cancelled, which could
@@ -67,26 +48,14 @@ extension LocalStore {
         }
     }
 
+    /// One immediate transaction through GRDB, which rolls back when `updates` or the commit fails.
     private static func immediate<T>(_ db: Database, _ updates: (Database) throws -> T) throws -> T {
-        try transaction(db, begin: "BEGIN IMMEDIATE TRANSACTION", updates)
-    }
-
-    /// One transaction begun by `begin`, all three of its statements prepared once per connection.
-    private static func transaction<T>(_ db: Database, begin: String, _ body: (Database) throws -> T) throws -> T {
-        try RawStatement(try db.cachedStatement(sql: begin), db: db).execute()
-        do {
-            let value = try body(db)
-            try RawStatement(try db.cachedStatement(sql: "COMMIT TRANSACTION"), db: db).execute()
-            return value
-        } catch {
-            // A failed commit may have ended the transaction already; GRDB's rollback does nothing then. It
-            // also runs when the task was cancelled, and again after an interruption (SQLite's interrupt, or
-            // FTS5 left interrupted), so that a cancelled read never leaves its transaction open. A rollback
-            // that still fails is reported instead: the connection is then unusable, and GRDB stops rather
-            // than write on in it.
-            try db.rollback()
-            throw error
+        var value: T?
+        try db.inTransaction(.immediate) {
+            value = try updates(db)
+            return .commit
         }
+        return value!
     }
 
     /// Runs `updates` in one transaction that commits without a flush of its own: for what the server can give
@@ -98,7 +67,7 @@ extension LocalStore {
     /// duplicates, and a page of reference data is fetched again. A pushed chunk's results must not cost a drain
     /// a flush of their own.
     ///
-    /// - Parameter collections: as in ``writeImmediate(changing:_:)``.
+    /// - Parameter collections: as in ``writeImmediate(changing:records:_:)``.
     func writeUnflushed<T: Sendable>(
         changing collections: Set<String>? = nil, _ updates: @escaping @Sendable (Database) throws -> T
     ) async throws -> T {
@@ -108,14 +77,13 @@ extension LocalStore {
         return value
     }
 
-    /// One transaction as ``writeImmediate(changing:_:)`` runs it, its commit not flushed. The pragmas are cached too:
-    /// through GRDB, these four statements would be compiled again for every pushed chunk's answer.
+    /// One transaction as ``writeImmediate(changing:records:_:)`` runs it, its commit not flushed.
     private static func unflushed<T>(_ db: Database, durable: Bool, _ updates: (Database) throws -> T) throws -> T {
         guard durable else { return try immediate(db, updates) }
-        try RawStatement(try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL"), db: db).execute()
+        try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute()
         let outcome = Result { try immediate(db, updates) }
         // Local writes must flush again whatever happened above.
-        try RawStatement(try db.cachedStatement(sql: "PRAGMA synchronous = FULL"), db: db).execute()
+        try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute()
         return try outcome.get()
     }
 }

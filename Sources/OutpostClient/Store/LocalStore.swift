@@ -90,7 +90,7 @@ public final class LocalStore: Sendable {
             // Records kept from before scopes move into the scopes their fields name, once; the check is a read,
             // so that every later opening costs no commit.
             let sealer = self.sealer
-            if try !pool.unsafeRead({ db in try Self.deferred(db, Self.scopesFilled) }) {
+            if try !pool.read(Self.scopesFilled) {
                 try pool.writeWithoutTransaction { db in
                     try db.inTransaction(.immediate) {
                         try Self.fillScopes(db, sealer: sealer, schema: schema)
@@ -98,14 +98,12 @@ public final class LocalStore: Sendable {
                     }
                 }
             }
-            let time = try pool.unsafeRead { db in
-                try Self.deferred(db) { db in
-                    ClientTime(
-                        last: max(
-                            try Int64.fetchOne(db, sql: "SELECT max(updated_at) FROM records") ?? 0,
-                            try Int64.fetchOne(db, sql: "SELECT max(client_ts) FROM outbox") ?? 0),
-                        dataVersion: try Self.dataVersion(db))
-                }
+            let time = try pool.read { db in
+                ClientTime(
+                    last: max(
+                        try Int64.fetchOne(db, sql: "SELECT max(updated_at) FROM records") ?? 0,
+                        try Int64.fetchOne(db, sql: "SELECT max(client_ts) FROM outbox") ?? 0),
+                    dataVersion: try Self.dataVersion(db))
             }
             self.clientTime = NIOLockedValueBox(time)
             var callerConfiguration = configuration
@@ -198,14 +196,12 @@ public final class LocalStore: Sendable {
                 let scope = write.scope ?? ""
                 // Most local writes create their record: a probe of the key through SQLite's API alone, and
                 // the row read only when there is one.
-                let lookup = RawStatement(
-                    try db.cachedStatement(sql: "SELECT 1 FROM records WHERE collection = ? AND scope = ? AND record_id = ?"),
-                    db: db)
-                try lookup.bind(write.collection, at: 1)
-                try lookup.bind(scope, at: 2)
-                try lookup.bind(write.recordId, at: 3)
+                let exists =
+                    try Bool.fetchOne(
+                        db.cachedStatement(sql: "SELECT 1 FROM records WHERE collection = ? AND scope = ? AND record_id = ?"),
+                        arguments: [write.collection, scope, write.recordId]) != nil
                 let found =
-                    try lookup.firstInteger().hasRow
+                    exists
                     ? try Self.record(db, collection: write.collection, scope: scope, recordId: write.recordId, sealer: sealer)
                     : nil
                 let decision = try Self.decide(write, found: found, scope: scope, at: timestamp, offline: offline)
@@ -230,23 +226,16 @@ public final class LocalStore: Sendable {
                 }
 
                 let key = Self.idempotencyKey(deviceId: deviceId, at: timestamp)
-                let outbox = RawStatement(
-                    try db.cachedStatement(
-                        sql: """
-                            INSERT INTO outbox (idempotency_key, collection, scope, record_id, op, client_ts, base_version, payload,
-                                                timestamp_field)
-                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                            """), db: db)
-                try outbox.bind(key, at: 1)
-                try outbox.bind(write.collection, at: 2)
-                try outbox.bind(scope, at: 3)
-                try outbox.bind(write.recordId, at: 4)
-                try outbox.bind(write.op.rawValue, at: 5)
-                try outbox.bind(time, at: 6)
-                try outbox.bind(record.version, at: 7)
-                try outbox.bind(try sealer.seal(fieldsJSON, context: "outbox:\(key)"), at: 8)
-                try outbox.bind(write.op == .upsert ? write.timestampField : nil, at: 9)
-                try outbox.execute()
+                try db.cachedStatement(
+                    sql: """
+                        INSERT INTO outbox (idempotency_key, collection, scope, record_id, op, client_ts, base_version, payload,
+                                            timestamp_field)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """
+                ).execute(arguments: [
+                    key, write.collection, scope, write.recordId, write.op.rawValue, time, record.version,
+                    try sealer.seal(fieldsJSON, context: "outbox:\(key)"), write.op == .upsert ? write.timestampField : nil,
+                ])
                 return record
             }
         }
@@ -335,7 +324,7 @@ public final class LocalStore: Sendable {
         let latest =
             seen
             ? nil
-            : try RawStatement(try db.cachedStatement(sql: "SELECT client_ts FROM outbox ORDER BY seq DESC LIMIT 1"), db: db).firstInteger().value
+            : try Int64.fetchOne(db.cachedStatement(sql: "SELECT client_ts FROM outbox ORDER BY seq DESC LIMIT 1"))
         let clock = Timestamp(now).millisecondsSince1970
         let lead = Int64(maxClientTimeLead.components.seconds) * 1000
         return clientTime.withLockedValue { time in
@@ -356,7 +345,7 @@ public final class LocalStore: Sendable {
 
     /// Changes whenever another connection commits to the store (SQLite's `PRAGMA data_version`).
     static func dataVersion(_ db: Database) throws -> Int64 {
-        try RawStatement(try db.cachedStatement(sql: "PRAGMA data_version"), db: db).firstInteger().value ?? 0
+        try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version")) ?? 0
     }
 
     /// How far a write's client time may run ahead of the device clock to stay after the one before.
@@ -515,7 +504,7 @@ public final class LocalStore: Sendable {
     package func setSetting(_ name: String, _ value: String?) async throws {
         let sealer = self.sealer
         try await perform {
-            try await self.writeFlushed { db in try Self.saveSetting(name, value, db: db, sealer: sealer) }
+            try await self.writeImmediate { db in try Self.saveSetting(name, value, db: db, sealer: sealer) }
         }
     }
 
@@ -653,29 +642,19 @@ public final class LocalStore: Sendable {
 
     /// Saves `record` with its payload already sealed (``SealedPayload``, under ``LocalRecord/payloadContext``).
     static func save(_ record: LocalRecord, sealedPayload: Data, db: Database) throws {
-        // Bound through SQLite's API: every local write saves a record (see `RawStatement`).
-        let statement = RawStatement(
-            try db.cachedStatement(
-                sql: """
-                    INSERT OR REPLACE INTO records (collection, scope, record_id, payload, tombstone, sync_status,
-                                                    last_sync_attempt, is_offline_entry, created_at, updated_at, version,
-                                                    sealed_detail)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """), db: db)
-        try statement.bind(record.collection, at: 1)
-        try statement.bind(record.scope, at: 2)
-        try statement.bind(record.recordId, at: 3)
-        try statement.bind(sealedPayload, at: 4)
-        try statement.bind(record.tombstone, at: 5)
-        try statement.bind(record.syncStatus.rawValue, at: 6)
-        try statement.bind(record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, at: 7)
-        try statement.bind(record.isOfflineEntry, at: 8)
-        try statement.bind(record.createdAt.millisecondsSince1970, at: 9)
-        try statement.bind(record.updatedAt.millisecondsSince1970, at: 10)
-        try statement.bind(record.version, at: 11)
-        try statement.bind(
-            record.syncError != nil || record.syncErrorCode != nil || record.conflict != nil || record.serverCopy != nil, at: 12)
-        try statement.execute()
+        try db.cachedStatement(
+            sql: """
+                INSERT OR REPLACE INTO records (collection, scope, record_id, payload, tombstone, sync_status,
+                                                last_sync_attempt, is_offline_entry, created_at, updated_at, version,
+                                                sealed_detail)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [
+            record.collection, record.scope, record.recordId, sealedPayload, record.tombstone, record.syncStatus.rawValue,
+            record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, record.isOfflineEntry,
+            record.createdAt.millisecondsSince1970, record.updatedAt.millisecondsSince1970, record.version,
+            record.syncError != nil || record.syncErrorCode != nil || record.conflict != nil || record.serverCopy != nil,
+        ])
     }
 
     /// Runs GRDB work, turning its errors into ``ClientError`` without SQL or values. Work that stopped because its
