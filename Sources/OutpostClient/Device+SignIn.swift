@@ -129,7 +129,7 @@ extension Device {
     public func wipe(discardingUnsynced: Bool = false) async throws {
         if !discardingUnsynced { try await checkNothingUnsynced() }
         await engine.stopDelivery()
-        try store.wipe()
+        try await store.wipe()
     }
 
     /// - Throws: ``ClientError`` `unsyncedRecords` while any record waits to sync or waits for the person.

@@ -27,7 +27,7 @@ extension Outpost {
         do {
             try await save(token, of: user, in: store)
         } catch {
-            if !sameStore { try? store.close() }
+            if !sameStore { try? await store.close() }
             throw error
         }
         // The device's transport sends the token it was made with: the device is opened again around the new one.
@@ -162,7 +162,7 @@ extension Outpost {
         guard let device else { return }
         dropDevice()
         do {
-            try device.store.close()
+            try await device.store.close()
         } catch {
             logger.warning("the device store did not close", metadata: ["reason": "\(Self.describe(error))"])
         }

@@ -63,12 +63,12 @@ public actor Outpost {
         let store = try openStore(at: url)
         do {
             guard try await store.setting(Device.SettingName.token) != nil else {
-                try store.close()
+                try await store.close()
                 return
             }
             try await open(store)
         } catch {
-            try? store.close()
+            try? await store.close()
             throw error
         }
     }

@@ -91,6 +91,16 @@ extension LocalStore {
 extension LocalStore {
     /// Closes the store's connections, once every read and write under way has ended. Any later call on it
     /// fails as ``ClientError/Code/storeUnavailable``.
+    ///
+    /// The wait runs on a thread of its own, never a cooperative one: the pool takes back the reader of an
+    /// async read only once that read's task resumes, on a cooperative thread, so closes waiting on all of them
+    /// would wait for ever.
+    public func close() async throws {
+        try await offCooperativeThreads { try self.close() }
+    }
+
+    /// ``close()`` from code that is not async: it blocks the calling thread until every read and write under
+    /// way has ended.
     public func close() throws {
         do {
             try callerReader.close()
@@ -104,7 +114,14 @@ extension LocalStore {
     /// nothing of it can be read again, even from a copy or a backup (AES-GCM without the key). A store opened
     /// at the same place afterwards starts empty, with a new key.
     ///
-    /// What waits to sync is lost with it: see ``Device/wipe(discardingUnsynced:)``, which checks first.
+    /// What waits to sync is lost with it: see ``Device/wipe(discardingUnsynced:)``, which checks first. Waits as
+    /// ``close()`` does, on a thread of its own.
+    public func wipe() async throws {
+        try await offCooperativeThreads { try self.wipe() }
+    }
+
+    /// ``wipe()`` from code that is not async: it blocks the calling thread until every read and write under way
+    /// has ended.
     public func wipe() throws {
         try close()
         try keys.destroy()
@@ -116,5 +133,12 @@ extension LocalStore {
                 throw ClientError(.storeUnavailable, "cannot delete \(url.path + suffix)", underlying: error)
             }
         }
+    }
+}
+
+/// Runs `work`, which blocks its thread, on a dispatch thread while the caller is suspended.
+private func offCooperativeThreads(_ work: @escaping @Sendable () throws -> Void) async throws {
+    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+        DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
     }
 }
