@@ -17,7 +17,7 @@ extension LocalStore {
             try await self.writeImmediate { db in
                 var settled = 0
                 for key in keys {
-                    guard var record = try Self.record(db, collection: key.collection, scope: key.scope, recordId: key.recordId, sealer: sealer),
+                    guard var record = try RecordRow.find(key, db)?.open(with: sealer),
                         record.isOfflineEntry
                     else { continue }
                     let rows = try Row.fetchAll(
@@ -48,7 +48,7 @@ extension LocalStore {
                     guard cleared else { continue }
                     record.isOfflineEntry = false
                     record.fields[LocalRecord.offlineEntryField] = nil
-                    try Self.save(record, db: db, sealer: sealer)
+                    try RecordRow(record, sealer: sealer).insert(db)
                     settled += 1
                 }
                 return settled

@@ -47,7 +47,7 @@ extension LocalStore {
         let sealer = self.sealer
         try await perform {
             try await self.writeImmediate { db in
-                guard let record = try Self.record(db, collection: collection, scope: scope, recordId: recordId, sealer: sealer)
+                guard let record = try RecordRow.find(RecordKey(collection, scope, recordId), db)?.open(with: sealer)
                 else { throw ClientError(.notFound, "no record \(recordId) on this device") }
                 guard record.syncStatus == .refused else {
                     throw ClientError(.invalidInput, "record \(recordId) was not refused by the server; only refused records can be discarded")
@@ -69,7 +69,7 @@ extension LocalStore {
                     restored.syncErrorCode = nil
                     restored.conflict = nil
                     restored.serverCopy = nil
-                    try Self.save(restored, db: db, sealer: sealer)
+                    try RecordRow(restored, sealer: sealer).insert(db)
                     return
                 }
                 try db.execute(
@@ -97,7 +97,7 @@ extension LocalStore {
         let sealer = self.sealer
         return try await perform {
             try await self.writeImmediate { db in
-                guard var record = try Self.record(db, collection: collection, scope: scope, recordId: recordId, sealer: sealer)
+                guard var record = try RecordRow.find(RecordKey(collection, scope, recordId), db)?.open(with: sealer)
                 else { throw ClientError(.notFound, "no record \(recordId) on this device") }
                 guard let conflict = record.conflict else {
                     throw ClientError(.invalidInput, "record \(recordId) has no conflict to settle")
@@ -114,7 +114,7 @@ extension LocalStore {
                         db, sql: "SELECT EXISTS (SELECT 1 FROM outbox WHERE collection = ? AND scope = ? AND record_id = ?)",
                         arguments: [collection, scope, recordId]) ?? false
                 record.syncStatus = queued ? .pending : .synced
-                try Self.save(record, db: db, sealer: sealer)
+                try RecordRow(record, sealer: sealer).insert(db)
                 return record
             }
         }

@@ -34,57 +34,17 @@ extension LocalStore {
         let sealer = self.sealer
         return try await perform {
             try await self.read { db in
-                // Cached, and read by position: no chunk compiles the statement again or finds a column by
-                // name. The outbox goes in seq order: the order of the writes.
-                var rows: [Row]
-                if let records {
-                    var ids: [UInt8] = []
-                    try JSONWriter.array(Set(records.map(\.recordId)), to: &ids) { id, output in JSONWriter.string(id, to: &output) }
-                    rows = try Row.fetchAll(
-                        db.cachedStatement(
-                            sql: """
-                                SELECT seq, idempotency_key, collection, scope, record_id, op, client_ts, base_version,
-                                       attempts, payload, length(payload)
-                                FROM outbox WHERE state = 'pending' AND seq > ? AND record_id IN (SELECT value FROM json_each(?))
-                                ORDER BY seq LIMIT ?
-                                """),
-                        arguments: [seq, String(decoding: ids, as: UTF8.self), limit])
-                    rows = rows.filter { records.contains(RecordKey($0[2], $0[3], $0[4])) }
-                } else {
-                    rows = try Row.fetchAll(
-                        db.cachedStatement(
-                            sql: """
-                                SELECT seq, idempotency_key, collection, scope, record_id, op, client_ts, base_version,
-                                       attempts, payload, length(payload)
-                                FROM outbox WHERE state = 'pending' AND seq > ? ORDER BY seq LIMIT ?
-                                """),
-                        arguments: [seq, limit])
-                }
+                let rows = try OutboxRow.pending(after: seq, limit: limit, of: records, db)
                 // A push must fit the server's body limit (8 MiB): the chunk ends before the entry whose sealed
                 // fields (their JSON, 28 bytes longer) would take it past `maxBytes`, and holds at least one.
                 var bytes = 0
                 var count = 0
                 for row in rows {
-                    bytes += (row[10] as Int) + 256
+                    bytes += row.payload.count + 256
                     if count > 0 && bytes > maxBytes { break }
                     count += 1
                 }
-                return try rows.prefix(count).map { row in
-                    let key: String = row[1]
-                    let scope: String = row[3]
-                    let fields = try sealer.open(json: [String: JSONValue].self, from: row[9], context: "outbox:\(key)")
-                    // An operation this version does not know is never sent as another.
-                    guard let op = MutationOperation(rawValue: row[5]) else {
-                        throw ClientError(.storeCorrupt, "a queued change's operation is not one this version knows")
-                    }
-                    return OutboxEntry(
-                        seq: row[0],
-                        mutation: Mutation(
-                            idempotencyKey: key, collection: row[2], recordId: row[4], scope: scope.isEmpty ? nil : scope,
-                            op: op, fields: fields,
-                            clientTimestamp: Timestamp(millisecondsSince1970: row[6]), baseVersion: row[7]),
-                        attempts: row[8])
-                }
+                return try rows.prefix(count).map { try $0.entry(opening: sealer) }
             }
         }
     }
@@ -93,7 +53,7 @@ extension LocalStore {
     package func outboxCount() async throws -> Int {
         try await perform {
             try await self.read { db in
-                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox WHERE state = 'pending'") ?? 0
+                try OutboxRow.pendingCount(db)
             }
         }
     }
@@ -126,7 +86,7 @@ extension LocalStore {
         var confirmed: [Int64] = []
         /// Entries refused, and the state each keeps: `pending` for a refusal the device can outgrow, `rejected`
         /// for the others.
-        var refused: [(seq: Int64, state: String)] = []
+        var refused: [(seq: Int64, state: OutboxRow.State)] = []
         /// What the answers did to each record.
         var outcomes: [RecordKey: Outcome] = [:]
         /// The device time of each record's last entry in the chunk.
@@ -164,7 +124,7 @@ extension LocalStore {
                 outcome.status = .refused
             case .rejected:
                 let retriable = isRetriable(result.error?.code)
-                decision.refused.append((entry.seq, retriable ? "pending" : "rejected"))
+                decision.refused.append((entry.seq, retriable ? .pending : .rejected))
                 outcome.error = retriable ? clockAheadMessage : result.error?.message ?? "refused by the server"
                 outcome.code = result.error?.code.rawValue
                 if outcome.status != .refused { outcome.status = retriable ? .failed : .refused }
@@ -177,20 +137,10 @@ extension LocalStore {
 
     /// Stores what becomes of the chunk's entries: confirmed ones deleted, refused ones kept with their state.
     private static func store(_ decision: ChunkDecision, at now: Int64, db: Database) throws {
-        // Cached: compiling a statement per entry costs more than running it.
-        let refuse = try db.cachedStatement(
-            sql: """
-                UPDATE outbox SET state = ?, attempts = attempts + 1, last_attempt = ?,
-                                  first_attempt = coalesce(first_attempt, ?)
-                WHERE seq = ?
-                """)
         for (seq, state) in decision.refused {
-            try refuse.execute(arguments: [state, now, now, seq])
+            try OutboxRow.markAttempt(seq, state: state, at: now, db)
         }
-        guard !decision.confirmed.isEmpty else { return }
-        // Confirmed entries go in one statement.
-        try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))")
-            .execute(arguments: ["[" + decision.confirmed.map(String.init).joined(separator: ",") + "]"])
+        try OutboxRow.confirm(decision.confirmed, db)
     }
 
     /// Stores what becomes of the chunk's records, once its entries are stored: each one's version, status and
@@ -199,26 +149,17 @@ extension LocalStore {
         _ decision: ChunkDecision, through: Int64, at date: Date, sealer: Sealer, db: Database
     ) throws {
         let now = Timestamp(date).millisecondsSince1970
-        let (updatedAt, sealedDetail) = try plainColumns(of: decision.outcomes.keys, db: db)
+        let (updatedAt, sealedDetail) = try RecordRow.plainColumns(of: decision.outcomes.keys, db)
         let queued = try stillQueued(updatedAt: updatedAt, lastEntry: decision.lastEntry, through: through, db: db)
-        let updatePlain = try db.cachedStatement(
-            sql: """
-                UPDATE records SET version = CASE WHEN ?1 IS NULL THEN version ELSE max(coalesce(version, 0), ?1) END,
-                                   last_sync_attempt = ?2, sync_status = coalesce(?3, sync_status)
-                WHERE collection = ?4 AND scope = ?5 AND record_id = ?6
-                """)
         for (key, outcome) in decision.outcomes where updatedAt[key] != nil {
             let stillQueued = queued[key] ?? 0
             // Confirmed, with no sync error or conflict in the sealed payload to clear (or with entries still
             // queued, which leave it as it is): the sealed payload stays as it is.
             if outcome.error == nil && !outcome.superseded && (stillQueued > 0 || !sealedDetail.contains(key)) {
-                try updatePlain.execute(arguments: [
-                    outcome.version, now, stillQueued == 0 ? RecordSyncStatus.synced.rawValue : String?.none, key.collection,
-                    key.scope, key.recordId,
-                ])
+                try RecordRow.markAttempt(key, version: outcome.version, at: now, status: stillQueued == 0 ? .synced : nil, db)
                 continue
             }
-            guard var record = try Self.record(db, collection: key.collection, scope: key.scope, recordId: key.recordId, sealer: sealer)
+            guard var record = try RecordRow.find(key, db)?.open(with: sealer)
             else { continue }
             if let version = outcome.version { record.version = max(record.version ?? 0, version) }
             record.lastSyncAttempt = date
@@ -250,27 +191,8 @@ extension LocalStore {
                 record.conflict = nil
                 if stillQueued == 0 { record.serverCopy = nil }
             }
-            try Self.save(record, db: db, sealer: sealer)
+            try RecordRow(record, sealer: sealer).insert(db)
         }
-    }
-
-    /// Each record's `updated_at`, and whether its sealed payload holds a sync error or conflict, for the records
-    /// that exist. Most answers change only a record's plain columns: those are read first, so that only the
-    /// records whose sealed payload changes are opened.
-    private static func plainColumns(
-        of keys: some Collection<RecordKey>, db: Database
-    ) throws -> (updatedAt: [RecordKey: Int64], sealedDetail: Set<RecordKey>) {
-        let readPlain = try db.cachedStatement(
-            sql: "SELECT updated_at, sealed_detail FROM records WHERE collection = ? AND scope = ? AND record_id = ?")
-        var updatedAt: [RecordKey: Int64] = [:]
-        var sealedDetail = Set<RecordKey>()
-        for key in keys {
-            guard let row = try Row.fetchOne(readPlain, arguments: [key.collection, key.scope, key.recordId]) else { continue }
-            updatedAt[key] = row[0] ?? 0
-            // Unknown (NULL: a row from before the column) counts as holding one.
-            if (row[1] as Bool?) != false { sealedDetail.insert(key) }
-        }
-        return (updatedAt, sealedDetail)
     }
 
     /// What one chunk's answers did to one record.
@@ -372,27 +294,11 @@ extension LocalStore {
         try await perform {
             try await self.writeImmediate { db in
                 let now = Timestamp(date).millisecondsSince1970
-                let keys = try Row.fetchAll(
-                    db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox WHERE state = 'pending'"
-                ).filter { row in records.map { $0.contains(RecordKey(row["collection"], row["scope"], row["record_id"])) } ?? true }
-                let attempted = """
-                    UPDATE outbox SET attempts = attempts + 1, last_attempt = ?, first_attempt = coalesce(first_attempt, ?)
-                    WHERE state = 'pending'
-                    """
-                if records == nil {
-                    try db.execute(sql: attempted, arguments: [now, now])
-                } else {
-                    let ofRecord = try db.cachedStatement(sql: attempted + " AND collection = ? AND scope = ? AND record_id = ?")
-                    for row in keys {
-                        try ofRecord.execute(arguments: [now, now, row["collection"], row["scope"], row["record_id"]])
-                    }
-                }
-                if code != nil { try db.execute(sql: "UPDATE outbox SET state = 'rejected' WHERE state = 'pending'") }
-                for row in keys {
-                    guard
-                        var record = try Self.record(
-                            db, collection: row["collection"], scope: row["scope"], recordId: row["record_id"], sealer: sealer)
-                    else { continue }
+                let keys = try OutboxRow.pendingRecords(db).filter { key in records.map { $0.contains(key) } ?? true }
+                try OutboxRow.markAttempted(at: now, only: records == nil ? nil : keys, db)
+                if code != nil { try OutboxRow.refuseAllPending(db) }
+                for key in keys {
+                    guard var record = try RecordRow.find(key, db)?.open(with: sealer) else { continue }
                     // A conflict still awaits the user's choice: it stays the record's state.
                     if record.conflict == nil {
                         record.syncStatus = code == nil ? .failed : .refused
@@ -400,7 +306,7 @@ extension LocalStore {
                         record.syncErrorCode = code
                     }
                     record.lastSyncAttempt = date
-                    try Self.save(record, db: db, sealer: sealer)
+                    try RecordRow(record, sealer: sealer).insert(db)
                 }
             }
         }
@@ -517,7 +423,7 @@ extension LocalStore {
                 return try rows.map { row in
                     let collection: String = row["collection"]
                     let recordId: String = row["record_id"]
-                    let record = try Self.record(db, collection: collection, scope: row["scope"], recordId: recordId, sealer: sealer)
+                    let record = try RecordRow.find(RecordKey(collection, row["scope"], recordId), db)?.open(with: sealer)
                     return SyncFailure(
                         collection: collection, recordId: recordId,
                         firstAttempt: Timestamp(millisecondsSince1970: row["first"]),

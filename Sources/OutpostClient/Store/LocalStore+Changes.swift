@@ -163,15 +163,8 @@ extension LocalStore {
         _ filter: Filter = .all, collection: String? = nil, scope: String? = nil,
         checkingOtherProcessesEvery interval: Duration = .seconds(1), clock: any Clock<Duration> = ContinuousClock()
     ) -> AsyncThrowingStream<[LocalRecord], any Error> {
-        let statuses: Set<RecordSyncStatus>? =
-            switch filter {
-            case .all: nil
-            case .pending: [.pending]
-            case .failed: [.failed]
-            case .refused: [.refused]
-            }
         return observeList(
-            Selection(collection: collection, scope: scope, statuses: statuses), checkingOtherProcessesEvery: interval,
+            Selection(filter, collection: collection, scope: scope), checkingOtherProcessesEvery: interval,
             clock: clock
         ) { $0 }
     }

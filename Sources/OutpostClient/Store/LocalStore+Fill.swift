@@ -15,12 +15,12 @@ extension LocalStore {
                     let time = Timestamp(Date())
                     for position in start..<min(start + batch, count) {
                         let (recordId, fields) = record(position)
-                        try Self.save(
+                        try RecordRow(
                             LocalRecord(
                                 collection: collection, scope: "", recordId: recordId, fields: fields, tombstone: false,
                                 syncStatus: .synced, lastSyncAttempt: nil, syncError: nil, isOfflineEntry: false, createdAt: time,
-                                updatedAt: time, version: 1, conflict: nil),
-                            db: db, sealer: sealer)
+                                updatedAt: time, version: 1, conflict: nil), sealer: sealer
+                        ).insert(db)
                     }
                 }
             }

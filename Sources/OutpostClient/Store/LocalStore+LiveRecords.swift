@@ -101,6 +101,7 @@ extension LocalStore {
         if case .records(let records) = changed {
             named = records.filter { key in
                 (selection.collection.map { $0 == key.collection } ?? true) && (selection.scope.map { $0 == key.scope } ?? true)
+                    && (selection.recordId.map { $0 == key.recordId } ?? true)
             }
             if named.isEmpty && list.state.withLockedValue(\.loaded) { return nil }
         }
@@ -136,7 +137,7 @@ extension LocalStore {
             let time: Int64 = list.selection.order == .latestChangeFirst ? row[3] : row[9]
             if let entry = kept[key], entry.stamp == stamp {
                 entries.append(LiveList.Entry(key: key, stamp: stamp, time: time, record: entry.record))
-            } else if let record = try Self.record(db, collection: key.collection, scope: key.scope, recordId: key.recordId, sealer: sealer) {
+            } else if let record = try RecordRow.find(key, db)?.open(with: sealer) {
                 entries.append(LiveList.Entry(key: key, stamp: stamp, time: time, record: record))
                 reopened = true
             }
@@ -185,7 +186,7 @@ extension LocalStore {
                 entry = state.entries[index]
                 entry.time = time
             } else {
-                guard let record = try Self.record(db, collection: key.collection, scope: key.scope, recordId: key.recordId, sealer: sealer)
+                guard let record = try RecordRow.find(key, db)?.open(with: sealer)
                 else { continue }
                 entry = LiveList.Entry(key: key, stamp: stamp, time: time, record: record)
             }

@@ -11,9 +11,8 @@ extension LocalStore {
     /// Forgets the pull cursors a record of `collection` in `scope` is read with (its scope's and the whole
     /// collection's), so that the next pull brings the server's version of it again.
     static func forgetPullCursors(collection: String, scope: String, db: Database) throws {
-        try db.execute(
-            sql: "DELETE FROM settings WHERE name IN (?, ?)",
-            arguments: [pullCursorSetting(collection: collection, scope: scope), pullCursorSetting(collection: collection, scope: "")])
+        try SettingRow.remove(
+            [pullCursorSetting(collection: collection, scope: scope), pullCursorSetting(collection: collection, scope: "")], db)
     }
 
     /// Brings records as the server holds them into the store, with the device's own queued changes kept on
@@ -41,8 +40,7 @@ extension LocalStore {
                 var merged = 0
                 for change in changes {
                     let key = RecordKey(change.collection, change.scope, change.recordId)
-                    let existing = try Self.record(
-                        db, collection: change.collection, scope: change.scope, recordId: change.recordId, sealer: sealer)
+                    let existing = try RecordRow.find(RecordKey(change.collection, change.scope, change.recordId), db)?.open(with: sealer)
                     // A synced record at the server's version is the server's record, unless its fields differ:
                     // then the server answered the device's write without taking it (a first write stood), and
                     // the server's record replaces it.
@@ -111,10 +109,10 @@ extension LocalStore {
                             fields: change.fields, tombstone: change.tombstone, createdAt: change.createdAt,
                             updatedAt: change.updatedAt, isOfflineEntry: change.fields[LocalRecord.offlineEntryField] == .bool(true))
                     }
-                    try Self.save(record, db: db, sealer: sealer)
+                    try RecordRow(record, sealer: sealer).insert(db)
                     merged += 1
                 }
-                try Self.saveSetting(cursorSetting, cursor, db: db, sealer: sealer)
+                try SettingRow.save(cursorSetting, cursor, sealer: sealer, db)
                 return merged
             }
         }

@@ -40,12 +40,12 @@ extension LocalStore {
                 var renamed = 0
                 for (old, new) in movable.sorted(by: { $0.key < $1.key }) {
                     let key: StatementArguments = [collection, scope, old]
-                    if var record = try Self.record(db, collection: collection, scope: scope, recordId: old, sealer: sealer) {
-                        if try Self.record(db, collection: collection, scope: scope, recordId: new, sealer: sealer) != nil {
+                    if var record = try RecordRow.find(RecordKey(collection, scope, old), db)?.open(with: sealer) {
+                        if try RecordRow.exists(RecordKey(collection, scope, new), db) {
                             guard record.syncStatus == .synced else { continue }
                         } else {
                             record.recordId = new
-                            try Self.save(record, db: db, sealer: sealer)
+                            try RecordRow(record, sealer: sealer).insert(db)
                             try db.execute(
                                 sql: "UPDATE outbox SET record_id = ? WHERE collection = ? AND scope = ? AND record_id = ?",
                                 arguments: [new] + key)

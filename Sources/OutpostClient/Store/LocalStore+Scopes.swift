@@ -8,8 +8,7 @@ extension LocalStore {
 
     /// Whether ``fillScopes(_:sealer:schema:)`` has finished on this store; nothing is unsealed.
     static func scopesFilled(_ db: Database) throws -> Bool {
-        try Bool.fetchOne(
-            db, sql: "SELECT EXISTS (SELECT 1 FROM settings WHERE name = ?)", arguments: [scopesFilledSetting]) ?? false
+        try SettingRow.exists(scopesFilledSetting, db)
     }
 
     /// Moves the records of scoped collections (``StoreSchema/scopeFields``) that migration v9 kept with the
@@ -59,7 +58,7 @@ extension LocalStore {
         for row in try Row.fetchAll(
             db, sql: "SELECT * FROM records WHERE scope = '' AND \(inScoped)", arguments: StatementArguments(collections))
         {
-            guard var record = try? Self.record(row, sealer: sealer) else {
+            guard var record = try? RecordRow(row: row).open(with: sealer) else {
                 complete = false
                 continue
             }
@@ -75,7 +74,7 @@ extension LocalStore {
                 arguments: [record.collection, record.recordId])
             // Sealed again: a record's payload is bound to its scope.
             record.scope = scope
-            try save(record, db: db, sealer: sealer)
+            try RecordRow(record, sealer: sealer).insert(db)
             recordScope[key] = scope
         }
 
@@ -83,6 +82,6 @@ extension LocalStore {
             guard let scope = entry.scope ?? recordScope[entry.record], !scope.isEmpty else { continue }
             try db.execute(sql: "UPDATE outbox SET scope = ? WHERE seq = ?", arguments: [scope, entry.seq])
         }
-        if complete { try saveSetting(scopesFilledSetting, "1", db: db, sealer: sealer) }
+        if complete { try SettingRow.save(scopesFilledSetting, "1", sealer: sealer, db) }
     }
 }

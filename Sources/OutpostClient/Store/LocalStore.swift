@@ -194,16 +194,10 @@ public final class LocalStore: Sendable {
                 let timestamp = Timestamp(millisecondsSince1970: time)
 
                 let scope = write.scope ?? ""
-                // Most local writes create their record: a probe of the key through SQLite's API alone, and
-                // the row read only when there is one.
-                let exists =
-                    try Bool.fetchOne(
-                        db.cachedStatement(sql: "SELECT 1 FROM records WHERE collection = ? AND scope = ? AND record_id = ?"),
-                        arguments: [write.collection, scope, write.recordId]) != nil
-                let found =
-                    exists
-                    ? try Self.record(db, collection: write.collection, scope: scope, recordId: write.recordId, sealer: sealer)
-                    : nil
+                // Most local writes create their record: a probe of the key alone, and the row read only when
+                // there is one.
+                let key = RecordKey(write.collection, scope, write.recordId)
+                let found = try RecordRow.exists(key, db) ? try RecordRow.find(key, db)?.open(with: sealer) : nil
                 let decision = try Self.decide(write, found: found, scope: scope, at: timestamp, offline: offline)
                 let record = decision.record
                 if decision.resends, let refused = found {
@@ -217,25 +211,18 @@ public final class LocalStore: Sendable {
                     throw ClientError.unstorableField(error)
                 }
                 if found == nil && write.op == .upsert {
-                    try Self.save(
-                        record,
-                        sealedPayload: try sealer.seal(SealedPayload.wrapping(fieldsJSON: fieldsJSON), context: record.payloadContext),
-                        db: db)
+                    let payload = try sealer.seal(SealedPayload.wrapping(fieldsJSON: fieldsJSON), context: record.payloadContext)
+                    try RecordRow(record, sealedPayload: payload).insert(db)
                 } else {
-                    try Self.save(record, db: db, sealer: sealer)
+                    try RecordRow(record, sealer: sealer).insert(db)
                 }
 
-                let key = Self.idempotencyKey(deviceId: deviceId, at: timestamp)
-                try db.cachedStatement(
-                    sql: """
-                        INSERT INTO outbox (idempotency_key, collection, scope, record_id, op, client_ts, base_version, payload,
-                                            timestamp_field)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """
-                ).execute(arguments: [
-                    key, write.collection, scope, write.recordId, write.op.rawValue, time, record.version,
-                    try sealer.seal(fieldsJSON, context: "outbox:\(key)"), write.op == .upsert ? write.timestampField : nil,
-                ])
+                let idempotencyKey = Self.idempotencyKey(deviceId: deviceId, at: timestamp)
+                try OutboxRow(
+                    idempotencyKey: idempotencyKey, record: key, op: write.op, clientTime: time, baseVersion: record.version,
+                    payload: try sealer.seal(fieldsJSON, context: OutboxRow.payloadContext(idempotencyKey)),
+                    timestampField: write.op == .upsert ? write.timestampField : nil
+                ).insert(db)
                 return record
             }
         }
@@ -324,7 +311,7 @@ public final class LocalStore: Sendable {
         let latest =
             seen
             ? nil
-            : try Int64.fetchOne(db.cachedStatement(sql: "SELECT client_ts FROM outbox ORDER BY seq DESC LIMIT 1"))
+            : try OutboxRow.lastClientTime(db)
         let clock = Timestamp(now).millisecondsSince1970
         let lead = Int64(maxClientTimeLead.components.seconds) * 1000
         return clientTime.withLockedValue { time in
@@ -402,7 +389,7 @@ public final class LocalStore: Sendable {
         let sealer = self.sealer
         return try await perform {
             try await self.read { db in
-                try Self.record(db, collection: collection, scope: scope, recordId: recordId, sealer: sealer)
+                try RecordRow.find(RecordKey(collection, scope, recordId), db)?.open(with: sealer)
             }
         }
     }
@@ -428,64 +415,20 @@ public final class LocalStore: Sendable {
         _ filter: Filter = .all, collection: String? = nil, scope: String? = nil, recordId: String? = nil
     ) async throws -> [LocalRecord] {
         let sealer = self.sealer
-        let (sql, arguments) = Self.recordsQuery(columns: "*", filter, collection: collection, scope: scope, recordId: recordId)
+        let (sql, arguments) = Selection(filter, collection: collection, scope: scope, recordId: recordId).sql(columns: "*")
         return try await perform {
             try await self.read { db in
-                try Row.fetchAll(db, sql: sql, arguments: arguments).map { try Self.record($0, sealer: sealer) }
+                try RecordRow.fetchAll(db, sql: sql, arguments: arguments).map { try $0.open(with: sealer) }
             }
         }
-    }
-
-    /// The query of ``records(_:collection:scope:recordId:)``, selecting `columns`.
-    static func recordsQuery(
-        columns: String, _ filter: Filter, collection: String?, scope: String?, recordId: String?
-    ) -> (String, StatementArguments) {
-        var sql = "SELECT \(columns) FROM records WHERE 1 = 1"
-        var arguments: StatementArguments = []
-        switch filter {
-        case .all: break
-        case .pending: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'pending'"
-        case .failed: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'failed'"
-        case .refused: sql += " AND \(Self.unsyncedCondition) AND sync_status = 'rejected'"
-        }
-        for (column, value) in [("collection", collection), ("scope", scope), ("record_id", recordId)] {
-            guard let value else { continue }
-            sql += " AND \(column) = ?"
-            arguments += [value]
-        }
-        return (sql + " ORDER BY updated_at DESC, record_id, scope", arguments)
     }
 
     /// How many records wait to sync for the first time (`pending`), failed and wait to be tried again
     /// (`failed`), and were refused and wait for the user (`rejected`); in one collection when `collection`
     /// is given.
     public func counts(collection: String? = nil) async throws -> RecordCounts {
-        try await perform {
-            try await self.read { db in
-                // Cached: a syncing device's status counts ten times a second.
-                let statement = try db.cachedStatement(
-                    sql: """
-                        SELECT sync_status, COUNT(*) FROM records
-                        WHERE \(Self.unsyncedCondition) AND (?1 IS NULL OR collection = ?1)
-                        GROUP BY sync_status
-                        """)
-                var counts = RecordCounts()
-                for row in try Row.fetchAll(statement, arguments: [collection]) {
-                    switch row[0] as String {
-                    case RecordSyncStatus.pending.rawValue: counts.pending = row[1]
-                    case RecordSyncStatus.failed.rawValue: counts.failed = row[1]
-                    default: counts.refused = row[1]
-                    }
-                }
-                return counts
-            }
-        }
+        try await perform { try await self.read { db in try RecordRow.counts(collection: collection, db) } }
     }
-
-    /// The condition of the partial index `records_unsynced`, repeated word for word in every query that
-    /// should count from that index alone (SQLite uses a partial index only for a query that names its
-    /// condition).
-    static let unsyncedCondition = "sync_status IN ('pending', 'failed', 'rejected')"
 
     // MARK: Device settings
 
@@ -493,38 +436,15 @@ public final class LocalStore: Sendable {
     package func setting(_ name: String) async throws -> String? {
         let sealer = self.sealer
         return try await perform {
-            try await self.read { db in
-                guard let sealed = try Data.fetchOne(db, sql: "SELECT value FROM settings WHERE name = ?", arguments: [name])
-                else { return nil }
-                return String(decoding: try sealer.open(sealed, context: "setting:\(name)"), as: UTF8.self)
-            }
+            try await self.read { db in try SettingRow.value(name, sealer: sealer, db) }
         }
     }
 
     package func setSetting(_ name: String, _ value: String?) async throws {
         let sealer = self.sealer
         try await perform {
-            try await self.writeImmediate { db in try Self.saveSetting(name, value, db: db, sealer: sealer) }
+            try await self.writeImmediate { db in try SettingRow.save(name, value, sealer: sealer, db) }
         }
-    }
-
-    static func saveSetting(_ name: String, _ value: String?, db: Database, sealer: Sealer) throws {
-        if let value {
-            try db.execute(
-                sql: "INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
-                arguments: [name, try sealer.seal(Data(value.utf8), context: "setting:\(name)")])
-        } else {
-            try db.execute(sql: "DELETE FROM settings WHERE name = ?", arguments: [name])
-        }
-    }
-
-    // MARK: Rows
-
-    static func record(_ db: Database, collection: String, scope: String, recordId: String, sealer: Sealer) throws -> LocalRecord? {
-        try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT * FROM records WHERE collection = ? AND scope = ? AND record_id = ?"),
-            arguments: [collection, scope, recordId]
-        ).map { try record($0, sealer: sealer) }
     }
 
     /// The sealed part of a record row.
@@ -597,64 +517,6 @@ public final class LocalStore: Sendable {
             }
             self.init(fields: fields, syncError: try text("syncError"), syncErrorCode: try text("syncErrorCode"), conflict: nil)
         }
-    }
-
-    static func record(_ row: Row, sealer: Sealer) throws -> LocalRecord {
-        let collection: String = row["collection"]
-        let scope: String = row["scope"]
-        let recordId: String = row["record_id"]
-        let opened = try sealer.open(row["payload"], context: LocalRecord.payloadContext(collection, scope, recordId))
-        let payload: SealedPayload
-        do {
-            payload = try SealedPayload(jsonBytes: opened)
-        } catch {
-            throw ClientError(.cannotDecrypt, "a sealed payload does not decode", underlying: error)
-        }
-        let stored: String? = row["sync_status"]
-        // Rows written by older versions carry no status: they were synced. A status this version does not know
-        // is never read as another.
-        let status: RecordSyncStatus
-        if let stored {
-            guard let known = RecordSyncStatus(rawValue: stored) else {
-                throw ClientError(.storeCorrupt, "a record's sync status is not one this version knows")
-            }
-            status = known
-        } else {
-            status = .synced
-        }
-        let lastAttempt: Int64? = row["last_sync_attempt"]
-        return LocalRecord(
-            collection: collection, scope: scope, recordId: recordId, fields: payload.fields, tombstone: row["tombstone"],
-            syncStatus: status,
-            lastSyncAttempt: lastAttempt.map { Timestamp(millisecondsSince1970: $0).date },
-            syncError: payload.syncError, syncErrorCode: payload.syncErrorCode, isOfflineEntry: row["is_offline_entry"],
-            createdAt: Timestamp(millisecondsSince1970: row["created_at"]),
-            updatedAt: Timestamp(millisecondsSince1970: row["updated_at"]), version: row["version"],
-            conflict: payload.conflict, serverCopy: payload.serverCopy)
-    }
-
-    static func save(_ record: LocalRecord, db: Database, sealer: Sealer) throws {
-        let payload = SealedPayload(
-            fields: record.fields, syncError: record.syncError, syncErrorCode: record.syncErrorCode, conflict: record.conflict,
-            serverCopy: record.serverCopy)
-        try save(record, sealedPayload: try sealer.seal(payload.jsonBytes(), context: record.payloadContext), db: db)
-    }
-
-    /// Saves `record` with its payload already sealed (``SealedPayload``, under ``LocalRecord/payloadContext``).
-    static func save(_ record: LocalRecord, sealedPayload: Data, db: Database) throws {
-        try db.cachedStatement(
-            sql: """
-                INSERT OR REPLACE INTO records (collection, scope, record_id, payload, tombstone, sync_status,
-                                                last_sync_attempt, is_offline_entry, created_at, updated_at, version,
-                                                sealed_detail)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """
-        ).execute(arguments: [
-            record.collection, record.scope, record.recordId, sealedPayload, record.tombstone, record.syncStatus.rawValue,
-            record.lastSyncAttempt.map { Timestamp($0).millisecondsSince1970 }, record.isOfflineEntry,
-            record.createdAt.millisecondsSince1970, record.updatedAt.millisecondsSince1970, record.version,
-            record.syncError != nil || record.syncErrorCode != nil || record.conflict != nil || record.serverCopy != nil,
-        ])
     }
 
     /// Runs GRDB work, turning its errors into ``ClientError`` without SQL or values. Work that stopped because its

@@ -122,19 +122,33 @@ extension LocalStore {
         return observeList(Selection(query), checkingOtherProcessesEvery: interval, clock: clock) { try decoded.decode($0) }
     }
 
-    /// What a list selects, in SQL's terms.
+    /// What a list of records selects, in SQL's terms: every listing of records, read once or kept live, is one.
     struct Selection: Sendable {
         var collection: String?
         var scope: String?
+        var recordId: String?
         var statuses: Set<RecordSyncStatus>?
         var includesDeleted = true
         var order = RecordOrder.latestChangeFirst
         var limit: Int?
 
-        init(collection: String?, scope: String?, statuses: Set<RecordSyncStatus>?) {
+        init(collection: String?, scope: String?, recordId: String? = nil, statuses: Set<RecordSyncStatus>?) {
             self.collection = collection
             self.scope = scope
+            self.recordId = recordId
             self.statuses = statuses
+        }
+
+        /// The records of ``Filter``, deleted ones included, latest change first.
+        init(_ filter: Filter, collection: String?, scope: String?, recordId: String? = nil) {
+            let statuses: Set<RecordSyncStatus>? =
+                switch filter {
+                case .all: nil
+                case .pending: [.pending]
+                case .failed: [.failed]
+                case .refused: [.refused]
+                }
+            self.init(collection: collection, scope: scope, recordId: recordId, statuses: statuses)
         }
 
         init<Fields>(_ query: RecordQuery<Fields>) {
@@ -149,11 +163,13 @@ extension LocalStore {
             var sql = "SELECT \(columns) FROM records WHERE 1 = 1"
             var arguments: StatementArguments = []
             if let statuses {
+                // A list of unsynced records only reads the partial index of those, named word for word.
+                if !statuses.contains(.synced) { sql += " AND \(RecordRow.unsyncedCondition)" }
                 sql += " AND sync_status IN (\(statuses.map { _ in "?" }.joined(separator: ", ")))"
                 arguments += StatementArguments(statuses.map(\.rawValue).sorted())
             }
             if !includesDeleted { sql += " AND NOT tombstone" }
-            for (column, value) in [("collection", collection), ("scope", scope)] {
+            for (column, value) in [("collection", collection), ("scope", scope), ("record_id", recordId)] {
                 guard let value else { continue }
                 sql += " AND \(column) = ?"
                 arguments += [value]
