@@ -103,4 +103,24 @@ struct RecordQueryTests {
             #expect(Counted.count - decoded == 1)
         }
     }
+
+    @Test("a live query's first list is read before it returns: it is there even when the store closes at once")
+    func firstListAtOnce() async throws {
+        try await withStore { store, _ in
+            for id in ["a1", "a2"] {
+                try await store.write(Self.activity(id, day: 20), deviceId: "d", at: Date(), offline: false)
+            }
+            let query = RecordQuery<Activity.Record>(collection: Activity.collection).order(.oldestFirst)
+            // Many lists, so that a first read left to a task after the return would meet the closed store.
+            let typed = (0..<10).map { _ in store.observe(query) }
+            let records = store.observeRecords(collection: Activity.collection)
+            try await store.close()
+            for list in typed {
+                var lists = list.makeAsyncIterator()
+                #expect(try await lists.next()?.map(\.recordId) == ["a1", "a2"])
+            }
+            var recordLists = records.makeAsyncIterator()
+            #expect(try await recordLists.next()?.map(\.recordId).sorted() == ["a1", "a2"])
+        }
+    }
 }

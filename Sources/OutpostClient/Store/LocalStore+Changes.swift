@@ -156,6 +156,8 @@ extension LocalStore {
 
     /// The records ``records(_:collection:scope:recordId:)`` lists, now and after every change to them.
     ///
+    /// The first list is read before this method returns, on the caller's thread, and waits in the stream.
+    ///
     /// After the first list, a commit of this process that changed other collections' records only costs a list
     /// of one collection nothing; any other commit costs it the reading of its rows' plain columns, and the
     /// opening of the records it changed only: the others are shown as they were opened before.
@@ -179,9 +181,15 @@ extension LocalStore {
         // Subscribed before the first read, so that no commit after it goes unseen.
         let (changes, take) = changesNamingRecords(of: selection.collection, checkingOtherProcessesEvery: interval, clock: clock)
         let list = LiveList(selection)
+        // The first list is read at once, on the caller's thread, so that a screen's first frame shows it.
+        do {
+            continuation.yield(try transform(try firstRecords(in: list)))
+        } catch {
+            continuation.finish(throwing: error)
+            return stream
+        }
         let task = Task { [self] in
             do {
-                if let first = try await records(in: list, changed: .unknown) { continuation.yield(try transform(first)) }
                 for await _ in changes {
                     if let value = try await records(in: list, changed: take()) { continuation.yield(try transform(value)) }
                 }

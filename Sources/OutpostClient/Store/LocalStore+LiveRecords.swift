@@ -93,6 +93,20 @@ extension LocalStore {
         "collection, scope, record_id, updated_at, last_sync_attempt, version, sync_status, "
         + "tombstone | is_offline_entry << 1 | coalesce(sealed_detail, 2) << 2, substr(payload, -16), created_at, tombstone"
 
+    /// The records `list`'s selection lists at first, read on the caller's thread (see ``readOnCaller(_:)``):
+    /// what a screen shows in its first frame.
+    func firstRecords(in list: LiveList) throws -> [LocalRecord] {
+        let sealer = self.sealer
+        return try performOnCaller {
+            try readOnCaller { db in
+                var state = LiveList.State()
+                _ = try Self.scan(into: &state, of: list, db: db, sealer: sealer)
+                list.state.withLockedValue { $0 = state }
+                return state.entries.map(\.record)
+            }
+        }
+    }
+
     /// The records `list`'s selection lists now, after the commits that changed `changed`; nil when the list is
     /// the one shown before, record for record.
     func records(in list: LiveList, changed: ChangedRecords) async throws -> [LocalRecord]? {

@@ -524,17 +524,29 @@ public final class LocalStore: Sendable {
     func perform<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
-        } catch let error as ClientError {
-            throw error
         } catch {
-            if error is CancellationError || Task.isCancelled { throw CancellationError() }
-            if let database = error as? DatabaseError, database.resultCode == .SQLITE_FULL {
-                throw ClientError(
-                    .diskFull, "the device's storage is full: free some space to save more; what was saved is kept",
-                    underlying: error)
-            }
-            throw ClientError(.storeUnavailable, "the device store failed to read or write", underlying: error)
+            throw Self.storeError(error)
         }
+    }
+
+    /// ``perform(_:)`` of work that runs on the caller's thread.
+    func performOnCaller<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch {
+            throw Self.storeError(error)
+        }
+    }
+
+    private static func storeError(_ error: any Error) -> any Error {
+        if error is ClientError { return error }
+        if error is CancellationError || Task.isCancelled { return CancellationError() }
+        if let database = error as? DatabaseError, database.resultCode == .SQLITE_FULL {
+            return ClientError(
+                .diskFull, "the device's storage is full: free some space to save more; what was saved is kept",
+                underlying: error)
+        }
+        return ClientError(.storeUnavailable, "the device store failed to read or write", underlying: error)
     }
 }
 

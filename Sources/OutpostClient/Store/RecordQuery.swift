@@ -110,7 +110,8 @@ extension LocalStore {
 
     /// The records `query` selects, decoded, now and after every change to them.
     ///
-    /// The first element is the current list. After it, a commit of this process that changed other collections costs
+    /// The first element is the current list, read before this method returns (on the caller's thread, as GRDB's
+    /// `ValueObservation` reads with `.immediate` scheduling), so that a screen never shows an empty frame. After it, a commit of this process that changed other collections costs
     /// the list nothing; a commit in its collection costs the reading of its rows' plain columns, and the
     /// opening and decoding of the records it changed only. Commits of other processes are seen within
     /// `interval` (see ``changes(checkingOtherProcessesEvery:clock:)``).
