@@ -8,6 +8,9 @@ import NIOConcurrencyHelpers
 /// for an advance that never comes.)
 ///
 /// A cancelled sleeper stops waiting at once and throws `CancellationError`.
+///
+/// Home-made beside swift-clocks' `TestClock`, whose `advance(by:)` lets sleepers run by yielding a fixed number of
+/// times (`Task.megaYield`), which a loaded machine can outrun; this clock says when a sleep waits instead.
 public final class ManualClock: Clock, Sendable {
     /// A point in the clock's time: how far it stands from the clock's start.
     public struct Instant: InstantProtocol {

@@ -51,7 +51,7 @@ struct OutboxRowTests {
             let sealer = store.sealer
             let (left, count, attempts) = try await store.writeImmediate { db in
                 for n in 1...4 { try Self.row(n, record: "r\(n)", sealer: sealer).insert(db) }
-                try OutboxRow.confirm([1, 3], db)
+                try OutboxRow.remove([1, 3], db)
                 try OutboxRow.markAttempt(2, state: .rejected, at: 9_000, db)
                 try OutboxRow.markAttempt(4, state: .pending, at: 9_000, db)
                 return (

@@ -20,29 +20,12 @@ extension LocalStore {
                     guard var record = try RecordRow.find(key, db)?.open(with: sealer),
                         record.isOfflineEntry
                     else { continue }
-                    let rows = try Row.fetchAll(
-                        db,
-                        sql: """
-                            SELECT seq, idempotency_key, payload FROM outbox
-                            WHERE state = 'pending' AND collection = ? AND scope = ? AND record_id = ? AND op = 'upsert'
-                            ORDER BY seq
-                            """,
-                        arguments: [key.collection, key.scope, key.recordId])
                     var cleared = false
-                    for row in rows {
-                        let idempotencyKey: String = row["idempotency_key"]
-                        var fields = try sealer.open(
-                            json: [String: JSONValue].self, from: row["payload"] as Data, context: "outbox:\(idempotencyKey)")
+                    for var row in try OutboxRow.entries(of: key, state: .pending, upsertsOnly: true, db) {
+                        var fields = try row.fields(opening: sealer)
                         guard fields.removeValue(forKey: LocalRecord.offlineEntryField) != nil else { continue }
-                        let bytes: [UInt8]
-                        do throws(JSONSyntaxError) {
-                            bytes = try fields.jsonBytes()
-                        } catch {
-                            throw ClientError.unstorableField(error)
-                        }
-                        try db.execute(
-                            sql: "UPDATE outbox SET payload = ? WHERE seq = ?",
-                            arguments: [try sealer.seal(bytes, context: "outbox:\(idempotencyKey)"), row["seq"] as Int64])
+                        try row.seal(fields, with: sealer)
+                        try row.update(db, columns: ["payload"])
                         cleared = true
                     }
                     guard cleared else { continue }

@@ -14,27 +14,19 @@ extension LocalStore {
 
     /// Archives `record` with its rejected entries into `discarded`, and removes those entries.
     static func archiveRefused(_ record: LocalRecord, db: Database, sealer: Sealer, at time: Int64) throws {
-        let rows = try Row.fetchAll(
-            db,
-            sql: """
-                SELECT seq, idempotency_key, payload FROM outbox
-                WHERE state = 'rejected' AND collection = ? AND scope = ? AND record_id = ? ORDER BY seq
-                """,
-            arguments: [record.collection, record.scope, record.recordId])
-        let entries = try rows.map { row in
-            try sealer.open(json: [String: JSONValue].self, from: row["payload"], context: "outbox:\(row["idempotency_key"] as String)")
-        }
+        let rows = try OutboxRow.entries(
+            of: RecordKey(record.collection, record.scope, record.recordId), state: .rejected, db)
+        let entries = try rows.map { try $0.fields(opening: sealer) }
         let copy = DiscardedCopy(
             record: SealedPayload(
                 fields: record.fields, syncError: record.syncError, syncErrorCode: record.syncErrorCode, conflict: record.conflict),
             entries: entries)
-        let context = "discarded:\(record.payloadContext):\(time)"
-        try db.execute(
-            sql: "INSERT INTO discarded (collection, scope, record_id, discarded_at, payload) VALUES (?, ?, ?, ?, ?)",
-            arguments: [record.collection, record.scope, record.recordId, time, try sealer.seal(JSONEncoder().encode(copy), context: context)])
-        for row in rows {
-            try db.execute(sql: "DELETE FROM outbox WHERE seq = ?", arguments: [row["seq"] as Int64])
-        }
+        let key = RecordKey(record.collection, record.scope, record.recordId)
+        try DiscardedRow(
+            record: key, discardedAt: time,
+            payload: try sealer.seal(JSONEncoder().encode(copy), context: DiscardedRow.payloadContext(key, at: time))
+        ).insert(db)
+        try OutboxRow.remove(rows.compactMap(\.seq), db)
     }
 
     /// Gives up a refused record: a sealed copy goes to the archive, and its refused entries leave the queue.
@@ -54,9 +46,7 @@ extension LocalStore {
                 }
                 try Self.archiveRefused(record, db: db, sealer: sealer, at: Timestamp(date).millisecondsSince1970)
                 // Entries still queued behind the refused ones go too: they change a record the user gave up.
-                try db.execute(
-                    sql: "DELETE FROM outbox WHERE collection = ? AND scope = ? AND record_id = ?",
-                    arguments: [collection, scope, recordId])
+                try OutboxRow.removeAll(of: RecordKey(collection, scope, recordId), db)
                 if let copy = record.serverCopy {
                     var restored = record
                     restored.fields = copy.fields
@@ -72,9 +62,7 @@ extension LocalStore {
                     try RecordRow(restored, sealer: sealer).insert(db)
                     return
                 }
-                try db.execute(
-                    sql: "DELETE FROM records WHERE collection = ? AND scope = ? AND record_id = ?",
-                    arguments: [collection, scope, recordId])
+                try RecordRow.delete(RecordKey(collection, scope, recordId), db)
                 // The server's own version of the record, if it has one, comes again with the next pull: a pull
                 // that passed it while the refused one stood on top did not store it.
                 try Self.forgetPullCursors(collection: collection, scope: scope, db: db)
@@ -85,7 +73,7 @@ extension LocalStore {
     /// How many records the user discarded, kept sealed on the device for audit.
     package func discardedCount() async throws -> Int {
         try await perform {
-            try await self.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM discarded") ?? 0 }
+            try await self.read { db in try DiscardedRow.fetchCount(db) }
         }
     }
 
@@ -109,11 +97,7 @@ extension LocalStore {
                 record.conflict = nil
                 record.syncError = nil
                 record.syncErrorCode = nil
-                let queued =
-                    try Bool.fetchOne(
-                        db, sql: "SELECT EXISTS (SELECT 1 FROM outbox WHERE collection = ? AND scope = ? AND record_id = ?)",
-                        arguments: [collection, scope, recordId]) ?? false
-                record.syncStatus = queued ? .pending : .synced
+                record.syncStatus = try OutboxRow.hasEntries(of: RecordKey(collection, scope, recordId), db) ? .pending : .synced
                 try RecordRow(record, sealer: sealer).insert(db)
                 return record
             }

@@ -140,7 +140,7 @@ extension LocalStore {
         for (seq, state) in decision.refused {
             try OutboxRow.markAttempt(seq, state: state, at: now, db)
         }
-        try OutboxRow.confirm(decision.confirmed, db)
+        try OutboxRow.remove(decision.confirmed, db)
     }
 
     /// Stores what becomes of the chunk's records, once its entries are stored: each one's version, status and
@@ -258,22 +258,9 @@ extension LocalStore {
         for (key, time) in updatedAt {
             if time == lastEntry[key] { exact.insert(key) } else { unsure.insert(key) }
         }
-        // The record ids go in as one JSON array, so that the statement is compiled once per connection
-        // whatever their number.
         func count(_ keys: Set<RecordKey>, through maxSeq: Int64) throws {
             guard !keys.isEmpty else { return }
-            var ids: [UInt8] = [UInt8(ascii: "[")]
-            for (index, id) in Set(keys.map(\.recordId)).enumerated() {
-                if index > 0 { ids.append(UInt8(ascii: ",")) }
-                JSONWriter.string(id, to: &ids)
-            }
-            ids.append(UInt8(ascii: "]"))
-            let statement = try db.cachedStatement(
-                sql: "SELECT collection, scope, record_id FROM outbox WHERE seq <= ? AND record_id IN (SELECT value FROM json_each(?))")
-            for row in try Row.fetchAll(statement, arguments: [maxSeq, String(decoding: ids, as: UTF8.self)]) {
-                let key = RecordKey(row[0], row[1], row[2])
-                if keys.contains(key) { queued[key, default: 0] += 1 }
-            }
+            for key in try OutboxRow.records(of: keys, through: maxSeq, db) { queued[key, default: 0] += 1 }
         }
         try count(exact, through: maxSeq)
         try count(unsure, through: .max)
@@ -318,23 +305,8 @@ extension LocalStore {
     package func requeue(collection: String? = nil, scope: String? = nil, recordId: String) async throws -> Int {
         try await perform {
             try await self.writeImmediate { db in
-                try db.execute(
-                    sql: """
-                        UPDATE outbox SET state = 'pending'
-                        WHERE state = 'rejected' AND record_id = ?1 AND (?2 IS NULL OR collection = ?2)
-                          AND (?3 IS NULL OR scope = ?3)
-                        """,
-                    arguments: [recordId, collection, scope])
-                let requeued = db.changesCount
-                try db.execute(
-                    sql: """
-                        UPDATE records SET sync_status = 'pending'
-                        WHERE sync_status = 'rejected' AND record_id = ?1 AND (?2 IS NULL OR collection = ?2)
-                          AND (?3 IS NULL OR scope = ?3)
-                          AND EXISTS (SELECT 1 FROM outbox o WHERE o.state = 'pending' AND o.collection = records.collection
-                                        AND o.scope = records.scope AND o.record_id = records.record_id)
-                        """,
-                    arguments: [recordId, collection, scope])
+                let requeued = try OutboxRow.requeue(recordId: recordId, collection: collection, scope: scope, db)
+                try RecordRow.markPendingWhereQueued(recordId: recordId, collection: collection, scope: scope, db)
                 if requeued > 0 { self.requeues.withLockedValue { $0 += 1 } }
                 return requeued
             }
@@ -355,49 +327,30 @@ extension LocalStore {
         // A read first: almost always there is nothing to stamp, and a read costs no commit.
         let any = try await perform {
             try await self.read { db in
-                try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM outbox WHERE state = 'pending' AND client_ts > ?)", arguments: [limit])
-                    ?? false
+                try OutboxRow.hasPending(writtenAfter: limit, db)
             }
         }
         guard any else { return 0 }
         return try await perform {
             try await self.writeImmediate { db in
                 // From the first entry to stamp on, newest first: each stamped entry goes just before the one after it.
-                let rows = try Row.fetchAll(
-                    db,
-                    sql: """
-                        SELECT seq, client_ts, idempotency_key, payload, timestamp_field FROM outbox
-                        WHERE state = 'pending'
-                          AND seq >= (SELECT MIN(seq) FROM outbox WHERE state = 'pending' AND client_ts > ?1)
-                        ORDER BY seq DESC
-                        """,
-                    arguments: [limit])
+                let rows = try OutboxRow.pendingNewestFirst(fromFirstWrittenAfter: limit, db)
                 var ceiling = Timestamp(now).millisecondsSince1970 + 1
                 var stamped = 0
-                for row in rows {
-                    let clientTime: Int64 = row["client_ts"]
-                    guard clientTime > limit else {
-                        ceiling = min(ceiling, clientTime)
+                for var row in rows {
+                    guard row.clientTime > limit else {
+                        ceiling = min(ceiling, row.clientTime)
                         continue
                     }
                     ceiling -= 1
-                    let time = ceiling
+                    row.clientTime = ceiling
                     stamped += 1
-                    let key: String = row["idempotency_key"]
-                    var payload: Data = row["payload"]
-                    if let field: String = row["timestamp_field"] {
-                        var fields = try sealer.open(json: [String: JSONValue].self, from: payload, context: "outbox:\(key)")
-                        fields[field] = .string(Timestamp(millisecondsSince1970: time).iso8601)
-                        let bytes: [UInt8]
-                        do throws(JSONSyntaxError) {
-                            bytes = try fields.jsonBytes()
-                        } catch {
-                            throw ClientError.unstorableField(error)
-                        }
-                        payload = try sealer.seal(bytes, context: "outbox:\(key)")
+                    if let field = row.timestampField {
+                        var fields = try row.fields(opening: sealer)
+                        fields[field] = .string(Timestamp(millisecondsSince1970: row.clientTime).iso8601)
+                        try row.seal(fields, with: sealer)
                     }
-                    try db.execute(
-                        sql: "UPDATE outbox SET client_ts = ?, payload = ? WHERE seq = ?", arguments: [time, payload, row["seq"] as Int64])
+                    try row.update(db, columns: ["client_ts", "payload"])
                 }
                 return stamped
             }
@@ -413,20 +366,10 @@ extension LocalStore {
         let sealer = self.sealer
         return try await perform {
             try await self.read { db in
-                let rows = try Row.fetchAll(
-                    db,
-                    sql: """
-                        SELECT collection, scope, record_id, MIN(client_ts) AS first FROM outbox
-                        WHERE state = 'pending' AND client_ts <= ? GROUP BY collection, scope, record_id
-                        ORDER BY first, collection, scope, record_id
-                        """, arguments: [Timestamp(cutoff).millisecondsSince1970])
-                return try rows.map { row in
-                    let collection: String = row["collection"]
-                    let recordId: String = row["record_id"]
-                    let record = try RecordRow.find(RecordKey(collection, row["scope"], recordId), db)?.open(with: sealer)
+                try OutboxRow.pendingRecords(writtenBefore: Timestamp(cutoff).millisecondsSince1970, db).map { key, first in
+                    let record = try RecordRow.find(key, db)?.open(with: sealer)
                     return SyncFailure(
-                        collection: collection, recordId: recordId,
-                        firstAttempt: Timestamp(millisecondsSince1970: row["first"]),
+                        collection: key.collection, recordId: key.recordId, firstAttempt: Timestamp(millisecondsSince1970: first),
                         lastError: SyncFailure.reportableError(record?.syncError ?? "not yet delivered: the device has been offline"))
                 }
             }
@@ -439,13 +382,8 @@ extension LocalStore {
     package func overdueRecordIds(writtenBefore cutoff: Date, collection: String, scope: String?) async throws -> Set<String> {
         try await perform {
             try await self.read { db in
-                Set(
-                    try String.fetchAll(
-                        db,
-                        sql: """
-                            SELECT DISTINCT record_id FROM outbox
-                            WHERE state = 'pending' AND client_ts <= ? AND collection = ? AND (? IS NULL OR scope = ?)
-                            """, arguments: [Timestamp(cutoff).millisecondsSince1970, collection, scope, scope]))
+                try OutboxRow.pendingRecordIds(
+                    writtenBefore: Timestamp(cutoff).millisecondsSince1970, collection: collection, scope: scope, db)
             }
         }
     }
@@ -454,8 +392,7 @@ extension LocalStore {
     package func lastReferenceFetch() async throws -> Date? {
         try await perform {
             try await self.read { db in
-                try Int64.fetchOne(db, sql: "SELECT max(max(coalesce(completed_at, 0), coalesce(refreshed_at, 0))) FROM reference_state")
-                    .flatMap { $0 > 0 ? Timestamp(millisecondsSince1970: $0).date : nil }
+                try ReferenceStateRow.lastFetch(db).map { Timestamp(millisecondsSince1970: $0).date }
             }
         }
     }

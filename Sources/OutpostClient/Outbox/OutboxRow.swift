@@ -85,10 +85,25 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
     /// What an entry's sealed fields are bound to: they open only in their own entry.
     static func payloadContext(_ idempotencyKey: String) -> String { "outbox:\(idempotencyKey)" }
 
+    /// The mutation's fields, opened.
+    func fields(opening sealer: Sealer) throws -> [String: JSONValue] {
+        try sealer.open(json: [String: JSONValue].self, from: payload, context: Self.payloadContext(idempotencyKey))
+    }
+
+    /// Seals `fields` as the mutation's fields.
+    mutating func seal(_ fields: [String: JSONValue], with sealer: Sealer) throws {
+        let bytes: [UInt8]
+        do throws(JSONSyntaxError) {
+            bytes = try fields.jsonBytes()
+        } catch {
+            throw ClientError.unstorableField(error)
+        }
+        payload = try sealer.seal(bytes, context: Self.payloadContext(idempotencyKey))
+    }
+
     /// The queued mutation, its fields opened.
     func entry(opening sealer: Sealer) throws -> OutboxEntry {
-        let fields = try sealer.open(
-            json: [String: JSONValue].self, from: payload, context: Self.payloadContext(idempotencyKey))
+        let fields = try fields(opening: sealer)
         return OutboxEntry(
             seq: seq ?? 0,
             mutation: Mutation(
@@ -136,8 +151,63 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
         try Int64.fetchOne(db.cachedStatement(sql: "SELECT client_ts FROM outbox ORDER BY seq DESC LIMIT 1"))
     }
 
-    /// Deletes the entries the server confirmed, in one statement.
-    static func confirm(_ seqs: [Int64], _ db: Database) throws {
+    /// The entries of `record`, in order: in `state` alone when given, and its upserts alone when `upsertsOnly`.
+    static func entries(
+        of record: RecordKey, state: State? = nil, upsertsOnly: Bool = false, _ db: Database
+    ) throws -> [OutboxRow] {
+        try fetchAll(
+            db,
+            sql: """
+                SELECT * FROM outbox
+                WHERE collection = ?1 AND scope = ?2 AND record_id = ?3 AND (?4 IS NULL OR state = ?4)
+                  AND (NOT ?5 OR op = 'upsert')
+                ORDER BY seq
+                """,
+            arguments: [record.collection, record.scope, record.recordId, state?.rawValue, upsertsOnly])
+    }
+
+    /// The record of each entry up to `maxSeq` (in any state) that is one of `records`: a record once per entry.
+    static func records(of records: Set<RecordKey>, through maxSeq: Int64, _ db: Database) throws -> [RecordKey] {
+        // The record ids go in as one JSON array, so that the statement is compiled once per connection whatever
+        // their number.
+        var ids: [UInt8] = []
+        try JSONWriter.array(Set(records.map(\.recordId)), to: &ids) { id, output in JSONWriter.string(id, to: &output) }
+        return try Row.fetchAll(
+            db.cachedStatement(
+                sql: "SELECT collection, scope, record_id FROM outbox WHERE seq <= ? AND record_id IN (SELECT value FROM json_each(?))"),
+            arguments: [maxSeq, String(decoding: ids, as: UTF8.self)]
+        ).map { RecordKey($0[0], $0[1], $0[2]) }.filter(records.contains)
+    }
+
+    /// Whether `record` has entries, in any state.
+    static func hasEntries(of record: RecordKey, _ db: Database) throws -> Bool {
+        try Bool.fetchOne(
+            db, sql: "SELECT EXISTS (SELECT 1 FROM outbox WHERE collection = ? AND scope = ? AND record_id = ?)",
+            arguments: [record.collection, record.scope, record.recordId]) ?? false
+    }
+
+    /// The records with entries, in any state.
+    static func queuedRecords(_ db: Database) throws -> Set<RecordKey> {
+        Set(try Row.fetchAll(db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox").map { RecordKey($0[0], $0[1], $0[2]) })
+    }
+
+    /// Moves the entries of `record` to the record `newId` of the same collection and scope. Their sealed fields
+    /// stay as they are: they are bound to each entry's idempotency key, not to the record.
+    static func move(_ record: RecordKey, to newId: String, _ db: Database) throws {
+        try db.execute(
+            sql: "UPDATE outbox SET record_id = ? WHERE collection = ? AND scope = ? AND record_id = ?",
+            arguments: [newId, record.collection, record.scope, record.recordId])
+    }
+
+    /// Removes the entries of `record`, in any state.
+    static func removeAll(of record: RecordKey, _ db: Database) throws {
+        try db.execute(
+            sql: "DELETE FROM outbox WHERE collection = ? AND scope = ? AND record_id = ?",
+            arguments: [record.collection, record.scope, record.recordId])
+    }
+
+    /// Removes the entries `seqs` (the server confirmed them, or the user gave them up), in one statement.
+    static func remove(_ seqs: [Int64], _ db: Database) throws {
         guard !seqs.isEmpty else { return }
         try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))")
             .execute(arguments: ["[" + seqs.map(String.init).joined(separator: ",") + "]"])
@@ -169,5 +239,62 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
     /// Sets every pending entry aside, as refused.
     static func refuseAllPending(_ db: Database) throws {
         try db.execute(sql: "UPDATE outbox SET state = 'rejected' WHERE state = 'pending'")
+    }
+
+    /// Puts the refused entries of `recordId` back in the queue (of `collection` and `scope` when given). How many.
+    static func requeue(recordId: String, collection: String?, scope: String?, _ db: Database) throws -> Int {
+        try db.execute(
+            sql: """
+                UPDATE outbox SET state = 'pending'
+                WHERE state = 'rejected' AND record_id = ?1 AND (?2 IS NULL OR collection = ?2) AND (?3 IS NULL OR scope = ?3)
+                """,
+            arguments: [recordId, collection, scope])
+        return db.changesCount
+    }
+
+    /// Whether a pending entry was written after `clientTime`.
+    static func hasPending(writtenAfter clientTime: Int64, _ db: Database) throws -> Bool {
+        try Bool.fetchOne(
+            db, sql: "SELECT EXISTS (SELECT 1 FROM outbox WHERE state = 'pending' AND client_ts > ?)", arguments: [clientTime])
+            ?? false
+    }
+
+    /// The pending entries from the first one written after `clientTime` on, newest first.
+    static func pendingNewestFirst(fromFirstWrittenAfter clientTime: Int64, _ db: Database) throws -> [OutboxRow] {
+        try fetchAll(
+            db,
+            sql: """
+                SELECT * FROM outbox
+                WHERE state = 'pending' AND seq >= (SELECT MIN(seq) FROM outbox WHERE state = 'pending' AND client_ts > ?1)
+                ORDER BY seq DESC
+                """,
+            arguments: [clientTime])
+    }
+
+    /// The records with pending entries written at `clientTime` or earlier, each with its oldest such entry's
+    /// time, oldest first.
+    static func pendingRecords(writtenBefore clientTime: Int64, _ db: Database) throws -> [(record: RecordKey, first: Int64)] {
+        try Row.fetchAll(
+            db,
+            sql: """
+                SELECT collection, scope, record_id, MIN(client_ts) AS first FROM outbox
+                WHERE state = 'pending' AND client_ts <= ? GROUP BY collection, scope, record_id
+                ORDER BY first, collection, scope, record_id
+                """, arguments: [clientTime]
+        ).map { (RecordKey($0[0], $0[1], $0[2]), $0[3]) }
+    }
+
+    /// The ids of the records of `collection` (in `scope` when given) with pending entries written at `clientTime`
+    /// or earlier.
+    static func pendingRecordIds(
+        writtenBefore clientTime: Int64, collection: String, scope: String?, _ db: Database
+    ) throws -> Set<String> {
+        Set(
+            try String.fetchAll(
+                db,
+                sql: """
+                    SELECT DISTINCT record_id FROM outbox
+                    WHERE state = 'pending' AND client_ts <= ? AND collection = ? AND (? IS NULL OR scope = ?)
+                    """, arguments: [clientTime, collection, scope, scope]))
     }
 }

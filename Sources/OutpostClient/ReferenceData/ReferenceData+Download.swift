@@ -36,10 +36,8 @@ extension ReferenceData {
         let started = now()
         let (completed, continuation, resumedFrom) = try await store.perform {
             try await store.read { db -> (Bool, String?, Int) in
-                let row = try Row.fetchOne(
-                    db, sql: "SELECT * FROM reference_state WHERE collection = ? AND scope = ?",
-                    arguments: [collection, scope])
-                return ((row?["completed_at"] as Int64?) != nil, row?["continuation"], row?["stored"] ?? 0)
+                let state = try ReferenceStateRow.find(collection: collection, scope: scope, db)
+                return (state?.completedAt != nil, state?.continuation, state?.stored ?? 0)
             }
         }
         if completed { return try await state(collection: collection, scope: scope) }
@@ -105,10 +103,7 @@ extension ReferenceData {
         let isFirst = continuation == nil
         let completedAt = page.continuation == nil ? Timestamp(now()).millisecondsSince1970 : nil
         let write: @Sendable (Database) throws -> Int? = { db in
-            let state = try Row.fetchOne(
-                db.cachedStatement(
-                    sql: "SELECT continuation, stored, completed_at FROM reference_state WHERE collection = ? AND scope = ?"),
-                arguments: [collection, scope])
+            let state = try ReferenceStateRow.find(collection: collection, scope: scope, db)
             // A page goes only onto the continuation it was asked with; the first, only where no download began.
             if isFirst {
                 guard state == nil else { return nil }
@@ -119,9 +114,7 @@ extension ReferenceData {
                         sql: "DELETE FROM \(table) WHERE collection = ? AND scope = ?", arguments: [collection, scope])
                 }
             } else {
-                guard let state, (state["completed_at"] as Int64?) == nil,
-                    (state["continuation"] as String?) == continuation
-                else { return nil }
+                guard let state, state.completedAt == nil, state.continuation == continuation else { return nil }
             }
             // Pages of one download hold distinct, new ids: nothing to replace. Rows take the next ordinals, and
             // the page goes into the search index as one more small FTS5 segment.
@@ -129,14 +122,11 @@ extension ReferenceData {
             try Self.insertRecords(rows, collection: collection, scope: scope, index: index, db: db)
             try Self.indexRows(db, after: lastOrdinal)
             // Counted as it goes: a COUNT(*) per page would make the download quadratic.
-            let stored = ((state?["stored"] as Int?) ?? 0) + page.records.count
-            try db.execute(
-                sql: """
-                    INSERT OR REPLACE INTO reference_state (collection, scope, continuation, cursor, total, stored,
-                                                            completed_at, refreshed_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [collection, scope, page.continuation, page.cursor, page.total, stored, completedAt, completedAt])
+            let stored = (state?.stored ?? 0) + page.records.count
+            try ReferenceStateRow(
+                collection: collection, scope: scope, continuation: page.continuation, cursor: page.cursor, total: page.total,
+                stored: stored, completedAt: completedAt, refreshedAt: completedAt
+            ).insert(db)
             return stored
         }
         // Pages are stored without a flush of their own, but for the last: a page lost to a power cut is fetched

@@ -81,9 +81,7 @@ extension ReferenceData {
 
     /// The cursor a refresh of a set continues from; nil until the set's download completed.
     private static func refreshCursor(_ db: Database, collection: String, scope: String) throws -> String? {
-        try String.fetchOne(
-            db, sql: "SELECT cursor FROM reference_state WHERE collection = ? AND scope = ? AND completed_at IS NOT NULL",
-            arguments: [collection, scope])
+        try ReferenceStateRow.find(collection: collection, scope: scope, db).flatMap { $0.completedAt == nil ? nil : $0.cursor }
     }
 
     /// Stores one pulled page: rows already stored are updated in place, walk-ins inserted, and either goes into
@@ -97,15 +95,11 @@ extension ReferenceData {
         index: ReferenceIndex, at time: Int64, db: Database
     ) throws -> (Int, Int)? {
         // Statements of fixed text are compiled once per connection: a refresh applies several pages.
-        guard
-            let state = try Row.fetchOne(
-                db.cachedStatement(
-                    sql: "SELECT cursor, stored FROM reference_state WHERE collection = ? AND scope = ? AND completed_at IS NOT NULL"),
-                arguments: [collection, scope]),
-            (state["cursor"] as String?) == pulledFrom
+        guard let state = try ReferenceStateRow.find(collection: collection, scope: scope, db), state.completedAt != nil,
+            state.cursor == pulledFrom
         else { return nil }
         let plan = try plan(
-            page, rows: rows, storedBefore: state["stored"], collection: collection, scope: scope, index: index, db: db)
+            page, rows: rows, storedBefore: state.stored, collection: collection, scope: scope, index: index, db: db)
         try store(plan, cursor: page.cursor, collection: collection, scope: scope, index: index, at: time, db: db)
         return (plan.updates.count + plan.retokenized.count + plan.walkIns.count, plan.tombstoneIds.count)
     }
@@ -234,9 +228,7 @@ extension ReferenceData {
                     """
             ).execute(arguments: [collection, scope, try idList(tombstoneIds), time])
         }
-        try db.cachedStatement(
-            sql: "UPDATE reference_state SET cursor = ?, stored = ?, total = ?, refreshed_at = ? WHERE collection = ? AND scope = ?"
-        ).execute(arguments: [cursor, stored, stored, time, collection, scope])
+        try ReferenceStateRow.refreshed(collection: collection, scope: scope, cursor: cursor, stored: stored, at: time, db)
         // The search index last: once a transaction has written to a virtual table, SQLite opens a savepoint in
         // it for every writing statement after, and FTS5 flushes its pending terms at each.
         if !unindexed.isEmpty {

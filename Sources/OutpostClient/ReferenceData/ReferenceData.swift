@@ -32,16 +32,7 @@ public struct ReferenceData: Sendable {
     }
 
     static func state(_ db: Database, collection: String, scope: String) throws -> ReferenceState {
-        // Cached: every lookup and search asks first.
-        guard
-            let row = try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT completed_at, stored, total FROM reference_state WHERE collection = ? AND scope = ?"),
-                arguments: [collection, scope])
-        else { return .notDownloaded }
-        if let completed: Int64 = row["completed_at"] {
-            return .ready(since: Timestamp(millisecondsSince1970: completed).date)
-        }
-        return .incomplete(stored: row["stored"], total: row["total"])
+        try ReferenceStateRow.find(collection: collection, scope: scope, db)?.referenceState ?? .notDownloaded
     }
 
     /// Runs `prepare` over `items` in two halves at once: sealing and tokens are a page's heaviest CPU work on

@@ -30,57 +30,46 @@ extension LocalStore {
         let inScoped = "collection IN (\(databaseQuestionMarks(count: collections.count)))"
         var complete = true
 
-        var entries: [(seq: Int64, record: RecordKey, scope: String?)] = []
+        var entries: [(row: OutboxRow, scope: String?)] = []
         var lastEntryScope: [RecordKey: String] = [:]
-        for row in try Row.fetchAll(
-            db,
-            sql: "SELECT seq, idempotency_key, collection, record_id, op, payload FROM outbox WHERE scope = '' AND \(inScoped) ORDER BY seq",
-            arguments: StatementArguments(collections))
+        for row in try OutboxRow.fetchAll(
+            db, sql: "SELECT * FROM outbox WHERE scope = '' AND \(inScoped) ORDER BY seq", arguments: StatementArguments(collections))
         {
-            let collection: String = row["collection"]
-            let record = RecordKey(collection, "", row["record_id"])
             var scope: String?
-            if row["op"] == MutationOperation.upsert.rawValue {
-                let key: String = row["idempotency_key"]
-                guard
-                    let fields = try? sealer.open(json: [String: JSONValue].self, from: row["payload"], context: "outbox:\(key)")
-                else {
+            if row.op == .upsert {
+                guard let fields = try? row.fields(opening: sealer) else {
                     complete = false
                     continue
                 }
-                scope = schema.scope(of: fields, in: collection)
+                scope = schema.scope(of: fields, in: row.record.collection)
             }
-            if let scope { lastEntryScope[record] = scope }
-            entries.append((row["seq"], record, scope ?? lastEntryScope[record]))
+            if let scope { lastEntryScope[row.record] = scope }
+            entries.append((row, scope ?? lastEntryScope[row.record]))
         }
 
         var recordScope: [RecordKey: String] = [:]
-        for row in try Row.fetchAll(
+        for row in try RecordRow.fetchAll(
             db, sql: "SELECT * FROM records WHERE scope = '' AND \(inScoped)", arguments: StatementArguments(collections))
         {
-            guard var record = try? RecordRow(row: row).open(with: sealer) else {
+            guard var record = try? row.open(with: sealer) else {
                 complete = false
                 continue
             }
-            let key = RecordKey(record.collection, "", record.recordId)
-            guard let scope = schema.scope(of: record.fields, in: record.collection) ?? lastEntryScope[key], !scope.isEmpty
+            guard let scope = schema.scope(of: record.fields, in: record.collection) ?? lastEntryScope[row.key], !scope.isEmpty
             else { continue }
-            let taken = try Bool.fetchOne(
-                db, sql: "SELECT EXISTS (SELECT 1 FROM records WHERE collection = ? AND scope = ? AND record_id = ?)",
-                arguments: [record.collection, scope, record.recordId])
-            if taken == true { continue }
-            try db.execute(
-                sql: "DELETE FROM records WHERE collection = ? AND scope = '' AND record_id = ?",
-                arguments: [record.collection, record.recordId])
+            if try RecordRow.exists(RecordKey(record.collection, scope, record.recordId), db) { continue }
+            try RecordRow.delete(row.key, db)
             // Sealed again: a record's payload is bound to its scope.
             record.scope = scope
             try RecordRow(record, sealer: sealer).insert(db)
-            recordScope[key] = scope
+            recordScope[row.key] = scope
         }
 
-        for entry in entries {
-            guard let scope = entry.scope ?? recordScope[entry.record], !scope.isEmpty else { continue }
-            try db.execute(sql: "UPDATE outbox SET scope = ? WHERE seq = ?", arguments: [scope, entry.seq])
+        for var (row, scope) in entries {
+            guard let scope = scope ?? recordScope[row.record], !scope.isEmpty else { continue }
+            // The entry's sealed fields are bound to its idempotency key alone: they stay as they are.
+            row.record.scope = scope
+            try row.update(db, columns: ["scope"])
         }
         if complete { try SettingRow.save(scopesFilledSetting, "1", sealer: sealer, db) }
     }

@@ -5,6 +5,9 @@ import NIOConcurrencyHelpers
 ///
 /// A waiting caller that is cancelled leaves the queue at once and throws `CancellationError`. A body must not ask
 /// for a turn of its own key: it would wait for itself.
+///
+/// Home-made because none of the packages this project builds on (swift-async-algorithms, swift-concurrency-extras,
+/// SwiftNIO) has an async lock per key that a cancelled waiter leaves at once.
 final class TurnQueue: Sendable {
     private struct Waiter {
         var id: Int

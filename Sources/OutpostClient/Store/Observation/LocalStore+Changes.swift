@@ -8,6 +8,10 @@ import NIOConcurrencyHelpers
 /// changed, and the records themselves, when it knows them. A subscriber to one collection is woken only by
 /// commits that may have changed it. A subscriber's stream keeps at most one waiting signal, so a burst of
 /// commits wakes a slow reader once; what they changed adds up until the reader takes it (``take(_:)``).
+///
+/// GRDB's transaction observers, and `ValueObservation` built on them, cannot stand in: SQLite's update hook
+/// reports no change to a `WITHOUT ROWID` table (GRDB's `TransactionObserver` documentation, "Dealing with
+/// Undetected Changes"), and `records` is one, keyed by its collection, scope and id.
 final class CommitSignal: Sendable {
     private struct Subscriber {
         var continuation: AsyncStream<Void>.Continuation

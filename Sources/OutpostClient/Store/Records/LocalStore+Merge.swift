@@ -31,16 +31,11 @@ extension LocalStore {
         let sealer = self.sealer
         return try await perform {
             try await self.writeImmediate { db in
-                var queued = Set<RecordKey>()
-                if !changes.isEmpty {
-                    for row in try Row.fetchAll(db, sql: "SELECT DISTINCT collection, scope, record_id FROM outbox") {
-                        queued.insert(RecordKey(row["collection"], row["scope"], row["record_id"]))
-                    }
-                }
+                let queued = changes.isEmpty ? [] : try OutboxRow.queuedRecords(db)
                 var merged = 0
                 for change in changes {
                     let key = RecordKey(change.collection, change.scope, change.recordId)
-                    let existing = try RecordRow.find(RecordKey(change.collection, change.scope, change.recordId), db)?.open(with: sealer)
+                    let existing = try RecordRow.find(key, db)?.open(with: sealer)
                     // A synced record at the server's version is the server's record, unless its fields differ:
                     // then the server answered the device's write without taking it (a first write stood), and
                     // the server's record replaces it.
@@ -54,23 +49,12 @@ extension LocalStore {
                     var fields = change.fields
                     var deleted = change.tombstone
                     if queued.contains(key) {
-                        for row in try Row.fetchAll(
-                            db,
-                            sql: """
-                                SELECT idempotency_key, op, payload FROM outbox
-                                WHERE collection = ? AND scope = ? AND record_id = ? ORDER BY seq
-                                """,
-                            arguments: [change.collection, change.scope, change.recordId])
-                        {
-                            let idempotencyKey: String = row["idempotency_key"]
-                            if row["op"] == MutationOperation.delete.rawValue {
+                        for entry in try OutboxRow.entries(of: key, db) {
+                            if entry.op == .delete {
                                 fields = [:]
                                 deleted = true
                             } else {
-                                let queuedFields = try sealer.open(
-                                    json: [String: JSONValue].self, from: row["payload"],
-                                    context: "outbox:\(idempotencyKey)")
-                                fields.merge(queuedFields) { $1 }
+                                fields.merge(try entry.fields(opening: sealer)) { $1 }
                                 deleted = false
                             }
                         }

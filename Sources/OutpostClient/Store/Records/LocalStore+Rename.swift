@@ -18,18 +18,10 @@ extension LocalStore {
         let movable = try await perform {
             try await self.read { db in
                 try newIds.filter { old, new in
-                    let key: StatementArguments = [collection, scope, old]
-                    let status = try String.fetchOne(
-                        db, sql: "SELECT sync_status FROM records WHERE collection = ? AND scope = ? AND record_id = ?",
-                        arguments: key)
-                    let taken =
-                        try Bool.fetchOne(
-                            db, sql: "SELECT EXISTS (SELECT 1 FROM records WHERE collection = ? AND scope = ? AND record_id = ?)",
-                            arguments: [collection, scope, new]) ?? false
-                    let copies =
-                        try Bool.fetchOne(
-                            db, sql: "SELECT EXISTS (SELECT 1 FROM discarded WHERE collection = ? AND scope = ? AND record_id = ?)",
-                            arguments: key) ?? false
+                    let key = RecordKey(collection, scope, old)
+                    let status = try RecordRow.find(key, db)?.syncStatus
+                    let taken = try RecordRow.exists(RecordKey(collection, scope, new), db)
+                    let copies = try DiscardedRow.hasCopies(of: key, db)
                     return old != new && (copies || (status != nil && (!taken || status == RecordSyncStatus.synced.rawValue)))
                 }
             }
@@ -39,34 +31,20 @@ extension LocalStore {
             try await self.writeImmediate { db in
                 var renamed = 0
                 for (old, new) in movable.sorted(by: { $0.key < $1.key }) {
-                    let key: StatementArguments = [collection, scope, old]
-                    if var record = try RecordRow.find(RecordKey(collection, scope, old), db)?.open(with: sealer) {
+                    let key = RecordKey(collection, scope, old)
+                    if var record = try RecordRow.find(key, db)?.open(with: sealer) {
                         if try RecordRow.exists(RecordKey(collection, scope, new), db) {
                             guard record.syncStatus == .synced else { continue }
                         } else {
                             record.recordId = new
                             try RecordRow(record, sealer: sealer).insert(db)
-                            try db.execute(
-                                sql: "UPDATE outbox SET record_id = ? WHERE collection = ? AND scope = ? AND record_id = ?",
-                                arguments: [new] + key)
+                            try OutboxRow.move(key, to: new, db)
                         }
-                        try db.execute(sql: "DELETE FROM records WHERE collection = ? AND scope = ? AND record_id = ?", arguments: key)
+                        try RecordRow.delete(key, db)
                     }
                     // Copies of discarded records are renamed whether or not the record is still here.
-                    let copies = try Row.fetchAll(
-                        db, sql: "SELECT seq, discarded_at, payload FROM discarded WHERE collection = ? AND scope = ? AND record_id = ?",
-                        arguments: key)
-                    for copy in copies {
-                        let time: Int64 = copy["discarded_at"]
-                        let plain = try sealer.open(
-                            copy["payload"], context: "discarded:\(LocalRecord.payloadContext(collection, scope, old)):\(time)")
-                        try db.execute(
-                            sql: "UPDATE discarded SET record_id = ?, payload = ? WHERE seq = ?",
-                            arguments: [
-                                new,
-                                try sealer.seal(plain, context: "discarded:\(LocalRecord.payloadContext(collection, scope, new)):\(time)"),
-                                copy["seq"] as Int64,
-                            ])
+                    for var copy in try DiscardedRow.copies(of: key, db) {
+                        try copy.rename(to: new, sealer: sealer, db)
                     }
                     renamed += 1
                 }

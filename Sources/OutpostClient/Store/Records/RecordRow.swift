@@ -126,6 +126,38 @@ struct RecordRow: FetchableRecord, PersistableRecord, Sendable {
             arguments: [key.collection, key.scope, key.recordId])
     }
 
+    /// Whether a record with the id `recordId` is here, in `collection` and `scope` when given; nothing is opened.
+    static func exists(recordId: String, collection: String?, scope: String?, _ db: Database) throws -> Bool {
+        try Bool.fetchOne(
+            db,
+            sql: """
+                SELECT EXISTS (SELECT 1 FROM records WHERE record_id = ?1 AND (?2 IS NULL OR collection = ?2)
+                                                       AND (?3 IS NULL OR scope = ?3))
+                """,
+            arguments: [recordId, collection, scope]) ?? false
+    }
+
+    /// Removes the row of `key`.
+    static func delete(_ key: RecordKey, _ db: Database) throws {
+        try db.execute(
+            sql: "DELETE FROM records WHERE collection = ? AND scope = ? AND record_id = ?",
+            arguments: [key.collection, key.scope, key.recordId])
+    }
+
+    /// Makes the refused records of `recordId` (of `collection` and `scope` when given) pending again when entries
+    /// of theirs wait in the outbox.
+    static func markPendingWhereQueued(recordId: String, collection: String?, scope: String?, _ db: Database) throws {
+        try db.execute(
+            sql: """
+                UPDATE records SET sync_status = 'pending'
+                WHERE sync_status = 'rejected' AND record_id = ?1 AND (?2 IS NULL OR collection = ?2)
+                  AND (?3 IS NULL OR scope = ?3)
+                  AND EXISTS (SELECT 1 FROM outbox o WHERE o.state = 'pending' AND o.collection = records.collection
+                                AND o.scope = records.scope AND o.record_id = records.record_id)
+                """,
+            arguments: [recordId, collection, scope])
+    }
+
     /// Whether the table holds a row of `key`: a probe of the key alone, without reading the row.
     static func exists(_ key: RecordKey, _ db: Database) throws -> Bool {
         try Bool.fetchOne(
