@@ -38,6 +38,14 @@ extension LocalStore {
         return value
     }
 
+    /// ``writeImmediate(changing:records:_:)`` of one local action on `record`, in ``LocalWritePath``'s
+    /// transaction.
+    func writeLocal<T: Sendable>(_ record: RecordKey, _ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let value = try await onWriter { db in try LocalWritePath.transaction(db, updates) }
+        commits.signal(changing: [record.collection], records: [record])
+        return value
+    }
+
     /// Runs `work` on the writer's queue, the caller suspended meanwhile: no cooperative thread waits on a lock
     /// another process holds, or on the flush. Queued work runs to its end whatever becomes of the calling task
     /// (GRDB's async `write` refuses every statement but a rollback once the task is cancelled, which could

@@ -101,8 +101,8 @@ public final class LocalStore: Sendable {
             let time = try pool.read { db in
                 ClientTime(
                     last: max(
-                        try Int64.fetchOne(db, sql: "SELECT max(updated_at) FROM records") ?? 0,
-                        try Int64.fetchOne(db, sql: "SELECT max(client_ts) FROM outbox") ?? 0),
+                        try RecordRow.select(max(RecordRow.Columns.updatedAt), as: Int64.self).fetchOne(db) ?? 0,
+                        try OutboxRow.select(max(Column("client_ts")), as: Int64.self).fetchOne(db) ?? 0),
                     dataVersion: try Self.dataVersion(db))
             }
             self.clientTime = NIOLockedValueBox(time)
@@ -185,9 +185,7 @@ public final class LocalStore: Sendable {
         let sealer = self.sealer
         let clientTime = self.clientTime
         return try await perform {
-            try await self.writeImmediate(
-                changing: [write.collection], records: [RecordKey(write.collection, write.scope ?? "", write.recordId)]
-            ) { db in
+            try await self.writeLocal(RecordKey(write.collection, write.scope ?? "", write.recordId)) { db in
                 // Writes are serial on this queue, and the transaction holds the store's write lock, so neither
                 // this process nor another can write between the read and the advance below.
                 let time = try Self.nextClientTime(after: clientTime, now: date, db: db)
@@ -212,17 +210,17 @@ public final class LocalStore: Sendable {
                 }
                 if found == nil && write.op == .upsert {
                     let payload = try sealer.seal(SealedPayload.wrapping(fieldsJSON: fieldsJSON), context: record.payloadContext)
-                    try RecordRow(record, sealedPayload: payload).insert(db)
+                    try LocalWritePath.insert(RecordRow(record, sealedPayload: payload), db)
                 } else {
-                    try RecordRow(record, sealer: sealer).insert(db)
+                    try LocalWritePath.insert(RecordRow(record, sealer: sealer), db)
                 }
 
                 let idempotencyKey = Self.idempotencyKey(deviceId: deviceId, at: timestamp)
-                try OutboxRow(
-                    idempotencyKey: idempotencyKey, record: key, op: write.op, clientTime: time, baseVersion: record.version,
-                    payload: try sealer.seal(fieldsJSON, context: OutboxRow.payloadContext(idempotencyKey)),
-                    timestampField: write.op == .upsert ? write.timestampField : nil
-                ).insert(db)
+                try LocalWritePath.insert(
+                    OutboxRow(
+                        idempotencyKey: idempotencyKey, record: key, op: write.op, clientTime: time, baseVersion: record.version,
+                        payload: try sealer.seal(fieldsJSON, context: OutboxRow.payloadContext(idempotencyKey)),
+                        timestampField: write.op == .upsert ? write.timestampField : nil), db)
                 return record
             }
         }
@@ -399,13 +397,7 @@ public final class LocalStore: Sendable {
     public func containsRecord(_ recordId: String, collection: String? = nil, scope: String? = nil) async throws -> Bool {
         try await perform {
             try await self.read { db in
-                try Bool.fetchOne(
-                    db,
-                    sql: """
-                        SELECT EXISTS (SELECT 1 FROM records WHERE record_id = ?1 AND (?2 IS NULL OR collection = ?2)
-                                                               AND (?3 IS NULL OR scope = ?3))
-                        """,
-                    arguments: [recordId, collection, scope]) ?? false
+                try RecordRow.exists(recordId: recordId, collection: collection, scope: scope, db)
             }
         }
     }
