@@ -47,24 +47,41 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
         self.timestampField = timestampField
     }
 
+    /// The columns every statement of this type selects, in the order ``init(row:)`` reads them: by position, as
+    /// a drain reads a chunk of fifty after every push.
+    static let selection = """
+        seq, idempotency_key, collection, scope, record_id, op, client_ts, base_version, payload, timestamp_field, state,
+        attempts
+        """
+
+    /// A row of ``selection``'s columns.
     init(row: Row) throws {
-        seq = row["seq"]
-        idempotencyKey = row["idempotency_key"]
-        record = RecordKey(row["collection"], row["scope"], row["record_id"])
+        seq = row[0]
+        idempotencyKey = row[1]
+        record = RecordKey(row[2], row[3], row[4])
         // An operation this version does not know is never sent as another.
-        guard let op = MutationOperation(rawValue: row["op"]) else {
+        guard let op = MutationOperation(rawValue: row[5]) else {
             throw ClientError(.storeCorrupt, "a queued change's operation is not one this version knows")
         }
         self.op = op
-        clientTime = row["client_ts"]
-        baseVersion = row["base_version"]
-        payload = row["payload"]
-        timestampField = row["timestamp_field"]
-        guard let state = State(rawValue: row["state"]) else {
+        clientTime = row[6]
+        baseVersion = row[7]
+        payload = row[8]
+        timestampField = row[9]
+        guard let state = State(rawValue: row[10]) else {
             throw ClientError(.storeCorrupt, "a queued change's state is not one this version knows")
         }
         self.state = state
-        attempts = row["attempts"]
+        attempts = row[11]
+    }
+
+    /// The row's columns are read by position: GRDB's requests select ``selection``.
+    static var databaseSelection: [any SQLSelectable] {
+        [
+            Column("seq"), Column("idempotency_key"), Column("collection"), Column("scope"), Column("record_id"), Column("op"),
+            Column("client_ts"), Column("base_version"), Column("payload"), Column("timestamp_field"), Column("state"),
+            Column("attempts"),
+        ]
     }
 
     func encode(to container: inout PersistenceContainer) throws {
@@ -120,7 +137,7 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
         // Cached: a drain reads a chunk after every push.
         guard let records else {
             return try fetchAll(
-                db.cachedStatement(sql: "SELECT * FROM outbox WHERE state = 'pending' AND seq > ? ORDER BY seq LIMIT ?"),
+                db.cachedStatement(sql: "SELECT \(selection) FROM outbox WHERE state = 'pending' AND seq > ? ORDER BY seq LIMIT ?"),
                 arguments: [seq, limit])
         }
         var ids: [UInt8] = []
@@ -128,7 +145,7 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
         return try fetchAll(
             db.cachedStatement(
                 sql: """
-                    SELECT * FROM outbox WHERE state = 'pending' AND seq > ? AND record_id IN (SELECT value FROM json_each(?))
+                    SELECT \(selection) FROM outbox WHERE state = 'pending' AND seq > ? AND record_id IN (SELECT value FROM json_each(?))
                     ORDER BY seq LIMIT ?
                     """),
             arguments: [seq, String(decoding: ids, as: UTF8.self), limit]
@@ -158,7 +175,7 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
         try fetchAll(
             db,
             sql: """
-                SELECT * FROM outbox
+                SELECT \(selection) FROM outbox
                 WHERE collection = ?1 AND scope = ?2 AND record_id = ?3 AND (?4 IS NULL OR state = ?4)
                   AND (NOT ?5 OR op = 'upsert')
                 ORDER BY seq
@@ -264,7 +281,7 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
         try fetchAll(
             db,
             sql: """
-                SELECT * FROM outbox
+                SELECT \(selection) FROM outbox
                 WHERE state = 'pending' AND seq >= (SELECT MIN(seq) FROM outbox WHERE state = 'pending' AND client_ts > ?1)
                 ORDER BY seq DESC
                 """,
