@@ -6,7 +6,7 @@ import GRDB
 ///
 /// Each connection prepares these statements once and binds them by position. GRDB's `inTransaction` prepares its
 /// `BEGIN` and `COMMIT` again on every call, and a record's `insert` composes its SQL from its columns each time:
-/// through them a local write took 1.22× as long (p50, `bench local-write`, BENCHMARKS.md). Every other write
+/// through them a local write took 1.2× as long (p50, `bench local-write`, BENCHMARKS.md). Every other write
 /// goes through GRDB's APIs.
 enum LocalWritePath {
     /// Runs `updates` in one transaction that takes the write lock at once; rolls back and rethrows when `updates`
