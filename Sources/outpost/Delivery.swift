@@ -19,11 +19,11 @@ enum Delivery {
     /// What was sent is said in a line of its own, "sent 2 records that were waiting to sync", since the outbox
     /// goes in order, whatever screen opened it.
     static func resume(_ engine: SyncEngine) async {
-        let waiting = (try? await engine.store.outboxCount()) ?? 0
+        let waiting = (try? await engine.store.outbox.count()) ?? 0
         let answered = await Bounded.run(for: probeBound, clock: ContinuousClock()) { await engine.resume() }
         guard answered, await engine.status.isOnline else { return }
         await engine.awaitDelivery(upTo: wait)
-        let left = (try? await engine.store.outboxCount()) ?? waiting
+        let left = (try? await engine.store.outbox.count()) ?? waiting
         if waiting > 0, left < waiting {
             let sent = waiting - left
             say(sent == 1 ? "sent 1 record that was waiting to sync" : "sent \(sent) records that were waiting to sync")

@@ -195,7 +195,7 @@ struct DeviceRecords: AsyncParsableCommand {
         // A record waiting longer than a day shows as not synced for that long, not as pending.
         let threshold = EscalationPolicy().threshold
         let cutoff = Date().addingTimeInterval(-Double(threshold.components.seconds))
-        let overdue = Set(try await store.persistentFailures(writtenBefore: cutoff).map { "\($0.collection)/\($0.recordId)" })
+        let overdue = Set(try await store.outbox.persistentFailures(writtenBefore: cutoff).map { "\($0.collection)/\($0.recordId)" })
         for record in records {
             let fields = Self.fieldsText(record)
             let badge = SyncBadge(

@@ -218,7 +218,7 @@ struct AttendanceLogTests {
             #expect(state.latest?.syncStatus == .synced)
             #expect(state.latest?.latitude == 51.5072)
             #expect(try await device.store.recordIds(collection: Attendance.collection, containing: ".").isEmpty)
-            #expect(try await device.store.discardedCount() == 1)
+            #expect(try await device.store.outbox.discardedCount() == 1)
 
             // A check-out now takes its derived id at once, and carries its user.
             await device.setOnline(false)

@@ -27,7 +27,7 @@ struct TestDevice {
 
     /// The mutations waiting in the outbox, oldest first.
     func outbox() async throws -> [Mutation] {
-        try await store.nextChunk(limit: 10_000).map(\.mutation)
+        try await store.outbox.nextChunk(limit: 10_000).map(\.mutation)
     }
 }
 

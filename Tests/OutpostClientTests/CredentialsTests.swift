@@ -105,7 +105,7 @@ struct CredentialsTests {
             #expect(app.asked == ["expired"])
             #expect(Array(transport.sent.all.prefix(2)) == ["expired", "fresh"])
             #expect(await server.applied.map(\.mutation.recordId) == ["a", "b", "c"])
-            #expect(try await store.outboxCount() == 0)
+            #expect(try await store.outbox.count() == 0)
 
             // and later requests send the fresh token without asking again.
             try await engine.save(note("d"))
@@ -131,7 +131,7 @@ struct CredentialsTests {
             #expect(refused.synced == 0 && refused.failed == 3)
             #expect(refused.reasons == ["The token is invalid or expired: sign in again"])
             #expect(await engine.status.needsSignIn)
-            #expect(try await store.outboxCount() == 3)
+            #expect(try await store.outbox.count() == 3)
             let records = try await store.records(.failed)
             #expect(records.count == 3)
             #expect(records.allSatisfy { $0.syncError == "The token is invalid or expired: sign in again" })
@@ -151,7 +151,7 @@ struct CredentialsTests {
             #expect(resumed.synced == 3 && resumed.failed == 0 && !resumed.requiresSignIn)
             #expect(await engine.status.needsSignIn == false)
             #expect(await server.applied.map(\.mutation.recordId) == ["a", "b", "c"])
-            #expect(try await store.outboxCount() == 0)
+            #expect(try await store.outbox.count() == 0)
             #expect(try await store.records(.failed).isEmpty)
         }
     }
@@ -165,7 +165,7 @@ struct CredentialsTests {
             #expect(summary.requiresSignIn)
             #expect(Array(transport.sent.all.prefix(2)) == ["expired", "also-expired"])
             #expect(app.asked == ["expired"])
-            #expect(try await store.outboxCount() == 1)
+            #expect(try await store.outbox.count() == 1)
         }
     }
 
@@ -235,7 +235,7 @@ struct CredentialsTests {
             for id in ["a", "b"] { try await device.engine.save(note(id)) }
             #expect(try await bounded("the refused sync") { try await device.engine.sync() }.requiresSignIn)
             #expect(try await Device.needsSignIn(store: store))
-            #expect(try await store.outboxCount() == 2)
+            #expect(try await store.outbox.count() == 2)
 
             // when the person signs in (here, as another process would, through the store),
             try await Device.signIn(store: store, token: signedIn)

@@ -96,7 +96,7 @@ struct FieldPromisesTests {
             clock.advance(by: .seconds(2))
             #expect(try await waiting.value(within: testWaitLimit, "the bounded wait") == false)
             try await bounded("stopping the delivery") { await engine.stopDelivery() }
-            #expect(try await store.outboxCount() == 1)
+            #expect(try await store.outbox.count() == 1)
             #expect(try await store.record(collection: "notes", recordId: "a")?.syncStatus == .pending)
         }
     }
@@ -129,7 +129,7 @@ struct FieldPromisesTests {
             await #expect(throws: ClientError.self) { try await engine.discard(collection: "notes", recordId: "ok") }
             try await engine.discard(collection: "notes", recordId: "bad")
             #expect(try await store.record(collection: "notes", recordId: "bad") == nil)
-            #expect(try await store.discardedCount() == 1)
+            #expect(try await store.outbox.discardedCount() == 1)
             #expect(try await store.counts() == RecordCounts())
             #expect(await engine.status.persistentFailureNotice == nil)
             #expect(await engine.status.refusedCount == 0)
@@ -148,7 +148,7 @@ struct FieldPromisesTests {
             let resent = try #require(await server.applied.last?.mutation.fields)
             #expect(resent["n"] == 2 && resent["label"] == "kept")
             #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus == .synced)
-            #expect(try await store.discardedCount() == 1)
+            #expect(try await store.outbox.discardedCount() == 1)
         }
     }
 
@@ -223,7 +223,7 @@ struct FieldPromisesTests {
             // The clock comes back; the next write is stamped near it, not after the jumped one.
             now.advance(seconds: -25 * 3600)
             try await engine.save(note("after"))
-            let queued = try await store.nextChunk(limit: 10)
+            let queued = try await store.outbox.nextChunk(limit: 10)
             #expect(queued.map(\.mutation.recordId) == ["g1", "after"])
             #expect(queued[1].mutation.clientTimestamp.date <= now.date.addingTimeInterval(600))
             // An hour later everything syncs, in order; the jumped write now carries a time before the device's

@@ -14,7 +14,7 @@ struct LocalStoreTests {
             let record = try await store.write(note("r1", ["title": "hello"]), deviceId: "dev-1", at: Date(), offline: false)
             #expect(record.syncStatus == .pending)
             #expect(record.badge.accessibilityLabel == "Record pending synchronization")
-            let chunk = try await store.nextChunk(limit: 50)
+            let chunk = try await store.outbox.nextChunk(limit: 50)
             #expect(chunk.count == 1)
             let mutation = try #require(chunk.first?.mutation)
             #expect(mutation.fields == ["title": "hello"])
@@ -35,7 +35,7 @@ struct LocalStoreTests {
             for i in 0..<5 {
                 try await store.write(note("r1", ["i": .integer(Int64(i))]), deviceId: "d", at: instant, offline: false)
             }
-            let chunk = try await store.nextChunk(limit: 50)
+            let chunk = try await store.outbox.nextChunk(limit: 50)
             #expect(Set(chunk.map(\.mutation.idempotencyKey)).count == 5)
             #expect(chunk.map(\.mutation.fields["i"]) == [0, 1, 2, 3, 4])
             #expect(chunk.map(\.mutation.clientTimestamp) == chunk.map(\.mutation.clientTimestamp).sorted())
@@ -55,7 +55,7 @@ struct LocalStoreTests {
             try await running.write(note("r2", ["n": 3]), deviceId: "d", at: instant + 5, offline: false)
             try await running.write(note("r3", ["n": 4]), deviceId: "d", at: instant + 5, offline: false)
             try await put.write(note("r3", ["n": 5]), deviceId: "d", at: instant + 10, offline: false)
-            let chunk = try await running.nextChunk(limit: 50)
+            let chunk = try await running.outbox.nextChunk(limit: 50)
             #expect(chunk.map(\.mutation.fields["n"]) == [0, 1, 2, 3, 4, 5])
             let times = chunk.map(\.mutation.clientTimestamp)
             #expect(times == times.sorted() && Set(times).count == 6)
@@ -69,7 +69,7 @@ struct LocalStoreTests {
         try await withStore { store, _ in
             let record = try await store.write(note("r1"), deviceId: "d", at: Date(), offline: true)
             #expect(record.isOfflineEntry)
-            #expect(try await store.nextChunk(limit: 1).first?.mutation.fields["isOfflineEntry"] == true)
+            #expect(try await store.outbox.nextChunk(limit: 1).first?.mutation.fields["isOfflineEntry"] == true)
             let online = try await store.write(note("r2"), deviceId: "d", at: Date(), offline: false)
             #expect(!online.isOfflineEntry)
         }
@@ -85,7 +85,7 @@ struct LocalStoreTests {
             for i in 0..<3 { try await store.write(note("r\(i)"), deviceId: "d", at: Date(), offline: true) }
         }
         let reopened = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
-        #expect(try await reopened.nextChunk(limit: 50).count == 3)
+        #expect(try await reopened.outbox.nextChunk(limit: 50).count == 3)
         #expect(try await reopened.records(.pending).count == 3)
     }
 
@@ -214,7 +214,7 @@ struct LocalStoreTests {
             let queue = try DatabaseQueue(path: url.path)
             try await queue.write { db in try db.execute(sql: "UPDATE outbox SET op = 'merge'") }
             do {
-                _ = try await store.nextChunk(limit: 10)
+                _ = try await store.outbox.nextChunk(limit: 10)
                 Issue.record("an unknown operation was read as another")
             } catch let error as ClientError {
                 #expect(error.code == .storeCorrupt)
@@ -243,7 +243,7 @@ struct LocalStoreTests {
                 try await store.write(write, deviceId: "d", at: Date(), offline: false)
             }
             #expect(try await store.records().isEmpty)
-            #expect(try await store.nextChunk(limit: 10).isEmpty)
+            #expect(try await store.outbox.nextChunk(limit: 10).isEmpty)
         }
     }
 }
@@ -267,7 +267,7 @@ extension LocalStoreTests {
                     deviceId: "d", at: Date(), offline: false)
             }
             #expect(error?.code == .invalidInput && error?.message.contains("16 deep") == true)
-            #expect(try await store.nextChunk(limit: 10).map(\.mutation.recordId) == ["deep"])
+            #expect(try await store.outbox.nextChunk(limit: 10).map(\.mutation.recordId) == ["deep"])
         }
     }
 
@@ -282,11 +282,11 @@ extension LocalStoreTests {
             }
             #expect(error?.code == .invalidInput && error?.message.contains("256 KiB") == true)
             #expect(try await store.record(collection: "notes", recordId: "r")?.fields.keys.sorted() == ["a"])
-            #expect(try await store.nextChunk(limit: 10).count == 1)
+            #expect(try await store.outbox.nextChunk(limit: 10).count == 1)
             // Replacing the large value makes room.
             try await store.write(
                 .init(collection: "notes", recordId: "r", fields: ["a": "small", "b": large]), deviceId: "d", at: Date(), offline: false)
-            #expect(try await store.nextChunk(limit: 10).count == 2)
+            #expect(try await store.outbox.nextChunk(limit: 10).count == 2)
         }
     }
 
@@ -299,14 +299,14 @@ extension LocalStoreTests {
                     .init(collection: "notes", recordId: "r\(index)", fields: ["a": large]), deviceId: "d", at: Date(),
                     offline: false)
             }
-            let first = try await store.nextChunk(limit: 50)
+            let first = try await store.outbox.nextChunk(limit: 50)
             #expect(first.count == 20)
             let weight = first.reduce(0) { $0 + JSONValue.object($1.mutation.fields).encodedSizeBound }
-            #expect(weight <= LocalStore.chunkMaxBytes)
-            let rest = try await store.nextChunk(after: try #require(first.last?.seq), limit: 50)
+            #expect(weight <= Outbox.chunkMaxBytes)
+            let rest = try await store.outbox.nextChunk(after: try #require(first.last?.seq), limit: 50)
             #expect(rest.count == 10)
             // One entry larger than the budget still goes, alone.
-            #expect(try await store.nextChunk(limit: 50, maxBytes: 10).count == 1)
+            #expect(try await store.outbox.nextChunk(limit: 50, maxBytes: 10).count == 1)
         }
     }
 }

@@ -58,7 +58,7 @@ struct RecordScopeTests {
             #expect(try await store.records(collection: CheckIn.collection).map(\.scope).sorted() == ["expo", "gala"])
             #expect(try await store.record(collection: "notes", recordId: "n1")?.scope == "")
             // And each queued mutation names its scope; the note names none
-            let queued = try await store.nextChunk(limit: 10).map(\.mutation)
+            let queued = try await store.outbox.nextChunk(limit: 10).map(\.mutation)
             #expect(queued.map(\.recordId) == ["g1", "g1", "n1"])
             #expect(queued.map(\.scope) == ["gala", "expo", nil])
             #expect(queued.map { $0.fields["event_id"] } == ["gala", "expo", nil])
@@ -81,7 +81,7 @@ struct RecordScopeTests {
             write.scope = "../gala"
             write.fields["event_id"] = "../gala"
             await #expect(throws: ClientError.self) { try await store.write(write, deviceId: "dev-1", at: Date(), offline: true) }
-            #expect(try await store.nextChunk(limit: 10).isEmpty)
+            #expect(try await store.outbox.nextChunk(limit: 10).isEmpty)
             #expect(try await store.records().isEmpty)
         }
     }
@@ -259,7 +259,7 @@ struct RecordScopeTests {
         #expect(try await store.record(collection: CheckIn.collection, recordId: "g4")?.fields == ["note": "no event"])
         #expect(try await store.counts() == RecordCounts(pending: 3))
         // And the outbox is kept in order, each entry opening, the check-ins' naming their events
-        let queued = try await store.nextChunk(limit: 10).map(\.mutation)
+        let queued = try await store.outbox.nextChunk(limit: 10).map(\.mutation)
         #expect(queued.map(\.recordId) == ["n2", "g1", "g3", "g3"])
         #expect(queued.map(\.scope) == [nil, "gala", "expo", "expo"])
         #expect(queued.map(\.op) == [.upsert, .upsert, .upsert, .delete])

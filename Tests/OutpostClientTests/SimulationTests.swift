@@ -118,10 +118,10 @@ struct SimulationTests {
         for d in devices.indices {
             devices[d].network.setFaults(.none)
             devices[d].engine = try open(devices[d].id, devices[d].url, devices[d].crashes)
-            for _ in 0..<10 where try await devices[d].engine.store.outboxCount() > 0 {
+            for _ in 0..<10 where try await devices[d].engine.store.outbox.count() > 0 {
                 _ = try await devices[d].engine.sync()
             }
-            if try await devices[d].engine.store.outboxCount() > 0 { return "\(devices[d].id) could not drain its outbox" }
+            if try await devices[d].engine.store.outbox.count() > 0 { return "\(devices[d].id) could not drain its outbox" }
         }
 
         // Each write is known by its device, record and time: its key is random in part.

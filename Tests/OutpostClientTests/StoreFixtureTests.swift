@@ -33,7 +33,7 @@ struct StoreFixtureTests {
         try await withFixture("StoreV11") { url in
             let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
             #expect(try await store.setting(Device.SettingName.deviceId) == "door-fixture")
-            #expect(try await store.discardedCount() == 1)
+            #expect(try await store.outbox.discardedCount() == 1)
 
             // Every record unseals, in its scope, with its state.
             let records = try await store.records()
@@ -59,7 +59,7 @@ struct StoreFixtureTests {
 
             // The queue goes out in the order it was written, each mutation under the key it was written
             // with, so that a resend of one the server already took is a duplicate.
-            let queued = try await store.nextChunk(limit: 50).map(\.mutation)
+            let queued = try await store.outbox.nextChunk(limit: 50).map(\.mutation)
             #expect(queued.map(\.collection) == ["checkins", "attendance", "activities", "notes"])
             #expect(queued.allSatisfy { $0.idempotencyKey.hasPrefix("door-fixture:") })
             let server = InMemoryServer()

@@ -178,7 +178,7 @@ struct SyncAnswerTests {
             }
 
             // When the network gives up, the record stays refused with its conflict, not failed.
-            try await store.markUndelivered(error: "The server could not be reached", at: Date())
+            try await store.outbox.markUndelivered(error: "The server could not be reached", at: Date())
             let record = try #require(try await store.record(collection: "activities", recordId: "a1"))
             #expect(record.syncStatus == .refused)
             #expect(record.conflict != nil)
@@ -189,12 +189,12 @@ struct SyncAnswerTests {
     @Test("a conflict is settled by a confirmed write of every conflicting field, or a delete; not by another field")
     func settling() {
         let conflict = ConflictDetail(conflictId: "c1", fields: ["a", "b"], serverFields: [:], serverVersion: 3)
-        var outcome = LocalStore.Outcome()
+        var outcome = Outbox.Outcome()
         outcome.written = ["notes", "a"]
         #expect(!outcome.settles(conflict))
         outcome.written.insert("b")
         #expect(outcome.settles(conflict))
-        var deleted = LocalStore.Outcome()
+        var deleted = Outbox.Outcome()
         deleted.deleted = true
         #expect(deleted.settles(conflict))
     }
@@ -206,7 +206,7 @@ struct SyncAnswerTests {
             try await engine.save(LocalStore.Write(collection: "notes", recordId: "n1", fields: ["n": 1]))
             let error = await #expect(throws: TransportError.self) { try await engine.sync(retrying: false) }
             #expect(error?.message == "the server answered for other records than it was sent")
-            #expect(try await store.outboxCount() == 1)
+            #expect(try await store.outbox.count() == 1)
             #expect(try await store.record(collection: "notes", recordId: "n1")?.syncStatus != .synced)
             server.misplaced = false
             #expect(try await engine.sync().synced == 1)

@@ -118,7 +118,7 @@ struct SyncEngineTests {
             #expect(record.badge.accessibilityLabel == "Synchronization failed, will retry: The server could not be reached")
             #expect(record.lastSyncAttempt != nil)
             // The mutation is still queued, and coming back online delivers it without a user.
-            #expect(try await h.store.outboxCount() == 1)
+            #expect(try await h.store.outbox.count() == 1)
             h.transport.isOnline = true
             await h.engine.setOnline(true)
             #expect(try await h.store.record(collection: "notes", recordId: "r1")?.syncStatus == .synced)
@@ -185,7 +185,7 @@ struct SyncEngineTests {
             #expect(record.version == 3)
             #expect(record.fields == (withFields ? ["n": 1, "by": "door-a"] : ["n": 2, "by": "door-b"]))
             #expect(try await store.setting("pull_cursor:notes:") == (withFields ? "c1" : nil))
-            #expect(try await store.outboxCount() == 0)
+            #expect(try await store.outbox.count() == 0)
         }
     }
 
@@ -370,7 +370,7 @@ struct SyncEngineTests {
             #expect(try await store.record(collection: "notes", recordId: "a")?.syncStatus == .synced)
             #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus == .synced)
             #expect(try await store.record(collection: "notes", recordId: "x")?.fields["n"] == 3)
-            #expect(try await store.discardedCount() == 1)
+            #expect(try await store.outbox.discardedCount() == 1)
         }
     }
 
@@ -388,13 +388,13 @@ struct SyncEngineTests {
             #expect(
                 try await store.records().filter { $0.syncStatus == .synced }.map(\.recordId).sorted() == (0..<50).map { String(format: "r%03d", $0) }
             )
-            #expect(try await store.outboxCount() == 70)
+            #expect(try await store.outbox.count() == 70)
             observer.beforePush = { _ in }
             let healed = try await engine.sync()
             #expect(healed.synced == 70)
             #expect(observer.sent.count == 4)
             #expect(observer.sent[2].first == "r050")
-            #expect(try await store.outboxCount() == 0)
+            #expect(try await store.outbox.count() == 0)
         }
     }
 
@@ -407,7 +407,7 @@ struct SyncEngineTests {
             #expect(summary.synced == 61)
             #expect(observer.sent.count == 3)
             #expect(observer.sent[2] == ["late"])
-            #expect(try await store.outboxCount() == 0)
+            #expect(try await store.outbox.count() == 0)
             #expect(try await store.record(collection: "notes", recordId: "late")?.syncStatus == .synced)
         }
     }
@@ -418,7 +418,7 @@ struct SyncEngineTests {
             var seenX: RecordSyncStatus?
             observer.beforePush = { push in
                 // While the second sync's chunk is out, the user retries x as it is,
-                if push == 2 { try await store.requeue(recordId: "x") }
+                if push == 2 { try await store.outbox.requeue(recordId: "x") }
                 // and when the entry put back goes out, x must not have been marked synced meanwhile.
                 if push == 3 { seenX = try await store.record(collection: "notes", recordId: "x")?.syncStatus }
             }
@@ -440,7 +440,7 @@ struct SyncEngineTests {
             // then two chunks queue, and while the first is out, the user retries x.
             for i in 0..<50 { _ = try await engine.save(note("a\(i)")) }
             for i in 0..<50 { _ = try await engine.save(note("b\(i)")) }
-            observer.beforePush = { push in if push == 2 { try await store.requeue(recordId: "x") } }
+            observer.beforePush = { push in if push == 2 { try await store.outbox.requeue(recordId: "x") } }
             _ = try await engine.sync()
             // x's entry is older than every b: it goes out first.
             #expect(observer.sent.count == 4)
@@ -448,7 +448,7 @@ struct SyncEngineTests {
             #expect(observer.sent[2] == ["x"] + (0..<49).map { "b\($0)" })
             #expect(observer.sent[3] == ["b49"])
             // x is refused again and set aside; nothing else waits.
-            #expect(try await store.outboxCount() == 0)
+            #expect(try await store.outbox.count() == 0)
             #expect(try await store.record(collection: "notes", recordId: "x")?.syncStatus == .refused)
         }
     }
@@ -480,7 +480,7 @@ struct SyncEngineTests {
             #expect(record.badge.symbol == "⚠ conflict")
             #expect(record.conflict?.serverFields == ["travel_expense": 55])
             #expect(record.version == 7)
-            #expect(try await store.outboxCount() == 0)
+            #expect(try await store.outbox.count() == 0)
         }
     }
 
@@ -496,7 +496,7 @@ struct SyncEngineTests {
             #expect(failed.failed == 60)
             // The server applied the first chunk, but the device never heard: all 60 stay queued.
             #expect(await server.applied.count == 50)
-            #expect(try await store.outboxCount() == 60)
+            #expect(try await store.outbox.count() == 60)
             network.setFaults(.none)
             let healed = try await engine.sync()
             #expect(healed.synced == 60)

@@ -129,7 +129,7 @@ struct StoreReadTests {
         try await withStore { store, _ in
             let write = LocalStore.Write(collection: "notes", recordId: "n0", fields: ["title": "first"])
             _ = try await store.write(write, deviceId: "d", at: Date(), offline: true)
-            _ = try await store.nextChunk(limit: 50)
+            _ = try await store.outbox.nextChunk(limit: 50)
             // How often the statement a local write begins with was prepared again, as it is cached; read on the
             // store's connection, with the handle it has then.
             let begin = try await store.pool.writeWithoutTransaction { db in
@@ -145,14 +145,14 @@ struct StoreReadTests {
             let before = try reprepared()
             // Given the reads a syncing device makes between its writes,
             _ = try await store.counts()
-            _ = try await store.nextChunk(limit: 50)
+            _ = try await store.outbox.nextChunk(limit: 50)
             _ = try await store.records()
-            _ = try await store.outboxCount()
+            _ = try await store.outbox.count()
             // when it writes again, its statements run as they were prepared: none compiled again.
             _ = try await store.write(
                 .init(collection: "notes", recordId: "n1", fields: ["title": "second"]), deviceId: "d", at: Date(), offline: true)
             #expect(try reprepared() == before)
-            #expect(try await store.outboxCount() == 2)
+            #expect(try await store.outbox.count() == 2)
         }
     }
 

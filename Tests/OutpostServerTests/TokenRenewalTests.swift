@@ -93,7 +93,7 @@ struct TokenRenewalTests {
 
             // its records wait, queued, and the store remembers that the person must sign in again;
             #expect(refused.requiresSignIn && refused.failed == 3 && refused.synced == 0)
-            #expect(try await store.outboxCount() == 3)
+            #expect(try await store.outbox.count() == 3)
             #expect(try await Device.needsSignIn(store: store))
 
             // when the app opens it with a provider that signs in again, everything syncs,

@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 import OutpostProtocol
 
-extension LocalStore {
+extension Outbox {
     /// Takes the offline flag off records saved before the engine knew whether the server was reachable, once it
     /// turned out that it was: their creating write is stamped online, in the record and in its queued entry.
     ///
@@ -12,9 +12,9 @@ extension LocalStore {
     @discardableResult
     func settleOnline(_ keys: [RecordKey]) async throws -> Int {
         guard !keys.isEmpty else { return 0 }
-        let sealer = self.sealer
-        return try await perform {
-            try await self.writeImmediate { db in
+        let sealer = store.sealer
+        return try await store.perform {
+            try await store.writeImmediate { db in
                 var settled = 0
                 for key in keys {
                     guard var record = try RecordRow.find(key, db)?.open(with: sealer),

@@ -4,10 +4,10 @@ import OutpostProtocol
 
 /// Records the server refused: the user resends them edited, keeps the server's value, or discards them.
 /// Nothing refused is thrown away without a sealed copy in the `discarded` table.
-extension LocalStore {
+extension Outbox {
     /// One archived record: what the device held and what it had queued when the user gave it up.
     struct DiscardedCopy: Codable {
-        var record: SealedPayload
+        var record: LocalStore.SealedPayload
         /// The refused mutations' fields, oldest first.
         var entries: [[String: JSONValue]]
     }
@@ -18,7 +18,7 @@ extension LocalStore {
             of: RecordKey(record.collection, record.scope, record.recordId), state: .rejected, db)
         let entries = try rows.map { try $0.fields(opening: sealer) }
         let copy = DiscardedCopy(
-            record: SealedPayload(
+            record: LocalStore.SealedPayload(
                 fields: record.fields, syncError: record.syncError, syncErrorCode: record.syncErrorCode, conflict: record.conflict),
             entries: entries)
         let key = RecordKey(record.collection, record.scope, record.recordId)
@@ -36,9 +36,9 @@ extension LocalStore {
     ///
     /// - Throws: ``ClientError`` `notFound` without such a record, `invalidInput` when it is not refused.
     func discardRefused(collection: String, scope: String, recordId: String, at date: Date) async throws {
-        let sealer = self.sealer
-        try await perform {
-            try await self.writeImmediate { db in
+        let sealer = store.sealer
+        try await store.perform {
+            try await store.writeImmediate { db in
                 guard let record = try RecordRow.find(RecordKey(collection, scope, recordId), db)?.open(with: sealer)
                 else { throw ClientError(.notFound, "no record \(recordId) on this device") }
                 guard record.syncStatus == .refused else {
@@ -65,15 +65,15 @@ extension LocalStore {
                 try RecordRow.delete(RecordKey(collection, scope, recordId), db)
                 // The server's own version of the record, if it has one, comes again with the next pull: a pull
                 // that passed it while the refused one stood on top did not store it.
-                try Self.forgetPullCursors(collection: collection, scope: scope, db: db)
+                try LocalStore.forgetPullCursors(collection: collection, scope: scope, db: db)
             }
         }
     }
 
     /// How many records the user discarded, kept sealed on the device for audit.
     package func discardedCount() async throws -> Int {
-        try await perform {
-            try await self.read { db in try DiscardedRow.fetchCount(db) }
+        try await store.perform {
+            try await store.read { db in try DiscardedRow.fetchCount(db) }
         }
     }
 
@@ -82,9 +82,9 @@ extension LocalStore {
     ///
     /// - Throws: ``ClientError`` `notFound` without such a record, `invalidInput` when it holds no conflict.
     func keepServerValue(collection: String, scope: String, recordId: String) async throws -> LocalRecord {
-        let sealer = self.sealer
-        return try await perform {
-            try await self.writeImmediate { db in
+        let sealer = store.sealer
+        return try await store.perform {
+            try await store.writeImmediate { db in
                 guard var record = try RecordRow.find(RecordKey(collection, scope, recordId), db)?.open(with: sealer)
                 else { throw ClientError(.notFound, "no record \(recordId) on this device") }
                 guard let conflict = record.conflict else {

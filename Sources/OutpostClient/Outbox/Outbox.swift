@@ -9,8 +9,21 @@ package struct OutboxEntry: Sendable, Hashable {
     package var attempts: Int
 }
 
-/// The queue of mutations not yet confirmed by the server, kept in the device store.
+/// The queue of mutations not yet confirmed by the server, kept in the device store's `outbox` table
+/// (``OutboxRow``): what the engine pushes, in the order the writes were made, and what becomes of each answer.
+///
+/// A local write queues its entry in the record's own transaction (``LocalStore/write(_:deviceId:at:offline:)``);
+/// everything after, this type does.
+package struct Outbox: Sendable {
+    let store: LocalStore
+}
+
 extension LocalStore {
+    /// The store's queue of mutations waiting for the server.
+    package var outbox: Outbox { Outbox(store: self) }
+}
+
+extension Outbox {
     /// What the fields of one chunk may take, at most: half a server's default body limit, so that a chunk of
     /// large records is never refused as too large.
     package static let chunkMaxBytes = 4 * 1024 * 1024
@@ -18,7 +31,7 @@ extension LocalStore {
     /// The next `limit` mutations to push after local sequence `seq`: by client time, then local sequence.
     /// Rejected ones are skipped until retried, so they never block the records behind them.
     package func nextChunk(
-        after seq: Int64 = 0, limit: Int, maxBytes: Int = LocalStore.chunkMaxBytes
+        after seq: Int64 = 0, limit: Int, maxBytes: Int = Outbox.chunkMaxBytes
     ) async throws
         -> [OutboxEntry]
     {
@@ -27,13 +40,13 @@ extension LocalStore {
 
     /// ``nextChunk(after:limit:maxBytes:)`` of the entries of `records` alone, or of all when nil.
     func chunk(
-        after seq: Int64 = 0, limit: Int, maxBytes: Int = LocalStore.chunkMaxBytes, only records: Set<RecordKey>?
+        after seq: Int64 = 0, limit: Int, maxBytes: Int = Outbox.chunkMaxBytes, only records: Set<RecordKey>?
     )
         async throws -> [OutboxEntry]
     {
-        let sealer = self.sealer
-        return try await perform {
-            try await self.read { db in
+        let sealer = store.sealer
+        return try await store.perform {
+            try await store.read { db in
                 let rows = try OutboxRow.pending(after: seq, limit: limit, of: records, db)
                 // A push must fit the server's body limit (8 MiB): the chunk ends before the entry whose sealed
                 // fields (their JSON, 28 bytes longer) would take it past `maxBytes`, and holds at least one.
@@ -50,9 +63,9 @@ extension LocalStore {
     }
 
     /// How many mutations wait in the outbox (rejected ones excluded).
-    package func outboxCount() async throws -> Int {
-        try await perform {
-            try await self.read { db in
+    package func count() async throws -> Int {
+        try await store.perform {
+            try await store.read { db in
                 try OutboxRow.pendingCount(db)
             }
         }
@@ -67,13 +80,13 @@ extension LocalStore {
     /// A record becomes synced only when none of its entries remain.
     ///
     /// The server can give every one of these answers again, so the commit does not flush (see
-    /// ``writeUnflushed(changing:_:)``).
+    /// ``LocalStore/writeUnflushed(changing:_:)``).
     func apply(_ results: [(OutboxEntry, MutationResult)], at date: Date) async throws {
-        let sealer = self.sealer
+        let sealer = store.sealer
         let decision = Self.decide(results)
         let through = results.map(\.0.seq).max() ?? 0
-        try await perform {
-            try await self.writeUnflushed(changing: Set(results.map(\.0.mutation.collection))) { db in
+        try await store.perform {
+            try await store.writeUnflushed(changing: Set(results.map(\.0.mutation.collection))) { db in
                 try Self.store(decision, at: Timestamp(date).millisecondsSince1970, db: db)
                 try Self.storeRecords(decision, through: through, at: date, sealer: sealer, db: db)
             }
@@ -173,7 +186,7 @@ extension LocalStore {
                 } else {
                     // An answer repeated without the stored fields: the next pull of the collection, from its
                     // start, brings them (a synced record takes the server's fields at its version).
-                    try Self.forgetPullCursors(collection: key.collection, scope: key.scope, db: db)
+                    try LocalStore.forgetPullCursors(collection: key.collection, scope: key.scope, db: db)
                 }
             }
             if let error = outcome.error {
@@ -276,10 +289,10 @@ extension LocalStore {
     func markUndelivered(
         error: String, refusedAs code: String? = nil, at date: Date, only records: Set<RecordKey>? = nil
     ) async throws {
-        let sealer = self.sealer
+        let sealer = store.sealer
         let records = code == nil ? records : nil
-        try await perform {
-            try await self.writeImmediate { db in
+        try await store.perform {
+            try await store.writeImmediate { db in
                 let now = Timestamp(date).millisecondsSince1970
                 let keys = try OutboxRow.pendingRecords(db).filter { key in records.map { $0.contains(key) } ?? true }
                 try OutboxRow.markAttempted(at: now, only: records == nil ? nil : keys, db)
@@ -303,11 +316,11 @@ extension LocalStore {
     /// pending again; a nil `collection` or `scope` matches any. Returns how many entries were requeued.
     @discardableResult
     package func requeue(collection: String? = nil, scope: String? = nil, recordId: String) async throws -> Int {
-        try await perform {
-            try await self.writeImmediate { db in
+        try await store.perform {
+            try await store.writeImmediate { db in
                 let requeued = try OutboxRow.requeue(recordId: recordId, collection: collection, scope: scope, db)
                 try RecordRow.markPendingWhereQueued(recordId: recordId, collection: collection, scope: scope, db)
-                if requeued > 0 { self.requeues.withLockedValue { $0 += 1 } }
+                if requeued > 0 { store.requeues.withLockedValue { $0 += 1 } }
                 return requeued
             }
         }
@@ -322,17 +335,17 @@ extension LocalStore {
     /// - Returns: how many entries were stamped again.
     @discardableResult
     func restampFutureEntries(now: Date, maxLead: Duration) async throws -> Int {
-        let sealer = self.sealer
+        let sealer = store.sealer
         let limit = Timestamp(now).millisecondsSince1970 + Int64(maxLead.components.seconds) * 1000
         // A read first: almost always there is nothing to stamp, and a read costs no commit.
-        let any = try await perform {
-            try await self.read { db in
+        let any = try await store.perform {
+            try await store.read { db in
                 try OutboxRow.hasPending(writtenAfter: limit, db)
             }
         }
         guard any else { return 0 }
-        return try await perform {
-            try await self.writeImmediate { db in
+        return try await store.perform {
+            try await store.writeImmediate { db in
                 // From the first entry to stamp on, newest first: each stamped entry goes just before the one after it.
                 let rows = try OutboxRow.pendingNewestFirst(fromFirstWrittenAfter: limit, db)
                 var ceiling = Timestamp(now).millisecondsSince1970 + 1
@@ -358,14 +371,14 @@ extension LocalStore {
     }
 }
 
-extension LocalStore {
+extension Outbox {
     /// Records still waiting to sync (pending or failed, not refused) whose oldest unsynced write was made at
     /// `cutoff` or earlier, whether or not a sync was ever tried: what the device escalates. Carries ids,
     /// times and the reason, never the payload.
     package func persistentFailures(writtenBefore cutoff: Date) async throws -> [SyncFailure] {
-        let sealer = self.sealer
-        return try await perform {
-            try await self.read { db in
+        let sealer = store.sealer
+        return try await store.perform {
+            try await store.read { db in
                 try OutboxRow.pendingRecords(writtenBefore: Timestamp(cutoff).millisecondsSince1970, db).map { key, first in
                     let record = try RecordRow.find(key, db)?.open(with: sealer)
                     return SyncFailure(
@@ -380,25 +393,13 @@ extension LocalStore {
     /// write was made at `cutoff` or earlier: ``persistentFailures(writtenBefore:)`` of one list, without reading
     /// a payload.
     package func overdueRecordIds(writtenBefore cutoff: Date, collection: String, scope: String?) async throws -> Set<String> {
-        try await perform {
-            try await self.read { db in
+        try await store.perform {
+            try await store.read { db in
                 try OutboxRow.pendingRecordIds(
                     writtenBefore: Timestamp(cutoff).millisecondsSince1970, collection: collection, scope: scope, db)
             }
         }
     }
-
-    /// When reference data (a roster) was last downloaded or refreshed on this device, if ever.
-    package func lastReferenceFetch() async throws -> Date? {
-        try await perform {
-            try await self.read { db in
-                try ReferenceStateRow.lastFetch(db).map { Timestamp(millisecondsSince1970: $0).date }
-            }
-        }
-    }
-
-    /// The setting that names the event opened on this device (`outpost event open`).
-    package static let currentEventSetting = "current_event"
 }
 
 /// A record's identity on the device.

@@ -33,7 +33,8 @@ extension LocalStore {
         var entries: [(row: OutboxRow, scope: String?)] = []
         var lastEntryScope: [RecordKey: String] = [:]
         for row in try OutboxRow.fetchAll(
-            db, sql: "SELECT \(OutboxRow.selection) FROM outbox WHERE scope = '' AND \(inScoped) ORDER BY seq", arguments: StatementArguments(collections))
+            db, sql: "SELECT \(OutboxRow.selection) FROM outbox WHERE scope = '' AND \(inScoped) ORDER BY seq",
+            arguments: StatementArguments(collections))
         {
             var scope: String?
             if row.op == .upsert {

@@ -199,7 +199,7 @@ public final class LocalStore: Sendable {
                 let decision = try Self.decide(write, found: found, scope: scope, at: timestamp, offline: offline)
                 let record = decision.record
                 if decision.resends, let refused = found {
-                    try Self.archiveRefused(refused, db: db, sealer: sealer, at: time)
+                    try Outbox.archiveRefused(refused, db: db, sealer: sealer, at: time)
                 }
                 // The mutation's fields are encoded once: a new record's payload wraps the same bytes.
                 let fieldsJSON: [UInt8]
@@ -586,4 +586,18 @@ extension LocalRecord {
 /// The C library's `close`, which ``LocalStore/close()`` hides inside the type.
 private func closeDescriptor(_ descriptor: Int32) {
     _ = close(descriptor)
+}
+
+extension LocalStore {
+    /// When reference data (a roster) was last downloaded or refreshed on this device, if ever.
+    package func lastReferenceFetch() async throws -> Date? {
+        try await perform {
+            try await self.read { db in
+                try ReferenceStateRow.lastFetch(db).map { Timestamp(millisecondsSince1970: $0).date }
+            }
+        }
+    }
+
+    /// The setting that names the event opened on this device (`outpost event open`).
+    package static let currentEventSetting = "current_event"
 }

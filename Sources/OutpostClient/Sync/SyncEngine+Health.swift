@@ -207,7 +207,7 @@ extension SyncEngine {
     @discardableResult
     public func refreshPersistentFailureNotice() async throws -> [SyncFailure] {
         let cutoff = now().addingTimeInterval(-Double(configuration.escalation.threshold.components.seconds))
-        let failures = try await store.persistentFailures(writtenBefore: cutoff)
+        let failures = try await store.outbox.persistentFailures(writtenBefore: cutoff)
         let rejected = try await store.counts().refused
         let previous = status.persistentFailureNotice
         status.refusedCount = rejected
@@ -226,7 +226,7 @@ extension SyncEngine {
     /// as pending.
     public func overdueRecordIds(collection: String, scope: String? = nil) async throws -> Set<String> {
         let cutoff = now().addingTimeInterval(-Double(configuration.escalation.threshold.components.seconds))
-        return try await store.overdueRecordIds(writtenBefore: cutoff, collection: collection, scope: scope)
+        return try await store.outbox.overdueRecordIds(writtenBefore: cutoff, collection: collection, scope: scope)
     }
 
     /// Refuses, always: the notice stays until the records sync.

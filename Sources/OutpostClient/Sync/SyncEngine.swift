@@ -172,7 +172,7 @@ public actor SyncEngine {
         probing = Task {
             let online = await probe(syncingPending: false)
             probing = nil
-            let waiting = online && configuration.deliversAfterSave ? (try? await store.outboxCount()) ?? 0 : 0
+            let waiting = online && configuration.deliversAfterSave ? (try? await store.outbox.count()) ?? 0 : 0
             if waiting > 0 { startDelivery() }
             return online
         }
@@ -194,7 +194,7 @@ public actor SyncEngine {
         guard !unsettled.isEmpty else { return }
         let keys = Array(unsettled)
         unsettled = []
-        if online, (try? await store.settleOnline(keys)) == nil {
+        if online, (try? await store.outbox.settleOnline(keys)) == nil {
             unsettled.formUnion(keys)
         }
     }
@@ -280,7 +280,7 @@ public actor SyncEngine {
         await settleUnknownConnection(online: online)
         // Counted again with the change: another process on the same store may have queued records meanwhile.
         if (try? await refreshStatus()) == nil { publish() }
-        if cameOnline, (try? await store.outboxCount()) ?? 0 > 0 {
+        if cameOnline, (try? await store.outbox.count()) ?? 0 > 0 {
             _ = try? await sync()
         }
     }
@@ -334,7 +334,7 @@ public actor SyncEngine {
         let online = await probe(syncingPending: false)
         // Counted again: an earlier run, or another process on the store, may have queued records.
         if (try? await refreshStatus()) == nil { publish() }
-        if online, (try? await store.outboxCount()) ?? 0 > 0 { startDelivery() }
+        if online, (try? await store.outbox.count()) ?? 0 > 0 { startDelivery() }
         return online
     }
 
@@ -374,10 +374,10 @@ public actor SyncEngine {
             status.isSyncing = false
             publish()
         }
-        var run = SyncRun(total: records == nil ? try await store.outboxCount() : 0)
+        var run = SyncRun(total: records == nil ? try await store.outbox.count() : 0)
         if run.total > 0 { progress?(SyncProgress(sent: 0, total: run.total, chunk: 0)) }
         do {
-            try await store.restampFutureEntries(now: now(), maxLead: Self.futureAllowance)
+            try await store.outbox.restampFutureEntries(now: now(), maxLead: Self.futureAllowance)
             if run.total > 0 { await settleBeforeSending() }
             if let undelivered = try await deliverChunks(only: records, retrying: retrying, progress: progress, run: &run) {
                 return try await endUndelivered(undelivered, only: records, tally: run.tally, summary: run.summary)
@@ -417,20 +417,20 @@ public actor SyncEngine {
     ) async throws -> TransportError? {
         var answer = StoringAnswer()
         do {
-            var chunk = try await store.chunk(limit: configuration.chunkSize, only: records)
+            var chunk = try await store.outbox.chunk(limit: configuration.chunkSize, only: records)
             while true {
                 if chunk.isEmpty {
                     // Every answer stored, what is still pending after the last entry sent was written meanwhile.
                     // (An entry sent and kept queued, refused for a time the device can outgrow, waits for the
                     // next sync.)
                     try await answer.settle()
-                    chunk = try await store.chunk(after: run.lastSent, limit: configuration.chunkSize, only: records)
+                    chunk = try await store.outbox.chunk(after: run.lastSent, limit: configuration.chunkSize, only: records)
                     if chunk.isEmpty { return nil }
                 }
                 let lastSeq = chunk.last?.seq ?? 0
                 run.lastSent = max(run.lastSent, lastSeq)
                 let requeues = store.requeues.withLockedValue { $0 }
-                async let following = store.chunk(after: lastSeq, limit: configuration.chunkSize, only: records)
+                async let following = store.outbox.chunk(after: lastSeq, limit: configuration.chunkSize, only: records)
                 let response: PushResponse
                 do {
                     let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
@@ -460,7 +460,7 @@ public actor SyncEngine {
                     // A retry put entries back while this chunk was out; they may be older than the chunk read
                     // ahead, and go out first. (One put back by another process goes out at the end.)
                     try await answer.settle()
-                    chunk = try await store.chunk(limit: configuration.chunkSize, only: records)
+                    chunk = try await store.outbox.chunk(limit: configuration.chunkSize, only: records)
                 }
             }
         } catch {
@@ -503,7 +503,7 @@ public actor SyncEngine {
         let owned = error.wire?.code == .deviceOwned
         let message = Self.describe(error)
         let rejectedBefore = owned ? try await store.counts().refused : 0
-        try await store.markUndelivered(
+        try await store.outbox.markUndelivered(
             error: message, refusedAs: owned ? WireError.Code.deviceOwned.rawValue : nil, at: now(), only: records)
         summary.requiresSignIn = error.requiresSignIn
         if error.requiresSignIn { status.needsSignIn = true }
@@ -654,7 +654,7 @@ public actor SyncEngine {
         for record in records where record.conflict != nil {
             _ = try await resendOverServerValue(collection: record.collection, scope: record.scope, recordId: record.recordId, delivering: false)
         }
-        try await store.requeue(collection: collection, scope: scope, recordId: recordId)
+        try await store.outbox.requeue(collection: collection, scope: scope, recordId: recordId)
         return try await sync(only: Set(records.map { RecordKey($0.collection, $0.scope, $0.recordId) }))
     }
 
@@ -670,7 +670,7 @@ public actor SyncEngine {
     /// for audit, and the record leaves the lists. A record the server holds comes back with the next pull.
     /// - Throws: ``ClientError`` `notFound`, or `invalidInput` when the record was not refused.
     public func discard(collection: String, scope: String = "", recordId: String) async throws {
-        try await store.discardRefused(collection: collection, scope: scope, recordId: recordId, at: now())
+        try await store.outbox.discardRefused(collection: collection, scope: scope, recordId: recordId, at: now())
         try await refreshStatus()
         _ = try? await refreshPersistentFailureNotice()
     }
@@ -679,7 +679,7 @@ public actor SyncEngine {
     /// - Throws: ``ClientError`` `notFound`, or `invalidInput` when the record holds no conflict.
     @discardableResult
     public func keepServerValue(collection: String, scope: String = "", recordId: String) async throws -> LocalRecord {
-        let record = try await store.keepServerValue(collection: collection, scope: scope, recordId: recordId)
+        let record = try await store.outbox.keepServerValue(collection: collection, scope: scope, recordId: recordId)
         try await refreshStatus()
         return record
     }
@@ -758,7 +758,7 @@ struct StoringAnswer {
     /// Starts storing `pairs`; the answer before must be settled.
     mutating func start(_ pairs: [(OutboxEntry, MutationResult)], in store: LocalStore, at date: Date) {
         precondition(storing == nil, "an answer is stored only after the one before")
-        storing = Task { try await store.apply(pairs, at: date) }
+        storing = Task { try await store.outbox.apply(pairs, at: date) }
     }
 
     /// Waits until the answer being stored, if any, is stored or has failed.
@@ -797,10 +797,10 @@ struct SyncTally {
                 refused.insert(key)
                 synced.remove(key)
                 reasons["Conflict on a protected field", default: 0] += 1
-            case .rejected where LocalStore.isRetriable(result.error?.code):
+            case .rejected where Outbox.isRetriable(result.error?.code):
                 failed.insert(key)
                 synced.remove(key)
-                reasons[LocalStore.clockAheadMessage, default: 0] += 1
+                reasons[Outbox.clockAheadMessage, default: 0] += 1
             case .rejected:
                 refused.insert(key)
                 synced.remove(key)

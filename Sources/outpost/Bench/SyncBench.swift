@@ -59,7 +59,7 @@ struct SyncBench {
         try await withServer { base, token, client, pid in
             progress("drain (\(engine)): queueing \(records) records offline…")
             let engine = try await queuedDevice("drain", count: records, base: base, token: try await token("staff", .staff), client: client)
-            let queued = try await engine.store.nextChunk(limit: records).map(\.mutation)
+            let queued = try await engine.store.outbox.nextChunk(limit: records).map(\.mutation)
             let clock = ContinuousClock()
             progress("drain (\(self.engine)): draining…")
             var summary = SyncSummary()
