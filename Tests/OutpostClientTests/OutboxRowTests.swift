@@ -65,21 +65,30 @@ struct OutboxRowTests {
         }
     }
 
-    @Test("an operation or a state this version does not know is refused, never read as another")
+    @Test("an entry of an operation or a state this version does not know is kept as it is and never sent as another")
     func unknownValues() async throws {
         try await withStore { store, _ in
             let sealer = store.sealer
-            let outcomes = try await store.writeImmediate { db in
+            let (unknownOp, sent, unknownState, pending, kept) = try await store.writeImmediate { db in
                 try Self.row(1, record: "r1", sealer: sealer).insert(db)
-                try db.execute(sql: "UPDATE outbox SET op = 'merge'")
-                let op = Result { try OutboxRow.pending(after: 0, limit: 1, of: nil, db) }
-                try db.execute(sql: "UPDATE outbox SET op = 'upsert', state = 'held'")
-                let state = Result { try OutboxRow.fetchAll(db) }
-                return [op.map(\.count), state.map(\.count)]
+                try Self.row(2, record: "r2", sealer: sealer).insert(db)
+                try db.execute(sql: "UPDATE outbox SET op = 'merge' WHERE seq = 1")
+                try db.execute(sql: "UPDATE outbox SET state = 'held' WHERE seq = 2")
+                let rows = try OutboxRow.fetchAll(db)
+                // A row read and written back keeps what this version does not know.
+                var first = try #require(rows.first)
+                try first.seal(["n": 9], with: sealer)
+                try first.update(db, columns: ["payload"])
+                return (
+                    rows.first?.op, Result { try OutboxRow.pending(after: 0, limit: 10, of: nil, db).map { try $0.entry(opening: sealer) } },
+                    rows.last?.state, try OutboxRow.pendingCount(db),
+                    try Row.fetchOne(db, sql: "SELECT op, state FROM outbox WHERE seq = 1").map { ($0[0] as String, $0[1] as String) }
+                )
             }
-            for outcome in outcomes {
-                #expect(throws: ClientError.self) { try outcome.get() }
-            }
+            #expect(unknownOp == nil && unknownState == nil)
+            #expect(throws: ClientError.self) { try sent.get() }
+            #expect(pending == 1, "the entry in an unknown state is not counted as waiting")
+            #expect(kept?.0 == "merge" && kept?.1 == "pending")
         }
     }
 }

@@ -98,4 +98,18 @@ struct RecordRowTests {
             #expect(kept?.lastSyncAttempt == Timestamp(millisecondsSince1970: 6_000).date)
         }
     }
+
+    @Test("a record of an older version, stored with no sync state, is renamed as a synced one is")
+    func renameLegacySynced() async throws {
+        try await withStore { store, _ in
+            try await store.write(LocalStore.Write(collection: "notes", recordId: "old", fields: ["n": 1]), deviceId: "d", at: Date(), offline: false)
+            try await store.writeImmediate { db in
+                try db.execute(sql: "UPDATE records SET sync_status = NULL")
+                try db.execute(sql: "DELETE FROM outbox")
+            }
+            #expect(try await store.renameRecords(collection: "notes", to: ["old": "new"]) == 1)
+            #expect(try await store.containsRecord("new"))
+            #expect(try await !store.containsRecord("old"))
+        }
+    }
 }

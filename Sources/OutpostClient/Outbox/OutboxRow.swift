@@ -23,7 +23,9 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
     var seq: Int64?
     var idempotencyKey: String
     var record: RecordKey
-    var op: MutationOperation
+    /// Nil for an operation this version does not know (a newer version wrote it): such an entry is kept as it is,
+    /// and never sent as another (``entry(opening:)`` refuses it).
+    var op: MutationOperation?
     /// The client time of the write, in milliseconds.
     var clientTime: Int64
     var baseVersion: Int64?
@@ -31,7 +33,8 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
     var payload: Data
     /// A field the mutation sets to its client time (a check-in's `scanned_at`), stamped again with it.
     var timestampField: String?
-    var state = State.pending
+    /// Nil for a state this version does not know.
+    var state: State? = .pending
     var attempts = 0
 
     init(
@@ -59,19 +62,12 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
         seq = row[0]
         idempotencyKey = row[1]
         record = RecordKey(row[2], row[3], row[4])
-        // An operation this version does not know is never sent as another.
-        guard let op = MutationOperation(rawValue: row[5]) else {
-            throw ClientError(.storeCorrupt, "a queued change's operation is not one this version knows")
-        }
-        self.op = op
+        op = MutationOperation(rawValue: row[5])
         clientTime = row[6]
         baseVersion = row[7]
         payload = row[8]
         timestampField = row[9]
-        guard let state = State(rawValue: row[10]) else {
-            throw ClientError(.storeCorrupt, "a queued change's state is not one this version knows")
-        }
-        self.state = state
+        state = State(rawValue: row[10])
         attempts = row[11]
     }
 
@@ -90,12 +86,12 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
         container["collection"] = record.collection
         container["scope"] = record.scope
         container["record_id"] = record.recordId
-        container["op"] = op.rawValue
+        container["op"] = op?.rawValue
         container["client_ts"] = clientTime
         container["base_version"] = baseVersion
         container["payload"] = payload
         container["timestamp_field"] = timestampField
-        container["state"] = state.rawValue
+        container["state"] = state?.rawValue
         container["attempts"] = attempts
     }
 
@@ -119,7 +115,11 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
     }
 
     /// The queued mutation, its fields opened.
+    ///
+    /// - Throws: ``ClientError`` `storeCorrupt` for an operation this version does not know: it is never sent as
+    ///   another.
     func entry(opening sealer: Sealer) throws -> OutboxEntry {
+        guard let op else { throw ClientError(.storeCorrupt, "a queued change's operation is not one this version knows") }
         let fields = try fields(opening: sealer)
         return OutboxEntry(
             seq: seq ?? 0,

@@ -19,6 +19,8 @@ extension LocalStore {
     /// or another process's lock. Never the pool's readers: GRDB frees a reader of an async read only once its
     /// task resumes, so a cooperative thread waiting here for one of them could wait for itself, and with every
     /// cooperative thread waiting so, the whole process would stop.
+    ///
+    /// A live list's first read runs here too (``firstRecords(in:)``), so that a screen's first frame shows it.
     func readOnCaller<T>(_ reads: (Database) throws -> T) throws -> T {
         try callerReader.read(reads)
     }

@@ -49,8 +49,8 @@ enum LocalWritePath {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
         ).execute(arguments: [
-            row.idempotencyKey, row.record.collection, row.record.scope, row.record.recordId, row.op.rawValue,
-            row.clientTime, row.baseVersion, row.payload, row.timestampField, row.state.rawValue, row.attempts,
+            row.idempotencyKey, row.record.collection, row.record.scope, row.record.recordId, row.op?.rawValue,
+            row.clientTime, row.baseVersion, row.payload, row.timestampField, row.state?.rawValue, row.attempts,
         ])
     }
 }

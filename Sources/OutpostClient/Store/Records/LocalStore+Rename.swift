@@ -19,7 +19,8 @@ extension LocalStore {
             try await self.read { db in
                 try newIds.filter { old, new in
                     let key = RecordKey(collection, scope, old)
-                    let status = try RecordRow.find(key, db)?.syncStatus
+                    // A row of an older version with no state was synced.
+                    let status = try RecordRow.find(key, db).map { $0.syncStatus ?? RecordSyncStatus.synced.rawValue }
                     let taken = try RecordRow.exists(RecordKey(collection, scope, new), db)
                     let copies = try DiscardedRow.hasCopies(of: key, db)
                     return old != new && (copies || (status != nil && (!taken || status == RecordSyncStatus.synced.rawValue)))
