@@ -140,15 +140,14 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
                 db.cachedStatement(sql: "SELECT \(selection) FROM outbox WHERE state = 'pending' AND seq > ? ORDER BY seq LIMIT ?"),
                 arguments: [seq, limit])
         }
-        var ids: [UInt8] = []
-        try JSONWriter.array(Set(records.map(\.recordId)), to: &ids) { id, output in JSONWriter.string(id, to: &output) }
+        let ids = try recordIds(of: records)
         return try fetchAll(
             db.cachedStatement(
                 sql: """
                     SELECT \(selection) FROM outbox WHERE state = 'pending' AND seq > ? AND record_id IN (SELECT value FROM json_each(?))
                     ORDER BY seq LIMIT ?
                     """),
-            arguments: [seq, String(decoding: ids, as: UTF8.self), limit]
+            arguments: [seq, ids, limit]
         ).filter { records.contains($0.record) }
     }
 
@@ -185,14 +184,11 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
 
     /// The record of each entry up to `maxSeq` (in any state) that is one of `records`: a record once per entry.
     static func records(of records: Set<RecordKey>, through maxSeq: Int64, _ db: Database) throws -> [RecordKey] {
-        // The record ids go in as one JSON array, so that the statement is compiled once per connection whatever
-        // their number.
-        var ids: [UInt8] = []
-        try JSONWriter.array(Set(records.map(\.recordId)), to: &ids) { id, output in JSONWriter.string(id, to: &output) }
+        let ids = try recordIds(of: records)
         return try Row.fetchAll(
             db.cachedStatement(
                 sql: "SELECT collection, scope, record_id FROM outbox WHERE seq <= ? AND record_id IN (SELECT value FROM json_each(?))"),
-            arguments: [maxSeq, String(decoding: ids, as: UTF8.self)]
+            arguments: [maxSeq, ids]
         ).map { RecordKey($0[0], $0[1], $0[2]) }.filter(records.contains)
     }
 
@@ -313,5 +309,13 @@ struct OutboxRow: FetchableRecord, PersistableRecord, Sendable {
                     SELECT DISTINCT record_id FROM outbox
                     WHERE state = 'pending' AND client_ts <= ? AND collection = ? AND (? IS NULL OR scope = ?)
                     """, arguments: [clientTime, collection, scope, scope]))
+    }
+
+    /// The ids of `records` as one JSON array, for `json_each`: a statement compiled once per connection, whatever
+    /// their number.
+    private static func recordIds(of records: Set<RecordKey>) throws -> String {
+        var ids: [UInt8] = []
+        try JSONWriter.array(Set(records.map(\.recordId)), to: &ids) { id, output in JSONWriter.string(id, to: &output) }
+        return String(decoding: ids, as: UTF8.self)
     }
 }
