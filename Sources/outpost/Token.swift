@@ -16,8 +16,13 @@ struct Token: AsyncParsableCommand {
     @Option(help: "User id (the token subject).")
     var user: String
 
-    @Option(help: "staff, supervisor, organizer or admin.")
-    var role: Role
+    @Option(help: "staff, supervisor, organizer or admin; or relay, for a venue relay (with --scope).")
+    var role: TokenRole
+
+    @Option(
+        name: .customLong("scope"),
+        help: "An event the relay serves (repeatable; --role relay only). The relay reads its records and forwards writes in it.")
+    var scopes: [String] = []
 
     @Option(help: "Display name (default: the user id).")
     var name: String?
@@ -38,6 +43,19 @@ struct Token: AsyncParsableCommand {
         }
         if let device, !Identifier.isValid(device) {
             throw ValidationError("--device must be an identifier (A-Z a-z 0-9 . _ : @ -)")
+        }
+        switch role {
+        case .relay:
+            guard !scopes.isEmpty else { throw ValidationError("a relay token needs at least one --scope") }
+            guard scopes.count <= TokenAuthority.maxRelayScopes else {
+                throw ValidationError("a relay token names at most \(TokenAuthority.maxRelayScopes) scopes")
+            }
+            guard scopes.allSatisfy(Identifier.isValid) else {
+                throw ValidationError("--scope must be an identifier (A-Z a-z 0-9 . _ : @ -)")
+            }
+            guard device == nil else { throw ValidationError("a relay token speaks for no one device; leave out --device") }
+        case .person:
+            guard scopes.isEmpty else { throw ValidationError("--scope is for --role relay only") }
         }
     }
 
@@ -64,10 +82,32 @@ struct Token: AsyncParsableCommand {
         } catch let error as TokenAuthority.Error {
             throw CLIError(error.description)
         }
-        let identity = Identity(tenant: tenant, userId: user, role: role, name: name ?? user, device: device)
+        let identity =
+            switch role {
+            case .person(let role): Identity(tenant: tenant, userId: user, role: role, name: name ?? user, device: device)
+            case .relay: Identity.relay(tenant: tenant, relayId: user, name: name ?? user, scopes: scopes)
+            }
         print(try await authority.token(for: identity, lifetime: ttl.duration, now: Date()))
     }
 }
 
 extension Role: ExpressibleByArgument {}
+
+/// What `outpost token --role` names: a person's role, or a venue relay.
+enum TokenRole: ExpressibleByArgument, Equatable {
+    case person(Role)
+    case relay
+
+    init?(argument: String) {
+        if argument == "relay" {
+            self = .relay
+        } else if let role = Role(rawValue: argument) {
+            self = .person(role)
+        } else {
+            return nil
+        }
+    }
+
+    static var allValueStrings: [String] { Role.allCases.map(\.rawValue) + ["relay"] }
+}
 extension DurationArgument: @unchecked Sendable {}

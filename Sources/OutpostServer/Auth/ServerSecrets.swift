@@ -51,9 +51,15 @@ package final class ServerSecrets: Sendable {
     }
 
     /// Who a bearer token proves the caller is: a token of the identity provider when one is configured,
-    /// else one the server signed with its secret.
+    /// else one the server signed with its secret. A venue relay's token is always one the server signed: an
+    /// identity provider signs people's tokens only.
     func bearer(_ token: String, now: Date) async throws -> TokenVerdict {
-        if let identityProvider { return await identityProvider.verdict(token, now: now) }
+        if let identityProvider {
+            if let (identity, expires) = await try tokens().verified(token, now: now), identity.relay != nil {
+                return .valid(identity, expires: expires)
+            }
+            return await identityProvider.verdict(token, now: now)
+        }
         guard let (identity, expires) = await try tokens().verified(token, now: now) else { return .invalid }
         return .valid(identity, expires: expires)
     }

@@ -3,7 +3,8 @@ import JWTKit
 import OutpostProtocol
 
 /// Signs and verifies Outpost's bearer tokens: HS256 JWTs with the claims `tenant`, `sub`, `role`, `name`, `exp`,
-/// and optionally `device`.
+/// and optionally `device`. A venue relay's token has the role `relay` and names its `scopes`; only this
+/// authority issues one, never an identity provider.
 public struct TokenAuthority: Sendable {
     /// The shortest secret accepted. Shorter HMAC keys are weak, and jwt-kit traps on them in debug builds.
     public static let minimumSecretLength = 32
@@ -31,9 +32,10 @@ public struct TokenAuthority: Sendable {
         let claims = Claims(
             tenant: identity.tenant,
             sub: SubjectClaim(value: identity.userId),
-            role: identity.role.rawValue,
+            role: identity.relay == nil ? identity.role.rawValue : Self.relayRole,
             name: identity.name,
             device: identity.device,
+            scopes: identity.relay?.scopes,
             iat: IssuedAtClaim(value: now),
             nbf: nil,
             exp: ExpirationClaim(value: now.addingTimeInterval(seconds))
@@ -54,9 +56,17 @@ public struct TokenAuthority: Sendable {
         guard rules.accepts(expires: claims.exp.value, issuedAt: claims.iat?.value, notBefore: claims.nbf?.value, now: now),
             Identifier.isValid(claims.tenant),
             Identifier.isValid(claims.sub.value),
-            let role = Role(rawValue: claims.role),
             claims.device.map(Identifier.isValid) ?? true
         else { return nil }
+        if claims.role == Self.relayRole {
+            guard let scopes = claims.scopes, !scopes.isEmpty, scopes.count <= Self.maxRelayScopes,
+                scopes.allSatisfy(Identifier.isValid), claims.device == nil
+            else { return nil }
+            let identity = Identity.relay(
+                tenant: claims.tenant, relayId: claims.sub.value, name: claims.name ?? claims.sub.value, scopes: scopes)
+            return (identity, claims.exp.value)
+        }
+        guard let role = Role(rawValue: claims.role), claims.scopes == nil else { return nil }
         let identity = Identity(
             tenant: claims.tenant, userId: claims.sub.value, role: role, name: claims.name ?? claims.sub.value,
             device: claims.device)
@@ -69,6 +79,11 @@ public struct TokenAuthority: Sendable {
         return (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
     }
 
+    /// The `role` claim of a relay's token.
+    static let relayRole = "relay"
+    /// The most scopes one relay token names: a venue's events of a day.
+    public static let maxRelayScopes = 64
+
     struct Claims: JWTPayload {
         var tenant: String
         var sub: SubjectClaim
@@ -76,6 +91,8 @@ public struct TokenAuthority: Sendable {
         var name: String?
         /// The device id the token is bound to, if any.
         var device: String?
+        /// A relay's scopes; absent from a person's token.
+        var scopes: [String]?
         var iat: IssuedAtClaim?
         var nbf: NotBeforeClaim?
         var exp: ExpirationClaim

@@ -21,6 +21,7 @@ struct SyncController<Storage: SyncStorage> {
         group.get("pull", use: pull)
         group.get("snapshot", use: snapshot)
         group.get("record-id-key", use: recordIdKey)
+        group.post("relay/forward", use: forward)
     }
 
     /// `GET /v1/record-id-key`: the caller's own key for attendance record ids (``Attendance/IdKey``), which
@@ -80,30 +81,42 @@ struct SyncController<Storage: SyncStorage> {
                 .contentTooLarge, .batchTooLarge,
                 "a push carries at most \(configuration.maxBatchSize) mutations; split the batch")
         }
-        let receivedAt = now()
-        let validator = MutationValidator(
-            collections: configuration.collections, earliest: configuration.earliestTimestamp,
-            maxClockSkew: configuration.maxClockSkew)
-        let attendanceKey =
-            body.mutations.contains { $0.collection == Attendance.collection }
-            ? try secrets.attendanceKey(tenant: identity.tenant, userId: identity.userId) : nil
-        let items = body.mutations.map {
-            validator.item(for: $0, by: identity, now: receivedAt, attendanceKey: attendanceKey)
-        }
-        let context = PushContext(
-            tenant: identity.tenant, deviceId: body.deviceId, userId: identity.userId, userName: identity.name,
-            role: identity.role, receivedAt: Timestamp(receivedAt), attendanceKey: attendanceKey)
-        let results = try await storage.push(items, context: context, collections: configuration.collections)
-        metrics.count(results)
+        let results = try await apply(body.mutations, deviceId: body.deviceId, by: identity)
         let features = ProtocolFeature.named(in: request.headers[values: .outpostFeatures])
         let answer = features.contains(.superseded) ? results : results.map(\.withoutSuperseded)
         return .json(bytes: try PushResponse(results: answer).jsonBytes())
     }
 
+    /// Validates and stores one device's mutations in one transaction, as `identity`; `refusing` may turn a valid
+    /// mutation, its scope resolved, into a rejection before storage sees it.
+    func apply(
+        _ mutations: [Mutation], deviceId: String, by identity: Identity,
+        refusing refusal: (Mutation) -> MutationResult? = { _ in nil }
+    ) async throws -> [MutationResult] {
+        let receivedAt = now()
+        let validator = MutationValidator(
+            collections: configuration.collections, earliest: configuration.earliestTimestamp,
+            maxClockSkew: configuration.maxClockSkew)
+        let attendanceKey =
+            mutations.contains { $0.collection == Attendance.collection }
+            ? try secrets.attendanceKey(tenant: identity.tenant, userId: identity.userId) : nil
+        let items = mutations.map { mutation -> PushItem in
+            let item = validator.item(for: mutation, by: identity, now: receivedAt, attendanceKey: attendanceKey)
+            if case .valid(let resolved, _) = item, let refused = refusal(resolved) { return .rejected(refused) }
+            return item
+        }
+        let context = PushContext(
+            tenant: identity.tenant, deviceId: deviceId, userId: identity.userId, userName: identity.name,
+            role: identity.role, receivedAt: Timestamp(receivedAt), attendanceKey: attendanceKey)
+        let results = try await storage.push(items, context: context, collections: configuration.collections)
+        metrics.count(results)
+        return results
+    }
+
     @Sendable func pull(_ request: Request, context: OutpostRequestContext) async throws -> Response {
-        let identity = try context.requireIdentity()
         let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
         let scope = try RequestDecoding.scope(in: request)
+        let identity = try context.requireReader(of: policy, scope: scope)
         if let refusal = policy.readRefusal(for: identity, scope: scope) { throw OutpostHTTPError.forbidden(refusal) }
         let owner = policy.readOwner(for: identity)
         let limit = try RequestDecoding.limit(
@@ -192,13 +205,13 @@ struct SyncController<Storage: SyncStorage> {
     }
 
     @Sendable func snapshot(_ request: Request, context: OutpostRequestContext) async throws -> Response {
-        let identity = try context.requireIdentity()
         let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
         guard policy.kind == .reference else {
             throw OutpostHTTPError.badRequest(
                 "snapshots serve reference collections; use /v1/pull for \(policy.name)")
         }
         let scope = try RequestDecoding.scope(in: request)
+        let identity = try context.requireReader(of: policy, scope: scope)
         // A reference collection is read by the whole tenant, by scope at most (`CollectionRegistry` refuses one
         // of own records).
         if let refusal = policy.readRefusal(for: identity, scope: scope) { throw OutpostHTTPError.forbidden(refusal) }

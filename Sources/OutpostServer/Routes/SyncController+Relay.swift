@@ -1,0 +1,56 @@
+import Hummingbird
+import OutpostProtocol
+
+extension SyncController {
+    /// `POST /v1/relay/forward`: a venue relay's forwarded writes, each batch applied as its device's push would
+    /// be, in the name of the person the relay verified, with the same idempotency keys.
+    ///
+    /// A relay token carries no person's rights: it forwards writes in its own scopes only, for people of its
+    /// tenant up to ``RelayGrant/highestForwardedRole``, and for a device only as the person the device is bound
+    /// to. A batch that breaks those rules has each of its mutations rejected, and the batches after it go on.
+    @Sendable func forward(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let (relay, grant) = try context.requireRelay()
+        let body = try await RequestDecoding.decodeBody(
+            RelayForwardRequest.self, from: request, maxBytes: configuration.maxBodyBytes,
+            timeout: configuration.bodyTimeout)
+        guard body.batches.reduce(0, { $0 + $1.mutations.count }) <= configuration.maxBatchSize else {
+            throw OutpostHTTPError(
+                .contentTooLarge, .batchTooLarge,
+                "a forward carries at most \(configuration.maxBatchSize) mutations; split it")
+        }
+        for batch in body.batches {
+            guard Identifier.isValid(batch.deviceId), Identifier.isValid(batch.userId) else {
+                throw OutpostHTTPError.badRequest("deviceId and userId must be identifiers (A-Z a-z 0-9 . _ : @ -)")
+            }
+            guard (1...200).contains(batch.userName.count) else {
+                throw OutpostHTTPError.badRequest("userName must be 1 to 200 characters")
+            }
+        }
+        var answers: [PushResponse] = []
+        for batch in body.batches {
+            answers.append(PushResponse(results: try await forward(batch, tenant: relay.tenant, grant: grant)))
+        }
+        return try .json(RelayForwardResponse(batches: answers))
+    }
+
+    private func forward(_ batch: RelayBatch, tenant: String, grant: RelayGrant) async throws -> [MutationResult] {
+        func refuseAll(_ code: WireError.Code, _ message: String) -> [MutationResult] {
+            batch.mutations.map { .rejected(String($0.idempotencyKey.prefix(256)), code, message) }
+        }
+        guard batch.role <= RelayGrant.highestForwardedRole else {
+            return refuseAll(.forbidden, "a relay forwards the writes of staff, supervisors and organizers only")
+        }
+        let person = Identity(tenant: tenant, userId: batch.userId, role: batch.role, name: batch.userName)
+        do {
+            try await devices.authorize(batch.deviceId, for: person)
+        } catch let error as OutpostHTTPError where error.status == .forbidden {
+            return refuseAll(error.wire.code, error.wire.message)
+        }
+        return try await apply(batch.mutations, deviceId: batch.deviceId, by: person) { mutation in
+            guard let scope = mutation.scope, grant.scopes.contains(scope) else {
+                return .rejected(mutation.idempotencyKey, .forbidden, "this relay forwards writes in its own events only")
+            }
+            return nil
+        }
+    }
+}

@@ -1,0 +1,189 @@
+import Foundation
+import HummingbirdTesting
+import NIOCore
+import OutpostProtocol
+import OutpostRecords
+import Testing
+
+@testable import OutpostServer
+
+/// What a venue relay's token may do upstream, on both engines: forward the writes of its events in their
+/// authors' names, exactly once, and read its events' records; nothing else.
+@Suite("Relay forwarding")
+struct RelayForwardTests {
+    static func relayToken(tenant: String = "acme", scopes: [String] = ["gala"]) async throws -> String {
+        let authority = try await TokenAuthority(secret: Fixtures.secret)
+        return try await authority.token(
+            for: .relay(tenant: tenant, relayId: "hall-a", name: "Hall A relay", scopes: scopes),
+            lifetime: .seconds(3600), now: Fixtures.serverNow.date)
+    }
+
+    static func batch(
+        device: String, user: String = "ana", role: Role = .staff, _ mutations: [Mutation]
+    ) -> RelayBatch {
+        RelayBatch(deviceId: device, userId: user, userName: user.capitalized, role: role, mutations: mutations)
+    }
+
+    static func forward(
+        _ client: any TestClientProtocol, _ batches: [RelayBatch], token: String
+    ) async throws -> [[MutationResult]] {
+        let response = try await client.post("/v1/relay/forward", RelayForwardRequest(batches: batches), token: token)
+        #expect(response.status == .ok)
+        return try JSONDecoder().decode(RelayForwardResponse.self, from: response.body).batches.map(\.results)
+    }
+
+    static func importGuests(_ ids: [String], event: String = "gala", client: any TestClientProtocol) async throws {
+        let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+        let results = try await client.push(
+            ids.map { AccessRulesTests.guest($0, event: event) }, token: organizer, device: "admin"
+        ).results
+        #expect(results.allSatisfy { $0.status == .applied })
+    }
+
+    @Test("forwarded scans are applied once each, in their devices' and people's names", arguments: StorageKind.allCases)
+    func forwardsOnce(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            try await Self.importGuests(["g1", "g2", "g3"], client: client)
+            let relay = try await Self.relayToken()
+            let door1 = [RecordRulesTests.scan("g1", device: "door-1", at: 10), RecordRulesTests.scan("g2", device: "door-1", at: 11)]
+            let door2 = [RecordRulesTests.scan("g1", device: "door-2", at: 12), RecordRulesTests.scan("g3", device: "door-2", at: 13)]
+            let batches = [
+                Self.batch(device: "door-1", user: "ana", door1), Self.batch(device: "door-2", user: "ben", door2),
+            ]
+            let first = try await Self.forward(client, batches, token: relay)
+            #expect(first.map { $0.map(\.status) } == [[.applied, .applied], [.superseded, .applied]])
+
+            // Sent again (an answer lost on the line), nothing is applied twice,
+            let again = try await Self.forward(client, batches, token: relay)
+            #expect(again.flatMap { $0 }.allSatisfy { $0.status == .duplicate })
+            #expect(again.flatMap { $0 }.map(\.originalStatus) == [.applied, .applied, .superseded, .applied])
+            // nor when the device itself sends a key the relay forwarded.
+            let ben = try await Fixtures.token(user: "ben")
+            let direct = try await client.push([door2[1]], token: ben, device: "door-2").results
+            #expect(direct.map(\.status) == [.duplicate])
+
+            // The audit holds each scan once, with the device, the person and the time of the scan.
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            try await storage.settle()
+            let audit = try await client.send(.get, "/v1/audit?collection=checkins&recordId=g1&scope=gala", token: organizer)
+            let entries = try JSONDecoder().decode(AuditResponse.self, from: audit.body).entries
+            #expect(entries.map(\.deviceId) == ["door-1", "door-2"])
+            #expect(entries.map(\.userId) == ["ana", "ben"])
+            #expect(entries.map(\.userName) == ["Ana", "Ben"])
+            #expect(entries.map(\.clientTimestamp) == [Fixtures.time(10), Fixtures.time(12)])
+        }
+    }
+
+    @Test("a relay reads its own events' records, as a supervisor would, and nothing else", arguments: StorageKind.allCases)
+    func relayReads(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            try await Self.importGuests(["g1", "g2"], client: client)
+            try await Self.importGuests(["h1"], event: "other", client: client)
+            let staff = try await Fixtures.token()
+            _ = try await client.push([RecordRulesTests.scan("g1", at: 10)], token: staff)
+            try await storage.settle()
+            let relay = try await Self.relayToken()
+
+            let guests = try await client.pull("collection=guests&scope=gala", token: relay).changes
+            #expect(guests.map(\.recordId).sorted() == ["g1", "g2"])
+            let checkIns = try await client.pull("collection=checkins&scope=gala", token: relay).changes
+            #expect(checkIns.map(\.recordId) == ["g1"])
+            let snapshot = try await client.send(.get, "/v1/snapshot?collection=guests&scope=gala", token: relay)
+            #expect(snapshot.status == .ok)
+
+            for uri in [
+                "/v1/pull?collection=guests&scope=other", "/v1/pull?collection=guests",
+                "/v1/snapshot?collection=guests&scope=other", "/v1/pull?collection=notes&scope=gala",
+                "/v1/monitor?event=gala", "/v1/audit?collection=checkins&recordId=g1", "/v1/record-id-key",
+                "/v1/conflicts",
+            ] {
+                let refused = try await client.send(.get, uri, token: relay)
+                #expect(refused.status == .forbidden, "\(uri)")
+                #expect(refused.wireError?.code == .forbidden, "\(uri)")
+            }
+            let push = try await client.send(
+                .post, "/v1/push", token: relay,
+                body: try Fixtures.json(PushRequest(deviceId: "hall-a", mutations: [RecordRulesTests.scan("g2", at: 11)])))
+            #expect(push.status == .forbidden)
+        }
+    }
+
+    @Test("a relay forwards nothing outside its events, for no admin, and for no device as another person", arguments: StorageKind.allCases)
+    func forwardRefusals(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            try await Self.importGuests(["g1", "g2"], client: client)
+            try await Self.importGuests(["h1"], event: "other", client: client)
+            let relay = try await Self.relayToken()
+            // door-9 is ben's device: the relay cannot push through it as ana.
+            let ben = try await Fixtures.token(user: "ben")
+            _ = try await client.push([RecordRulesTests.scan("g2", device: "door-9", at: 5)], token: ben, device: "door-9")
+
+            let note = Fixtures.upsert("n1", ["text": "hello"], at: 9, device: "door-1")
+            let results = try await Self.forward(
+                client,
+                [
+                    Self.batch(
+                        device: "door-1",
+                        [
+                            RecordRulesTests.scan("h1", event: "other", device: "door-1", at: 10), note,
+                            RecordRulesTests.scan("g1", device: "door-1", at: 11),
+                        ]),
+                    Self.batch(device: "door-2", role: .admin, [RecordRulesTests.scan("g1", device: "door-2", at: 12)]),
+                    Self.batch(device: "door-9", [RecordRulesTests.scan("g1", device: "door-9", at: 13)]),
+                    Self.batch(
+                        device: "door-3", user: "olga", role: .organizer,
+                        [AccessRulesTests.guest("walk-in", event: "other")]),
+                ], token: relay)
+            #expect(results[0].map(\.status) == [.rejected, .rejected, .applied])
+            #expect(results[0].prefix(2).map(\.error?.code) == [.forbidden, .forbidden])
+            #expect(results[1].map(\.error?.code) == [.forbidden])
+            #expect(results[2].map(\.error?.code) == [.deviceOwned])
+            #expect(results[3].map(\.error?.code) == [.forbidden])
+            try await storage.settle()
+            let staff = try await Fixtures.token()
+            #expect(try await client.pull("collection=checkins&scope=other", token: staff).changes.isEmpty)
+            #expect(try await client.pull("collection=guests&scope=other", token: staff).changes.map(\.recordId) == ["h1"])
+
+            // A relay of another tenant writes into its own tenant only: acme's roster knows nothing of it.
+            let stranger = try await Self.relayToken(tenant: "globex")
+            _ = try await Self.forward(
+                client, [Self.batch(device: "door-1", [RecordRulesTests.scan("g2", device: "door-1", at: 14)])],
+                token: stranger)
+            try await storage.settle()
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            let audit = try await client.send(.get, "/v1/audit?collection=checkins&recordId=g2&scope=gala", token: organizer)
+            #expect(try JSONDecoder().decode(AuditResponse.self, from: audit.body).entries.map(\.deviceId) == ["door-9"])
+        }
+    }
+
+    @Test("only a relay's token forwards, and a relay's token must name its scopes", arguments: StorageKind.allCases)
+    func credentials(kind: StorageKind) async throws {
+        try await withServer(kind) { client, _ in
+            let body = RelayForwardRequest(batches: [Self.batch(device: "door-1", [RecordRulesTests.scan("g1", at: 10)])])
+            for role in Role.allCases {
+                let token = try await Fixtures.token(role: role)
+                let response = try await client.post("/v1/relay/forward", body, token: token)
+                #expect(response.status == .forbidden, "\(role)")
+                #expect(response.wireError?.code == .forbidden)
+            }
+            let issued = Fixtures.serverSeconds
+            for claims in [
+                #"{"tenant":"acme","sub":"hall-a","role":"relay","exp":\#(issued + 600)}"#,
+                #"{"tenant":"acme","sub":"hall-a","role":"relay","scopes":[],"exp":\#(issued + 600)}"#,
+                #"{"tenant":"acme","sub":"hall-a","role":"relay","scopes":["no way"],"exp":\#(issued + 600)}"#,
+                #"{"tenant":"acme","sub":"hall-a","role":"relay","scopes":["gala"],"device":"d1","exp":\#(issued + 600)}"#,
+                #"{"tenant":"acme","sub":"ana","role":"staff","scopes":["gala"],"exp":\#(issued + 600)}"#,
+            ] {
+                let response = try await client.post("/v1/relay/forward", body, token: Fixtures.rawToken(claims: claims))
+                #expect(response.status == .unauthorized, "\(claims)")
+            }
+            let relay = try await Self.relayToken()
+            let unknownRole = try await client.send(
+                .post, "/v1/relay/forward", token: relay,
+                body: ByteBuffer(
+                    string: #"{"batches":[{"deviceId":"d","userId":"u","userName":"U","role":"root","mutations":[]}]}"#))
+            #expect(unknownRole.status == .badRequest)
+            #expect(unknownRole.wireError?.code == .invalidJSON)
+        }
+    }
+}
