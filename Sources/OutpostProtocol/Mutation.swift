@@ -186,6 +186,10 @@ public enum ProtocolFeature: String, Sendable, CaseIterable {
     /// Push results `superseded` (and `originalStatus: superseded`) with `serverFields`; without it, such a
     /// result is answered `applied`, without the fields.
     case superseded
+    /// Results `rejected` with the code `held_at_relay` from a venue relay, for a mutation the relay holds and
+    /// the server has not answered yet; without it, a relay answers such a push 503, and the client sends it
+    /// again later.
+    case relay
 
     /// The request header that names the features.
     public static let header = "Outpost-Features"

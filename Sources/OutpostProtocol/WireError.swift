@@ -52,6 +52,10 @@ public struct WireError: Error, Sendable, Hashable, Codable, CustomStringConvert
         public static let unknownGuest = Code("unknown_guest")
         /// A check-in for a guest whose registration is cancelled.
         public static let guestCancelled = Code("guest_cancelled")
+        /// Not a refusal: a venue relay holds the mutation and the server has not answered for it yet. The device
+        /// keeps it queued and sends it again; the relay then answers what the server answered. Given only to a
+        /// client that names ``ProtocolFeature/relay``.
+        public static let heldAtRelay = Code("held_at_relay")
     }
 
     /// The inner object: code and message.

@@ -64,6 +64,19 @@ package func buildApplication<Storage: SyncStorage>(
                 sealer: { try secrets.cursorSealer() },
                 lease: configuration.connectorTimeout * 2 + .seconds(10)))
     }
+    if let relay = configuration.relay {
+        guard let journal = storage as? SQLiteStorage else {
+            throw StorageError(.configuration, "a venue relay keeps its journal on SQLite; run it without --postgres")
+        }
+        let upstream = RelayUpstream(configuration: relay)
+        app.addServices(
+            RelayForwarder(
+                storage: journal, configuration: relay, clock: ContinuousClock(), now: now, logger: logger, metrics: metrics,
+                forward: { try await upstream.forward($0) }),
+            RelayMirror(
+                storage: journal, configuration: relay, server: configuration, clock: ContinuousClock(), now: now,
+                logger: logger, get: { try await upstream.get($0) }))
+    }
     app.beforeServerStarts {
         try await storage.migrate()
         if let secret = configuration.jwtSecret {

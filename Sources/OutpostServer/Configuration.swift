@@ -63,6 +63,9 @@ public struct ServerConfiguration: Sendable {
     /// Whether this process delivers connectors. Off, it serves the connector API and leaves delivery to the other
     /// servers on its database (with none, changes wait, in order, for one that delivers).
     public var deliversConnectors = true
+    /// Set on a venue relay (`outpost serve --upstream`): the server it forwards to and brings its events from.
+    /// A relay takes writes in its events only, journals each, and needs the embedded SQLite storage.
+    public var relay: RelayConfiguration?
 
     public init(
         host: String = "127.0.0.1",

@@ -84,6 +84,23 @@ struct Serve: AsyncParsableCommand {
         help: "Serve the connector API, but leave delivering connectors to the other servers on the database.")
     var noConnectorDelivery = false
 
+    @Option(
+        name: .customLong("upstream"),
+        help: ArgumentHelp(
+            "Run as a venue relay: the server the venue's devices' writes are forwarded to, exactly once each.",
+            valueName: "url"))
+    var upstream: String?
+
+    @Option(
+        name: .customLong("upstream-token"),
+        help: "The relay token for --upstream (default $OUTPOST_UPSTREAM_TOKEN): outpost token --role relay --scope EVENT.")
+    var upstreamToken: String?
+
+    @Option(
+        name: .customLong("upstream-scope"),
+        help: "An event the relay serves (repeatable; default: every event its token names).")
+    var upstreamScopes: [String] = []
+
     @Flag(
         name: .customLong("no-escalation"),
         help: "Acknowledge persistent-failure reports without recording them (default $OUTPOST_ESCALATION, else on).")
@@ -103,6 +120,28 @@ struct Serve: AsyncParsableCommand {
         guard !host.isEmpty else { throw ValidationError("--host must not be empty") }
         _ = try identity.provider()
         guard (tlsCertificate == nil) == (tlsKey == nil) else { throw ValidationError("give --tls-cert and --tls-key together") }
+        if upstream == nil {
+            guard upstreamToken == nil, upstreamScopes.isEmpty else {
+                throw ValidationError("--upstream-token and --upstream-scope are for a relay: give --upstream")
+            }
+        } else {
+            guard storageOptions.resolvedDatabaseURL == nil else {
+                throw ValidationError("a venue relay keeps its journal in --data-dir: leave out --database-url")
+            }
+        }
+    }
+
+    /// The relay of --upstream, or nil for a server.
+    func relay() throws -> RelayConfiguration? {
+        guard let upstream else { return nil }
+        let token = upstreamToken ?? ProcessInfo.processInfo.environment["OUTPOST_UPSTREAM_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+        guard let token else { throw CLIError("--upstream needs a relay token: --upstream-token or $OUTPOST_UPSTREAM_TOKEN") }
+        guard let url = URL(string: upstream) else { throw CLIError("--upstream must be an http or https URL") }
+        do {
+            return try RelayConfiguration(upstream: url, token: token, scopes: upstreamScopes)
+        } catch let error as RelayConfiguration.Error {
+            throw CLIError(error.description)
+        }
     }
 
     /// The TLS configuration of --tls-cert and --tls-key, or nil for plain HTTP.
@@ -142,6 +181,7 @@ struct Serve: AsyncParsableCommand {
         configuration.tokenRules = identity.rules
         configuration.identityProvider = try identity.provider()
         configuration.tls = try tls()
+        configuration.relay = try relay()
         let scheme = configuration.tls == nil ? "http" : "https"
         if let collectionsFile {
             do {
@@ -151,7 +191,10 @@ struct Serve: AsyncParsableCommand {
             }
         }
         let storage = try storageOptions.openStorage(logger: logger)
-        let summary = storage.summary
+        let summary =
+            configuration.relay.map {
+                "\(storage.summary); relay for \($0.scopes.joined(separator: ", ")) to \($0.upstream.absoluteString)"
+            } ?? storage.summary
         let host = self.host
         let app = try buildApplication(
             configuration: configuration, storage: storage, logger: logger,

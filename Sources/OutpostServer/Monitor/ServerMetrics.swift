@@ -24,6 +24,12 @@ package final class ServerMetrics: Sendable {
     let connectorBatches: [Bool: Counter]
     let connectorChanges: Counter
     let connectorsFailing: Gauge
+    /// A venue relay's writes not yet taken upstream, and the age of the oldest, in seconds.
+    let relayBacklog: Gauge
+    let relayBacklogAge: Gauge
+    /// A venue relay's writes the server took, and those it refused.
+    let relayForwarded: Counter
+    let relayRefused: Counter
 
     static let latencyBuckets: [Duration] = [
         .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
@@ -75,6 +81,11 @@ package final class ServerMetrics: Sendable {
         connectorChanges = counter("outpost_connector_changes", "Changes delivered by connectors")
         connectorsFailing = gauge(
             "outpost_connectors_failing", "Connectors whose last \(Connector.failingAfter) or more batches were not taken")
+        relayBacklog = gauge("outpost_relay_backlog", "A venue relay's writes not yet taken by the server upstream")
+        relayBacklogAge = gauge(
+            "outpost_relay_backlog_age_seconds", "How long the oldest write a venue relay holds has waited for the server")
+        relayForwarded = counter("outpost_relay_forwarded", "Writes a venue relay forwarded that the server took")
+        relayRefused = counter("outpost_relay_refused", "Writes a venue relay forwarded that the server refused")
     }
 
     func count(_ results: [MutationResult]) {

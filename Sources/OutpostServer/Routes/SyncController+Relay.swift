@@ -53,4 +53,30 @@ extension SyncController {
             return nil
         }
     }
+
+    /// What a venue relay answers a device: a write it applied is `held_at_relay` until the server answered it,
+    /// then the server's answer, so that a device calls a write synced only once the server has it. A refusal,
+    /// and a write the venue already settled otherwise (a second scan of a guest: `superseded`), is answered at
+    /// once: the door must know now.
+    func relayAnswers(_ results: [MutationResult], tenant: String) async throws -> [MutationResult] {
+        guard let journal = storage as? any RelayJournalStorage else { return results }
+        let applied = results.filter { ($0.status == .duplicate ? $0.originalStatus : $0.status) == .applied }
+        let outcomes = try await journal.journaled(tenant: tenant, keys: applied.map(\.idempotencyKey))
+        return results.map { result in
+            guard (result.status == .duplicate ? result.originalStatus : result.status) == .applied,
+                let outcome = outcomes[result.idempotencyKey]
+            else { return result }
+            guard let upstream = outcome else {
+                return .rejected(
+                    result.idempotencyKey, .heldAtRelay,
+                    "saved at the venue relay; it reaches the server when the venue's line is up")
+            }
+            return upstream
+        }
+    }
+}
+
+extension MutationResult {
+    /// A venue relay's answer for a write it holds and the server has not answered yet.
+    var isHeldAtRelay: Bool { status == .rejected && error?.code == .heldAtRelay }
 }

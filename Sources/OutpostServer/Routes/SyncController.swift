@@ -81,8 +81,17 @@ struct SyncController<Storage: SyncStorage> {
                 .contentTooLarge, .batchTooLarge,
                 "a push carries at most \(configuration.maxBatchSize) mutations; split the batch")
         }
-        let results = try await apply(body.mutations, deviceId: body.deviceId, by: identity)
+        var results = try await apply(body.mutations, deviceId: body.deviceId, by: identity)
         let features = ProtocolFeature.named(in: request.headers[values: .outpostFeatures])
+        if configuration.relay != nil {
+            results = try await relayAnswers(results, tenant: identity.tenant)
+            if !features.contains(.relay), results.contains(where: \.isHeldAtRelay) {
+                throw OutpostHTTPError(
+                    .serviceUnavailable, .serviceUnavailable,
+                    "the venue relay holds these writes until the server has them; send them again later",
+                    headers: [.retryAfter: "30"])
+            }
+        }
         let answer = features.contains(.superseded) ? results : results.map(\.withoutSuperseded)
         return .json(bytes: try PushResponse(results: answer).jsonBytes())
     }
@@ -100,14 +109,24 @@ struct SyncController<Storage: SyncStorage> {
         let attendanceKey =
             mutations.contains { $0.collection == Attendance.collection }
             ? try secrets.attendanceKey(tenant: identity.tenant, userId: identity.userId) : nil
+        let relay = configuration.relay
         let items = mutations.map { mutation -> PushItem in
             let item = validator.item(for: mutation, by: identity, now: receivedAt, attendanceKey: attendanceKey)
-            if case .valid(let resolved, _) = item, let refused = refusal(resolved) { return .rejected(refused) }
+            if case .valid(let resolved, _) = item,
+                let refused = relay?.refusal(of: resolved, by: identity) ?? refusal(resolved)
+            {
+                return .rejected(refused)
+            }
             return item
         }
-        let context = PushContext(
+        var context = PushContext(
             tenant: identity.tenant, deviceId: deviceId, userId: identity.userId, userName: identity.name,
             role: identity.role, receivedAt: Timestamp(receivedAt), attendanceKey: attendanceKey)
+        if relay != nil {
+            context.relayJournal = RelayJournaling(
+                role: identity.role,
+                sent: Dictionary(mutations.map { ($0.idempotencyKey, $0) }, uniquingKeysWith: { first, _ in first }))
+        }
         let results = try await storage.push(items, context: context, collections: configuration.collections)
         metrics.count(results)
         return results

@@ -13,6 +13,8 @@ package struct PushContext: Sendable {
     var receivedAt: Timestamp
     /// The pusher's key for attendance record ids, when the push holds attendance records.
     var attendanceKey: Attendance.IdKey?
+    /// On a venue relay: each mutation the push processes is journaled in its transaction, to be forwarded.
+    var relayJournal: RelayJournaling?
 }
 
 /// One mutation of a push after validation.

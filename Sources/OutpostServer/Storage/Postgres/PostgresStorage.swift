@@ -142,6 +142,9 @@ package struct PostgresStorage: SyncStorage {
     ) async throws
         -> [MutationResult]
     {
+        guard context.relayJournal == nil else {
+            throw StorageError(.configuration, "a venue relay keeps its journal on SQLite; run it without --postgres")
+        }
         // First without locks (see ``pushOptimistically(_:context:collections:)``); after another writer got
         // in the way, or when the push has conflicts to keep, on the locked path.
         var attempt = 0

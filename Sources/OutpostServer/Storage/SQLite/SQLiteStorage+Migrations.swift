@@ -241,6 +241,44 @@ extension SQLiteStorage {
             // The records a device's last heartbeat said the server refused, apart from the failed ones.
             try db.execute(sql: "ALTER TABLE devices ADD COLUMN rejected_count INTEGER NOT NULL DEFAULT 0")
         }
+        migrator.registerMigration("v9-relay-journal") { db in
+            // A venue relay's writes to forward upstream, in the order it accepted them; each mutation as its
+            // device sent it. Forwarded rows keep the server's answer, for the devices and the monitor.
+            try db.execute(
+                sql: """
+                    CREATE TABLE relay_journal (
+                      seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                      tenant TEXT NOT NULL,
+                      idempotency_key TEXT NOT NULL,
+                      device_id TEXT NOT NULL,
+                      user_id TEXT NOT NULL,
+                      user_name TEXT NOT NULL,
+                      role TEXT NOT NULL,
+                      mutation TEXT NOT NULL,
+                      accepted_at INTEGER NOT NULL,
+                      forwarded_at INTEGER,
+                      upstream_status TEXT,
+                      upstream_result TEXT
+                    );
+                    CREATE UNIQUE INDEX relay_journal_by_key ON relay_journal (tenant, idempotency_key);
+                    CREATE INDEX relay_journal_waiting ON relay_journal (seq) WHERE forwarded_at IS NULL;
+                    -- How the line upstream fares: one row, for the monitor and the metrics.
+                    CREATE TABLE relay_line (
+                      id INTEGER PRIMARY KEY CHECK (id = 1),
+                      last_attempt_at INTEGER,
+                      last_success_at INTEGER,
+                      last_error TEXT
+                    );
+                    INSERT INTO relay_line (id) VALUES (1);
+                    -- Where the relay's copy of each of its events' collections has got to upstream.
+                    CREATE TABLE relay_cursors (
+                      collection TEXT NOT NULL,
+                      scope TEXT NOT NULL,
+                      cursor TEXT NOT NULL,
+                      PRIMARY KEY (collection, scope)
+                    ) WITHOUT ROWID;
+                    """)
+        }
         return migrator
     }
 }

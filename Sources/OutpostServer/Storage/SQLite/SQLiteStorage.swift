@@ -93,6 +93,7 @@ package struct SQLiteStorage: SyncStorage {
             let plan = PushPlanner.plan(
                 items, context: context, processed: processed, records: records, collections: collections)
             try Self.write(plan, tenant: context.tenant, db: db)
+            if let journal = context.relayJournal { try Self.journal(plan, context: context, journal: journal, db: db) }
             return plan.results
         }
     }

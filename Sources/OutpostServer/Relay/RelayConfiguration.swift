@@ -1,0 +1,75 @@
+import Foundation
+import OutpostProtocol
+
+/// A server that runs as a venue relay: the venue's devices sync with it, and it forwards what they write to the
+/// server upstream, exactly once each, and brings its events' records down.
+public struct RelayConfiguration: Sendable {
+    /// The server's base URL, such as `https://sync.example.org`.
+    public var upstream: URL
+    /// The relay token the organizer created upstream (`outpost token --role relay --scope E`).
+    public var token: String
+    /// The tenant the token names: the relay serves that organization's devices only.
+    public var tenant: String
+    /// The events the relay serves: a subset of its token's scopes.
+    public var scopes: [String]
+    /// The most mutations one forward carries.
+    public var batchSize = 500
+    /// How long one forward may take before it counts as failed and is sent again.
+    public var timeout: Duration = .seconds(30)
+    /// How often a relay with nothing to forward looks again, and brings its events' records down.
+    public var interval: Duration = .milliseconds(250)
+    /// The longest wait between two tries while the line upstream is down.
+    public var longestBackoff: Duration = .seconds(30)
+
+    public struct Error: Swift.Error, Sendable, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Reads the tenant and scopes from `token`'s claims; `scopes`, when given, narrows them.
+    ///
+    /// The token is not verified here (the relay need not hold the upstream's secret): upstream verifies it on
+    /// every request, and a relay started with a token that is not a relay's is refused before it serves anyone.
+    public init(upstream: URL, token: String, scopes: [String] = []) throws {
+        guard let scheme = upstream.scheme?.lowercased(), scheme == "http" || scheme == "https", upstream.host != nil else {
+            throw Error(description: "--upstream must be an http or https URL")
+        }
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let payload = Base64URL.decode(parts[1]),
+            let claims = try? JSONDecoder().decode(Claims.self, from: Data(payload))
+        else { throw Error(description: "the upstream token is not a JWT") }
+        guard claims.role == "relay", let granted = claims.scopes, !granted.isEmpty, Identifier.isValid(claims.tenant)
+        else {
+            throw Error(description: "the upstream token is not a relay's: create one with outpost token --role relay --scope EVENT")
+        }
+        if let outside = scopes.first(where: { !granted.contains($0) }) {
+            throw Error(description: "the upstream token does not name \(outside) among its scopes")
+        }
+        self.upstream = upstream
+        self.token = token
+        self.tenant = claims.tenant
+        self.scopes = scopes.isEmpty ? granted : scopes
+    }
+
+    private struct Claims: Decodable {
+        var tenant: String
+        var role: String
+        var scopes: [String]?
+    }
+
+    /// Why the relay does not take `mutation` from `person`, or nil: the relay forwards only what the server will
+    /// take from it.
+    func refusal(of mutation: Mutation, by person: Identity) -> MutationResult? {
+        guard person.tenant == tenant else {
+            return .rejected(mutation.idempotencyKey, .forbidden, "this venue relay serves another organization")
+        }
+        guard person.role <= RelayGrant.highestForwardedRole else {
+            return .rejected(mutation.idempotencyKey, .forbidden, "a venue relay carries no admin's writes; sync with the server")
+        }
+        guard let scope = mutation.scope, scopes.contains(scope) else {
+            return .rejected(
+                mutation.idempotencyKey, .forbidden,
+                "this venue relay carries \(scopes.joined(separator: ", ")) only; sync the rest with the server")
+        }
+        return nil
+    }
+}

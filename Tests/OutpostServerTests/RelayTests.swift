@@ -1,0 +1,125 @@
+import Foundation
+import HummingbirdTesting
+import OutpostProtocol
+import OutpostRecords
+import OutpostTesting
+import Testing
+
+@testable import OutpostServer
+
+/// A venue relay between doors and the server, on real HTTP, with a fault proxy on the line upstream: the doors
+/// stay one place while the line is down, and everything reaches the server exactly once when it returns.
+@Suite("Venue relay")
+struct RelayTests {
+    /// Runs a relay for `gala` whose line upstream goes through `proxy`.
+    static func withRelay(
+        upstream proxy: FaultProxy, _ body: @escaping @Sendable (any TestClientProtocol, any SyncStorage) async throws -> Void
+    ) async throws {
+        let token = try await RelayForwardTests.relayToken()
+        var relay = try RelayConfiguration(upstream: URL(string: "http://127.0.0.1:\(proxy.port)")!, token: token)
+        relay.longestBackoff = .milliseconds(500)
+        relay.interval = .milliseconds(50)
+        let configured = relay
+        try await withServer(.sqlite, setup: .live, configure: { $0.relay = configured }, body)
+    }
+
+    /// A device's push to the relay, as this build's devices send it.
+    static func push(
+        _ client: any TestClientProtocol, _ mutations: [Mutation], user: String, device: String,
+        features: String? = ProtocolFeature.allNames
+    ) async throws -> [MutationResult] {
+        try await client.push(mutations, token: try await Fixtures.token(user: user), device: device, features: features)
+            .results
+    }
+
+    static func waitUntil(_ what: String, _ condition: @escaping @Sendable () async throws -> Bool) async throws {
+        try await bounded(what) {
+            while try await !condition() { try await Task.sleep(for: .milliseconds(20)) }
+        }
+    }
+
+    @Test("the line cut: the doors are one place, and every scan reaches the server once, in order", arguments: StorageKind.allCases)
+    func lineCut(kind: StorageKind) async throws {
+        try await withServer(kind, setup: .live) { server, serverStorage in
+            let guests = (0..<120).map { String(format: "g%03d", $0) }
+            try await RelayForwardTests.importGuests(guests, client: server)
+            let proxy = try await FaultProxy.start(upstreamPort: try #require(server.port))
+            defer { Task { try? await proxy.stop() } }
+            try await Self.withRelay(upstream: proxy) { relay, relayStorage in
+                let staff = try await Fixtures.token()
+                // The relay brings the roster down before the doors open,
+                try await Self.waitUntil("the roster at the relay") {
+                    try await relay.pull("collection=guests&scope=gala&limit=1000", token: staff).changes.count == guests.count
+                }
+                // and the venue's line fails.
+                proxy.inject(.drop)
+
+                // Door 1's scan is held at the relay, not called synced;
+                let first = try await Self.push(relay, [RecordRulesTests.scan("g000", device: "door-1", at: 10)], user: "ana", device: "door-1")
+                #expect(first.map(\.error?.code) == [.heldAtRelay])
+                // door 2 is told at once who scanned the guest first;
+                let second = try await Self.push(relay, [RecordRulesTests.scan("g000", device: "door-2", at: 20)], user: "ben", device: "door-2")
+                #expect(second.map(\.status) == [.superseded])
+                #expect(second[0].serverFields?["scanned_by"] == "door-1")
+                // a device of an older build is told to come back, not that its scan is on the server.
+                let older = try await relay.send(
+                    .post, "/v1/push", token: try await Fixtures.token(user: "cy"),
+                    body: try Fixtures.json(
+                        PushRequest(deviceId: "door-3", mutations: [RecordRulesTests.scan("g001", device: "door-3", at: 21)])))
+                #expect(older.status == .serviceUnavailable)
+
+                // Three doors scan the rest, in chunks, while the line is down.
+                var sent: [String: [Mutation]] = [:]
+                for (index, guest) in guests.dropFirst(2).enumerated() {
+                    let door = ["door-1", "door-2", "door-3"][index % 3]
+                    sent[door, default: []].append(RecordRulesTests.scan(guest, device: door, at: 30 + Double(index)))
+                }
+                let users = ["door-1": "ana", "door-2": "ben", "door-3": "cy"]
+                for (door, scans) in sent {
+                    for chunk in stride(from: 0, to: scans.count, by: 10) {
+                        let results = try await Self.push(
+                            relay, Array(scans[chunk..<min(chunk + 10, scans.count)]), user: users[door]!, device: door)
+                        #expect(results.allSatisfy { $0.error?.code == .heldAtRelay })
+                    }
+                }
+                try await serverStorage.settle()
+                let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+                #expect(try await server.pull("collection=checkins&scope=gala&limit=1000", token: organizer).changes.isEmpty)
+
+                // The line returns: the relay's backlog empties,
+                proxy.inject(nil)
+                let journal = try #require(relayStorage as? SQLiteStorage)
+                try await Self.waitUntil("an empty backlog") { try await journal.relayBacklog().waiting == 0 }
+                let backlog = try await journal.relayBacklog()
+                #expect(backlog.forwarded == guests.count + 1 && backlog.refused == 0 && backlog.lastError == nil)
+
+                // the server holds each scan once, with its device, person and scan time,
+                try await serverStorage.settle()
+                let checkIns = try await server.pull("collection=checkins&scope=gala&limit=1000", token: organizer).changes
+                #expect(checkIns.count == guests.count && Set(checkIns.map(\.recordId)) == Set(guests))
+                let audit = try await server.send(.get, "/v1/audit?collection=checkins&recordId=g000&scope=gala", token: organizer)
+                let entries = try JSONDecoder().decode(AuditResponse.self, from: audit.body).entries
+                #expect(entries.map(\.deviceId) == ["door-1", "door-2"])
+                #expect(entries.map(\.status) == [.applied, .superseded])
+                #expect(entries.map(\.clientTimestamp) == [Fixtures.time(10), Fixtures.time(20)])
+                for (door, scans) in sent {
+                    for scan in scans.prefix(3) {
+                        let audit = try await server.send(
+                            .get, "/v1/audit?collection=checkins&recordId=\(scan.recordId)&scope=gala", token: organizer)
+                        let entry = try JSONDecoder().decode(AuditResponse.self, from: audit.body).entries
+                        #expect(entry.map(\.deviceId) == [door] && entry.map(\.userId) == [users[door]!])
+                        #expect(entry.map(\.clientTimestamp) == [scan.clientTimestamp])
+                    }
+                }
+
+                // and each door, sending its scans again, hears the server's answers: synced at last.
+                let again = try await Self.push(relay, [RecordRulesTests.scan("g000", device: "door-1", at: 10)], user: "ana", device: "door-1")
+                #expect(again.map(\.status) == [.applied])
+                for (door, scans) in sent {
+                    let results = try await Self.push(relay, Array(scans.prefix(10)), user: users[door]!, device: door)
+                    #expect(results.allSatisfy { $0.status == .applied }, "\(door)")
+                }
+            }
+        }
+    }
+}
