@@ -109,6 +109,8 @@ public struct MonitorResponse: Sendable, Hashable, Codable {
     public var bucketStart: Timestamp
     /// How far the shown event's check-in has come; nil without an event.
     public var progress: EventProgress?
+    /// On a venue relay: how its line to the server fares; nil on a server.
+    public var relay: RelayLine? = nil
 
     /// The empty state's words, named once.
     public static let emptyStateMessage =
@@ -344,5 +346,35 @@ public struct SignInCode: Sendable, Hashable, Codable {
         self.code = code
         self.path = path
         self.expiresAt = expiresAt
+    }
+}
+
+/// A venue relay's line to the server, as its monitor shows it.
+public struct RelayLine: Sendable, Hashable, Codable {
+    /// The server's host the relay forwards to.
+    public var upstream: String
+    /// Writes the relay holds that the server has not answered yet.
+    public var waiting: Int
+    /// When the oldest of them reached the relay.
+    public var oldestWaitingSince: Timestamp?
+    /// Writes the server took, and those it refused (each refusal goes back to its device).
+    public var forwarded: Int
+    public var refused: Int
+    /// When the server last answered a forward.
+    public var lastForwardedAt: Timestamp?
+    /// Why the last forward failed, while the line is down; nil once one succeeds.
+    public var lastError: String?
+
+    public init(
+        upstream: String, waiting: Int, oldestWaitingSince: Timestamp?, forwarded: Int, refused: Int,
+        lastForwardedAt: Timestamp?, lastError: String?
+    ) {
+        self.upstream = upstream
+        self.waiting = waiting
+        self.oldestWaitingSince = oldestWaitingSince
+        self.forwarded = forwarded
+        self.refused = refused
+        self.lastForwardedAt = lastForwardedAt
+        self.lastError = lastError
     }
 }

@@ -149,6 +149,8 @@ enum Delivery {
             return "refused by the server: \(record.syncError ?? "no reason given") (see `outpost device records --refused`)"
         case .failed:
             return "not synced: \(record.syncError ?? "unknown error"); it stays queued and goes with the next sync"
+        case .pending where record.isAtRelay:
+            return "saved at the venue relay, not yet on the server: the relay forwards it when the venue's line is up"
         case .pending:
             return stillPending(ended: ended, connection: connection, lastFailure: lastFailure)
         }

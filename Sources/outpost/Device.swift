@@ -200,7 +200,7 @@ struct DeviceRecords: AsyncParsableCommand {
             let fields = Self.fieldsText(record)
             let badge = SyncBadge(
                 status: record.syncStatus, error: record.syncError, isConflict: record.conflict != nil,
-                overdue: overdue.contains("\(record.collection)/\(record.recordId)") ? threshold : nil)
+                isAtRelay: record.isAtRelay, overdue: overdue.contains("\(record.collection)/\(record.recordId)") ? threshold : nil)
             say("\(badge.symbol)  \(record.path)  \(record.tombstone ? "(deleted)" : fields)")
             for line in Self.details(record) { say("    \(line)") }
         }

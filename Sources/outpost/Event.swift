@@ -128,6 +128,7 @@ struct EventScan: AsyncParsableCommand {
                 switch scan.syncStatus {
                 case .synced: state = "synced"
                 case .failed: state = "saved on this device; sync failed, will retry: \(scan.syncError ?? "unknown error")"
+                case .pending where scan.isAtRelay: state = "saved at the venue relay, not yet on the server"
                 default:
                     switch connection {
                     case .online: state = "saved; the server has not confirmed it yet"

@@ -32,6 +32,13 @@ struct RelayTests {
             .results
     }
 
+    /// The relay line of a server's monitor.
+    static func line(_ client: any TestClientProtocol, token: String) async throws -> RelayLine? {
+        let response = try await client.send(.get, "/v1/monitor?event=gala", token: token)
+        #expect(response.status == .ok)
+        return try JSONDecoder().decode(MonitorResponse.self, from: response.body).relay
+    }
+
     static func waitUntil(_ what: String, _ condition: @escaping @Sendable () async throws -> Bool) async throws {
         try await bounded(what) {
             while try await !condition() { try await Task.sleep(for: .milliseconds(20)) }
@@ -85,6 +92,12 @@ struct RelayTests {
                 try await serverStorage.settle()
                 let organizer = try await Fixtures.token(user: "olga", role: .organizer)
                 #expect(try await server.pull("collection=checkins&scope=gala&limit=1000", token: organizer).changes.isEmpty)
+                // The relay's monitor says what it holds and why it cannot hand it over.
+                try await Self.waitUntil("a failed forward") { try await Self.line(relay, token: organizer)?.lastError != nil }
+                let down = try #require(try await Self.line(relay, token: organizer))
+                #expect(down.waiting == guests.count + 1 && down.forwarded == 0 && down.upstream == "127.0.0.1")
+                #expect(down.lastError?.contains("cannot be reached") == true, "\(down.lastError ?? "")")
+                #expect(down.oldestWaitingSince == Fixtures.serverNow)
 
                 // The line returns: the relay's backlog empties,
                 proxy.inject(nil)
@@ -92,6 +105,10 @@ struct RelayTests {
                 try await Self.waitUntil("an empty backlog") { try await journal.relayBacklog().waiting == 0 }
                 let backlog = try await journal.relayBacklog()
                 #expect(backlog.forwarded == guests.count + 1 && backlog.refused == 0 && backlog.lastError == nil)
+                let up = try #require(try await Self.line(relay, token: organizer))
+                #expect(up.waiting == 0 && up.forwarded == guests.count + 1 && up.lastError == nil && up.lastForwardedAt != nil)
+                // The server's own monitor has no relay line.
+                #expect(try await Self.line(server, token: organizer) == nil)
 
                 // the server holds each scan once, with its device, person and scan time,
                 try await serverStorage.settle()

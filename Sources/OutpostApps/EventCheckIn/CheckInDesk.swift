@@ -235,6 +235,8 @@ public struct ScanRecord: Sendable, Hashable {
     public var scannedBy: String
     public var syncStatus: RecordSyncStatus
     public var syncError: String?
+    /// True while the venue relay holds the scan and the server has not answered for it (``LocalRecord/isAtRelay``).
+    public var isAtRelay = false
     /// The organizer's note and the arrival alert, when the scan read the roster.
     public var guest: GuestDetails?
     /// The escalation threshold, when the scan has waited to sync longer than it (see ``SyncBadge/overdue``).
@@ -255,9 +257,12 @@ public struct ScanRecord: Sendable, Hashable {
         self.scannedBy = scannedBy
         self.syncStatus = record.syncStatus
         self.syncError = record.syncError
+        self.isAtRelay = record.isAtRelay
     }
 
-    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, overdue: overdue) }
+    public var badge: SyncBadge {
+        SyncBadge(status: syncStatus, error: syncError, isAtRelay: isAtRelay, overdue: overdue)
+    }
 }
 
 extension ScanRecord: WaitingEntry {

@@ -135,6 +135,14 @@ extension Outbox {
                 outcome.error = "Conflict: \(fields) changed on the server; the server kept its value"
                 outcome.code = "conflict"
                 outcome.status = .refused
+            case .rejected where result.error?.code == .heldAtRelay:
+                // Not refused: the venue relay holds it, and answers for the server once the server has it.
+                decision.refused.append((entry.seq, .pending))
+                if outcome.status != .refused && outcome.status != .failed || outcome.error == nil {
+                    outcome.error = result.error?.message ?? "held at the venue relay"
+                    outcome.code = WireError.Code.heldAtRelay.rawValue
+                    outcome.status = .pending
+                }
             case .rejected:
                 let retriable = isRetriable(result.error?.code)
                 decision.refused.append((entry.seq, retriable ? .pending : .rejected))

@@ -134,6 +134,9 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
     /// Records whose write the server did not take, keeping an earlier one from elsewhere (a guest another door
     /// checked in first): each now shows the server's, and is not counted in ``synced``.
     public var superseded: Int = 0
+    /// Records a venue relay holds: saved there, where the venue's other devices see them, and still queued
+    /// here until the server has them (the relay answers for the server once it has).
+    public var atRelay: Int = 0
     /// Distinct reasons of the failures and refusals, most frequent first.
     public var reasons: [String]
     /// How many chunks went to the server.
@@ -158,7 +161,7 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// True when every record this sync sent reached the server.
-    public var isComplete: Bool { failed == 0 && refused == 0 && !skipped }
+    public var isComplete: Bool { failed == 0 && refused == 0 && atRelay == 0 && !skipped }
 
     /// Such as "3 synced, 1 failed: GPS signal required".
     public var description: String {
@@ -168,6 +171,9 @@ public struct SyncSummary: Sendable, Hashable, CustomStringConvertible {
         if !reasons.isEmpty { text += ": " + reasons.joined(separator: "; ") }
         if superseded > 0 {
             text += "; \(superseded) already recorded on another device first: the server keeps that one"
+        }
+        if atRelay > 0 {
+            text += "; \(atRelay) at the venue relay, waiting for the server"
         }
         return text
     }

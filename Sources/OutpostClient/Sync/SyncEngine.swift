@@ -394,6 +394,7 @@ public actor SyncEngine {
         summary.synced = tally.synced.subtracting(tally.failed).subtracting(tally.refused).count - summary.superseded
         summary.refused = tally.refused.count
         summary.failed = tally.failed.subtracting(tally.refused).count
+        summary.atRelay = tally.held.subtracting(tally.refused).subtracting(tally.failed).count
         summary.reasons = tally.reasonsByFrequency
         status.lastSyncAt = now()
         try await refreshStatus()
@@ -777,6 +778,8 @@ struct SyncTally {
     var refused = Set<RecordKey>()
     /// Synced, the server keeping an earlier write from elsewhere.
     var superseded = Set<RecordKey>()
+    /// Held by a venue relay, which the server has not answered for yet; still queued.
+    var held = Set<RecordKey>()
 
     /// The records the server last answered without taking their write, keeping an earlier one.
     var supersededCount: Int { superseded.intersection(synced).subtracting(refused).count }
@@ -790,9 +793,14 @@ struct SyncTally {
             case .applied, .duplicate:
                 synced.insert(key)
                 superseded.remove(key)
+                held.remove(key)
             case .superseded:
                 synced.insert(key)
                 superseded.insert(key)
+                held.remove(key)
+            case .rejected where result.error?.code == .heldAtRelay:
+                held.insert(key)
+                synced.remove(key)
             case .conflict:
                 refused.insert(key)
                 synced.remove(key)

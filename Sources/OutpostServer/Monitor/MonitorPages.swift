@@ -98,6 +98,7 @@ package struct MonitorPages: Sendable {
         var failures: [FailureRow]
         var refused: [FailureRow]
         var progress: ProgressRow?
+        var relay: RelayRow?
 
         init(_ monitor: MonitorResponse, refresh: Duration) {
             let now = monitor.generatedAt
@@ -117,6 +118,34 @@ package struct MonitorPages: Sendable {
             failures = monitor.persistentFailures.map(FailureRow.init)
             refused = monitor.refusedRecords.map(FailureRow.init)
             progress = monitor.progress.map { ProgressRow($0, eventName: eventName ?? "") }
+            relay = monitor.relay.map { RelayRow($0, now: now) }
+        }
+    }
+
+    /// A venue relay's line to the server, in words.
+    struct RelayRow {
+        var upstream: String
+        /// "12 writes waiting for the server, the oldest since 10:02 (4 min ago)" or "Nothing waiting: the server has every write."
+        var backlog: String
+        /// "1,204 handed over, 2 refused (each refusal went back to its device); last at 10:01 (just now)"
+        var forwarded: String
+        /// Why the last forward failed, while the line is down.
+        var lastError: String?
+        var waiting: Bool
+
+        init(_ line: RelayLine, now: Timestamp) {
+            upstream = line.upstream
+            waiting = line.waiting > 0
+            if let since = line.oldestWaitingSince, line.waiting > 0 {
+                let writes = line.waiting == 1 ? "1 write" : "\(line.waiting) writes"
+                backlog = "\(writes) waiting for the server, the oldest since \(MonitorPages.clock(since)) (\(MonitorPages.ago(since, now: now)))"
+            } else {
+                backlog = "Nothing waiting: the server has every write made here."
+            }
+            let last = line.lastForwardedAt.map { "; last at \(MonitorPages.clock($0)) (\(MonitorPages.ago($0, now: now)))" } ?? ""
+            forwarded =
+                "\(line.forwarded) handed over, \(line.refused) refused by the server (each refusal went back to its device)\(last)"
+            lastError = line.lastError
         }
     }
 

@@ -6,7 +6,8 @@ import OutpostRecords
 enum MonitorReport {
     /// Loads and assembles the monitor for `tenant`, in `event` when given.
     static func load(
-        tenant: String, event: String?, storage: some MonitorStorage, secrets: ServerSecrets, now: Date
+        tenant: String, event: String?, storage: some MonitorStorage, secrets: ServerSecrets, relay: RelayConfiguration?,
+        now: Date
     ) async throws -> MonitorResponse {
         let generatedAt = Timestamp(now)
         let bucketStart = Self.bucketStart(now: generatedAt)
@@ -36,6 +37,14 @@ enum MonitorReport {
             opsContact: opsContact, now: generatedAt)
         response.refusedRecords = Self.shown(reported.filter { $0.kind == .rejected }, of: reports)
         response.progress = progress
+        if let relay, let journal = storage as? any RelayJournalStorage {
+            let backlog = try await journal.relayBacklog()
+            response.relay = RelayLine(
+                upstream: relay.upstream.host ?? relay.upstream.absoluteString, waiting: backlog.waiting,
+                oldestWaitingSince: backlog.oldestAcceptedAt.map(Timestamp.init(millisecondsSince1970:)),
+                forwarded: backlog.forwarded, refused: backlog.refused,
+                lastForwardedAt: backlog.lastSuccessAt.map(Timestamp.init(millisecondsSince1970:)), lastError: backlog.lastError)
+        }
         return response
     }
 

@@ -278,7 +278,7 @@ struct AdminController<Storage: SyncStorage> {
             event = try await storage.events(tenant: identity.tenant).first?.id
         }
         return try await MonitorReport.load(
-            tenant: identity.tenant, event: event, storage: storage, secrets: secrets, now: now())
+            tenant: identity.tenant, event: event, storage: storage, secrets: secrets, relay: configuration.relay, now: now())
     }
 
     /// `?refresh=SECONDS`, 1 to 300; 15 by default.

@@ -193,6 +193,8 @@ struct MonitorController<Storage: SyncStorage> {
         try identity.require(.organizer)
         let event = try RequestDecoding.optionalIdentifier("event", in: request)
         return try .json(
-            try await MonitorReport.load(tenant: identity.tenant, event: event, storage: storage, secrets: secrets, now: now()))
+            try await MonitorReport.load(
+                tenant: identity.tenant, event: event, storage: storage, secrets: secrets, relay: configuration.relay,
+                now: now()))
     }
 }

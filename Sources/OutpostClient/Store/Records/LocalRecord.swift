@@ -60,7 +60,13 @@ public struct LocalRecord: Sendable, Hashable {
     }
 
     /// The badge a list shows beside this record.
-    public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: conflict != nil) }
+    public var badge: SyncBadge {
+        SyncBadge(status: syncStatus, error: syncError, isConflict: conflict != nil, isAtRelay: isAtRelay)
+    }
+
+    /// True while a venue relay holds the record's last write and the server has not answered for it: the venue's
+    /// other devices see it, the server does not have it yet. The record is pending meanwhile.
+    public var isAtRelay: Bool { syncStatus == .pending && syncErrorCode == WireError.Code.heldAtRelay.rawValue }
 
     /// True while the record still waits for the network: pending, or failed and to be tried again.
     public var isWaitingToSync: Bool { syncStatus == .pending || syncStatus == .failed }
@@ -77,6 +83,8 @@ public struct SyncBadge: Sendable, Hashable {
     public var status: RecordSyncStatus
     /// A refused record whose protected field conflicted with the server's.
     public var isConflict: Bool
+    /// A pending record a venue relay holds (``LocalRecord/isAtRelay``).
+    public var isAtRelay: Bool
     /// For a record still waiting to sync, the escalation threshold it has waited longer than (24 hours): it is
     /// shown as failing, not as pending.
     public var overdue: Duration?
@@ -84,9 +92,12 @@ public struct SyncBadge: Sendable, Hashable {
 
     /// - Parameter overdue: the escalation threshold, when the record has waited longer than it
     ///   (``SyncEngine/overdueRecordIds(collection:scope:)``).
-    public init(status: RecordSyncStatus, error: String?, isConflict: Bool = false, overdue: Duration? = nil) {
+    public init(
+        status: RecordSyncStatus, error: String?, isConflict: Bool = false, isAtRelay: Bool = false, overdue: Duration? = nil
+    ) {
         self.status = status
         self.isConflict = isConflict && status == .refused
+        self.isAtRelay = isAtRelay && status == .pending
         self.overdue = status == .pending || status == .failed ? overdue : nil
         if let overdue = self.overdue {
             accessibilityLabel =
@@ -94,6 +105,7 @@ public struct SyncBadge: Sendable, Hashable {
             return
         }
         switch status {
+        case .pending where self.isAtRelay: accessibilityLabel = "Saved at the venue relay, waiting for the server"
         case .pending: accessibilityLabel = "Record pending synchronization"
         case .failed: accessibilityLabel = "Synchronization failed, will retry: \(error ?? "unknown error")"
         case .refused where isConflict: accessibilityLabel = "Conflict with the server, needs your decision: \(error ?? "unknown error")"
@@ -119,6 +131,7 @@ public struct SyncBadge: Sendable, Hashable {
     public var symbol: String {
         if let overdue { return "✗ not synced for over \(PersistentFailureNotice.describe(overdue))" }
         switch status {
+        case .pending where isAtRelay: return "⏳ at the venue relay"
         case .pending: return "⏳ pending"
         case .failed: return "✗ failed"
         case .refused: return isConflict ? "⚠ conflict" : "⛔ refused"

@@ -1,0 +1,180 @@
+import Foundation
+import GRDB
+import OutpostProtocol
+import OutpostTesting
+import Testing
+
+@testable import OutpostServer
+
+/// A venue on real processes: a server, a relay on the venue's laptop whose line to the server runs through a
+/// fault proxy, and three doors that are `outpost` device processes talking to the relay.
+@Suite("Venue relay end to end")
+struct RelayEndToEndTests {
+    final class Venue: @unchecked Sendable {
+        let root: URL
+        let serverPort = String(try! TestPostgres.freePort())
+        let relayPort = String(try! TestPostgres.freePort())
+        /// Every process shares one secret: the relay verifies the doors' tokens offline.
+        let environment = ["OUTPOST_JWT_SECRET": String(repeating: "venue-secret-", count: 4), "TZ": "UTC"]
+        var server: RunningChild?
+        var relay: RunningChild?
+        var proxy: FaultProxy?
+
+        init() throws {
+            root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-venue-\(UUID())")
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        }
+
+        deinit {
+            server?.signal(SIGKILL)
+            relay?.signal(SIGKILL)
+            try? FileManager.default.removeItem(at: root)
+        }
+
+        var serverURL: String { "http://127.0.0.1:\(serverPort)" }
+        var relayURL: String { "http://127.0.0.1:\(relayPort)" }
+        func path(_ name: String) -> String { root.appendingPathComponent(name).path }
+
+        func outpost(_ arguments: [String], environment extra: [String: String] = [:]) async throws -> OutpostProcess.Output {
+            try await OutpostProcess.run(arguments, environment: environment.merging(extra) { $1 })
+        }
+
+        func token(_ user: String, role: String = "staff", scope: String? = nil) async throws -> String {
+            let scopes = scope.map { ["--scope", $0] } ?? []
+            return try await outpost(["token", "--tenant", "acme", "--user", user, "--role", role] + scopes)
+                .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+
+        func startServer() async throws {
+            let child = try await OutpostProcess.start(
+                ["serve", "--port", serverPort, "--data-dir", path("server")], environment: environment)
+            _ = try await child.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
+            server = child
+        }
+
+        func startRelay() async throws {
+            let proxy = try #require(proxy)
+            let child = try await OutpostProcess.start(
+                [
+                    "serve", "--port", relayPort, "--data-dir", path("relay"), "--upstream", "http://127.0.0.1:\(proxy.port)",
+                ], environment: environment.merging(["OUTPOST_UPSTREAM_TOKEN": try await token("hall-a", role: "relay", scope: "gala")]) { $1 })
+            _ = try await child.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
+            relay = child
+        }
+
+        /// A door: a device store set up against the relay, and a runner of `outpost` commands as that device.
+        func door(_ id: String, user: String) async throws -> (_ arguments: [String]) async throws -> OutpostProcess.Output {
+            let store = ["--store", path("\(id)/device.sqlite")]
+            let initialised = try await outpost(
+                ["device", "init", "--server", relayURL, "--token", try await token(user), "--device-id", id] + store)
+            #expect(initialised.status == 0, "\(initialised.stderr)")
+            return { arguments in try await self.outpost(arguments + store) }
+        }
+
+        /// A count read from a server's SQLite file.
+        func count(_ sql: String, in name: String) async throws -> Int {
+            let pool = try DatabasePool(path: path(name) + "/" + SQLiteStorage.databaseFileName)
+            return try await pool.read { db in try Int.fetchOne(db, sql: sql) ?? 0 }
+        }
+
+        func waitUntil(_ what: String, _ condition: @escaping @Sendable () async throws -> Bool) async throws {
+            try await bounded(what) {
+                while try await !condition() { try await Task.sleep(for: .milliseconds(100)) }
+            }
+        }
+    }
+
+    @Test("line cut, doors one place, relay killed mid-forward: every scan reaches the server once, refusals come back")
+    func venueDay() async throws {
+        let venue = try Venue()
+        try await venue.startServer()
+        let organizer = ["OUTPOST_SERVER": venue.serverURL, "OUTPOST_TOKEN": try await venue.token("olga", role: "organizer")]
+        let csv = venue.path("roster.csv")
+        #expect(try await venue.outpost(["roster", "generate", "--guests", "40", "--output", csv]).status == 0)
+        #expect(try await venue.outpost(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
+
+        let proxy = try await FaultProxy.start(upstreamPort: Int(venue.serverPort)!)
+        venue.proxy = proxy
+        defer { Task { try? await proxy.stop() } }
+        try await venue.startRelay()
+        // The relay brings the roster down before the doors open.
+        try await venue.waitUntil("the roster at the relay") {
+            try await venue.count("SELECT count(*) FROM records WHERE collection = 'guests'", in: "relay") == 40
+        }
+        let doors = [
+            try await venue.door("door-1", user: "ana"), try await venue.door("door-2", user: "ben"),
+            try await venue.door("door-3", user: "cy"),
+        ]
+        for door in doors { #expect(try await door(["event", "open", "gala"]).stdout.contains("Ready for offline")) }
+
+        // The venue's line fails; the doors still reach the relay.
+        proxy.inject(.drop)
+        // (A scan says "saved at the venue relay" once the relay answered within the scan's wait; on a loaded
+        // machine it may say the server has not confirmed it yet. Never that it is synced.)
+        let first = try await doors[0](["event", "scan", "g000001"])
+        #expect(first.stdout.contains("Checked in: g000001") && !first.stdout.contains("(synced)"), "\(first.stdout)")
+        let second = try await doors[1](["event", "scan", "g000001", "--lookup-wait", "30s"])
+        #expect(second.stdout.contains("Already checked in at") && second.stdout.contains("by door-1"), "\(second.stdout)")
+        // A guest cancelled upstream while the line is down is admitted at the venue, which cannot know yet.
+        #expect(try await venue.outpost(["roster", "cancel", "--event", "gala", "g000005"], environment: organizer).status == 0)
+        let admitted = try await doors[2](["event", "scan", "g000005"])
+        #expect(admitted.stdout.contains("Checked in: g000005") && !admitted.stdout.contains("(synced)"), "\(admitted.stdout)")
+        var order: [String: [String]] = ["door-1": ["g000001"], "door-3": ["g000005"]]
+        for number in 10..<28 {
+            let guest = String(format: "g%06d", number)
+            let index = number % 3
+            let scan = try await doors[index](["event", "scan", guest])
+            #expect(scan.stdout.contains("Checked in: \(guest)") && !scan.stdout.contains("(synced)"), "\(scan.stdout) \(scan.stderr)")
+            order["door-\(index + 1)", default: []].append(guest)
+        }
+        // A door's sync says where its scans are: at the relay, not on the server.
+        let held = try await doors[0](["device", "sync"])
+        #expect(held.status != 0)
+        #expect(held.stdout.contains("0 synced, 0 failed; \(order["door-1"]!.count) at the venue relay, waiting for the server"), "\(held.stdout)")
+        let listed = try await doors[0](["device", "records", "--pending"]).stdout
+        #expect(listed.contains("⏳ at the venue relay") && listed.contains("g000001"), "\(listed)")
+        #expect(try await venue.count("SELECT count(*) FROM mutations WHERE device_id LIKE 'door-%'", in: "server") == 0)
+
+        // The line returns, but the server's answers to the relay's first forward are lost, and the relay is
+        // killed before it tries again: the server has the batch, the relay does not know.
+        proxy.inject(.cutAnswers(toRequestsStartingWith: "POST /v1/relay/forward"))
+        try await venue.waitUntil("the first forward at the server") {
+            try await venue.count("SELECT count(*) FROM mutations WHERE device_id LIKE 'door-%'", in: "server") > 0
+        }
+        _ = await venue.relay?.stop(SIGKILL)
+        #expect(try await venue.count("SELECT count(*) FROM relay_journal WHERE forwarded_at IS NOT NULL", in: "relay") == 0)
+        proxy.inject(nil)
+        try await venue.startRelay()
+        try await venue.waitUntil("an empty backlog") {
+            try await venue.count("SELECT count(*) FROM relay_journal WHERE forwarded_at IS NULL", in: "relay") == 0
+        }
+
+        // The server holds each scan it took once (not the cancelled guest's; door 2, told g000001 was in, saved
+        // none), with its door, and each door's scans in the order it made them.
+        order["door-3"]?.removeFirst()
+        let scans = order.values.reduce(0) { $0 + $1.count }
+        #expect(try await venue.count("SELECT count(*) FROM mutations WHERE device_id LIKE 'door-%'", in: "server") == scans)
+        let pool = try DatabasePool(path: venue.path("server") + "/" + SQLiteStorage.databaseFileName)
+        for (door, guests) in order {
+            let stored = try await pool.read { db in
+                try String.fetchAll(
+                    db, sql: "SELECT record_id FROM mutations WHERE device_id = ? AND status <> 'superseded' ORDER BY client_ts",
+                    arguments: [door])
+            }
+            #expect(stored == guests, "\(door)")
+        }
+        // The doors hear the server's answers through the relay: synced, and the cancelled guest refused.
+        let one = try await doors[0](["device", "sync"])
+        #expect(one.stdout.contains("\(order["door-1"]!.count) synced, 0 failed"), "\(one.stdout)")
+        let three = try await doors[2](["device", "sync"])
+        #expect(three.stdout.contains("1 refused"), "\(three.stdout)")
+        let refused = try await doors[2](["device", "records", "--refused"]).stdout
+        #expect(refused.contains("g000005") && refused.contains("cancelled"), "\(refused)")
+
+        #expect(await venue.relay?.stop() == 0)
+        #expect(await venue.server?.stop() == 0)
+        // No token in either log.
+        let relayToken = try await venue.token("hall-a", role: "relay", scope: "gala")
+        #expect(!(venue.relay?.stderr.contains(relayToken) ?? true))
+    }
+}
