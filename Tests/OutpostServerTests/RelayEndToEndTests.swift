@@ -6,6 +6,10 @@ import Testing
 
 @testable import OutpostServer
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 /// A venue on real processes: a server, a relay on the venue's laptop whose line to the server runs through a
 /// fault proxy, and three doors that are `outpost` device processes talking to the relay.
 @Suite("Venue relay end to end")
@@ -176,5 +180,115 @@ struct RelayEndToEndTests {
         // No token in either log.
         let relayToken = try await venue.token("hall-a", role: "relay", scope: "gala")
         #expect(!(venue.relay?.stderr.contains(relayToken) ?? true))
+    }
+}
+
+extension RelayEndToEndTests {
+    /// A client of one of the venue's processes, over real HTTP.
+    struct Client {
+        let url: String
+        let token: String
+
+        func send(_ method: String, _ path: String, body: (some Encodable)? = nil as String?) async throws -> (Int, Data) {
+            var request = URLRequest(url: URL(string: url + path)!)
+            request.httpMethod = method
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            request.setValue(ProtocolFeature.allNames, forHTTPHeaderField: ProtocolFeature.header)
+            if let body {
+                request.httpBody = try JSONEncoder().encode(body)
+                request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            }
+            let (data, response) = try await URLSession.shared.data(for: request)
+            return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
+        }
+
+        func push(_ mutations: [Mutation], device: String) async throws -> [MutationResult] {
+            let (status, data) = try await send("POST", "/v1/push", body: PushRequest(deviceId: device, mutations: mutations))
+            #expect(status == 200, "\(String(decoding: data, as: UTF8.self))")
+            return try JSONDecoder().decode(PushResponse.self, from: data).results
+        }
+
+        /// Every check-in of `gala`, as the server holds it.
+        func checkIns() async throws -> [Change] {
+            var changes: [Change] = []
+            var cursor = ""
+            while true {
+                let (status, data) = try await send("GET", "/v1/pull?collection=checkins&scope=gala&limit=1000\(cursor)")
+                guard status == 200 else { return changes }
+                let page = try JSONDecoder().decode(PullResponse.self, from: data)
+                changes += page.changes
+                cursor = "&cursor=\(page.cursor)"
+                if !page.hasMore { return changes }
+            }
+        }
+    }
+
+    @Test("the server killed with SIGKILL mid-forward and started again: nothing lost, nothing doubled", arguments: StorageKind.allCases)
+    func serverKilledMidForward(kind: StorageKind) async throws {
+        let venue = try Venue()
+        let database = kind == .postgres ? try await TestPostgres.shared.makeDatabase() : nil
+        let storage = database.map { ["--database-url", $0] } ?? []
+        func startServer() async throws -> RunningChild {
+            let child = try await OutpostProcess.start(
+                ["serve", "--port", venue.serverPort, "--data-dir", venue.path("server")] + storage,
+                environment: venue.environment)
+            _ = try await child.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
+            return child
+        }
+        var server = try await startServer()
+        venue.server = server
+        let organizer = Client(url: venue.serverURL, token: try await venue.token("olga", role: "organizer"))
+        let guests = (0..<600).map { String(format: "g%04d", $0) }
+        for chunk in stride(from: 0, to: guests.count, by: 300) {
+            let roster = guests[chunk..<chunk + 300].map { AccessRulesTests.guest($0, event: "gala") }
+            #expect(try await organizer.push(Array(roster), device: "admin").allSatisfy { $0.status == .applied })
+        }
+        let proxy = try await FaultProxy.start(upstreamPort: Int(venue.serverPort)!)
+        venue.proxy = proxy
+        defer { Task { try? await proxy.stop() } }
+        try await venue.startRelay()
+        try await venue.waitUntil("the roster at the relay") {
+            try await venue.count("SELECT count(*) FROM records WHERE collection = 'guests'", in: "relay") == guests.count
+        }
+
+        // The line is cut while three doors scan every guest, each door its own in order.
+        proxy.inject(.drop)
+        var doors: [String: Client] = [:]
+        for (door, user) in [("door-1", "ana"), ("door-2", "ben"), ("door-3", "cy")] {
+            doors[door] = Client(url: venue.relayURL, token: try await venue.token(user))
+        }
+        for chunk in stride(from: 0, to: guests.count, by: 60) {
+            let door = "door-\(chunk / 60 % 3 + 1)"
+            let scans = guests[chunk..<chunk + 60].enumerated().map { offset, guest in
+                RecordRulesTests.scan(guest, device: door, at: 100 + Double(chunk + offset))
+            }
+            let results = try await doors[door]!.push(scans, device: door)
+            #expect(results.allSatisfy { $0.error?.code == .heldAtRelay })
+        }
+
+        // The line returns slowly, and the server is killed as the forwards arrive, then started again.
+        proxy.inject(.delay(.milliseconds(20)))
+        try await venue.waitUntil("the first forward at the server") { try await organizer.checkIns().count > 0 }
+        _ = await server.stop(SIGKILL)
+        server = try await startServer()
+        venue.server = server
+        proxy.inject(nil)
+        try await venue.waitUntil("an empty backlog") {
+            try await venue.count("SELECT count(*) FROM relay_journal WHERE forwarded_at IS NULL", in: "relay") == 0
+        }
+
+        // Every scan is on the server once: one record each, written once, with its door.
+        let checkIns = try await organizer.checkIns()
+        #expect(checkIns.count == guests.count)
+        #expect(Set(checkIns.map(\.recordId)) == Set(guests))
+        #expect(checkIns.allSatisfy { $0.version == 1 })
+        for change in checkIns {
+            let index = guests.firstIndex(of: change.recordId)!
+            #expect(change.fields["scanned_by"] == .string("door-\(index / 60 % 3 + 1)"))
+            #expect(change.createdAt == Fixtures.time(100 + Double(index)))
+        }
+        #expect(await venue.relay?.stop() == 0)
+        #expect(await server.stop() == 0)
+        if let database { await TestPostgres.shared.dropDatabase(url: database) }
     }
 }
