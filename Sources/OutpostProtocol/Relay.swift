@@ -38,3 +38,147 @@ public struct RelayForwardResponse: Sendable, Hashable, Codable {
         self.batches = batches
     }
 }
+
+/// The body of `POST /v1/relay-tokens`: an organizer creates a venue relay's credential.
+public struct RelayTokenRequest: Sendable, Hashable, Codable {
+    /// The relay's id, its token's subject, such as `hall-a`.
+    public var relayId: String
+    /// What the monitor calls it; the id when absent.
+    public var name: String?
+    /// The events the relay serves.
+    public var scopes: [String]
+    /// How long the token lasts, in seconds; 3 days when absent.
+    public var lifetimeSeconds: Int?
+
+    public init(relayId: String, name: String? = nil, scopes: [String], lifetimeSeconds: Int? = nil) {
+        self.relayId = relayId
+        self.name = name
+        self.scopes = scopes
+        self.lifetimeSeconds = lifetimeSeconds
+    }
+}
+
+/// The answer to `POST /v1/relay-tokens`.
+public struct RelayTokenResponse: Sendable, Hashable, Codable {
+    /// The bearer token to give `outpost serve --upstream-token` on the venue's laptop.
+    public var token: String
+    public var expiresAt: Timestamp
+
+    public init(token: String, expiresAt: Timestamp) {
+        self.token = token
+        self.expiresAt = expiresAt
+    }
+}
+
+/// A relay's forwards read and written without Codable, as pushes are (see `Push+JSON.swift`): a relay forwards a
+/// venue's whole backlog through them when its line returns.
+extension RelayBatch {
+    init(json: JSONValue, path: String) throws(JSONSyntaxError) {
+        guard case .object(let object) = json else { throw JSONShape.error("\(path.dropLast(1)) must be an object") }
+        let role = try JSONShape.string(object, "role", in: path)
+        guard let known = Role(rawValue: role) else {
+            throw JSONShape.error("\(path)role must be staff, supervisor, organizer or admin")
+        }
+        self.init(
+            deviceId: try JSONShape.string(object, "deviceId", in: path),
+            userId: try JSONShape.string(object, "userId", in: path),
+            userName: try JSONShape.string(object, "userName", in: path), role: known,
+            mutations: try JSONShape.array(object, "mutations", in: path) { (value, path) throws(JSONSyntaxError) in
+                try Mutation(json: value, path: path)
+            })
+    }
+
+    func writeJSON(to output: inout [UInt8]) throws(JSONSyntaxError) {
+        output.append(UInt8(ascii: "{"))
+        JSONWriter.key("deviceId", first: true, to: &output)
+        JSONWriter.string(deviceId, to: &output)
+        JSONWriter.key("mutations", to: &output)
+        try JSONWriter.array(mutations, to: &output) { (mutation, output: inout [UInt8]) throws(JSONSyntaxError) in
+            try mutation.writeJSON(to: &output)
+        }
+        JSONWriter.key("role", to: &output)
+        JSONWriter.string(role.rawValue, to: &output)
+        JSONWriter.key("userId", to: &output)
+        JSONWriter.string(userId, to: &output)
+        JSONWriter.key("userName", to: &output)
+        JSONWriter.string(userName, to: &output)
+        output.append(UInt8(ascii: "}"))
+    }
+}
+
+extension RelayForwardRequest {
+    /// Parses the body of `POST /v1/relay/forward`; an error names the member, never a value.
+    public init(jsonBytes bytes: some Collection<UInt8>) throws(JSONSyntaxError) {
+        try self.init(json: try JSONValue(parsing: bytes))
+    }
+
+    /// Reads the body of `POST /v1/relay/forward` from its parsed JSON.
+    public init(json: JSONValue) throws(JSONSyntaxError) {
+        guard case .object(let object) = json else { throw JSONShape.error("the body must be an object") }
+        self.init(
+            batches: try JSONShape.array(object, "batches") { (value, path) throws(JSONSyntaxError) in
+                try RelayBatch(json: value, path: path)
+            })
+    }
+
+    /// The request as JSON, keys sorted.
+    public func jsonBytes() throws(JSONSyntaxError) -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(16 + batches.reduce(0) { $0 + 128 + $1.mutations.count * 256 })
+        output.append(UInt8(ascii: "{"))
+        JSONWriter.key("batches", first: true, to: &output)
+        try JSONWriter.array(batches, to: &output) { (batch, output: inout [UInt8]) throws(JSONSyntaxError) in
+            try batch.writeJSON(to: &output)
+        }
+        output.append(UInt8(ascii: "}"))
+        return output
+    }
+}
+
+extension RelayForwardResponse {
+    /// Parses the answer of `POST /v1/relay/forward`.
+    public init(jsonBytes bytes: some Collection<UInt8>) throws(JSONSyntaxError) {
+        guard case .object(let object) = try JSONValue(parsing: bytes) else {
+            throw JSONShape.error("a forward's answer must be an object")
+        }
+        self.init(
+            batches: try JSONShape.array(object, "batches") { (value, path) throws(JSONSyntaxError) in
+                guard case .object(let batch) = value else { throw JSONShape.error("\(path.dropLast(1)) must be an object") }
+                return PushResponse(
+                    results: try JSONShape.array(batch, "results", in: path) { (value, path) throws(JSONSyntaxError) in
+                        try MutationResult(json: value, path: path)
+                    })
+            })
+    }
+
+    /// The answer as JSON, keys sorted.
+    public func jsonBytes() throws(JSONSyntaxError) -> [UInt8] {
+        var output: [UInt8] = []
+        output.append(UInt8(ascii: "{"))
+        JSONWriter.key("batches", first: true, to: &output)
+        try JSONWriter.array(batches, to: &output) { (batch, output: inout [UInt8]) throws(JSONSyntaxError) in
+            output.append(UInt8(ascii: "{"))
+            JSONWriter.key("results", first: true, to: &output)
+            try JSONWriter.array(batch.results, to: &output) { (result, output: inout [UInt8]) throws(JSONSyntaxError) in
+                try result.writeJSON(to: &output)
+            }
+            output.append(UInt8(ascii: "}"))
+        }
+        output.append(UInt8(ascii: "}"))
+        return output
+    }
+}
+
+extension MutationResult {
+    /// One result as JSON, keys sorted: what a relay keeps of the server's answer.
+    public func jsonBytes() throws(JSONSyntaxError) -> [UInt8] {
+        var output: [UInt8] = []
+        try writeJSON(to: &output)
+        return output
+    }
+
+    /// Parses one result, as ``jsonBytes()`` writes it.
+    public init(jsonBytes bytes: some Collection<UInt8>) throws(JSONSyntaxError) {
+        try self.init(json: try JSONValue(parsing: bytes), path: "")
+    }
+}

@@ -21,6 +21,40 @@ struct PushJSONTests {
         }
     }
 
+    @Test("a relay's forwards and their answers read back as written, and as Foundation reads and writes them", arguments: 0..<10)
+    func relayRoundTrips(seed: Int) throws {
+        var random = SplitMix(seed: UInt64(seed) + 5000)
+        let batches = (0..<Int.random(in: 0...4, using: &random)).map { index in
+            RelayBatch(
+                deviceId: "door-\(index)", userId: "user-\(seed)", userName: "Ana \"Door\" Staff", role: Role.allCases.randomElement(using: &random)!,
+                mutations: (0..<Int.random(in: 0...10, using: &random)).map { _ in Mutation.random(using: &random) })
+        }
+        let request = RelayForwardRequest(batches: batches)
+        let canonical = RelayForwardRequest(
+            batches: batches.map { batch in
+                var batch = batch
+                batch.mutations = batch.mutations.map(\.canonical)
+                return batch
+            })
+        #expect(try RelayForwardRequest(jsonBytes: request.jsonBytes()) == canonical)
+        #expect(try RelayForwardRequest(jsonBytes: JSONEncoder().encode(request)) == canonical)
+        #expect(try request.jsonBytes() == Array(Self.encoder.encode(request)))
+
+        let response = RelayForwardResponse(
+            batches: (0..<Int.random(in: 0...4, using: &random)).map { _ in
+                PushResponse(results: (0..<Int.random(in: 0...10, using: &random)).map { _ in MutationResult.random(using: &random) })
+            })
+        let answers = RelayForwardResponse(batches: response.batches.map { PushResponse(results: $0.results.map(\.canonical)) })
+        #expect(try RelayForwardResponse(jsonBytes: response.jsonBytes()) == answers)
+        #expect(
+            try JSONDecoder().decode(RelayForwardResponse.self, from: Data(response.jsonBytes())).batches.map { $0.results.map(\.canonical) }
+                == answers.batches.map(\.results))
+        #expect(try response.jsonBytes() == Array(Self.encoder.encode(response)))
+        for result in response.batches.flatMap(\.results) {
+            #expect(try MutationResult(jsonBytes: result.jsonBytes()) == result.canonical)
+        }
+    }
+
     @Test("requests and responses read back as written, and as Foundation reads and writes them", arguments: 0..<10)
     func roundTrips(seed: Int) throws {
         var random = SplitMix(seed: UInt64(seed) + 4000)

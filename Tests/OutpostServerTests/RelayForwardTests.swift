@@ -186,4 +186,44 @@ struct RelayForwardTests {
             #expect(unknownRole.wireError?.code == .invalidJSON)
         }
     }
+
+    @Test("an organizer creates a relay's token through the API; nobody else does, and bad requests are refused", arguments: StorageKind.allCases)
+    func tokensThroughTheAPI(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            try await Self.importGuests(["g1"], client: client)
+            try await storage.settle()
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            let created = try await client.post(
+                "/v1/relay-tokens", RelayTokenRequest(relayId: "hall-a", name: "Hall A", scopes: ["gala"], lifetimeSeconds: 7200),
+                token: organizer)
+            #expect(created.status == .ok)
+            #expect(created.headers[.cacheControl] == "no-store")
+            let answer = try JSONDecoder().decode(RelayTokenResponse.self, from: created.body)
+            #expect(answer.expiresAt == Timestamp(Fixtures.serverNow.date.addingTimeInterval(7200)))
+            // It reads the event's roster as a relay, and forwards in its name.
+            #expect(try await client.pull("collection=guests&scope=gala", token: answer.token).changes.map(\.recordId) == ["g1"])
+            let forwarded = try await Self.forward(
+                client, [Self.batch(device: "door-1", [RecordRulesTests.scan("g1", device: "door-1", at: 10)])], token: answer.token)
+            #expect(forwarded.map { $0.map(\.status) } == [[.applied]])
+            // It is a relay's token only: no person's route takes it.
+            #expect(try await client.send(.get, "/v1/monitor", token: answer.token).status == .forbidden)
+
+            let request = RelayTokenRequest(relayId: "hall-b", scopes: ["gala"])
+            for role in [Role.staff, .supervisor] {
+                let refused = try await client.post("/v1/relay-tokens", request, token: try await Fixtures.token(role: role))
+                #expect(refused.status == .forbidden, "\(role)")
+            }
+            #expect(try await client.post("/v1/relay-tokens", request, token: answer.token).status == .forbidden)
+            for bad in [
+                RelayTokenRequest(relayId: "no way", scopes: ["gala"]), RelayTokenRequest(relayId: "hall-b", scopes: []),
+                RelayTokenRequest(relayId: "hall-b", scopes: ["gala", "bad scope"]),
+                RelayTokenRequest(relayId: "hall-b", scopes: ["gala"], lifetimeSeconds: 31 * 24 * 3600),
+                RelayTokenRequest(relayId: "hall-b", name: "", scopes: ["gala"]),
+            ] {
+                let refused = try await client.post("/v1/relay-tokens", bad, token: organizer)
+                #expect(refused.status == .badRequest, "\(bad)")
+                #expect(refused.wireError?.code == .invalidRequest)
+            }
+        }
+    }
 }

@@ -18,8 +18,9 @@ public struct RelayConfiguration: Sendable {
     public var timeout: Duration = .seconds(30)
     /// How often a relay with nothing to forward looks again, and brings its events' records down.
     public var interval: Duration = .milliseconds(250)
-    /// The longest wait between two tries while the line upstream is down.
-    public var longestBackoff: Duration = .seconds(30)
+    /// The longest wait between two tries while the line upstream is down: short, because a venue has one relay,
+    /// and the doors wait on it once the line is back.
+    public var longestBackoff: Duration = .seconds(5)
 
     public struct Error: Swift.Error, Sendable, CustomStringConvertible {
         public var description: String

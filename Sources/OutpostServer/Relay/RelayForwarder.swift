@@ -60,9 +60,9 @@ struct RelayForwarder<Storage: RelayJournalStorage>: Service {
 
     /// Forwards the oldest waiting entries; false when there were none.
     func forwardNext() async throws -> Bool {
-        let backlog = try await storage.relayBacklog()
-        metrics.relayBacklog.set(to: Double(backlog.waiting))
-        metrics.relayBacklogAge.set(to: backlog.oldestAcceptedAt.map { Double(max(0, now().milliseconds - $0)) / 1000 } ?? 0)
+        let waiting = try await storage.relayWaiting()
+        metrics.relayBacklog.set(to: Double(waiting.count))
+        metrics.relayBacklogAge.set(to: waiting.oldestAcceptedAt.map { Double(max(0, now().milliseconds - $0)) / 1000 } ?? 0)
         let entries = try await storage.waitingEntries(limit: configuration.batchSize)
         guard !entries.isEmpty else { return false }
         let response = try await forward(Self.request(for: entries))

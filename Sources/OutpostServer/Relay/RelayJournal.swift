@@ -43,6 +43,9 @@ package protocol RelayJournalStorage: SyncStorage {
     /// Notes a forward that failed, and why (no payload, no token).
     func recordLineFailure(_ reason: String, at time: Int64) async throws
     func relayBacklog() async throws -> RelayBacklog
+    /// How many writes wait, and since when (milliseconds): ``relayBacklog()``'s first figures, from the index of
+    /// waiting entries alone.
+    func relayWaiting() async throws -> (count: Int, oldestAcceptedAt: Int64?)
     /// Where the relay's copy of `collection` in `scope` has got to upstream: the server's opaque cursor.
     func relayCursor(collection: String, scope: String) async throws -> String?
     func setRelayCursor(_ cursor: String, collection: String, scope: String) async throws
@@ -83,7 +86,7 @@ extension SQLiteStorage: RelayJournalStorage {
                     """, arguments: [limit]
             ).map { row in
                 guard let role = Role(rawValue: row["role"]),
-                    let mutation = try? JSONDecoder().decode(Mutation.self, from: Data((row["mutation"] as String).utf8))
+                    let mutation = try? Mutation(json: JSONValue(parsing: (row["mutation"] as String).utf8))
                 else { throw StorageError(.corrupt, "a relay journal entry does not decode") }
                 return JournalEntry(
                     seq: row["seq"], deviceId: row["device_id"], userId: row["user_id"], userName: row["user_name"],
@@ -100,7 +103,7 @@ extension SQLiteStorage: RelayJournalStorage {
                     WHERE seq = ? AND forwarded_at IS NULL
                     """)
             for (seq, result) in outcomes {
-                let json = String(decoding: try JSONEncoder().encode(result), as: UTF8.self)
+                let json = String(decoding: try result.jsonBytes(), as: UTF8.self)
                 try update.execute(arguments: [time, result.status.rawValue, json, seq])
             }
             try db.execute(
@@ -113,6 +116,18 @@ extension SQLiteStorage: RelayJournalStorage {
         try await pool.write { db in
             try db.execute(
                 sql: "UPDATE relay_line SET last_attempt_at = ?, last_error = ? WHERE id = 1", arguments: [time, reason])
+        }
+    }
+
+    package func relayWaiting() async throws -> (count: Int, oldestAcceptedAt: Int64?) {
+        try await pool.read { db in
+            let row = try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT count(*) AS n, (SELECT accepted_at FROM relay_journal WHERE forwarded_at IS NULL ORDER BY seq LIMIT 1) AS oldest
+                    FROM relay_journal WHERE forwarded_at IS NULL
+                    """)
+            return (row?["n"] ?? 0, row?["oldest"])
         }
     }
 
@@ -161,7 +176,7 @@ extension SQLiteStorage: RelayJournalStorage {
             for key in keys {
                 guard let row = try Row.fetchOne(find, arguments: [tenant, key]) else { continue }
                 if let json: String = row["upstream_result"] {
-                    guard let result = try? JSONDecoder().decode(MutationResult.self, from: Data(json.utf8)) else {
+                    guard let result = try? MutationResult(jsonBytes: json.utf8) else {
                         throw StorageError(.corrupt, "a relay journal entry's answer does not decode")
                     }
                     found[key] = .some(result)

@@ -16,10 +16,10 @@ struct RelayUpstream: Sendable {
 
     /// Forwards `request` and returns the server's results.
     func forward(_ request: RelayForwardRequest) async throws -> RelayForwardResponse {
-        let body = try JSONEncoder().encode(request)
+        let body = Data(try request.jsonBytes())
         let answer = try await send(.POST, path: "/v1/relay/forward", body: body)
         do {
-            return try JSONDecoder().decode(RelayForwardResponse.self, from: answer)
+            return try RelayForwardResponse(jsonBytes: answer)
         } catch {
             throw Failure(description: "the server's answer to a forward is not one this relay reads")
         }

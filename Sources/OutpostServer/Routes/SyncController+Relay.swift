@@ -10,9 +10,9 @@ extension SyncController {
     /// to. A batch that breaks those rules has each of its mutations rejected, and the batches after it go on.
     @Sendable func forward(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let (relay, grant) = try context.requireRelay()
-        let body = try await RequestDecoding.decodeBody(
-            RelayForwardRequest.self, from: request, maxBytes: configuration.maxBodyBytes,
-            timeout: configuration.bodyTimeout)
+        let body = try await RequestDecoding.parseBody(
+            from: request, maxBytes: configuration.maxBodyBytes, timeout: configuration.bodyTimeout
+        ) { (json: JSONValue) throws(JSONSyntaxError) in try RelayForwardRequest(json: json) }
         guard body.batches.reduce(0, { $0 + $1.mutations.count }) <= configuration.maxBatchSize else {
             throw OutpostHTTPError(
                 .contentTooLarge, .batchTooLarge,
@@ -30,7 +30,40 @@ extension SyncController {
         for batch in body.batches {
             answers.append(PushResponse(results: try await forward(batch, tenant: relay.tenant, grant: grant)))
         }
-        return try .json(RelayForwardResponse(batches: answers))
+        return .json(bytes: try RelayForwardResponse(batches: answers).jsonBytes())
+    }
+
+    /// `POST /v1/relay-tokens`: a venue relay's token, for organizers. It is signed with the server's own secret,
+    /// also where people sign in with an identity provider.
+    @Sendable func relayToken(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        try identity.require(.organizer)
+        let body = try await RequestDecoding.decodeBody(
+            RelayTokenRequest.self, from: request, maxBytes: 64 * 1024, timeout: configuration.bodyTimeout)
+        guard Identifier.isValid(body.relayId) else {
+            throw OutpostHTTPError.badRequest("relayId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
+        }
+        guard !body.scopes.isEmpty, body.scopes.count <= TokenAuthority.maxRelayScopes, body.scopes.allSatisfy(Identifier.isValid)
+        else {
+            throw OutpostHTTPError.badRequest(
+                "scopes must name 1 to \(TokenAuthority.maxRelayScopes) events, each an identifier (A-Z a-z 0-9 . _ : @ -)")
+        }
+        if let name = body.name, !(1...200).contains(name.count) {
+            throw OutpostHTTPError.badRequest("name must be 1 to 200 characters")
+        }
+        let longest = Int(configuration.tokenRules.maxLifetime.components.seconds)
+        let lifetime = body.lifetimeSeconds ?? min(3 * 24 * 3600, longest)
+        guard (60...longest).contains(lifetime) else {
+            throw OutpostHTTPError.badRequest("lifetimeSeconds must be from 60 to \(longest)")
+        }
+        let issued = now()
+        let relay = Identity.relay(
+            tenant: identity.tenant, relayId: body.relayId, name: body.name ?? body.relayId, scopes: Array(Set(body.scopes)).sorted())
+        let token = try await secrets.tokens().token(for: relay, lifetime: .seconds(lifetime), now: issued)
+        var response = try Response.json(
+            RelayTokenResponse(token: token, expiresAt: Timestamp(issued.addingTimeInterval(Double(lifetime)))))
+        response.headers[.cacheControl] = "no-store"
+        return response
     }
 
     private func forward(_ batch: RelayBatch, tenant: String, grant: RelayGrant) async throws -> [MutationResult] {

@@ -81,7 +81,7 @@ struct Bench: AsyncParsableCommand {
                 results += try await SilentSaveBench(directory: base, runs: min(samples, 50)) { line in
                     if !json { say(line) }
                 }.run()
-            case .drain, .devices, .monitor, .failures, .memory, .load, .connector, .export:
+            case .drain, .devices, .monitor, .failures, .memory, .load, .connector, .export, .relay:
                 for database in [nil] + (databaseURL.map { [$0] } ?? []) {
                     let bench = SyncBench(directory: base, databaseURL: database) { line in if !json { say(line) } }
                     do {
@@ -92,6 +92,7 @@ struct Bench: AsyncParsableCommand {
                         case .failures: results += try await bench.failures()
                         case .connector: results += try await bench.connector()
                         case .export: results += try await bench.export(megabytes: megabytes)
+                        case .relay: results += try await bench.relay()
                         case .load:
                             results += try await bench.load(
                                 devices: devices, duration: .seconds(seconds), interval: .milliseconds(Int64(interval * 1000)))
@@ -131,6 +132,7 @@ enum BenchScenario: String, CaseIterable, ExpressibleByArgument {
     case load
     case connector
     case export
+    case relay
 }
 
 /// One figure beside its target.

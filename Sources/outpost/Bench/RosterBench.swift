@@ -182,12 +182,18 @@ final class BenchServer: @unchecked Sendable {
     /// to start, so that a long run never blocks on a pipe nobody drains.
     private let errors: URL
 
-    init(directory: URL, secret: [UInt8], databaseURL: String? = nil) throws {
+    /// - Parameters:
+    ///   - port: 0 for a free one.
+    ///   - arguments: more arguments of `outpost serve`, such as a relay's `--upstream`.
+    init(directory: URL, secret: [UInt8], databaseURL: String? = nil, port: Int = 0, arguments: [String] = []) throws {
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         // The connector scenario's receiver listens on loopback; every simulated device connects from loopback.
         process.arguments =
-            ["serve", "--port", "0", "--data-dir", directory.path, "--allow-loopback-receivers", "--max-connections-per-address", "0"]
-            + (databaseURL.map { ["--database-url", $0] } ?? [])
+            [
+                "serve", "--port", String(port), "--data-dir", directory.path, "--allow-loopback-receivers",
+                "--max-connections-per-address", "0",
+            ]
+            + (databaseURL.map { ["--database-url", $0] } ?? []) + arguments
         var environment = ProcessInfo.processInfo.environment
         environment["OUTPOST_JWT_SECRET"] = String(decoding: secret, as: UTF8.self)
         // $OUTPOST_BENCH_SERVER_LOG names a file for the server's request log, to see where time goes.
