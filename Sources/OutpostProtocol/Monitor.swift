@@ -111,6 +111,9 @@ public struct MonitorResponse: Sendable, Hashable, Codable {
     public var progress: EventProgress?
     /// On a venue relay: how its line to the server fares; nil on a server.
     public var relay: RelayLine? = nil
+    /// On a server: the venue relays of the tenant that reported in the last day, each as one row. The devices
+    /// behind them are among ``devices``, as their relay last heard from them.
+    public var relays: [MonitorRelay] = []
 
     /// The empty state's words, named once.
     public static let emptyStateMessage =
@@ -375,6 +378,36 @@ public struct RelayLine: Sendable, Hashable, Codable {
         self.forwarded = forwarded
         self.refused = refused
         self.lastForwardedAt = lastForwardedAt
+        self.lastError = lastError
+    }
+}
+
+/// A venue relay as the server's monitor shows it.
+public struct MonitorRelay: Sendable, Hashable, Codable {
+    public var relayId: String
+    public var name: String
+    /// The events it serves.
+    public var scopes: [String]
+    /// By its last contact, as a device's by its last report.
+    public var status: DeviceState
+    public var lastContact: Timestamp
+    /// What it held for the server at its last contact, and since when the oldest waited.
+    public var waiting: Int
+    public var oldestWaitingSince: Timestamp?
+    /// Why its last forward before that contact failed, if it did.
+    public var lastError: String?
+
+    public init(
+        relayId: String, name: String, scopes: [String], status: DeviceState, lastContact: Timestamp, waiting: Int,
+        oldestWaitingSince: Timestamp?, lastError: String?
+    ) {
+        self.relayId = relayId
+        self.name = name
+        self.scopes = scopes
+        self.status = status
+        self.lastContact = lastContact
+        self.waiting = waiting
+        self.oldestWaitingSince = oldestWaitingSince
         self.lastError = lastError
     }
 }

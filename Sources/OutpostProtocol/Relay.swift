@@ -182,3 +182,53 @@ extension MutationResult {
         try self.init(json: try JSONValue(parsing: bytes), path: "")
     }
 }
+
+/// The body of `POST /v1/relay/status`: what a relay tells the server of the venue, every 15 seconds while the
+/// line is up: its backlog, and the venue's devices as it last heard from them.
+public struct RelayStatusReport: Sendable, Hashable, Codable {
+    /// Writes the relay holds that the server has not answered yet, and since when the oldest waits.
+    public var waiting: Int
+    public var oldestWaitingSince: Timestamp?
+    /// Why the relay's last forward failed, if it did.
+    public var lastError: String?
+    public var devices: [RelayDeviceReport]
+
+    public init(waiting: Int, oldestWaitingSince: Timestamp?, lastError: String?, devices: [RelayDeviceReport]) {
+        self.waiting = waiting
+        self.oldestWaitingSince = oldestWaitingSince
+        self.lastError = lastError
+        self.devices = devices
+    }
+}
+
+/// A venue device's latest heartbeat, as the relay took it: under its fingerprint, never its id (the relay and the
+/// server derive the same fingerprints from their shared secret).
+public struct RelayDeviceReport: Sendable, Hashable, Codable {
+    public var fingerprint: String
+    public var userId: String
+    public var staffName: String
+    public var event: String
+    public var pendingCount: Int
+    public var failedCount: Int
+    public var rejectedCount: Int
+    public var lastRosterFetch: Timestamp?
+    public var appVersion: String
+    /// When the relay last heard from the device.
+    public var lastSeen: Timestamp
+
+    public init(
+        fingerprint: String, userId: String, staffName: String, event: String, pendingCount: Int, failedCount: Int,
+        rejectedCount: Int, lastRosterFetch: Timestamp?, appVersion: String, lastSeen: Timestamp
+    ) {
+        self.fingerprint = fingerprint
+        self.userId = userId
+        self.staffName = staffName
+        self.event = event
+        self.pendingCount = pendingCount
+        self.failedCount = failedCount
+        self.rejectedCount = rejectedCount
+        self.lastRosterFetch = lastRosterFetch
+        self.appVersion = appVersion
+        self.lastSeen = lastSeen
+    }
+}

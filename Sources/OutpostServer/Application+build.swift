@@ -75,7 +75,10 @@ package func buildApplication<Storage: SyncStorage>(
                 forward: { try await upstream.forward($0) }),
             RelayMirror(
                 storage: journal, configuration: relay, server: configuration, clock: ContinuousClock(), now: now,
-                logger: logger, get: { try await upstream.get($0) }))
+                logger: logger, get: { try await upstream.get($0) }),
+            RelayReporter(
+                storage: journal, configuration: relay, clock: ContinuousClock(), now: now,
+                report: { try await upstream.report($0) }))
     }
     app.beforeServerStarts {
         try await storage.migrate()

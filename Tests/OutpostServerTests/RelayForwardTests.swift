@@ -226,4 +226,55 @@ struct RelayForwardTests {
             }
         }
     }
+
+    @Test("a relay's status shows on the server's monitor: the relay as one row, its devices as it heard them", arguments: StorageKind.allCases)
+    func statusOnTheMonitor(kind: StorageKind) async throws {
+        try await withServer(kind) { client, _ in
+            let relay = try await Self.relayToken()
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            // door-1 told the server itself, later than the relay last heard from it.
+            let direct = try await client.post(
+                "/v1/heartbeats",
+                Heartbeat(deviceId: "door-1", event: "gala", pendingCount: 0, failedCount: 0, lastRosterFetch: nil, appVersion: "1.0"),
+                token: try await Fixtures.token())
+            #expect(direct.status == .ok)
+            let door1 = try JSONDecoder().decode(HeartbeatResponse.self, from: direct.body).fingerprint
+            let door2 = "00112233aabbccdd"
+            func device(_ fingerprint: String, pending: Int, seen offset: Double, event: String = "gala") -> RelayDeviceReport {
+                RelayDeviceReport(
+                    fingerprint: fingerprint, userId: "ana", staffName: "Ana Staff", event: event, pendingCount: pending,
+                    failedCount: 0, rejectedCount: 0, lastRosterFetch: nil, appVersion: "1.0",
+                    lastSeen: Timestamp(Fixtures.serverNow.date.addingTimeInterval(offset)))
+            }
+            let report = RelayStatusReport(
+                waiting: 12, oldestWaitingSince: Timestamp(Fixtures.serverNow.date.addingTimeInterval(-240)),
+                lastError: "the server at sync.example.org cannot be reached",
+                devices: [device(door1, pending: 40, seen: -60), device(door2, pending: 7, seen: -30)])
+            let sent = try await client.post("/v1/relay/status", report, token: relay)
+            #expect(sent.status == .noContent)
+
+            let monitor = try await client.send(.get, "/v1/monitor?event=gala", token: organizer)
+            let shown = try JSONDecoder().decode(MonitorResponse.self, from: monitor.body)
+            #expect(shown.relays.map(\.relayId) == ["hall-a"])
+            #expect(shown.relays.first?.name == "Hall A relay" && shown.relays.first?.scopes == ["gala"])
+            #expect(shown.relays.first?.waiting == 12 && shown.relays.first?.status == .ok)
+            #expect(shown.relays.first?.lastContact == Fixtures.serverNow)
+            #expect(shown.relays.first?.lastError == "the server at sync.example.org cannot be reached")
+            let pending = Dictionary(uniqueKeysWithValues: shown.devices.map { ($0.fingerprint, $0.pendingCount) })
+            // door-2 is known through the relay alone; door-1's own later report stands.
+            #expect(pending == [door1: 0, door2: 7])
+            // Another event's monitor has no relay of gala.
+            let other = try await client.send(.get, "/v1/monitor?event=other", token: organizer)
+            #expect(try JSONDecoder().decode(MonitorResponse.self, from: other.body).relays.isEmpty)
+
+            // Only a relay reports, and only its events' devices, each well formed.
+            #expect(try await client.post("/v1/relay/status", report, token: organizer).status == .forbidden)
+            var outside = report
+            outside.devices = [device(door2, pending: 1, seen: 0, event: "other")]
+            #expect(try await client.post("/v1/relay/status", outside, token: relay).status == .forbidden)
+            var malformed = report
+            malformed.devices = [device("door-2", pending: 1, seen: 0)]
+            #expect(try await client.post("/v1/relay/status", malformed, token: relay).status == .badRequest)
+        }
+    }
 }

@@ -19,6 +19,7 @@ struct RelayTests {
         var relay = try RelayConfiguration(upstream: URL(string: "http://127.0.0.1:\(proxy.port)")!, token: token)
         relay.longestBackoff = .milliseconds(500)
         relay.interval = .milliseconds(50)
+        relay.reportInterval = .milliseconds(100)
         let configured = relay
         try await withServer(.sqlite, setup: .live, configure: { $0.relay = configured }, body)
     }
@@ -99,6 +100,15 @@ struct RelayTests {
                 #expect(down.lastError?.contains("cannot be reached") == true, "\(down.lastError ?? "")")
                 #expect(down.oldestWaitingSince == Fixtures.serverNow)
 
+                // The doors tell the relay how they are.
+                for (door, user) in users {
+                    let beat = try await relay.post(
+                        "/v1/heartbeats",
+                        Heartbeat(deviceId: door, event: "gala", pendingCount: 40, failedCount: 0, lastRosterFetch: nil, appVersion: "1.0"),
+                        token: try await Fixtures.token(user: user))
+                    #expect(beat.status == .ok)
+                }
+
                 // The line returns: the relay's backlog empties,
                 proxy.inject(nil)
                 let journal = try #require(relayStorage as? SQLiteStorage)
@@ -107,8 +117,13 @@ struct RelayTests {
                 #expect(backlog.forwarded == guests.count + 1 && backlog.refused == 0 && backlog.lastError == nil)
                 let up = try #require(try await Self.line(relay, token: organizer))
                 #expect(up.waiting == 0 && up.forwarded == guests.count + 1 && up.lastError == nil && up.lastForwardedAt != nil)
-                // The server's own monitor has no relay line.
+                // The server's own monitor has no relay line; it shows the relay as one row, and the doors behind it.
                 #expect(try await Self.line(server, token: organizer) == nil)
+                try await Self.waitUntil("the relay on the server's monitor") {
+                    let monitor = try await server.send(.get, "/v1/monitor?event=gala", token: organizer)
+                    let shown = try JSONDecoder().decode(MonitorResponse.self, from: monitor.body)
+                    return shown.relays.map(\.relayId) == ["hall-a"] && shown.relays[0].waiting == 0 && shown.devices.count == 3
+                }
 
                 // the server holds each scan once, with its device, person and scan time,
                 try await serverStorage.settle()

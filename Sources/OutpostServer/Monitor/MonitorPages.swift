@@ -99,6 +99,8 @@ package struct MonitorPages: Sendable {
         var refused: [FailureRow]
         var progress: ProgressRow?
         var relay: RelayRow?
+        var relays: [VenueRelayRow] = []
+        var hasRelays = false
 
         init(_ monitor: MonitorResponse, refresh: Duration) {
             let now = monitor.generatedAt
@@ -119,6 +121,38 @@ package struct MonitorPages: Sendable {
             refused = monitor.refusedRecords.map(FailureRow.init)
             progress = monitor.progress.map { ProgressRow($0, eventName: eventName ?? "") }
             relay = monitor.relay.map { RelayRow($0, now: now) }
+            relays = monitor.relays.map { VenueRelayRow($0, now: now) }
+            hasRelays = !relays.isEmpty
+        }
+    }
+
+    /// A venue relay on the server's monitor: one row, whatever the devices behind it.
+    struct VenueRelayRow {
+        var name: String
+        var events: String
+        var pill: String
+        var pillClass: String
+        var lastContact: String
+        /// "12 writes waiting since 10:02 (4 min ago)", or "nothing waiting".
+        var backlog: String
+        var lastError: String?
+
+        init(_ relay: MonitorRelay, now: Timestamp) {
+            name = relay.name
+            events = relay.scopes.joined(separator: ", ")
+            switch relay.status {
+            case .ok: (pill, pillClass) = ("OK", "ok")
+            case .stale: (pill, pillClass) = ("Stale", "stale")
+            case .offline: (pill, pillClass) = ("Offline", "offline")
+            }
+            lastContact = MonitorPages.ago(relay.lastContact, now: now)
+            if relay.waiting > 0, let since = relay.oldestWaitingSince {
+                let writes = relay.waiting == 1 ? "1 write" : "\(relay.waiting) writes"
+                backlog = "\(writes) waiting since \(MonitorPages.clock(since)) (\(MonitorPages.ago(since, now: now)))"
+            } else {
+                backlog = "nothing waiting"
+            }
+            lastError = relay.lastError
         }
     }
 

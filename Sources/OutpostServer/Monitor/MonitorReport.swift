@@ -37,6 +37,17 @@ enum MonitorReport {
             opsContact: opsContact, now: generatedAt)
         response.refusedRecords = Self.shown(reported.filter { $0.kind == .rejected }, of: reports)
         response.progress = progress
+        let nowMilliseconds = generatedAt.millisecondsSince1970
+        response.relays = try await storage.relayReports(tenant: tenant, since: nowMilliseconds - 24 * 3600 * 1000)
+            .filter { event == nil || $0.scopes.contains(event!) }
+            .map { report in
+                MonitorRelay(
+                    relayId: report.relayId, name: report.name, scopes: report.scopes,
+                    status: DeviceState(lastSeen: Timestamp(millisecondsSince1970: report.lastContact), now: generatedAt),
+                    lastContact: Timestamp(millisecondsSince1970: report.lastContact), waiting: report.waiting,
+                    oldestWaitingSince: report.oldestWaiting.map(Timestamp.init(millisecondsSince1970:)),
+                    lastError: report.lastError)
+            }
         if let relay, let journal = storage as? any RelayJournalStorage {
             let backlog = try await journal.relayBacklog()
             response.relay = RelayLine(

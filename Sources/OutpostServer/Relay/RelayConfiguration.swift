@@ -18,6 +18,8 @@ public struct RelayConfiguration: Sendable {
     public var timeout: Duration = .seconds(30)
     /// How often a relay with nothing to forward looks again, and brings its events' records down.
     public var interval: Duration = .milliseconds(250)
+    /// How often the relay tells the server its backlog and the heartbeats of its devices, for the server's monitor.
+    public var reportInterval: Duration = .seconds(15)
     /// The longest wait between two tries while the line upstream is down: short, because a venue has one relay,
     /// and the doors wait on it once the line is back.
     public var longestBackoff: Duration = .seconds(5)

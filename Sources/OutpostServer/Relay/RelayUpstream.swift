@@ -25,6 +25,11 @@ struct RelayUpstream: Sendable {
         }
     }
 
+    /// Tells the server the relay's backlog and its devices' heartbeats.
+    func report(_ status: RelayStatusReport) async throws {
+        _ = try await send(.POST, path: "/v1/relay/status", body: try JSONEncoder().encode(status))
+    }
+
     /// GETs `path` (with its query) and returns the body of a 2xx answer.
     func get(_ path: String) async throws -> Data {
         try await send(.GET, path: path, body: nil)

@@ -66,6 +66,54 @@ extension SyncController {
         return response
     }
 
+    /// `POST /v1/relay/status`: a relay's backlog and the heartbeats of its events' devices, for the server's
+    /// monitor. A device's report is kept only when it is newer than the one the server has, which the device may
+    /// have sent itself.
+    @Sendable func relayStatus(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let (relay, grant) = try context.requireRelay()
+        let report = try await RequestDecoding.decodeBody(
+            RelayStatusReport.self, from: request, maxBytes: 1024 * 1024, timeout: configuration.bodyTimeout)
+        let received = now().milliseconds
+        guard (0...10_000_000).contains(report.waiting), report.devices.count <= 1000 else {
+            throw OutpostHTTPError.badRequest("waiting must be from 0 to 10000000, and devices at most 1000")
+        }
+        var reports: [DeviceReport] = []
+        for device in report.devices {
+            guard device.fingerprint.utf8.count == 16,
+                device.fingerprint.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) })
+            else { throw OutpostHTTPError.badRequest("a device's fingerprint is 16 lowercase hex digits") }
+            guard Identifier.isValid(device.userId), (1...200).contains(device.staffName.count) else {
+                throw OutpostHTTPError.badRequest("a device's userId must be an identifier, and its staffName 1 to 200 characters")
+            }
+            guard grant.scopes.contains(device.event) else {
+                throw OutpostHTTPError.forbidden("a relay reports the devices of its own events only")
+            }
+            guard [device.pendingCount, device.failedCount, device.rejectedCount].allSatisfy({ (0...10_000_000).contains($0) }),
+                (1...64).contains(device.appVersion.utf8.count), device.appVersion.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
+            else {
+                throw OutpostHTTPError.badRequest(
+                    "a device's counts must be from 0 to 10000000, and its appVersion 1 to 64 printable ASCII characters")
+            }
+            reports.append(
+                DeviceReport(
+                    tenant: relay.tenant, fingerprint: device.fingerprint, userId: device.userId, staffName: device.staffName,
+                    event: device.event, pendingCount: device.pendingCount, failedCount: device.failedCount,
+                    rejectedCount: device.rejectedCount,
+                    lastRosterFetch: device.lastRosterFetch.map { min($0.millisecondsSince1970, received) },
+                    appVersion: device.appVersion, lastSeen: min(device.lastSeen.millisecondsSince1970, received)))
+        }
+        for device in reports { try await storage.recordHeartbeat(device) }
+        let lastError = report.lastError.map { text in
+            String(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.prefix(1000).map(Character.init))
+        }
+        try await storage.recordRelayReport(
+            RelayReport(
+                tenant: relay.tenant, relayId: relay.userId, name: relay.name, scopes: grant.scopes, waiting: report.waiting,
+                oldestWaiting: report.oldestWaitingSince.map { min($0.millisecondsSince1970, received) }, lastError: lastError,
+                lastContact: received))
+        return Response(status: .noContent)
+    }
+
     private func forward(_ batch: RelayBatch, tenant: String, grant: RelayGrant) async throws -> [MutationResult] {
         func refuseAll(_ code: WireError.Code, _ message: String) -> [MutationResult] {
             batch.mutations.map { .rejected(String($0.idempotencyKey.prefix(256)), code, message) }

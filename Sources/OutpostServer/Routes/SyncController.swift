@@ -23,6 +23,7 @@ struct SyncController<Storage: SyncStorage> {
         group.get("record-id-key", use: recordIdKey)
         group.post("relay/forward", use: forward)
         group.post("relay-tokens", use: relayToken)
+        group.post("relay/status", use: relayStatus)
     }
 
     /// `GET /v1/record-id-key`: the caller's own key for attendance record ids (``Attendance/IdKey``), which

@@ -17,6 +17,19 @@ package struct DeviceReport: Sendable, Hashable {
     package var lastSeen: Int64
 }
 
+/// A venue relay's last status report, as stored.
+package struct RelayReport: Sendable, Hashable {
+    package var tenant: String
+    package var relayId: String
+    package var name: String
+    package var scopes: [String]
+    package var waiting: Int
+    package var oldestWaiting: Int64?
+    package var lastError: String?
+    /// When the server received the report.
+    package var lastContact: Int64
+}
+
 /// A device and user that wrote a record.
 package struct RecordWriter: Sendable, Hashable {
     package var deviceId: String
@@ -42,8 +55,15 @@ package struct StoredSyncFailure: Sendable, Hashable {
 /// Every method is scoped to a tenant, except ``deviceStateCounts(now:)``, which feeds the process-wide
 /// metrics.
 package protocol MonitorStorage: Sendable {
-    /// Keeps `report` as the device's latest.
+    /// Keeps `report` as the device's latest, unless a report seen later is kept already (a venue relay passes
+    /// on what it heard, which may be older than what the device told the server itself).
     func recordHeartbeat(_ report: DeviceReport) async throws
+
+    /// Keeps `report` as the relay's latest.
+    func recordRelayReport(_ report: RelayReport) async throws
+
+    /// The relays of `tenant` that reported since `since`, most recently heard from first.
+    func relayReports(tenant: String, since: Int64) async throws -> [RelayReport]
 
     /// The latest report of each device of `tenant`, in `event` when given, most recently seen first.
     func deviceReports(tenant: String, event: String?) async throws -> [DeviceReport]

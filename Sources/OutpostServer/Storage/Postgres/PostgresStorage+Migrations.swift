@@ -271,5 +271,23 @@ extension PostgresStorage {
                 // The records a device's last heartbeat said the server refused, apart from the failed ones.
                 "ALTER TABLE devices ADD COLUMN rejected_count BIGINT NOT NULL DEFAULT 0"
             ]),
+        Migration(
+            version: "v11-relays",
+            statements: [
+                // Each venue relay's last status report, as the server's monitor shows it.
+                """
+                CREATE TABLE relays (
+                  tenant TEXT NOT NULL,
+                  relay_id TEXT NOT NULL,
+                  name TEXT NOT NULL,
+                  scopes TEXT NOT NULL,
+                  waiting BIGINT NOT NULL,
+                  oldest_waiting BIGINT,
+                  last_error TEXT,
+                  last_contact BIGINT NOT NULL,
+                  PRIMARY KEY (tenant, relay_id)
+                )
+                """
+            ]),
     ]
 }

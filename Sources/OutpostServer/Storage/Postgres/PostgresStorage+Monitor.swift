@@ -17,7 +17,8 @@ extension PostgresStorage {
                   pending_count = excluded.pending_count, failed_count = excluded.failed_count,
                   rejected_count = excluded.rejected_count,
                   last_roster_fetch = excluded.last_roster_fetch, app_version = excluded.app_version,
-                  last_seen = greatest(devices.last_seen, excluded.last_seen)
+                  last_seen = excluded.last_seen
+                WHERE devices.last_seen <= excluded.last_seen
                 """, logger: logger)
         }
     }
@@ -214,6 +215,42 @@ extension PostgresStorage {
                 counts[state, default: 0] += 1
             }
             return counts
+        }
+    }
+
+    package func recordRelayReport(_ report: RelayReport) async throws {
+        _ = try await committed { connection in
+            try await connection.query(
+                """
+                INSERT INTO relays (tenant, relay_id, name, scopes, waiting, oldest_waiting, last_error, last_contact)
+                VALUES (\(report.tenant), \(report.relayId), \(report.name), \(report.scopes.joined(separator: ",")),
+                        \(Int64(report.waiting)), \(report.oldestWaiting), \(report.lastError), \(report.lastContact))
+                ON CONFLICT (tenant, relay_id) DO UPDATE SET
+                  name = excluded.name, scopes = excluded.scopes, waiting = excluded.waiting,
+                  oldest_waiting = excluded.oldest_waiting, last_error = excluded.last_error,
+                  last_contact = excluded.last_contact
+                """, logger: logger)
+        }
+    }
+
+    package func relayReports(tenant: String, since: Int64) async throws -> [RelayReport] {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT tenant, relay_id, name, scopes, waiting, oldest_waiting, last_error, last_contact
+                FROM relays WHERE tenant = \(tenant) AND last_contact >= \(since)
+                ORDER BY last_contact DESC, relay_id
+                """, logger: logger)
+            var reports: [RelayReport] = []
+            for try await (tenant, relayId, name, scopes, waiting, oldest, lastError, lastContact)
+                in rows.decode((String, String, String, String, Int64, Int64?, String?, Int64).self)
+            {
+                reports.append(
+                    RelayReport(
+                        tenant: tenant, relayId: relayId, name: name, scopes: scopes.split(separator: ",").map(String.init),
+                        waiting: Int(waiting), oldestWaiting: oldest, lastError: lastError, lastContact: lastContact))
+            }
+            return reports
         }
     }
 }

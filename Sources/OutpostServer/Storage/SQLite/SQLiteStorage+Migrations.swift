@@ -279,6 +279,23 @@ extension SQLiteStorage {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v10-relays") { db in
+            // Each venue relay's last status report, as the server's monitor shows it.
+            try db.execute(
+                sql: """
+                    CREATE TABLE relays (
+                      tenant TEXT NOT NULL,
+                      relay_id TEXT NOT NULL,
+                      name TEXT NOT NULL,
+                      scopes TEXT NOT NULL,
+                      waiting INTEGER NOT NULL,
+                      oldest_waiting INTEGER,
+                      last_error TEXT,
+                      last_contact INTEGER NOT NULL,
+                      PRIMARY KEY (tenant, relay_id)
+                    ) WITHOUT ROWID;
+                    """)
+        }
         return migrator
     }
 }

@@ -15,7 +15,8 @@ extension SQLiteStorage {
                       pending_count = excluded.pending_count, failed_count = excluded.failed_count,
                       rejected_count = excluded.rejected_count,
                       last_roster_fetch = excluded.last_roster_fetch, app_version = excluded.app_version,
-                      last_seen = max(devices.last_seen, excluded.last_seen)
+                      last_seen = excluded.last_seen
+                    WHERE devices.last_seen <= excluded.last_seen
                     """,
                 arguments: [
                     report.tenant, report.fingerprint, report.userId, report.staffName, report.event,
@@ -188,6 +189,39 @@ extension SQLiteStorage {
                 counts[DeviceState(lastSeen: Timestamp(millisecondsSince1970: lastSeen), now: Timestamp(millisecondsSince1970: now)), default: 0] += 1
             }
             return counts
+        }
+    }
+
+    package func recordRelayReport(_ report: RelayReport) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO relays (tenant, relay_id, name, scopes, waiting, oldest_waiting, last_error, last_contact)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (tenant, relay_id) DO UPDATE SET
+                      name = excluded.name, scopes = excluded.scopes, waiting = excluded.waiting,
+                      oldest_waiting = excluded.oldest_waiting, last_error = excluded.last_error,
+                      last_contact = excluded.last_contact
+                    """,
+                arguments: [
+                    report.tenant, report.relayId, report.name, report.scopes.joined(separator: ","), report.waiting,
+                    report.oldestWaiting, report.lastError, report.lastContact,
+                ])
+        }
+    }
+
+    package func relayReports(tenant: String, since: Int64) async throws -> [RelayReport] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: "SELECT * FROM relays WHERE tenant = ? AND last_contact >= ? ORDER BY last_contact DESC, relay_id",
+                arguments: [tenant, since]
+            ).map { row in
+                RelayReport(
+                    tenant: row["tenant"], relayId: row["relay_id"], name: row["name"],
+                    scopes: (row["scopes"] as String).split(separator: ",").map(String.init), waiting: row["waiting"],
+                    oldestWaiting: row["oldest_waiting"], lastError: row["last_error"], lastContact: row["last_contact"])
+            }
         }
     }
 }
