@@ -15,6 +15,8 @@ public struct Device: Sendable {
 
     enum SettingName {
         static let server = "server"
+        /// Where the device syncs when the server cannot be reached, such as the venue relay of the day.
+        static let fallback = "fallback"
         static let token = "token"
         static let deviceId = "device_id"
         /// The last token the server refused and no fresh one replaced (see ``Device/needsSignIn(store:)``).
@@ -27,13 +29,23 @@ public struct Device: Sendable {
     }
 
     /// Saves the connection settings of a device store, creating the store when needed.
-    public static func initialize(store: LocalStore, server: URL, token: String, deviceId: String) async throws {
+    ///
+    /// - Parameter fallback: where the device syncs when `server` cannot be reached, such as a venue relay
+    ///   (``FailoverTransport``); nil for none.
+    public static func initialize(
+        store: LocalStore, server: URL, fallback: URL? = nil, token: String, deviceId: String
+    ) async throws {
         guard Identifier.isValid(deviceId) else {
             throw ClientError(.invalidInput, "the device id must be 1 to 128 characters from A-Z a-z 0-9 . _ : @ -")
         }
         try validate(server: server)
+        if let fallback {
+            try validate(server: fallback)
+            guard fallback != server else { throw ClientError(.invalidInput, "the fallback must be another server") }
+        }
         guard !token.isEmpty else { throw ClientError(.invalidInput, "the token is empty") }
         try await store.setSetting(SettingName.server, server.absoluteString)
+        try await store.setSetting(SettingName.fallback, fallback?.absoluteString)
         try await store.setSetting(SettingName.token, token)
         try await store.setSetting(SettingName.deviceId, deviceId)
         try await store.setSetting(SettingName.recordIdKeys, nil)
@@ -77,6 +89,20 @@ public struct Device: Sendable {
     }
 
     public var deviceId: String { engine.configuration.deviceId }
+
+    /// The fallback saved in `store` (see ``initialize(store:server:fallback:token:deviceId:)``), or nil.
+    public static func savedFallback(_ store: LocalStore) async throws -> URL? {
+        try await store.setting(SettingName.fallback).flatMap(URL.init(string:))
+    }
+
+    /// `make`'s transport to `server`, or, when `fallback` is given, a ``FailoverTransport`` over `make`'s
+    /// transports to both.
+    public static func transport(
+        server: URL, fallback: URL?, _ make: (URL) -> any SyncTransport
+    ) -> any SyncTransport {
+        guard let fallback else { return make(server) }
+        return FailoverTransport(primary: make(server), fallback: make(fallback))
+    }
 
     /// - Throws: ``ClientError`` `invalidInput` unless `server` is an http:// or https:// URL with a host.
     static func validate(server: URL) throws {

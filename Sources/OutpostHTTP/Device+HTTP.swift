@@ -3,7 +3,8 @@ import Foundation
 import OutpostClient
 
 extension Device {
-    /// Opens the device saved in `store`, talking HTTP to its server through AsyncHTTPClient.
+    /// Opens the device saved in `store`, talking HTTP to its server through AsyncHTTPClient, and to its fallback
+    /// when it has one and the server cannot be reached (``FailoverTransport``).
     ///
     /// The transport sends the token saved in the store. When the server refuses it, the device takes a token
     /// saved there since (by a sign-in in another process, see ``Device/signIn(store:token:)``), or else asks
@@ -24,9 +25,10 @@ extension Device {
         guard let (server, token) = try await savedConnection(store) else {
             throw ClientError(.notConfigured, "this device is not set up with a server and a token")
         }
-        let transport = HTTPSyncTransport(
-            baseURL: server, token: token, credentials: storedCredentials(store: store, app: credentials),
-            client: httpClient, timeout: .seconds(15))
+        let renewal = storedCredentials(store: store, app: credentials)
+        let transport = transport(server: server, fallback: try await savedFallback(store)) { url in
+            HTTPSyncTransport(baseURL: url, token: token, credentials: renewal, client: httpClient, timeout: .seconds(15))
+        }
         return try await open(store: store, transport: transport, clock: clock, configure: configure, now: now)
     }
 }

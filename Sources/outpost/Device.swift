@@ -88,6 +88,8 @@ struct DeviceInit: AsyncParsableCommand {
 
     @Option(help: "The server, such as http://127.0.0.1:8080.")
     var server: String
+    @Option(help: "Where to sync when the server cannot be reached, such as the venue relay of the day.")
+    var fallback: String?
     @Option(help: "The bearer token from `outpost token`.")
     var token: String
     @Option(name: .customLong("device-id"), help: "This device's id (default: a new random one).")
@@ -97,8 +99,14 @@ struct DeviceInit: AsyncParsableCommand {
     func run() async throws {
         guard let url = URL(string: server) else { throw CLIError("--server must be a URL such as http://127.0.0.1:8080") }
         let deviceId = self.deviceId ?? "device-\(UUID().uuidString.prefix(8).lowercased())"
-        try await Device.initialize(store: try options.openStore(), server: url, token: token, deviceId: deviceId)
-        say("device \(deviceId) ready: store \(options.url.path), server \(url.absoluteString)")
+        let fallbackURL = try fallback.map { text in
+            guard let url = URL(string: text) else { throw CLIError("--fallback must be a URL such as http://10.0.0.2:8080") }
+            return url
+        }
+        try await Device.initialize(
+            store: try options.openStore(), server: url, fallback: fallbackURL, token: token, deviceId: deviceId)
+        let also = fallbackURL.map { ", fallback \($0.absoluteString)" } ?? ""
+        say("device \(deviceId) ready: store \(options.url.path), server \(url.absoluteString)\(also)")
     }
 }
 

@@ -292,3 +292,55 @@ extension RelayEndToEndTests {
         if let database { await TestPostgres.shared.dropDatabase(url: database) }
     }
 }
+
+extension RelayEndToEndTests {
+    @Test("a door with the relay as its fallback, moving between relay and server mid-queue: each write applied once")
+    func doorWithFallback() async throws {
+        let venue = try Venue()
+        try await venue.startServer()
+        let organizer = ["OUTPOST_SERVER": venue.serverURL, "OUTPOST_TOKEN": try await venue.token("olga", role: "organizer")]
+        let csv = venue.path("roster.csv")
+        #expect(try await venue.outpost(["roster", "generate", "--guests", "20", "--output", csv]).status == 0)
+        #expect(try await venue.outpost(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
+        // The venue's one line out carries both the door's way to the server and the relay's.
+        let proxy = try await FaultProxy.start(upstreamPort: Int(venue.serverPort)!)
+        venue.proxy = proxy
+        defer { Task { try? await proxy.stop() } }
+        try await venue.startRelay()
+        try await venue.waitUntil("the roster at the relay") {
+            try await venue.count("SELECT count(*) FROM records WHERE collection = 'guests'", in: "relay") == 20
+        }
+        let store = ["--store", venue.path("door-1/device.sqlite")]
+        let initialised = try await venue.outpost(
+            [
+                "device", "init", "--server", "http://127.0.0.1:\(proxy.port)", "--fallback", venue.relayURL, "--token",
+                try await venue.token("ana"), "--device-id", "door-1",
+            ] + store)
+        #expect(initialised.status == 0 && initialised.stdout.contains("fallback \(venue.relayURL)"), "\(initialised.stderr)")
+        let door = { (arguments: [String]) in try await venue.outpost(arguments + store) }
+        #expect(try await door(["event", "open", "gala"]).stdout.contains("Ready for offline"))
+
+        // With the line up, the door's scan goes to the server.
+        _ = try await door(["event", "scan", "g000001"])
+        #expect(try await door(["device", "sync"]).stdout.contains("0 failed"))
+        // With it down, to the relay, where it is held.
+        proxy.inject(.drop)
+        for number in 2...6 { _ = try await door(["event", "scan", String(format: "g%06d", number)]) }
+        let held = try await door(["device", "sync"])
+        #expect(held.stdout.contains("at the venue relay, waiting for the server"), "\(held.stdout) \(held.stderr)")
+        // The line returns: the door sends what waits to the server itself, and the relay forwards the same writes.
+        proxy.inject(nil)
+        let synced = try await door(["device", "sync"])
+        #expect(synced.stdout.contains("0 failed") && !synced.stdout.contains("at the venue relay"), "\(synced.stdout)")
+        try await venue.waitUntil("an empty backlog") {
+            try await venue.count("SELECT count(*) FROM relay_journal WHERE forwarded_at IS NULL", in: "relay") == 0
+        }
+        #expect(try await door(["device", "records", "--pending"]).stdout.contains("no records"))
+        // Each scan is on the server once, written once.
+        #expect(try await venue.count("SELECT count(*) FROM mutations WHERE device_id = 'door-1'", in: "server") == 6)
+        #expect(try await venue.count("SELECT count(*) FROM records WHERE collection = 'checkins' AND version = 1", in: "server") == 6)
+        #expect(try await venue.count("SELECT count(*) FROM relay_journal", in: "relay") == 5)
+        #expect(await venue.relay?.stop() == 0)
+        #expect(await venue.server?.stop() == 0)
+    }
+}

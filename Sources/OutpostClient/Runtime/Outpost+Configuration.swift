@@ -12,6 +12,9 @@ extension Outpost {
         /// The server, such as `https://sync.example.org`; nil to keep the one saved in the store by an earlier
         /// sign-in (or by `outpost device init`). A first sign-in needs one.
         public var server: URL?
+        /// Where the device syncs when ``server`` cannot be reached, such as the venue relay of the day
+        /// (``FailoverTransport``); nil to keep the one saved in the store, if any.
+        public var fallback: URL?
         /// The device's id on the sync monitor, such as `door-1`; a store made by a first sign-in takes it
         /// (with a short random suffix for each person's store on a shared device). Nil: a random one.
         public var deviceId: String?

@@ -71,7 +71,8 @@ extension Outpost {
             case .file: deviceId = configuration.deviceId ?? "device-\(suffix)"
             case .perUser: deviceId = "\(base)-\(suffix)"
             }
-            try await Device.initialize(store: store, server: server, token: token, deviceId: deviceId)
+            try await Device.initialize(
+                store: store, server: server, fallback: configuration.fallback, token: token, deviceId: deviceId)
         }
     }
 
@@ -134,8 +135,13 @@ extension Outpost {
             store: store, app: credentials.map { RenewalReporter(app: $0, runtime: self) })
         stored.taken = { [weak self] token in await self?.taken(token) }
         let configuration = configuration
+        let saved = try await Device.savedFallback(store)
+        let fallback = configuration.fallback ?? saved
+        let transport = Device.transport(server: configuration.server ?? server, fallback: fallback) {
+            configuration.transport.make($0, token, stored)
+        }
         let device = try await Device.open(
-            store: store, transport: configuration.transport.make(configuration.server ?? server, token, stored),
+            store: store, transport: transport,
             clock: configuration.clock,
             configure: { sync in
                 sync.appVersion = configuration.appVersion
