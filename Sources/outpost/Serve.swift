@@ -182,6 +182,11 @@ struct Serve: AsyncParsableCommand {
         configuration.identityProvider = try identity.provider()
         configuration.tls = try tls()
         configuration.relay = try relay()
+        if configuration.relay != nil {
+            // A relay restarted while the venue's line is down still signs the doors' people in.
+            try? FileManager.default.createDirectory(atPath: storageOptions.dataDirectory, withIntermediateDirectories: true)
+            configuration.identityProvider?.cacheFile = storageOptions.dataDirectory + "/identity-provider-keys.json"
+        }
         let scheme = configuration.tls == nil ? "http" : "https"
         if let collectionsFile {
             do {

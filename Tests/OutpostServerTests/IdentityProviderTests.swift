@@ -199,6 +199,43 @@ struct IdentityProviderTests {
         await provider.stop()
     }
 
+    @Test("a server with a key cache signs people in with the keys it kept when the provider cannot be reached")
+    func keysKeptOnDisk() async throws {
+        let key = try await Provider.rsa("rsa-1")
+        let provider = try await Provider(keys: [key])
+        let cache = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-keys-\(UUID()).json").path
+        defer { try? FileManager.default.removeItem(atPath: cache) }
+        var cached = provider.configuration()
+        cached.cacheFile = cache
+        let configuration = cached
+        let token = try await Provider.token(key, Provider.claims(now: Fixtures.serverNow.date))
+        // Online, the fetched set is kept, readable by this user only, and holds no private key.
+        try await withServer(.sqlite, configure: { $0.identityProvider = configuration }) { client, _ async throws in
+            #expect(try await Self.push(client, token: token, record: "a").status == .ok)
+        }
+        let kept = try String(contentsOfFile: cache, encoding: .utf8)
+        #expect(kept.contains("rsa-1") && !kept.contains("\"d\""))
+        let mode = try FileManager.default.attributesOfItem(atPath: cache)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+
+        // The provider gone, a server started again takes its tokens with the kept keys, and refuses others.
+        await provider.stop()
+        try await withServer(.sqlite, configure: { $0.identityProvider = configuration }) { client, _ in
+            #expect(try await Self.push(client, token: token, record: "b").status == .ok)
+            let stranger = try await Provider.rsa("rsa-2")
+            let refused = try await Self.push(
+                client, token: try await Provider.token(stranger, Provider.claims(now: Fixtures.serverNow.date)), record: "c")
+            #expect(refused.status == .unauthorized)
+        }
+        // Without a cache, the same server cannot judge the token: 503, as before.
+        var uncached = configuration
+        uncached.cacheFile = nil
+        let without = uncached
+        try await withServer(.sqlite, configure: { $0.identityProvider = without }) { client, _ async throws in
+            #expect(try await Self.push(client, token: token, record: "d").status == .serviceUnavailable)
+        }
+    }
+
     @Test("while the provider's keys cannot be fetched, its tokens get 503 to retry, not 401")
     func keysUnavailable() async throws {
         let key = try await Provider.rsa("rsa-1")

@@ -38,6 +38,9 @@ public struct IdentityProviderConfiguration: Sendable, Hashable {
     /// The least time between two fetches caused by an unknown key id, so that tokens with made-up key ids
     /// cannot make the server hammer the provider.
     public var unknownKeyInterval: Duration
+    /// Where the last key set fetched from a URL is kept, for a server that must sign people in without the
+    /// internet (a venue relay started while the venue's line is down); nil keeps none.
+    public var cacheFile: String?
 
     public init(
         keys: Keys, issuer: String, audience: String, tenantClaim: String = "tenant", tenant: String? = nil,
@@ -89,7 +92,7 @@ package actor IdentityProvider {
     /// are not held up by another attempt.
     private var failedAt: Date?
     private var unknownKeyFetchAt: Date?
-    private var fetching: Task<Void, any Error>?
+    private var fetching: Task<Bool, any Error>?
     /// The keys of the set the server cannot use, by key id and type, each logged once.
     private var skippedKeys: Set<String> = []
     /// How many times the key set was fetched: for metrics and tests.
@@ -109,7 +112,7 @@ package actor IdentityProvider {
 
     func verdict(_ token: String, now: Date) async -> TokenVerdict {
         guard let header = TokenHeader(token: token), Self.algorithms.contains(header.alg) else { return .invalid }
-        let due = keys == nil || fetchedAt.map { elapsed(since: $0, now: now) >= configuration.refreshInterval } == true
+        let due = keys == nil || fetchedAt.map { elapsed(since: $0, now: now) >= configuration.refreshInterval } ?? true
         if due, failedAt.map({ elapsed(since: $0, now: now) >= configuration.unknownKeyInterval }) ?? true {
             try? await refresh(now: now)
         }
@@ -140,9 +143,21 @@ package actor IdentityProvider {
 
     /// Fetches the key set, one fetch at a time: callers that ask while one runs wait for it.
     private func refresh(now: Date) async throws {
-        if let fetching { return try await fetching.value }
-        let task = Task { [fetch] in
-            let data = try await fetch()
+        if let fetching {
+            _ = try await fetching.value
+            return
+        }
+        let task = Task { [fetch, cacheFile = cacheFile, hasKeys = keys != nil] in
+            var data: Data
+            var fromCache = false
+            do {
+                data = try await fetch()
+            } catch {
+                // Without the provider, and with no keys yet, the set kept on disk stands in until it answers.
+                guard !hasKeys, let cacheFile, let kept = FileManager.default.contents(atPath: cacheFile) else { throw error }
+                data = kept
+                fromCache = true
+            }
             // Each key is read on its own: a key the server cannot use (a symmetric key, an unknown type, curve or
             // algorithm) is skipped, never the whole set.
             let set = try JSONDecoder().decode(RawKeySet.self, from: data)
@@ -170,13 +185,15 @@ package actor IdentityProvider {
             }
             await self.logSkipped(skipped)
             guard !ids.isEmpty else { throw IdentityProviderError("the key set has no usable key with a key id") }
-            await self.install(collection, ids: ids, now: now)
+            if let cacheFile, !fromCache { Self.keep(data, at: cacheFile) }
+            await self.install(collection, ids: ids, now: now, fromCache: fromCache)
+            return fromCache
         }
         fetching = task
         defer { fetching = nil }
         do {
-            try await task.value
-            failedAt = nil
+            // Keys read from the cache: the provider was not reached, and is asked again after the interval.
+            failedAt = try await task.value ? now : nil
         } catch {
             failedAt = now
             logger.warning("the identity provider's keys could not be loaded", metadata: ["reason": "\(error)"])
@@ -192,11 +209,30 @@ package actor IdentityProvider {
         }
     }
 
-    private func install(_ collection: JWTKeyCollection, ids: Set<String>, now: Date) {
+    /// A set read from the cache counts as not fetched: the provider is asked again at the next request after
+    /// ``IdentityProviderConfiguration/unknownKeyInterval``.
+    private func install(_ collection: JWTKeyCollection, ids: Set<String>, now: Date, fromCache: Bool) {
         keys = collection
         keyIds = ids
-        fetchedAt = now
-        fetches += 1
+        fetchedAt = fromCache ? nil : now
+        if fromCache {
+            logger.notice("the identity provider cannot be reached: its keys kept on disk stand in")
+        } else {
+            fetches += 1
+        }
+    }
+
+    /// The cache file of URL keys, when one is configured.
+    private var cacheFile: String? {
+        guard case .url = configuration.keys else { return nil }
+        return configuration.cacheFile
+    }
+
+    /// Writes the key set (public keys only) to `path`, replacing the one before at once.
+    nonisolated static func keep(_ data: Data, at path: String) {
+        let url = URL(fileURLWithPath: path)
+        try? data.write(to: url, options: .atomic)
+        try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
     }
 
     /// The claims as Outpost's identity, or `invalid`.
