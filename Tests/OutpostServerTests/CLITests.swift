@@ -33,7 +33,32 @@ struct CLITests {
         ["token", "--tenant", "../etc", "--user", "ana", "--role", "staff"],
         ["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--ttl", "forever"],
         ["token", "--user", "ana", "--role", "staff"],
+        ["token", "--tenant", "acme", "--user", "hall-a", "--role", "relay"],
+        ["token", "--tenant", "acme", "--user", "hall-a", "--role", "relay", "--scope", "no way"],
+        ["token", "--tenant", "acme", "--user", "hall-a", "--role", "relay", "--scope", "gala", "--device", "d1"],
+        ["token", "--tenant", "acme", "--user", "ana", "--role", "staff", "--scope", "gala"],
+        ["serve", "--port", "0", "--upstream-token", "x"],
+        ["serve", "--port", "0", "--upstream", "http://127.0.0.1:9"],
+        ["serve", "--port", "0", "--upstream", "http://127.0.0.1:9", "--upstream-token", "not-a-jwt"],
+        ["serve", "--port", "0", "--upstream", "ftp://example.org", "--upstream-token", CLITests.relayToken],
+        ["serve", "--port", "0", "--upstream", "http://127.0.0.1:9", "--upstream-token", CLITests.staffToken],
+        ["serve", "--port", "0", "--upstream", "http://127.0.0.1:9", "--upstream-token", CLITests.relayToken, "--upstream-scope", "other"],
+        [
+            "serve", "--port", "0", "--upstream", "http://127.0.0.1:9", "--upstream-token", CLITests.relayToken, "--database-url",
+            "postgres://u@127.0.0.1:9/db",
+        ],
     ]
+
+    /// Tokens for the relay's options, unsigned: the relay reads their claims, and its server verifies them.
+    static let relayToken = unsignedToken(#"{"tenant":"acme","sub":"hall-a","role":"relay","scopes":["gala"],"exp":4102444800}"#)
+    static let staffToken = unsignedToken(#"{"tenant":"acme","sub":"ana","role":"staff","exp":4102444800}"#)
+    static func unsignedToken(_ claims: String) -> String {
+        func part(_ text: String) -> String {
+            Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+                .replacingOccurrences(of: "=", with: "")
+        }
+        return part(#"{"alg":"HS256","typ":"JWT"}"#) + "." + part(claims) + ".c2lnbmF0dXJl"
+    }
 
     @Test("a bad argument or configuration is one line on stderr and a non-zero exit", arguments: badInvocations)
     func badArguments(arguments: [String]) async throws {

@@ -144,6 +144,20 @@ struct RelayTests {
                     }
                 }
 
+                // A walk-in registered upstream, and a cancellation, reach the venue through the relay.
+                let walkIn = try await server.push(
+                    [
+                        AccessRulesTests.guest("walk-in-1", event: "gala"),
+                        Fixtures.delete("g119", at: 50, collection: "guests", device: "admin", scope: "gala"),
+                    ],
+                    token: organizer, device: "admin")
+                #expect(walkIn.results.map(\.status) == [.applied, .applied])
+                try await Self.waitUntil("the walk-in and the cancellation at the relay") {
+                    let guests = try await relay.pull("collection=guests&scope=gala&limit=1000", token: staff).changes
+                    return guests.contains { $0.recordId == "walk-in-1" && !$0.tombstone }
+                        && guests.contains { $0.recordId == "g119" && $0.tombstone }
+                }
+
                 // and each door, sending its scans again, hears the server's answers: synced at last.
                 let again = try await Self.push(relay, [RecordRulesTests.scan("g000", device: "door-1", at: 10)], user: "ana", device: "door-1")
                 #expect(again.map(\.status) == [.applied])
