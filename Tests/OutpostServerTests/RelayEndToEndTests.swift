@@ -32,6 +32,7 @@ struct RelayEndToEndTests {
         deinit {
             server?.signal(SIGKILL)
             relay?.signal(SIGKILL)
+            if let proxy { Task { try? await proxy.stop() } }
             try? FileManager.default.removeItem(at: root)
         }
 
@@ -75,6 +76,22 @@ struct RelayEndToEndTests {
             return { arguments in try await self.outpost(arguments + store) }
         }
 
+        /// Starts the server with a roster of `guests` for gala, the fault proxy on the line and the relay behind
+        /// it, and waits until the relay holds the roster; returns the organizer's environment.
+        func open(guests: Int) async throws -> [String: String] {
+            try await startServer()
+            let organizer = ["OUTPOST_SERVER": serverURL, "OUTPOST_TOKEN": try await token("olga", role: "organizer")]
+            let csv = path("roster.csv")
+            #expect(try await outpost(["roster", "generate", "--guests", String(guests), "--output", csv]).status == 0)
+            #expect(try await outpost(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
+            proxy = try await FaultProxy.start(upstreamPort: Int(serverPort)!)
+            try await startRelay()
+            try await waitUntil("the roster at the relay") {
+                try await self.count("SELECT count(*) FROM records WHERE collection = 'guests'", in: "relay") == guests
+            }
+            return organizer
+        }
+
         /// A count read from a server's SQLite file.
         func count(_ sql: String, in name: String) async throws -> Int {
             let pool = try DatabasePool(path: path(name) + "/" + SQLiteStorage.databaseFileName)
@@ -91,20 +108,9 @@ struct RelayEndToEndTests {
     @Test("line cut, doors one place, relay killed mid-forward: every scan reaches the server once, refusals come back")
     func venueDay() async throws {
         let venue = try Venue()
-        try await venue.startServer()
-        let organizer = ["OUTPOST_SERVER": venue.serverURL, "OUTPOST_TOKEN": try await venue.token("olga", role: "organizer")]
-        let csv = venue.path("roster.csv")
-        #expect(try await venue.outpost(["roster", "generate", "--guests", "40", "--output", csv]).status == 0)
-        #expect(try await venue.outpost(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
-
-        let proxy = try await FaultProxy.start(upstreamPort: Int(venue.serverPort)!)
-        venue.proxy = proxy
-        defer { Task { try? await proxy.stop() } }
-        try await venue.startRelay()
         // The relay brings the roster down before the doors open.
-        try await venue.waitUntil("the roster at the relay") {
-            try await venue.count("SELECT count(*) FROM records WHERE collection = 'guests'", in: "relay") == 40
-        }
+        let organizer = try await venue.open(guests: 40)
+        let proxy = try #require(venue.proxy)
         let doors = [
             try await venue.door("door-1", user: "ana"), try await venue.door("door-2", user: "ben"),
             try await venue.door("door-3", user: "cy"),
@@ -297,19 +303,9 @@ extension RelayEndToEndTests {
     @Test("a door with the relay as its fallback, moving between relay and server mid-queue: each write applied once")
     func doorWithFallback() async throws {
         let venue = try Venue()
-        try await venue.startServer()
-        let organizer = ["OUTPOST_SERVER": venue.serverURL, "OUTPOST_TOKEN": try await venue.token("olga", role: "organizer")]
-        let csv = venue.path("roster.csv")
-        #expect(try await venue.outpost(["roster", "generate", "--guests", "20", "--output", csv]).status == 0)
-        #expect(try await venue.outpost(["roster", "import", "--event", "gala", csv], environment: organizer).status == 0)
         // The venue's one line out carries both the door's way to the server and the relay's.
-        let proxy = try await FaultProxy.start(upstreamPort: Int(venue.serverPort)!)
-        venue.proxy = proxy
-        defer { Task { try? await proxy.stop() } }
-        try await venue.startRelay()
-        try await venue.waitUntil("the roster at the relay") {
-            try await venue.count("SELECT count(*) FROM records WHERE collection = 'guests'", in: "relay") == 20
-        }
+        _ = try await venue.open(guests: 20)
+        let proxy = try #require(venue.proxy)
         let store = ["--store", venue.path("door-1/device.sqlite")]
         let initialised = try await venue.outpost(
             [
