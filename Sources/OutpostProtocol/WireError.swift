@@ -56,6 +56,10 @@ public struct WireError: Error, Sendable, Hashable, Codable, CustomStringConvert
         /// keeps it queued and sends it again; the relay then answers what the server answered. Given only to a
         /// client that names ``ProtocolFeature/relay``.
         public static let heldAtRelay = Code("held_at_relay")
+        /// Not a refusal for good: a venue relay does not carry this write (another event, a collection without
+        /// events, an admin's write), and the server may take it. The device keeps it queued and sends it when it
+        /// reaches the server. Given only to a client that names ``ProtocolFeature/relay``.
+        public static let notCarriedByRelay = Code("not_carried_by_relay")
     }
 
     /// The inner object: code and message.

@@ -82,6 +82,16 @@ package func buildApplication<Storage: SyncStorage>(
     }
     app.beforeServerStarts {
         try await storage.migrate()
+        // Writes a relay took and has not forwarded are answered as held only by a relay: a server would tell
+        // their devices they are on the server.
+        if configuration.relay == nil, let journal = storage as? SQLiteStorage {
+            let waiting = try await journal.relayWaiting().count
+            guard waiting == 0 else {
+                throw StorageError(
+                    .configuration,
+                    "this data folder holds \(waiting) writes of a venue relay not yet on the server: start it with --upstream to forward them")
+            }
+        }
         if let secret = configuration.jwtSecret {
             try await secrets.load(secret: secret)
         } else {

@@ -71,4 +71,34 @@ struct RelayAnswerTests {
             #expect(await engine.status.pendingCount == 0)
         }
     }
+
+    @Test("what the relay does not carry stays queued for the server; a new edit of a held record waits on the device")
+    func notCarriedAndEditedAgain() async throws {
+        try await withStore { store, _ in
+            let relay = Relay()
+            let engine = SyncEngine(
+                store: store, transport: relay, configuration: .init(deviceId: "door-1", deliversAfterSave: false),
+                clock: TestClock<Duration>())
+            try await engine.save(note("n1"))
+            let held = try await engine.sync()
+            #expect(held.atRelay == 1)
+            // Edited again on the device: the relay holds the first write, not this one.
+            try await engine.save(LocalStore.Write(collection: "notes", recordId: "n1", fields: ["text": "edited"]))
+            let edited = try #require(try await store.record(collection: "notes", recordId: "n1"))
+            #expect(edited.syncStatus == .pending && !edited.isAtRelay && edited.syncError == nil)
+
+            // A relay that does not carry a write: it stays queued, failed with the relay's reason, not refused.
+            try await engine.save(note("n2"))
+            let entries = try await store.outbox.chunk(limit: 10, only: nil)
+            let n2 = try #require(entries.first { $0.mutation.recordId == "n2" })
+            relay.upstream[n2.mutation.idempotencyKey] = .rejected(
+                n2.mutation.idempotencyKey, .notCarriedByRelay, "this venue relay carries gala only; it goes when the server can be reached")
+            let summary = try await engine.sync()
+            #expect(summary.failed == 1 && summary.refused == 0)
+            #expect(summary.reasons.contains("this venue relay carries gala only; it goes when the server can be reached"))
+            let waiting = try #require(try await store.record(collection: "notes", recordId: "n2"))
+            #expect(waiting.syncStatus == .failed && waiting.isWaitingToSync)
+            #expect(try await store.outbox.chunk(limit: 10, only: nil).contains { $0.mutation.recordId == "n2" })
+        }
+    }
 }

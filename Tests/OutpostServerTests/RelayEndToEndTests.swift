@@ -153,6 +153,12 @@ struct RelayEndToEndTests {
         }
         _ = await venue.relay?.stop(SIGKILL)
         #expect(try await venue.count("SELECT count(*) FROM relay_journal WHERE forwarded_at IS NOT NULL", in: "relay") == 0)
+        // Started as a plain server, its data folder would tell the doors their held scans are on the server.
+        let plain = try await venue.outpost(["serve", "--port", "0", "--data-dir", venue.path("relay")])
+        #expect(plain.status != 0)
+        #expect(
+            plain.stderr.split(separator: "\n").last?.contains("writes of a venue relay not yet on the server: start it with --upstream")
+                == true, "\(plain.stderr)")
         proxy.inject(nil)
         try await venue.startRelay()
         try await venue.waitUntil("an empty backlog") {

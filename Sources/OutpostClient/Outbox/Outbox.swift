@@ -76,7 +76,8 @@ extension Outbox {
     /// `applied` and `duplicate` confirm the entry; `conflict` confirms it and marks the record rejected with
     /// the server's value beside its own, for the user to choose; `rejected` keeps the entry as rejected and marks
     /// the record rejected with the reason, except a refusal the device can outgrow (its clock ran ahead of
-    /// the server's, see ``isRetriable(_:)``), which keeps the entry queued and marks the record failed.
+    /// the server's, or a venue relay does not carry the write; see ``isRetriable(_:)``), which keeps the entry
+    /// queued and marks the record failed.
     /// A record becomes synced only when none of its entries remain.
     ///
     /// The server can give every one of these answers again, so the commit does not flush (see
@@ -146,7 +147,7 @@ extension Outbox {
             case .rejected:
                 let retriable = isRetriable(result.error?.code)
                 decision.refused.append((entry.seq, retriable ? .pending : .rejected))
-                outcome.error = retriable ? clockAheadMessage : result.error?.message ?? "refused by the server"
+                outcome.error = retriable ? retriableMessage(result) : result.error?.message ?? "refused by the server"
                 outcome.code = result.error?.code.rawValue
                 if outcome.status != .refused { outcome.status = retriable ? .failed : .refused }
             }
@@ -253,9 +254,15 @@ extension Outbox {
 
     /// Whether a refusal may pass on its own, so that its entry stays queued: a client time ahead of the
     /// server's clock (the device clock had jumped), which ``restampFutureEntries(now:maxLead:)`` corrects
-    /// once the device clock is right again.
+    /// once the device clock is right again; or a write a venue relay does not carry, which goes when the
+    /// device reaches the server.
     static func isRetriable(_ code: WireError.Code?) -> Bool {
-        code == .invalidTimestamp
+        code == .invalidTimestamp || code == .notCarriedByRelay
+    }
+
+    /// What the person is told of a retriable refusal: the device clock's, in their words, or the relay's own.
+    static func retriableMessage(_ result: MutationResult) -> String {
+        result.error?.code == .invalidTimestamp ? clockAheadMessage : result.error?.message ?? "not taken yet; tried again later"
     }
 
     /// A retriable refusal's reason, in the words of the person holding the device.

@@ -270,6 +270,11 @@ public final class LocalStore: Sendable {
             }
             existing.updatedAt = timestamp
             existing.syncStatus = .pending
+            // A relay holds the earlier writes, not this one: the record waits on the device again.
+            if existing.syncErrorCode == WireError.Code.heldAtRelay.rawValue {
+                existing.syncError = nil
+                existing.syncErrorCode = nil
+            }
             if resends {
                 existing.syncError = nil
                 existing.syncErrorCode = nil

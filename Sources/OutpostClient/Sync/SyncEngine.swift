@@ -808,7 +808,7 @@ struct SyncTally {
             case .rejected where Outbox.isRetriable(result.error?.code):
                 failed.insert(key)
                 synced.remove(key)
-                reasons[Outbox.clockAheadMessage, default: 0] += 1
+                reasons[Outbox.retriableMessage(result), default: 0] += 1
             case .rejected:
                 refused.insert(key)
                 synced.remove(key)

@@ -55,12 +55,12 @@ package final class ServerSecrets: Sendable {
     /// identity provider signs people's tokens only.
     func bearer(_ token: String, now: Date) async throws -> TokenVerdict {
         if let identityProvider {
-            if let (identity, expires) = await try tokens().verified(token, now: now), identity.relay != nil {
+            if let (identity, expires) = try await tokens().verified(token, now: now), identity.relay != nil {
                 return .valid(identity, expires: expires)
             }
             return await identityProvider.verdict(token, now: now)
         }
-        guard let (identity, expires) = await try tokens().verified(token, now: now) else { return .invalid }
+        guard let (identity, expires) = try await tokens().verified(token, now: now) else { return .invalid }
         return .valid(identity, expires: expires)
     }
 

@@ -48,7 +48,7 @@ enum MonitorReport {
                     oldestWaitingSince: report.oldestWaiting.map(Timestamp.init(millisecondsSince1970:)),
                     lastError: report.lastError)
             }
-        if let relay, let journal = storage as? any RelayJournalStorage {
+        if let relay, relay.tenant == tenant, let journal = storage as? any RelayJournalStorage {
             let backlog = try await journal.relayBacklog()
             response.relay = RelayLine(
                 upstream: relay.upstream.host ?? relay.upstream.absoluteString, waiting: backlog.waiting,

@@ -59,19 +59,24 @@ public struct RelayConfiguration: Sendable {
         var scopes: [String]?
     }
 
-    /// Why the relay does not take `mutation` from `person`, or nil: the relay forwards only what the server will
-    /// take from it.
+    /// Why the relay does not take `mutation` from `person`, or nil: the relay takes only what it can forward.
+    /// Its answer is `not_carried_by_relay`, which a device keeps queued for the server; a key that names the
+    /// server's own writes at the relay (`upstream:`) is refused for good.
     func refusal(of mutation: Mutation, by person: Identity) -> MutationResult? {
+        let key = mutation.idempotencyKey
+        guard !key.hasPrefix(RelayMirror<SQLiteStorage>.keyPrefix) else {
+            return .rejected(key, .invalidIdempotencyKey, "idempotency keys starting \"upstream:\" name the server's writes at a relay")
+        }
         guard person.tenant == tenant else {
-            return .rejected(mutation.idempotencyKey, .forbidden, "this venue relay serves another organization")
+            return .rejected(key, .notCarriedByRelay, "this venue relay serves another organization; sync with the server")
         }
         guard person.role <= RelayGrant.highestForwardedRole else {
-            return .rejected(mutation.idempotencyKey, .forbidden, "a venue relay carries no admin's writes; sync with the server")
+            return .rejected(key, .notCarriedByRelay, "a venue relay carries no admin's writes; sync with the server")
         }
         guard let scope = mutation.scope, scopes.contains(scope) else {
             return .rejected(
-                mutation.idempotencyKey, .forbidden,
-                "this venue relay carries \(scopes.joined(separator: ", ")) only; sync the rest with the server")
+                key, .notCarriedByRelay,
+                "this venue relay carries \(scopes.joined(separator: ", ")) only; it goes when the server can be reached")
         }
         return nil
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import OutpostProtocol
 import ServiceLifecycle
 
@@ -20,6 +21,25 @@ struct RelayForwarder<Storage: RelayJournalStorage>: Service {
     let metrics: ServerMetrics
     let forward: @Sendable (RelayForwardRequest) async throws -> RelayForwardResponse
 
+    /// How many entries a forward carries now: ``RelayConfiguration/batchSize``, halved after each forward the
+    /// server found too large (a server with a smaller `--max-batch-size`, or large records), back to the full size
+    /// after the journal empties.
+    private let batchSize: NIOLockedValueBox<Int>
+
+    init(
+        storage: Storage, configuration: RelayConfiguration, clock: any Clock<Duration>, now: @escaping @Sendable () -> Date,
+        logger: Logger, metrics: ServerMetrics, forward: @escaping @Sendable (RelayForwardRequest) async throws -> RelayForwardResponse
+    ) {
+        self.storage = storage
+        self.configuration = configuration
+        self.clock = clock
+        self.now = now
+        self.logger = logger
+        self.metrics = metrics
+        self.forward = forward
+        self.batchSize = NIOLockedValueBox(max(configuration.batchSize, 1))
+    }
+
     func run() async throws {
         await cancelWhenGracefulShutdown {
             var failures = 0
@@ -34,6 +54,13 @@ struct RelayForwarder<Storage: RelayJournalStorage>: Service {
                     failures = 0
                 } catch is CancellationError {
                     return
+                } catch let error as RelayUpstream.Failure where error.status == 413 && batchSize.withLockedValue({ $0 }) > 1 {
+                    let smaller = batchSize.withLockedValue { size in
+                        size = max(1, size / 2)
+                        return size
+                    }
+                    logger.notice("relay: the server takes smaller forwards", metadata: ["entries": "\(smaller)"])
+                    wait = .zero
                 } catch let error as RelayUpstream.Failure {
                     failures += 1
                     try? await storage.recordLineFailure(error.description, at: now().milliseconds)
@@ -63,8 +90,11 @@ struct RelayForwarder<Storage: RelayJournalStorage>: Service {
         let waiting = try await storage.relayWaiting()
         metrics.relayBacklog.set(to: Double(waiting.count))
         metrics.relayBacklogAge.set(to: waiting.oldestAcceptedAt.map { Double(max(0, now().milliseconds - $0)) / 1000 } ?? 0)
-        let entries = try await storage.waitingEntries(limit: configuration.batchSize)
-        guard !entries.isEmpty else { return false }
+        let entries = try await storage.waitingEntries(limit: batchSize.withLockedValue { $0 })
+        guard !entries.isEmpty else {
+            batchSize.withLockedValue { $0 = max(configuration.batchSize, 1) }
+            return false
+        }
         let response = try await forward(Self.request(for: entries))
         let results = response.batches.flatMap(\.results)
         guard results.count == entries.count,

@@ -8,9 +8,10 @@ import ServiceLifecycle
 ///
 /// Each change is applied as a write of the server's (device `upstream`), through the same record rules as a
 /// door's write, and is not journaled: it came from the server and does not go back. Its idempotency key names
-/// the record and its version upstream, so a page pulled again after a restart changes nothing twice. A guest
-/// edited at the venue and upstream keeps the later edit of each field, as on the server; a guest scanned at two
-/// places keeps the first scan.
+/// the record and its version upstream, so a page pulled again after a restart changes nothing twice. Its time
+/// is the record's last change upstream, for every field it carries: a field the venue edited later than that
+/// keeps the venue's value, one edited earlier takes the server's. A guest scanned at two places keeps the
+/// first scan.
 struct RelayMirror<Storage: RelayJournalStorage>: Service {
     let storage: Storage
     let configuration: RelayConfiguration
@@ -24,6 +25,8 @@ struct RelayMirror<Storage: RelayJournalStorage>: Service {
 
     /// The device id of the server's writes at the relay.
     static var upstreamDevice: String { "upstream" }
+    /// How the idempotency keys of the server's writes at the relay begin; no device's may.
+    static var keyPrefix: String { "upstream:" }
 
     func run() async throws {
         await cancelWhenGracefulShutdown {
@@ -91,7 +94,7 @@ struct RelayMirror<Storage: RelayJournalStorage>: Service {
         let received = now()
         let items = changes.map { change in
             let mutation = Mutation(
-                idempotencyKey: "upstream:\(change.collection):\(change.scope):\(change.recordId):v\(change.version)",
+                idempotencyKey: "\(Self.keyPrefix)\(change.collection):\(change.scope):\(change.recordId):v\(change.version)",
                 collection: change.collection, recordId: change.recordId, scope: change.scope.isEmpty ? nil : change.scope,
                 op: change.tombstone ? .delete : .upsert, fields: change.tombstone ? [:] : change.fields,
                 clientTimestamp: change.updatedAt)

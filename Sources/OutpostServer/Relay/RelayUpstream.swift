@@ -12,6 +12,8 @@ struct RelayUpstream: Sendable {
     /// Why a request upstream did not get an answer the relay can use: said without the token or any payload.
     struct Failure: Error, CustomStringConvertible {
         var description: String
+        /// The server's HTTP status, when it answered.
+        var status: Int? = nil
     }
 
     /// Forwards `request` and returns the server's results.
@@ -60,7 +62,7 @@ struct RelayUpstream: Sendable {
         guard (200..<300).contains(response.status.code) else {
             let wire = try? JSONDecoder().decode(WireError.self, from: Data(buffer: bytes))
             let detail = wire.map { "\($0.code.rawValue): \($0.message)" } ?? "no error body"
-            throw Failure(description: "the server answered \(response.status.code) (\(detail))")
+            throw Failure(description: "the server answered \(response.status.code) (\(detail))", status: Int(response.status.code))
         }
         return Data(buffer: bytes)
     }

@@ -135,18 +135,21 @@ extension SyncController {
         }
     }
 
-    /// What a venue relay answers a device: a write it applied is `held_at_relay` until the server answered it,
-    /// then the server's answer, so that a device calls a write synced only once the server has it. A refusal,
-    /// and a write the venue already settled otherwise (a second scan of a guest: `superseded`), is answered at
-    /// once: the door must know now.
+    /// What a venue relay answers a device: a write it applied (or applied in part, in a conflict) is
+    /// `held_at_relay` until the server answered it, then the server's answer, so that a device calls a write
+    /// synced only once the server has it. A refusal, and a write the venue already settled otherwise (a second
+    /// scan of a guest: `superseded`), is answered at once: the door must know now.
     func relayAnswers(_ results: [MutationResult], tenant: String) async throws -> [MutationResult] {
         guard let journal = storage as? any RelayJournalStorage else { return results }
-        let applied = results.filter { ($0.status == .duplicate ? $0.originalStatus : $0.status) == .applied }
-        let outcomes = try await journal.journaled(tenant: tenant, keys: applied.map(\.idempotencyKey))
+        // A write the relay applied, or applied in part (a conflict on a protected field), waits for the server's
+        // word; a second scan the venue already settled (`superseded`) does not.
+        func awaitsServer(_ result: MutationResult) -> Bool {
+            let status = result.status == .duplicate ? result.originalStatus : result.status
+            return status == .applied || status == .conflict
+        }
+        let outcomes = try await journal.journaled(tenant: tenant, keys: results.filter(awaitsServer).map(\.idempotencyKey))
         return results.map { result in
-            guard (result.status == .duplicate ? result.originalStatus : result.status) == .applied,
-                let outcome = outcomes[result.idempotencyKey]
-            else { return result }
+            guard awaitsServer(result), let outcome = outcomes[result.idempotencyKey] else { return result }
             guard let upstream = outcome else {
                 return .rejected(
                     result.idempotencyKey, .heldAtRelay,

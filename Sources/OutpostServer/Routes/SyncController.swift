@@ -87,7 +87,7 @@ struct SyncController<Storage: SyncStorage> {
         let features = ProtocolFeature.named(in: request.headers[values: .outpostFeatures])
         if configuration.relay != nil {
             results = try await relayAnswers(results, tenant: identity.tenant)
-            if !features.contains(.relay), results.contains(where: \.isHeldAtRelay) {
+            if !features.contains(.relay), results.contains(where: { $0.isHeldAtRelay || $0.error?.code == .notCarriedByRelay }) {
                 throw OutpostHTTPError(
                     .serviceUnavailable, .serviceUnavailable,
                     "the venue relay holds these writes until the server has them; send them again later",
