@@ -192,12 +192,43 @@ public struct RelayStatusReport: Sendable, Hashable, Codable {
     /// Why the relay's last forward failed, if it did.
     public var lastError: String?
     public var devices: [RelayDeviceReport]
+    /// What the venue's devices reported to the relay as failing for over a day, or refused: the server's
+    /// monitor lists them as the relay's own does.
+    public var failures: [RelayFailureReport]?
 
-    public init(waiting: Int, oldestWaitingSince: Timestamp?, lastError: String?, devices: [RelayDeviceReport]) {
+    public init(
+        waiting: Int, oldestWaitingSince: Timestamp?, lastError: String?, devices: [RelayDeviceReport],
+        failures: [RelayFailureReport]? = nil
+    ) {
         self.waiting = waiting
         self.oldestWaitingSince = oldestWaitingSince
         self.lastError = lastError
         self.devices = devices
+        self.failures = failures
+    }
+}
+
+/// A record a venue device reported to its relay: failing to sync for over a day, or refused with a reason.
+public struct RelayFailureReport: Sendable, Hashable, Codable {
+    public var fingerprint: String
+    public var userId: String
+    public var collection: String
+    public var recordId: String
+    public var firstAttempt: Timestamp
+    public var lastError: String
+    public var kind: SyncFailure.Kind
+
+    public init(
+        fingerprint: String, userId: String, collection: String, recordId: String, firstAttempt: Timestamp,
+        lastError: String, kind: SyncFailure.Kind
+    ) {
+        self.fingerprint = fingerprint
+        self.userId = userId
+        self.collection = collection
+        self.recordId = recordId
+        self.firstAttempt = firstAttempt
+        self.lastError = lastError
+        self.kind = kind
     }
 }
 

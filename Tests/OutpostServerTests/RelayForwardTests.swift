@@ -249,10 +249,16 @@ struct RelayForwardTests {
                     failedCount: 0, rejectedCount: 0, lastRosterFetch: nil, appVersion: "1.0",
                     lastSeen: Timestamp(Fixtures.serverNow.date.addingTimeInterval(offset)))
             }
+            func failure(_ collection: String, _ record: String, _ reason: String) -> RelayFailureReport {
+                RelayFailureReport(
+                    fingerprint: door2, userId: "ana", collection: collection, recordId: record,
+                    firstAttempt: Timestamp(Fixtures.serverNow.date.addingTimeInterval(-120)), lastError: reason, kind: .rejected)
+            }
             let report = RelayStatusReport(
                 waiting: 12, oldestWaitingSince: Timestamp(Fixtures.serverNow.date.addingTimeInterval(-240)),
                 lastError: "the server at sync.example.org cannot be reached",
-                devices: [device(door1, pending: 40, seen: -60), device(door2, pending: 7, seen: -30)])
+                devices: [device(door1, pending: 40, seen: -60), device(door2, pending: 7, seen: -30)],
+                failures: [failure("checkins", "g5", "Registration cancelled"), failure("notes", "n1", "not a relay's")])
             let sent = try await client.post("/v1/relay/status", report, token: relay)
             #expect(sent.status == .noContent)
 
@@ -266,6 +272,9 @@ struct RelayForwardTests {
             let pending = Dictionary(uniqueKeysWithValues: shown.devices.map { ($0.fingerprint, $0.pendingCount) })
             // door-2 is known through the relay alone; door-1's own later report stands.
             #expect(pending == [door1: 0, door2: 7])
+            // The refusal door-2 reported to the relay is listed; a failure outside the relay's events is not.
+            #expect(shown.refusedRecords.map(\.recordId) == ["g5"])
+            #expect(shown.refusedRecords.first?.lastError == "Registration cancelled")
             // Another event's monitor has no relay of gala.
             let other = try await client.send(.get, "/v1/monitor?event=other", token: organizer)
             #expect(try JSONDecoder().decode(MonitorResponse.self, from: other.body).relays.isEmpty)

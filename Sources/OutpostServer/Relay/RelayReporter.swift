@@ -38,9 +38,19 @@ struct RelayReporter<Storage: RelayJournalStorage>: Service {
                     lastRosterFetch: device.lastRosterFetch.map(Timestamp.init(millisecondsSince1970:)),
                     appVersion: device.appVersion, lastSeen: Timestamp(millisecondsSince1970: device.lastSeen))
             }
+        let fingerprints = Set(devices.map(\.fingerprint))
+        let failures = try await storage.syncFailures(tenant: configuration.tenant)
+            .filter { fingerprints.contains($0.fingerprint) }
+            .suffix(1000)
+            .map { failure in
+                RelayFailureReport(
+                    fingerprint: failure.fingerprint, userId: failure.userId, collection: failure.collection,
+                    recordId: failure.recordId, firstAttempt: Timestamp(millisecondsSince1970: failure.firstAttempt),
+                    lastError: failure.lastError, kind: failure.kind)
+            }
         try await report(
             RelayStatusReport(
                 waiting: backlog.waiting, oldestWaitingSince: backlog.oldestAcceptedAt.map(Timestamp.init(millisecondsSince1970:)),
-                lastError: backlog.lastError, devices: Array(devices)))
+                lastError: backlog.lastError, devices: Array(devices), failures: Array(failures)))
     }
 }

@@ -135,7 +135,18 @@ struct MonitorController<Storage: SyncStorage> {
                 firstAttempt: reported(failure.firstAttempt, received: received), lastError: failure.lastError,
                 reportedAt: received.millisecondsSince1970, kind: failure.kind ?? .persistent)
         }
-        // One transaction: a report that cannot be stored whole leaves nothing behind, and is sent again.
+        let recorded = try await Self.record(
+            failures, storage: storage, received: received, metrics: metrics, logger: context.logger)
+        return try .json(
+            SyncFailureReceipt(
+                recorded: recorded, alreadyKnown: report.failures.count - recorded, escalationEnabled: true))
+    }
+
+    /// Stores `failures` in one transaction (a report that cannot be stored whole leaves nothing behind, and is
+    /// sent again), and logs and counts each one not stored before; returns how many those were.
+    static func record(
+        _ failures: [StoredSyncFailure], storage: Storage, received: Timestamp, metrics: ServerMetrics, logger: Logger
+    ) async throws -> Int {
         let stored = try await storage.recordSyncFailures(failures)
         var recorded = 0
         for (failure, isNew) in zip(failures, stored) where isNew {
@@ -143,24 +154,22 @@ struct MonitorController<Storage: SyncStorage> {
             recorded += 1
             // Ids and times only: never the payload, the error text (it may quote a value) or a name.
             var metadata: Logger.Metadata = [
-                "tenant": "\(identity.tenant)", "device": "\(fingerprint)", "collection": "\(failure.collection)",
-                "record": "\(Self.reference(tenant: identity.tenant, recordId: failure.recordId))",
+                "tenant": "\(failure.tenant)", "device": "\(failure.fingerprint)", "collection": "\(failure.collection)",
+                "record": "\(Self.reference(tenant: failure.tenant, recordId: failure.recordId))",
             ]
             if failure.kind == .rejected {
                 // A refusal waits for a person, not for the network: no page, and no age to report.
                 metrics.rejectedRecords.increment()
                 metadata["refused_at"] = "\(Timestamp(millisecondsSince1970: firstAttempt).iso8601)"
-                context.logger.warning("Rejected Record", metadata: metadata)
+                logger.warning("Rejected Record", metadata: metadata)
             } else {
                 metrics.persistentFailures.increment()
                 metadata["first_attempt"] = "\(Timestamp(millisecondsSince1970: firstAttempt).iso8601)"
                 metadata["age_hours"] = "\((received.millisecondsSince1970 - firstAttempt) / 3_600_000)"
-                context.logger.error("Persistent Sync Failure", metadata: metadata)
+                logger.error("Persistent Sync Failure", metadata: metadata)
             }
         }
-        return try .json(
-            SyncFailureReceipt(
-                recorded: recorded, alreadyKnown: report.failures.count - recorded, escalationEnabled: true))
+        return recorded
     }
 
     /// A time a device reports about itself, in milliseconds, kept between the earliest time the server

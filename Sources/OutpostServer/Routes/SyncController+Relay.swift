@@ -79,9 +79,9 @@ extension SyncController {
         }
         var reports: [DeviceReport] = []
         for device in report.devices {
-            guard device.fingerprint.utf8.count == 16,
-                device.fingerprint.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) })
-            else { throw OutpostHTTPError.badRequest("a device's fingerprint is 16 lowercase hex digits") }
+            guard Self.isFingerprint(device.fingerprint) else {
+                throw OutpostHTTPError.badRequest("a device's fingerprint is 16 lowercase hex digits")
+            }
             guard Identifier.isValid(device.userId), (1...200).contains(device.staffName.count) else {
                 throw OutpostHTTPError.badRequest("a device's userId must be an identifier, and its staffName 1 to 200 characters")
             }
@@ -102,7 +102,13 @@ extension SyncController {
                     lastRosterFetch: device.lastRosterFetch.map { min($0.millisecondsSince1970, received) },
                     appVersion: device.appVersion, lastSeen: min(device.lastSeen.millisecondsSince1970, received)))
         }
+        let failures = try await relayedFailures(report.failures ?? [], tenant: relay.tenant, received: received)
         for device in reports { try await storage.recordHeartbeat(device) }
+        if configuration.escalationEnabled, !failures.isEmpty {
+            _ = try await MonitorController<Storage>.record(
+                failures, storage: storage, received: Timestamp(millisecondsSince1970: received), metrics: metrics,
+                logger: context.logger)
+        }
         let lastError = report.lastError.map { text in
             String(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.prefix(1000).map(Character.init))
         }
@@ -112,6 +118,38 @@ extension SyncController {
                 oldestWaiting: report.oldestWaitingSince.map { min($0.millisecondsSince1970, received) }, lastError: lastError,
                 lastContact: received))
         return Response(status: .noContent)
+    }
+
+    /// The failures a relay passes on, checked as a device's own report is: a record id and a reason a monitor may
+    /// show, else 400; of those, the ones of a collection with a scope, of a record no one but the reporting person
+    /// wrote here.
+    private func relayedFailures(
+        _ failures: [RelayFailureReport], tenant: String, received: Int64
+    ) async throws -> [StoredSyncFailure] {
+        guard failures.count <= 1000 else { throw OutpostHTTPError.badRequest("a relay passes on at most 1000 failures") }
+        var stored: [StoredSyncFailure] = []
+        for (index, failure) in failures.enumerated() {
+            guard Self.isFingerprint(failure.fingerprint), Identifier.isValid(failure.userId),
+                Identifier.isValid(failure.recordId), SyncFailure.isValidError(failure.lastError),
+                SyncFailure.Kind.all.contains(failure.kind)
+            else { throw OutpostHTTPError.badRequest("failures[\(index)] is not a failure a device reports") }
+            // One the relay may not speak of is passed over, not the whole report: the rest still shows.
+            guard configuration.collections[failure.collection]?.scopeField != nil else { continue }
+            let writers = try await storage.recordWriters(tenant: tenant, collection: failure.collection, recordId: failure.recordId)
+            if !writers.isEmpty && !writers.contains(where: { $0.userId == failure.userId }) { continue }
+            stored.append(
+                StoredSyncFailure(
+                    tenant: tenant, fingerprint: failure.fingerprint, userId: failure.userId, collection: failure.collection,
+                    recordId: failure.recordId,
+                    firstAttempt: min(max(failure.firstAttempt, configuration.earliestTimestamp).millisecondsSince1970, received),
+                    lastError: failure.lastError, reportedAt: received, kind: failure.kind))
+        }
+        return stored
+    }
+
+    /// A device fingerprint as a server writes it: 16 lowercase hex digits.
+    static func isFingerprint(_ text: String) -> Bool {
+        text.utf8.count == 16 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
 
     private func forward(_ batch: RelayBatch, tenant: String, grant: RelayGrant) async throws -> [MutationResult] {
