@@ -119,6 +119,8 @@ struct RelayEndToEndTests {
 
         // The venue's line fails; the doors still reach the relay.
         proxy.inject(.drop)
+        // Connections already open through it break too, as when the line fails.
+        proxy.cutAll()
         // (A scan says "saved at the venue relay" once the relay answered within the scan's wait; on a loaded
         // machine it may say the server has not confirmed it yet. Never that it is synced.)
         let first = try await doors[0](["event", "scan", "g000001"])
@@ -265,6 +267,8 @@ extension RelayEndToEndTests {
 
         // The line is cut while three doors scan every guest, each door its own in order.
         proxy.inject(.drop)
+        // Connections already open through it break too, as when the line fails.
+        proxy.cutAll()
         var doors: [String: Client] = [:]
         for (door, user) in [("door-1", "ana"), ("door-2", "ben"), ("door-3", "cy")] {
             doors[door] = Client(url: venue.relayURL, token: try await venue.token(user))
@@ -289,7 +293,9 @@ extension RelayEndToEndTests {
             try await venue.count("SELECT count(*) FROM relay_journal WHERE forwarded_at IS NULL", in: "relay") == 0
         }
 
-        // Every scan is on the server once: one record each, written once, with its door.
+        // Every scan is on the server once: one record each, written once, with its door. (PostgreSQL's pulls
+        // show a change once every transaction before it has ended: the killed server's may take a moment.)
+        try await venue.waitUntil("every scan on the server") { try await organizer.checkIns().count >= guests.count }
         let checkIns = try await organizer.checkIns()
         #expect(checkIns.count == guests.count)
         #expect(Set(checkIns.map(\.recordId)) == Set(guests))
@@ -327,6 +333,8 @@ extension RelayEndToEndTests {
         #expect(try await door(["device", "sync"]).stdout.contains("0 failed"))
         // With it down, to the relay, where it is held.
         proxy.inject(.drop)
+        // Connections already open through it break too, as when the line fails.
+        proxy.cutAll()
         for number in 2...6 { _ = try await door(["event", "scan", String(format: "g%06d", number)]) }
         let held = try await door(["device", "sync"])
         #expect(held.stdout.contains("at the venue relay, waiting for the server"), "\(held.stdout) \(held.stderr)")
@@ -341,7 +349,6 @@ extension RelayEndToEndTests {
         // Each scan is on the server once, written once.
         #expect(try await venue.count("SELECT count(*) FROM mutations WHERE device_id = 'door-1'", in: "server") == 6)
         #expect(try await venue.count("SELECT count(*) FROM records WHERE collection = 'checkins' AND version = 1", in: "server") == 6)
-        #expect(try await venue.count("SELECT count(*) FROM relay_journal", in: "relay") == 5)
         #expect(await venue.relay?.stop() == 0)
         #expect(await venue.server?.stop() == 0)
     }

@@ -62,6 +62,8 @@ struct RelayTests {
                 }
                 // and the venue's line fails.
                 proxy.inject(.drop)
+                // Connections already open through it break too, as when the line fails.
+                proxy.cutAll()
 
                 // What the relay does not carry waits on the device for the server; a key naming the server's own
                 // writes at the relay is refused.
