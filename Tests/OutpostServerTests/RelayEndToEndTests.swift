@@ -188,6 +188,17 @@ struct RelayEndToEndTests {
         #expect(three.stdout.contains("1 refused"), "\(three.stdout)")
         let refused = try await doors[2](["device", "records", "--refused"]).stdout
         #expect(refused.contains("g000005") && refused.contains("cancelled"), "\(refused)")
+        // The door reports the refusal to the relay, and the relay passes it on: both monitors list it.
+        _ = try await doors[2](["device", "status"])
+        let monitorToken = try await venue.token("olga", role: "organizer")
+        for (name, url) in [("relay", venue.relayURL), ("server", venue.serverURL)] {
+            let monitor = Client(url: url, token: monitorToken)
+            try await venue.waitUntil("the refusal on the \(name)'s monitor") {
+                let (status, data) = try await monitor.send("GET", "/v1/monitor?event=gala")
+                guard status == 200 else { return false }
+                return try JSONDecoder().decode(MonitorResponse.self, from: data).refusedRecords.contains { $0.recordId == "g000005" }
+            }
+        }
 
         #expect(await venue.relay?.stop() == 0)
         #expect(await venue.server?.stop() == 0)
