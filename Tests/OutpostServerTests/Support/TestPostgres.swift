@@ -25,6 +25,11 @@ actor TestPostgres {
         var external: Bool
     }
 
+    /// The pool each test's server opens. Tests run side by side on one cluster, each with a server or two: at the
+    /// default pool of 32 a loaded machine's slow queries open enough connections to fill `max_connections`, and
+    /// then an unrelated test's query waits out its time limit for a connection.
+    static let poolSize = 8
+
     /// A fresh, empty database; its URL.
     func makeDatabase() async throws -> String {
         let server = try await start()
@@ -32,7 +37,7 @@ actor TestPostgres {
         let name = "outpost_test_\(ProcessInfo.processInfo.processIdentifier)_\(counter)"
         try await server.execute("CREATE DATABASE \(name)")
         let credentials = server.password.map { "\(server.user):\($0)" } ?? server.user
-        return "postgres://\(credentials)@\(server.host):\(server.port)/\(name)?sslmode=disable"
+        return "postgres://\(credentials)@\(server.host):\(server.port)/\(name)?sslmode=disable&pool_size=\(Self.poolSize)"
     }
 
     /// Drops a database made by ``makeDatabase()``; the private cluster is removed whole at exit anyway.
@@ -74,7 +79,7 @@ actor TestPostgres {
             [
                 "-D", data, "-p", String(port), "-k", data, "-c", "listen_addresses=127.0.0.1",
                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                "-c", "max_connections=300", "-c", "shared_buffers=64MB",
+                "-c", "max_connections=600", "-c", "shared_buffers=64MB",
             ])
         let postmaster = try await RunningChild(postgres, arguments)
         TestPostgresCleanup.register(postmaster, directory: root.path)
