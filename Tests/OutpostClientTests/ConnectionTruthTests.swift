@@ -18,16 +18,26 @@ struct ConnectionTruthTests {
         private let state = NIOLockedValueBox(State())
         private let released: AsyncStream<Void>
         private let release: AsyncStream<Void>.Continuation
+        private let pushReleased: AsyncStream<Void>
+        private let releasePushes: AsyncStream<Void>.Continuation
+        /// One element for each push that reached the transport.
+        let pushes: AsyncStream<Void>
+        private let pushed: AsyncStream<Void>.Continuation
 
         struct State {
             var holdsProbe = false
+            var holdsPush = false
             var healthError: TransportError?
             var pushError: TransportError?
+            /// The server takes the push, and its answer is lost on the way back.
+            var losesAnswer = false
         }
 
         init(_ inner: InMemoryTransport, holdingProbe: Bool = false) {
             self.inner = inner
             (released, release) = AsyncStream.makeStream(of: Void.self)
+            (pushReleased, releasePushes) = AsyncStream.makeStream(of: Void.self)
+            (pushes, pushed) = AsyncStream.makeStream(of: Void.self)
             state.withLockedValue { $0.holdsProbe = holdingProbe }
         }
 
@@ -35,6 +45,9 @@ struct ConnectionTruthTests {
 
         /// Lets the held probe answer.
         func releaseProbe() { release.finish() }
+
+        /// Lets held pushes go on to the server.
+        func releasePush() { releasePushes.finish() }
 
         func health() async throws -> HealthResponse {
             if state.withLockedValue({ $0.holdsProbe }) {
@@ -45,8 +58,14 @@ struct ConnectionTruthTests {
         }
 
         func push(_ request: PushRequest) async throws -> PushResponse {
+            pushed.yield()
+            if state.withLockedValue({ $0.holdsPush }) {
+                for await _ in pushReleased {}
+            }
             if let error = state.withLockedValue({ $0.pushError }) { throw error }
-            return try await inner.push(request)
+            let response = try await inner.push(request)
+            if state.withLockedValue({ $0.losesAnswer }) { throw TransportError.unreachable() }
+            return response
         }
     }
 
@@ -94,6 +113,57 @@ struct ConnectionTruthTests {
             #expect(try await store.record(collection: "notes", recordId: "a")?.isOfflineEntry == true)
             inner.isOnline = true
             #expect(try await engine.sync().synced == 1)
+            #expect(await server.applied.first?.mutation.fields[LocalRecord.offlineEntryField] == true)
+        }
+    }
+
+    @Test("a probe answering while the push of a save made before it is out leaves that save as sent: made offline")
+    func settledAfterThePush() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let transport = Scripted(InMemoryTransport(server: server), holdingProbe: true)
+            transport.script { $0.holdsPush = true }
+            let engine = engine(store, transport)
+            try await engine.save(note("a"))
+            let sync = Task { try await engine.sync() }
+            let pushes = transport.pushes
+            try await bounded("the push") {
+                for await _ in pushes { break }
+            }
+            transport.releaseProbe()
+            #expect(try await bounded("the save's probe") { await engine.awaitConnection(upTo: testWaitLimit) })
+            #expect(try await store.record(collection: "notes", recordId: "a")?.isOfflineEntry == true)
+            transport.releasePush()
+            #expect(try await bounded("the sync") { try await sync.value }.synced == 1)
+            // The server has it as sent, made offline, and so does the device.
+            #expect(await server.applied.first?.mutation.fields[LocalRecord.offlineEntryField] == true)
+            #expect(try await store.record(collection: "notes", recordId: "a")?.isOfflineEntry == true)
+        }
+    }
+
+    @Test("a save made offline whose push the server took and whose answer was lost goes again as it was sent, and is one")
+    func settledAfterALostAnswer() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let transport = Scripted(InMemoryTransport(server: server), holdingProbe: true)
+            transport.script { $0.losesAnswer = true }
+            let engine = engine(store, transport)
+            try await engine.save(note("a"))
+            // The push goes while the save's probe is held; its answer is lost, and the engine asks the server
+            // whether it is there. Both probes answer once the push has failed.
+            let sync = Task { try await engine.sync() }
+            let pushes = transport.pushes
+            try await bounded("the push") {
+                for await _ in pushes { break }
+            }
+            transport.releaseProbe()
+            #expect(try await bounded("the sync") { try await sync.value }.failed == 1)
+            #expect(try await bounded("the save's probe") { await engine.awaitConnection(upTo: testWaitLimit) })
+            #expect(try await store.record(collection: "notes", recordId: "a")?.isOfflineEntry == true)
+            transport.script { $0.losesAnswer = false }
+            let summary = try await engine.sync()
+            #expect(summary.synced == 1 && summary.refused == 0, "\(summary.reasons)")
+            #expect(await server.applied.count == 1)
             #expect(await server.applied.first?.mutation.fields[LocalRecord.offlineEntryField] == true)
         }
     }

@@ -6,7 +6,9 @@ extension Outbox {
     /// Takes the offline flag off records saved before the engine knew whether the server was reachable, once it
     /// turned out that it was: their creating write is stamped online, in the record and in its queued entry.
     ///
-    /// A record whose flagged entry has already left the queue keeps its flag: the server has it as sent.
+    /// Only entries never sent are changed. One the server may have taken (it left the queue, or was sent and
+    /// is still queued: an answer lost, a relay holding it) keeps its flag, and so does its record: the server
+    /// has it, or will take it, as sent, and the same key sent again with other content would be refused.
     ///
     /// - Returns: how many records were settled online.
     @discardableResult
@@ -21,7 +23,7 @@ extension Outbox {
                         record.isOfflineEntry
                     else { continue }
                     var cleared = false
-                    for var row in try OutboxRow.entries(of: key, state: .pending, upsertsOnly: true, db) {
+                    for var row in try OutboxRow.entries(of: key, state: .pending, upsertsOnly: true, db) where row.attempts == 0 {
                         var fields = try row.fields(opening: sealer)
                         guard fields.removeValue(forKey: LocalRecord.offlineEntryField) != nil else { continue }
                         try row.seal(fields, with: sealer)

@@ -64,6 +64,8 @@ public actor SyncEngine {
     /// Records created while the connection was not known: saved as made offline, and settled online when the
     /// probe running at the time finds the server (see ``save(_:)``).
     private var unsettled: Set<RecordKey> = []
+    /// Whether a push is on its way: what it carries may reach the server, so no queued entry is settled meanwhile.
+    private var pushing = false
     /// Records whose write the server last answered, in this process, by keeping an earlier one from elsewhere.
     private var keptElsewhere: Set<RecordKey> = []
 
@@ -189,14 +191,21 @@ public actor SyncEngine {
     }
 
     /// Settles the records saved while the connection was not known, now that it is: made online when the
-    /// server answered, left as made offline otherwise.
+    /// server answered, left as made offline otherwise. While a push is out it waits for the push to end: an
+    /// entry the server may have taken keeps the content it was sent with (see ``Outbox/settleOnline(_:)``).
     private func settleUnknownConnection(online: Bool) async {
-        guard !unsettled.isEmpty else { return }
+        guard !unsettled.isEmpty, !pushing else { return }
         let keys = Array(unsettled)
         unsettled = []
         if online, (try? await store.outbox.settleOnline(keys)) == nil {
             unsettled.formUnion(keys)
         }
+    }
+
+    /// Settles, once a push is over, the records a probe answering while it was out left unsettled.
+    private func settleAfterPush() async {
+        pushing = false
+        if status.isConnectionKnown { await settleUnknownConnection(online: status.isOnline) }
     }
 
     /// Starts delivering the outbox in the background, unless a delivery runs; then that one runs once more
@@ -379,9 +388,16 @@ public actor SyncEngine {
         do {
             try await store.outbox.restampFutureEntries(now: now(), maxLead: Self.futureAllowance)
             if run.total > 0 { await settleBeforeSending() }
+            // Until what the push carried is marked sent, a probe answering meanwhile settles nothing; then what
+            // the push did not carry is settled.
+            pushing = true
+            defer { pushing = false }
             if let undelivered = try await deliverChunks(only: records, retrying: retrying, progress: progress, run: &run) {
-                return try await endUndelivered(undelivered, only: records, tally: run.tally, summary: run.summary)
+                let summary = try await endUndelivered(undelivered, only: records, tally: run.tally, summary: run.summary)
+                await settleAfterPush()
+                return summary
             }
+            await settleAfterPush()
         } catch {
             // The counts were last taken up to a tenth of a second ago: take them again for the status.
             try? await refreshStatus()
