@@ -189,4 +189,58 @@ struct RelayTests {
             }
         }
     }
+
+    @Test(
+        "a scan the server refuses is taken back at the relay: other doors no longer see the guest as checked in, the door that scanned hears why",
+        arguments: StorageKind.allCases)
+    func refusedUpstream(kind: StorageKind) async throws {
+        try await withServer(kind, setup: .live) { server, _ in
+            let guests = ["g000", "g001", "g002"]
+            try await RelayForwardTests.importGuests(guests, client: server)
+            let proxy = try await FaultProxy.start(upstreamPort: try #require(server.port))
+            defer { Task { try? await proxy.stop() } }
+            try await Self.withRelay(upstream: proxy) { relay, relayStorage in
+                let staff = try await Fixtures.token()
+                let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+                try await Self.waitUntil("the roster at the relay") {
+                    try await relay.pull("collection=guests&scope=gala&limit=100", token: staff).changes.count == guests.count
+                }
+                proxy.inject(.drop)
+                proxy.cutAll()
+                // The organizer cancels g001 upstream while the venue cannot hear of it; door 1 admits both guests.
+                let cancelled = try await server.push(
+                    [Fixtures.delete("g001", at: 5, collection: "guests", device: "admin", scope: "gala")], token: organizer,
+                    device: "admin")
+                #expect(cancelled.results.map(\.status) == [.applied])
+                let scans = [RecordRulesTests.scan("g001", device: "door-1", at: 10), RecordRulesTests.scan("g002", device: "door-1", at: 11)]
+                #expect(try await Self.push(relay, scans, user: "ana", device: "door-1").map(\.error?.code) == [.heldAtRelay, .heldAtRelay])
+                let seen = try await relay.pull("collection=checkins&scope=gala&limit=100", token: staff).changes
+                #expect(seen.filter { !$0.tombstone }.map(\.recordId).sorted() == ["g001", "g002"])
+
+                proxy.inject(nil)
+                let journal = try #require(relayStorage as? SQLiteStorage)
+                try await Self.waitUntil("an empty backlog") { try await journal.relayBacklog().waiting == 0 }
+                #expect(try await journal.relayBacklog().refused == 1)
+
+                // The relay keeps what the server took and takes back what it refused: other doors pull that.
+                let after = try await relay.pull("collection=checkins&scope=gala&limit=100", token: staff).changes
+                #expect(after.filter { !$0.tombstone }.map(\.recordId) == ["g002"])
+                #expect(after.first { $0.recordId == "g001" }?.tombstone == true)
+                let audit = try await relay.send(.get, "/v1/audit?collection=checkins&recordId=g001&scope=gala", token: organizer)
+                let history = try JSONDecoder().decode(AuditResponse.self, from: audit.body).entries
+                #expect(history.map(\.deviceId) == ["door-1", "relay"] && history.map(\.op) == [.upsert, .delete])
+                // Door 1, sending its scan again, hears the server's refusal and its reason;
+                let again = try await Self.push(relay, [scans[0]], user: "ana", device: "door-1")
+                #expect(again.map(\.status) == [.rejected] && again[0].error?.code != .heldAtRelay, "\(again)")
+                #expect(again[0].error?.message.isEmpty == false)
+                // door 2, scanning the guest now, is not told that the guest is already in.
+                try await Self.waitUntil("the cancellation at the relay") {
+                    try await relay.pull("collection=guests&scope=gala&limit=100", token: staff).changes
+                        .contains { $0.recordId == "g001" && $0.tombstone }
+                }
+                let second = try await Self.push(relay, [RecordRulesTests.scan("g001", device: "door-2", at: 20)], user: "ben", device: "door-2")
+                #expect(second.map(\.status) == [.rejected] && second[0].serverFields == nil, "\(second)")
+            }
+        }
+    }
 }

@@ -109,6 +109,81 @@ extension SQLiteStorage: RelayJournalStorage {
             try db.execute(
                 sql: "UPDATE relay_line SET last_attempt_at = ?, last_success_at = ?, last_error = NULL WHERE id = 1",
                 arguments: [time, time])
+            let refused = outcomes.filter { $0.result.status == .rejected }.map(\.result.idempotencyKey)
+            if !refused.isEmpty { try Self.withdraw(refused, at: time, db: db) }
+        }
+    }
+
+    /// The device id of what the relay itself writes: the records it withdraws.
+    static var relayDevice: String { "relay" }
+
+    /// Takes back, at the relay, the records that exist only because of writes the server refused: the server
+    /// has the last word, so other doors stop seeing a guest as checked in whose check-in the server refused.
+    ///
+    /// A record is withdrawn (a tombstone, without stamps, that a later write replaces whole) when the server
+    /// never had it as far as the relay knows (no change of the server's reached it) and every venue write of it
+    /// has been refused upstream. A record the server has keeps the relay's copy, which the server's next change
+    /// replaces field by field; a record with a write still waiting or taken upstream is left as it is. The door
+    /// that made a refused write keeps showing it refused: its own queued entries stay on top of the tombstone.
+    static func withdraw(_ keys: [String], at time: Int64, db: Database) throws {
+        let upstream = RelayMirror<SQLiteStorage>.upstreamDevice
+        for key in keys {
+            guard
+                let write = try Row.fetchOne(
+                    db,
+                    sql: """
+                        SELECT m.tenant, m.collection, m.record_id, m.scope FROM relay_journal j
+                        JOIN mutations m ON m.tenant = j.tenant AND m.idempotency_key = j.idempotency_key
+                        WHERE j.idempotency_key = ? AND m.status IN ('applied', 'conflict')
+                        """, arguments: [key])
+            else { continue }
+            let record: [any DatabaseValueConvertible] = [
+                write["tenant"] as String, write["collection"] as String, write["record_id"] as String,
+                write["scope"] as String,
+            ]
+            // Kept when the server has had the record, or when any venue write of it still stands upstream.
+            let kept =
+                try Bool.fetchOne(
+                    db,
+                    sql: """
+                        SELECT EXISTS (
+                          SELECT 1 FROM mutations m
+                          LEFT JOIN relay_journal j ON j.tenant = m.tenant AND j.idempotency_key = m.idempotency_key
+                          WHERE m.tenant = ? AND m.collection = ? AND m.record_id = ? AND m.scope = ?
+                            AND m.status IN ('applied', 'conflict')
+                            AND (m.device_id = ? OR j.upstream_status IS NULL OR j.upstream_status <> 'rejected'))
+                        """, arguments: StatementArguments(record + [upstream])) ?? true
+            guard !kept,
+                let stored = try Row.fetchOne(
+                    db,
+                    sql: """
+                        SELECT version FROM records
+                        WHERE tenant = ? AND collection = ? AND record_id = ? AND scope = ? AND NOT tombstone
+                        """, arguments: StatementArguments(record))
+            else { continue }
+            let version = (stored["version"] as Int64) + 1
+            let seq = (try Int64.fetchOne(db, sql: "SELECT seq FROM change_counter WHERE id = 1") ?? 0) + 1
+            try db.execute(sql: "UPDATE change_counter SET seq = ? WHERE id = 1", arguments: [seq])
+            try db.execute(
+                sql: """
+                    UPDATE records SET version = ?, tombstone = 1, fields = ?, meta = ?, updated_at = ?, change_seq = ?
+                    WHERE tenant = ? AND collection = ? AND record_id = ? AND scope = ?
+                    """,
+                arguments: StatementArguments(
+                    [version, try StorageCoding.encode([String: JSONValue]()), try StorageCoding.encode(StoredRecord.Meta()), time, seq]
+                        + record))
+            // The withdrawal in the record's history, under a key no device may send.
+            try db.execute(
+                sql: """
+                    INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name,
+                                           collection, record_id, scope, op, fields, client_ts, base_version,
+                                           received_at, status, version, conflict)
+                    VALUES (?, ?, '', ?, ?, 'Venue relay', ?, ?, ?, 'delete', '{}', ?, ?, ?, 'applied', ?, NULL)
+                    """,
+                arguments: [
+                    record[0], "\(RelayMirror<SQLiteStorage>.keyPrefix)withdrawn:\(key)", relayDevice, relayDevice,
+                    record[1], record[2], record[3], time, version - 1, time, version,
+                ])
         }
     }
 
