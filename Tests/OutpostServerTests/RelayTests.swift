@@ -13,7 +13,8 @@ import Testing
 struct RelayTests {
     /// Runs a relay for `gala` whose line upstream goes through `proxy`.
     static func withRelay(
-        upstream proxy: FaultProxy, _ body: @escaping @Sendable (any TestClientProtocol, any SyncStorage) async throws -> Void
+        upstream proxy: FaultProxy, collections: CollectionRegistry = .standard,
+        _ body: @escaping @Sendable (any TestClientProtocol, any SyncStorage) async throws -> Void
     ) async throws {
         let token = try await RelayForwardTests.relayToken()
         var relay = try RelayConfiguration(upstream: URL(string: "http://127.0.0.1:\(proxy.port)")!, token: token)
@@ -21,7 +22,12 @@ struct RelayTests {
         relay.interval = .milliseconds(50)
         relay.reportInterval = .milliseconds(100)
         let configured = relay
-        try await withServer(.sqlite, setup: .live, configure: { $0.relay = configured }, body)
+        try await withServer(
+            .sqlite, setup: .live,
+            configure: {
+                $0.relay = configured
+                $0.collections = collections
+            }, body)
     }
 
     /// A device's push to the relay, as this build's devices send it.
@@ -240,6 +246,46 @@ struct RelayTests {
                 }
                 let second = try await Self.push(relay, [RecordRulesTests.scan("g001", device: "door-2", at: 20)], user: "ben", device: "door-2")
                 #expect(second.map(\.status) == [.rejected] && second[0].serverFields == nil, "\(second)")
+            }
+        }
+    }
+
+    @Test(
+        "the relay numbers each record as the server does: a door that synced with the server edits at the relay, and the server takes it",
+        arguments: StorageKind.allCases)
+    func serverVersions(kind: StorageKind) async throws {
+        let tasks = CollectionRegistry(CollectionRegistry.standard.policies.values + [CollectionPolicy(name: "tasks", scopeField: "event")])
+        try await withServer(kind, setup: .live, configure: { $0.collections = tasks }) { server, serverStorage in
+            let proxy = try await FaultProxy.start(upstreamPort: try #require(server.port))
+            defer { Task { try? await proxy.stop() } }
+            // At the server, door 1 makes a task and edits it twice: version 3.
+            let ana = try await Fixtures.token(user: "ana")
+            for (second, base) in [(1.0, nil), (2.0, 1), (3.0, 2)] as [(Double, Int64?)] {
+                let edit = Fixtures.upsert(
+                    "t1", ["event": "gala", "text": "edit \(Int(second))"], at: second, collection: "tasks", device: "door-1", base: base)
+                #expect(try await server.push([edit], token: ana, device: "door-1").results.map(\.version) == [Int64(second)])
+            }
+            try await Self.withRelay(upstream: proxy, collections: tasks) { relay, relayStorage in
+                try await Self.waitUntil("the task at the relay") {
+                    try await relay.pull("collection=tasks&scope=gala&limit=10", token: ana).changes.first?.version == 3
+                }
+                // The line fails; door 1 goes on at the relay from the version it has.
+                proxy.inject(.drop)
+                proxy.cutAll()
+                let edit = Fixtures.upsert("t1", ["event": "gala", "text": "at the venue"], at: 10, collection: "tasks", device: "door-1", base: 3)
+                #expect(try await Self.push(relay, [edit], user: "ana", device: "door-1").map(\.error?.code) == [.heldAtRelay])
+                #expect(try await relay.pull("collection=tasks&scope=gala&limit=10", token: ana).changes.map(\.version) == [4])
+                // The line returns: the server takes the edit as version 4, and the relay's copy stays there.
+                proxy.inject(nil)
+                let journal = try #require(relayStorage as? SQLiteStorage)
+                try await Self.waitUntil("an empty backlog") { try await journal.relayBacklog().waiting == 0 }
+                #expect(try await journal.relayBacklog().refused == 0)
+                try await serverStorage.settle()
+                let stored = try await server.pull("collection=tasks&scope=gala&limit=10", token: ana).changes
+                #expect(stored.map(\.version) == [4] && stored.first?.fields["text"] == "at the venue")
+                let again = try await Self.push(relay, [edit], user: "ana", device: "door-1")
+                #expect(again.map(\.status) == [.applied] && again.map(\.version) == [4])
+                #expect(try await relay.pull("collection=tasks&scope=gala&limit=10", token: ana).changes.map(\.version) == [4])
             }
         }
     }

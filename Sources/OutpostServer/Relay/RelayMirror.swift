@@ -11,7 +11,8 @@ import ServiceLifecycle
 /// the record and its version upstream, so a page pulled again after a restart changes nothing twice. Its time
 /// is the record's last change upstream, for every field it carries: a field the venue edited later than that
 /// keeps the venue's value, one edited earlier takes the server's. A guest scanned at two places keeps the
-/// first scan.
+/// first scan. The relay's copy takes the server's version number when it is behind, so that a door moving
+/// between server and relay finds each record at the version it knows.
 struct RelayMirror<Storage: RelayJournalStorage>: Service {
     let storage: Storage
     let configuration: RelayConfiguration
@@ -100,9 +101,12 @@ struct RelayMirror<Storage: RelayJournalStorage>: Service {
                 clientTimestamp: change.updatedAt)
             return validator.item(for: mutation, by: identity, now: received)
         }
-        let context = PushContext(
+        var context = PushContext(
             tenant: configuration.tenant, deviceId: Self.upstreamDevice, userId: identity.userId, userName: identity.name,
             role: .organizer, receivedAt: Timestamp(received))
+        context.serverVersions = Dictionary(
+            changes.map { (RecordKey(collection: $0.collection, recordId: $0.recordId, scope: $0.scope), $0.version) },
+            uniquingKeysWith: max)
         let results = try await storage.push(items, context: context, collections: server.collections)
         let refused = results.filter { $0.status == .rejected }
         if !refused.isEmpty {

@@ -15,6 +15,9 @@ package struct PushContext: Sendable {
     var attendanceKey: Attendance.IdKey?
     /// On a venue relay: each mutation the push processes is journaled in its transaction, to be forwarded.
     var relayJournal: RelayJournaling?
+    /// On a venue relay, for the server's changes its mirror applies: each record's version on the server, which
+    /// the relay's copy takes when it is behind (see ``PushPlan/adopting(_:stored:)``).
+    var serverVersions: [RecordKey: Int64]?
 }
 
 /// One mutation of a push after validation.
@@ -57,6 +60,41 @@ struct PushPlan: Sendable {
     var records: [StoredRecord] = []
     var mutations: [MutationRow] = []
     var conflicts: [ConflictRecord] = []
+
+    /// The plan with each record of `versions` numbered at least as the server numbers it, so that a device moving
+    /// between the server and a venue relay finds a record at the same version at both. A record this plan does
+    /// not change is written again with the higher number; one at or above it keeps its own. Versions only rise.
+    func adopting(_ versions: [RecordKey: Int64], stored: [RecordKey: StoredRecord]) -> PushPlan {
+        var plan = self
+        var raised: [RecordKey: Int64] = [:]
+        var changed = Set<RecordKey>()
+        for index in plan.records.indices {
+            let key = plan.records[index].key
+            changed.insert(key)
+            if let version = versions[key], version > plan.records[index].version {
+                plan.records[index].version = version
+                raised[key] = version
+            }
+        }
+        for (key, version) in versions.sorted(by: { $0.key < $1.key }) where !changed.contains(key) {
+            guard var record = stored[key], version > record.version else { continue }
+            record.version = version
+            plan.records.append(record)
+            raised[key] = version
+        }
+        guard !raised.isEmpty else { return plan }
+        for index in plan.mutations.indices {
+            let mutation = plan.mutations[index].mutation
+            let key = RecordKey(
+                collection: mutation.collection, recordId: mutation.recordId, scope: mutation.scope ?? "")
+            guard let version = raised[key] else { continue }
+            plan.mutations[index].version = version
+            if let result = plan.results.firstIndex(where: { $0.idempotencyKey == mutation.idempotencyKey }) {
+                plan.results[result].version = version
+            }
+        }
+        return plan
+    }
 }
 
 /// Decides the outcome of a whole push from the stored state it touches. Pure: both engines load the

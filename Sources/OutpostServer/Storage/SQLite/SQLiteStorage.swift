@@ -90,8 +90,9 @@ package struct SQLiteStorage: SyncStorage {
                     records[recordKey] = try Self.record(row)
                 }
             }
-            let plan = PushPlanner.plan(
+            var plan = PushPlanner.plan(
                 items, context: context, processed: processed, records: records, collections: collections)
+            if let versions = context.serverVersions { plan = plan.adopting(versions, stored: records) }
             try Self.write(plan, tenant: context.tenant, db: db)
             if let journal = context.relayJournal { try Self.journal(plan, context: context, journal: journal, db: db) }
             return plan.results
