@@ -285,7 +285,16 @@ struct RelayTests {
                 #expect(stored.map(\.version) == [4] && stored.first?.fields["text"] == "at the venue")
                 let again = try await Self.push(relay, [edit], user: "ana", device: "door-1")
                 #expect(again.map(\.status) == [.applied] && again.map(\.version) == [4])
-                #expect(try await relay.pull("collection=tasks&scope=gala&limit=10", token: ana).changes.map(\.version) == [4])
+                // The server's copy of the edit comes back through the mirror and changes nothing at the relay.
+                try await Self.waitUntil("the server's version 4 at the relay") {
+                    try await journal.pool.read { db in
+                        try Bool.fetchOne(
+                            db, sql: "SELECT EXISTS (SELECT 1 FROM mutations WHERE idempotency_key = 'upstream:tasks:gala:t1:v4')")
+                            ?? false
+                    }
+                }
+                let mirrored = try await relay.pull("collection=tasks&scope=gala&limit=10", token: ana).changes
+                #expect(mirrored.map(\.version) == [4] && mirrored.first?.fields["text"] == "at the venue")
             }
         }
     }

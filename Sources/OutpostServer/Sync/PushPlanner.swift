@@ -62,20 +62,39 @@ struct PushPlan: Sendable {
     var conflicts: [ConflictRecord] = []
 
     /// The plan with each record of `versions` numbered at least as the server numbers it, so that a device moving
-    /// between the server and a venue relay finds a record at the same version at both. A record this plan does
-    /// not change is written again with the higher number; one at or above it keeps its own. Versions only rise.
+    /// between the server and a venue relay finds a record at the same version at both. A change of the server's
+    /// that leaves every value as the relay holds it (the server's copy of a write the relay forwarded) changes
+    /// nothing but that number. A record this plan does not change is written again with the higher number; one
+    /// at or above it keeps its own. Versions only rise.
     func adopting(_ versions: [RecordKey: Int64], stored: [RecordKey: StoredRecord]) -> PushPlan {
         var plan = self
         var raised: [RecordKey: Int64] = [:]
         var changed = Set<RecordKey>()
+        var unchanged = Set<RecordKey>()
         for index in plan.records.indices {
             let key = plan.records[index].key
+            guard let version = versions[key] else { continue }
+            if let before = stored[key], before.fields == plan.records[index].fields,
+                before.tombstone == plan.records[index].tombstone
+            {
+                plan.records[index] = before
+                if version > before.version {
+                    plan.records[index].version = version
+                } else {
+                    unchanged.insert(key)
+                }
+                raised[key] = plan.records[index].version
+                continue
+            }
             changed.insert(key)
-            if let version = versions[key], version > plan.records[index].version {
+            if version > plan.records[index].version {
                 plan.records[index].version = version
                 raised[key] = version
             }
         }
+        plan.records.removeAll { unchanged.contains($0.key) }
+        changed.formUnion(unchanged)
+        changed.formUnion(raised.keys)
         for (key, version) in versions.sorted(by: { $0.key < $1.key }) where !changed.contains(key) {
             guard var record = stored[key], version > record.version else { continue }
             record.version = version
