@@ -164,4 +164,26 @@ struct RecordMergeTests {
         #expect(scope(Fixtures.upsert("n1", ["t": "x"]), notes) == "")
         #expect(scope(Fixtures.upsert("n1", ["t": "x"], scope: "A"), notes) == nil)
     }
+
+    @Test("a record a relay withdrew is written afresh: its first write's time, not the withdrawn one's; a deleted one is not")
+    func withdrawnIsNew() throws {
+        let checkIns = CollectionPolicy(name: "checkins", merge: .firstWriteWins)
+        let first = RecordMerge.apply(Fixtures.upsert("g1", ["by": "door-1"], at: 10), deviceId: "door-1", to: nil, policy: checkIns)
+        var withdrawn = first.record
+        withdrawn.version = 2
+        withdrawn.tombstone = true
+        withdrawn.fields = [:]
+        withdrawn.meta = StoredRecord.Meta()
+        let again = RecordMerge.apply(
+            Fixtures.upsert("g1", ["by": "door-2"], at: 20, device: "door-2"), deviceId: "door-2", to: withdrawn, policy: checkIns)
+        #expect(again.changed && !again.superseded && !again.record.tombstone)
+        #expect(again.record.fields == ["by": "door-2"] && again.record.version == 3)
+        #expect(again.record.createdAt == Fixtures.time(20).millisecondsSince1970)
+        // A record deleted by a write keeps its history: a later write does not move its creation time.
+        let deleted = RecordMerge.apply(Fixtures.delete("g1", at: 15), deviceId: "door-1", to: first.record, policy: notes)
+        #expect(deleted.record.tombstone && deleted.record.meta.deletion != nil)
+        let revived = RecordMerge.apply(
+            Fixtures.upsert("g1", ["by": "door-2"], at: 20, device: "door-2"), deviceId: "door-2", to: deleted.record, policy: notes)
+        #expect(revived.record.createdAt == Fixtures.time(10).millisecondsSince1970)
+    }
 }

@@ -298,4 +298,48 @@ struct RelayTests {
             }
         }
     }
+
+    @Test(
+        "while the relay cannot hear of a cancellation, each scan the server refuses is taken back, and a check-in made elsewhere comes down",
+        arguments: StorageKind.allCases)
+    func refusedTwice(kind: StorageKind) async throws {
+        try await withServer(kind, setup: .live) { server, _ in
+            try await RelayForwardTests.importGuests(["g000", "g001"], client: server)
+            let proxy = try await FaultProxy.start(upstreamPort: try #require(server.port))
+            defer { Task { try? await proxy.stop() } }
+            try await Self.withRelay(upstream: proxy) { relay, relayStorage in
+                let staff = try await Fixtures.token()
+                let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+                // A door on another line checks g000 in at the server: the relay's copy brings it down.
+                let elsewhere = try await server.push([RecordRulesTests.scan("g000", device: "door-9", at: 5)], token: staff, device: "door-9")
+                #expect(elsewhere.results.map(\.status) == [.applied])
+                try await Self.waitUntil("the check-in made elsewhere at the relay") {
+                    try await relay.pull("collection=checkins&scope=gala&limit=100", token: staff).changes
+                        .contains { $0.recordId == "g000" && $0.fields["scanned_by"] == "door-9" && $0.version == 1 }
+                }
+                // Forwards go through, but the relay's pulls get no answer: it cannot hear of g001's cancellation.
+                proxy.inject(.cutAnswers(toRequestsStartingWith: "GET /v1/pull"))
+                let cancelled = try await server.push(
+                    [Fixtures.delete("g001", at: 6, collection: "guests", device: "admin", scope: "gala")], token: organizer,
+                    device: "admin")
+                #expect(cancelled.results.map(\.status) == [.applied])
+                let journal = try #require(relayStorage as? SQLiteStorage)
+                for (number, door, user) in [(1, "door-1", "ana"), (2, "door-2", "ben")] {
+                    let scan = RecordRulesTests.scan("g001", device: door, at: 10 * Double(number))
+                    #expect(try await Self.push(relay, [scan], user: user, device: door).map(\.error?.code) == [.heldAtRelay])
+                    try await Self.waitUntil("the server's refusal of scan \(number)") {
+                        try await journal.relayBacklog().refused == number
+                    }
+                    // Taken back each time, and the next scan is judged afresh, with its own time.
+                    let copy = try await relay.pull("collection=checkins&scope=gala&limit=100", token: staff).changes
+                    #expect(copy.first { $0.recordId == "g001" }?.tombstone == true, "scan \(number)")
+                }
+                let audit = try await relay.send(.get, "/v1/audit?collection=checkins&recordId=g001&scope=gala", token: organizer)
+                let history = try JSONDecoder().decode(AuditResponse.self, from: audit.body).entries
+                #expect(history.map(\.deviceId) == ["door-1", "door-2", "relay", "relay"])
+                #expect(history.map(\.version) == [1, 3, 2, 4] && history.map(\.op) == [.upsert, .upsert, .delete, .delete])
+                #expect(history.filter { $0.deviceId == "door-2" }.map(\.status) == [.applied])
+            }
+        }
+    }
 }

@@ -141,7 +141,9 @@ extension SQLiteStorage: RelayJournalStorage {
                 write["tenant"] as String, write["collection"] as String, write["record_id"] as String,
                 write["scope"] as String,
             ]
-            // Kept when the server has had the record, or when any venue write of it still stands upstream.
+            // Kept when the server has had the record (a change of the server's reached the relay, whatever the
+            // relay made of it), or when a venue write of it, whatever the relay made of it, still waits or was
+            // taken upstream. The relay's own withdrawals count for neither.
             let kept =
                 try Bool.fetchOne(
                     db,
@@ -150,8 +152,8 @@ extension SQLiteStorage: RelayJournalStorage {
                           SELECT 1 FROM mutations m
                           LEFT JOIN relay_journal j ON j.tenant = m.tenant AND j.idempotency_key = m.idempotency_key
                           WHERE m.tenant = ? AND m.collection = ? AND m.record_id = ? AND m.scope = ?
-                            AND m.status IN ('applied', 'conflict')
-                            AND (m.device_id = ? OR j.upstream_status IS NULL OR j.upstream_status <> 'rejected'))
+                            AND (m.device_id = ?
+                                 OR (j.seq IS NOT NULL AND (j.upstream_status IS NULL OR j.upstream_status <> 'rejected'))))
                         """, arguments: StatementArguments(record + [upstream])) ?? true
             guard !kept,
                 let stored = try Row.fetchOne(

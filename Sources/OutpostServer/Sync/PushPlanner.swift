@@ -95,7 +95,13 @@ struct PushPlan: Sendable {
         plan.records.removeAll { unchanged.contains($0.key) }
         changed.formUnion(unchanged)
         changed.formUnion(raised.keys)
-        for (key, version) in versions.sorted(by: { $0.key < $1.key }) where !changed.contains(key) {
+        // A record the server's change did not reach (refused, or a first write that stood at the relay) is the
+        // relay's own and keeps its number.
+        var taken = Set<RecordKey>()
+        for row in plan.mutations where row.status == .applied || row.status == .conflict {
+            taken.insert(RecordKey(collection: row.mutation.collection, recordId: row.mutation.recordId, scope: row.mutation.scope ?? ""))
+        }
+        for (key, version) in versions.sorted(by: { $0.key < $1.key }) where !changed.contains(key) && taken.contains(key) {
             guard var record = stored[key], version > record.version else { continue }
             record.version = version
             plan.records.append(record)

@@ -41,7 +41,15 @@ enum RecordMerge {
                 owner: owner, version: 0,
                 tombstone: false, fields: [:], meta: .init(), createdAt: time, updatedAt: time
             )
-        let isNew = existing == nil
+        // A record a venue relay withdrew (a tombstone without stamps) is written afresh, as if never stored.
+        let withdrawn = existing.map { $0.tombstone && $0.meta == StoredRecord.Meta() } ?? false
+        if withdrawn {
+            record.tombstone = false
+            record.fields = [:]
+            record.createdAt = time
+            record.updatedAt = time
+        }
+        let isNew = existing == nil || withdrawn
         let newVersion = record.version + 1
         let stamp = FieldStamp(t: time, d: deviceId, k: mutation.idempotencyKey, v: newVersion)
         var changed = isNew
