@@ -16,14 +16,27 @@ struct BackgroundRunTests {
         let inner: any SyncTransport
         let roster: ReferenceServer
         let hangs = NIOLockedValueBox(false)
+        /// One element for each push that hangs.
+        let hanging: AsyncStream<Void>
+        private let hung: AsyncStream<Void>.Continuation
 
         init(server: InMemoryServer, roster: ReferenceServer) {
             inner = InMemoryTransport(server: server)
             self.roster = roster
+            (hanging, hung) = AsyncStream.makeStream(of: Void.self)
+        }
+
+        /// Waits until a push hangs.
+        func awaitHangingPush() async throws {
+            let hanging = self.hanging
+            try await bounded("a push hanging") {
+                for await _ in hanging { break }
+            }
         }
 
         func push(_ request: PushRequest) async throws -> PushResponse {
             if hangs.withLockedValue({ $0 }) {
+                hung.yield()
                 let (never, _) = AsyncStream.makeStream(of: Void.self)
                 for await _ in never {}
                 throw CancellationError()
@@ -88,6 +101,8 @@ struct BackgroundRunTests {
             var sleeps = clock.sleeps.makeAsyncIterator()
             let run = Task { await engine.backgroundRefresh(budget: .seconds(25), sets: [Self.roster]) }
             #expect(await sleeps.next() == .seconds(25))
+            // The deadline passes while the push is out.
+            try await network.awaitHangingPush()
             clock.advance(by: .seconds(25))
             let stopped = try await run.value(within: testWaitLimit, "the run stopping at its deadline")
             #expect(!stopped.finished)
@@ -113,6 +128,7 @@ struct BackgroundRunTests {
             var sleeps = clock.sleeps.makeAsyncIterator()
             let run = Task { await engine.backgroundProcessing(budget: .seconds(600)) }
             _ = await sleeps.next()
+            try await network.awaitHangingPush()
             run.cancel()
             let stopped = try await run.value(within: testWaitLimit, "the run stopping when cancelled")
             #expect(!stopped.finished)
