@@ -168,6 +168,31 @@ struct ConnectionTruthTests {
         }
     }
 
+    @Test("a write whose answer was lost while the device clock ran ahead goes again as sent once the clock is put right")
+    func lostAnswerNotRestamped() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let transport = Scripted(InMemoryTransport(server: server))
+            transport.script { $0.losesAnswer = true }
+            let now = ManualNow()
+            let engine = SyncEngine(
+                store: store, transport: transport,
+                configuration: .init(deviceId: "d", retryDelays: [], deliversAfterSave: false), clock: TestClock<Duration>(),
+                now: now.closure)
+            await engine.setOnline(true)
+            // The device clock is three hours ahead: the server takes the write, and its answer is lost.
+            now.advance(seconds: 3 * 3600)
+            try await engine.save(note("a"))
+            #expect(try await engine.sync().failed == 1)
+            // The clock is put right; the write goes again as it was sent, and the server has it once.
+            now.advance(seconds: -3 * 3600)
+            transport.script { $0.losesAnswer = false }
+            let summary = try await engine.sync()
+            #expect(summary.synced == 1 && summary.refused == 0, "\(summary.reasons)")
+            #expect(await server.applied.count == 1)
+        }
+    }
+
     @Test("a server answering 500 is reachable with trouble, not offline; the push it refuses says so, and the next one it takes clears it")
     func serverTrouble() async throws {
         try await withStore { store, _ in

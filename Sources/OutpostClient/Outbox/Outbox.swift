@@ -345,7 +345,9 @@ extension Outbox {
     /// the device clock had jumped ahead, they would be refused as from the future. Each takes a time just
     /// before the next entry queued after it and no later than `now`, so that a record's later write still
     /// wins over one made during the jump; the field each fills with its time (a check-in's `scanned_at`)
-    /// follows. Their idempotency keys stay: the server refused them, so it holds none of them.
+    /// follows. Their idempotency keys stay, so only entries the server holds none of are stamped: those never
+    /// sent, and those of a record it last refused as from the future (``WireError/Code/invalidTimestamp``). An
+    /// entry whose answer was lost, or that a venue relay holds, goes again as it was sent.
     ///
     /// - Returns: how many entries were stamped again.
     @discardableResult
@@ -365,8 +367,16 @@ extension Outbox {
                 let rows = try OutboxRow.pendingNewestFirst(fromFirstWrittenAfter: limit, db)
                 var ceiling = Timestamp(now).millisecondsSince1970 + 1
                 var stamped = 0
+                var refusedAsFuture: [RecordKey: Bool] = [:]
+                func mayStamp(_ row: OutboxRow) throws -> Bool {
+                    if row.attempts == 0 { return true }
+                    if let known = refusedAsFuture[row.record] { return known }
+                    let code = try RecordRow.find(row.record, db)?.open(with: sealer).syncErrorCode
+                    refusedAsFuture[row.record] = code == WireError.Code.invalidTimestamp.rawValue
+                    return refusedAsFuture[row.record]!
+                }
                 for var row in rows {
-                    guard row.clientTime > limit else {
+                    guard row.clientTime > limit, try mayStamp(row) else {
                         ceiling = min(ceiling, row.clientTime)
                         continue
                     }

@@ -66,6 +66,8 @@ public actor SyncEngine {
     private var unsettled: Set<RecordKey> = []
     /// Whether a push is on its way: what it carries may reach the server, so no queued entry is settled meanwhile.
     private var pushing = false
+    /// The settlement running, which a sync lets end before it reads what to send.
+    private var settling: Task<Bool, Never>?
     /// Records whose write the server last answered, in this process, by keeping an earlier one from elsewhere.
     private var keptElsewhere: Set<RecordKey> = []
 
@@ -197,9 +199,13 @@ public actor SyncEngine {
         guard !unsettled.isEmpty, !pushing else { return }
         let keys = Array(unsettled)
         unsettled = []
-        if online, (try? await store.outbox.settleOnline(keys)) == nil {
-            unsettled.formUnion(keys)
-        }
+        guard online else { return }
+        let store = self.store
+        let task = Task { (try? await store.outbox.settleOnline(keys)) != nil }
+        settling = task
+        let settled = await task.value
+        if settling == task { settling = nil }
+        if !settled { unsettled.formUnion(keys) }
     }
 
     /// Settles, once a push is over, the records a probe answering while it was out left unsettled.
@@ -385,13 +391,14 @@ public actor SyncEngine {
         }
         var run = SyncRun(total: records == nil ? try await store.outbox.count() : 0)
         if run.total > 0 { progress?(SyncProgress(sent: 0, total: run.total, chunk: 0)) }
+        // Until what the push carried is marked sent, a probe answering meanwhile settles nothing; then what the
+        // push did not carry is settled. A settlement already running ends before anything is read to be sent.
+        pushing = true
+        defer { pushing = false }
+        if let settling { _ = await settling.value }
         do {
             try await store.outbox.restampFutureEntries(now: now(), maxLead: Self.futureAllowance)
             if run.total > 0 { await settleBeforeSending() }
-            // Until what the push carried is marked sent, a probe answering meanwhile settles nothing; then what
-            // the push did not carry is settled.
-            pushing = true
-            defer { pushing = false }
             if let undelivered = try await deliverChunks(only: records, retrying: retrying, progress: progress, run: &run) {
                 let summary = try await endUndelivered(undelivered, only: records, tally: run.tally, summary: run.summary)
                 await settleAfterPush()
@@ -399,6 +406,9 @@ public actor SyncEngine {
             }
             await settleAfterPush()
         } catch {
+            // What went out may have reached the server without its sending being stored: the records saved
+            // while the connection was not known stay as made offline, as they may have gone.
+            unsettled = []
             // The counts were last taken up to a tenth of a second ago: take them again for the status.
             try? await refreshStatus()
             throw error
