@@ -117,19 +117,28 @@ struct ConnectionTruthTests {
         }
     }
 
+    /// Saves `a` while the save's probe is held, and starts a sync of it through a transport scripted by
+    /// `script`; returns once its push has reached the transport.
+    func saveAndSync(
+        _ store: LocalStore, _ script: (inout Scripted.State) -> Void
+    ) async throws -> (InMemoryServer, Scripted, SyncEngine, Task<SyncSummary, any Error>) {
+        let server = InMemoryServer()
+        let transport = Scripted(InMemoryTransport(server: server), holdingProbe: true)
+        transport.script(script)
+        let engine = engine(store, transport)
+        try await engine.save(note("a"))
+        let sync = Task { try await engine.sync() }
+        let pushes = transport.pushes
+        try await bounded("the push") {
+            for await _ in pushes { break }
+        }
+        return (server, transport, engine, sync)
+    }
+
     @Test("a probe answering while the push of a save made before it is out leaves that save as sent: made offline")
     func settledAfterThePush() async throws {
         try await withStore { store, _ in
-            let server = InMemoryServer()
-            let transport = Scripted(InMemoryTransport(server: server), holdingProbe: true)
-            transport.script { $0.holdsPush = true }
-            let engine = engine(store, transport)
-            try await engine.save(note("a"))
-            let sync = Task { try await engine.sync() }
-            let pushes = transport.pushes
-            try await bounded("the push") {
-                for await _ in pushes { break }
-            }
+            let (server, transport, engine, sync) = try await saveAndSync(store) { $0.holdsPush = true }
             transport.releaseProbe()
             #expect(try await bounded("the save's probe") { await engine.awaitConnection(upTo: testWaitLimit) })
             #expect(try await store.record(collection: "notes", recordId: "a")?.isOfflineEntry == true)
@@ -144,18 +153,9 @@ struct ConnectionTruthTests {
     @Test("a save made offline whose push the server took and whose answer was lost goes again as it was sent, and is one")
     func settledAfterALostAnswer() async throws {
         try await withStore { store, _ in
-            let server = InMemoryServer()
-            let transport = Scripted(InMemoryTransport(server: server), holdingProbe: true)
-            transport.script { $0.losesAnswer = true }
-            let engine = engine(store, transport)
-            try await engine.save(note("a"))
             // The push goes while the save's probe is held; its answer is lost, and the engine asks the server
             // whether it is there. Both probes answer once the push has failed.
-            let sync = Task { try await engine.sync() }
-            let pushes = transport.pushes
-            try await bounded("the push") {
-                for await _ in pushes { break }
-            }
+            let (server, transport, engine, sync) = try await saveAndSync(store) { $0.losesAnswer = true }
             transport.releaseProbe()
             #expect(try await bounded("the sync") { try await sync.value }.failed == 1)
             #expect(try await bounded("the save's probe") { await engine.awaitConnection(upTo: testWaitLimit) })
