@@ -109,11 +109,16 @@ extension PushRequest {
 extension PushResponse {
     /// Parses the answer of `POST /v1/push`.
     public init(jsonBytes bytes: some Collection<UInt8>) throws(JSONSyntaxError) {
-        guard case .object(let object) = try JSONValue(parsing: bytes) else {
-            throw JSONShape.error("a push response must be an object")
-        }
+        let json = try JSONValue(parsing: bytes)
+        guard case .object = json else { throw JSONShape.error("a push response must be an object") }
+        try self.init(json: json, path: "")
+    }
+
+    /// Parses a push's answer at `path` of a larger document (a relay's forward answers one per batch).
+    init(json: JSONValue, path: String) throws(JSONSyntaxError) {
+        guard case .object(let object) = json else { throw JSONShape.error("\(path.dropLast(1)) must be an object") }
         self.init(
-            results: try JSONShape.array(object, "results") { (value, path) throws(JSONSyntaxError) in
+            results: try JSONShape.array(object, "results", in: path) { (value, path) throws(JSONSyntaxError) in
                 try MutationResult(json: value, path: path)
             })
     }
@@ -122,13 +127,17 @@ extension PushResponse {
     public func jsonBytes() throws(JSONSyntaxError) -> [UInt8] {
         var output: [UInt8] = []
         output.reserveCapacity(16 + results.count * 96)
+        try writeJSON(to: &output)
+        return output
+    }
+
+    func writeJSON(to output: inout [UInt8]) throws(JSONSyntaxError) {
         output.append(UInt8(ascii: "{"))
         JSONWriter.key("results", first: true, to: &output)
         try JSONWriter.array(results, to: &output) { (result, output: inout [UInt8]) throws(JSONSyntaxError) in
             try result.writeJSON(to: &output)
         }
         output.append(UInt8(ascii: "}"))
-        return output
     }
 }
 

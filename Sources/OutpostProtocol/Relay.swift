@@ -143,11 +143,7 @@ extension RelayForwardResponse {
         }
         self.init(
             batches: try JSONShape.array(object, "batches") { (value, path) throws(JSONSyntaxError) in
-                guard case .object(let batch) = value else { throw JSONShape.error("\(path.dropLast(1)) must be an object") }
-                return PushResponse(
-                    results: try JSONShape.array(batch, "results", in: path) { (value, path) throws(JSONSyntaxError) in
-                        try MutationResult(json: value, path: path)
-                    })
+                try PushResponse(json: value, path: path)
             })
     }
 
@@ -157,12 +153,7 @@ extension RelayForwardResponse {
         output.append(UInt8(ascii: "{"))
         JSONWriter.key("batches", first: true, to: &output)
         try JSONWriter.array(batches, to: &output) { (batch, output: inout [UInt8]) throws(JSONSyntaxError) in
-            output.append(UInt8(ascii: "{"))
-            JSONWriter.key("results", first: true, to: &output)
-            try JSONWriter.array(batch.results, to: &output) { (result, output: inout [UInt8]) throws(JSONSyntaxError) in
-                try result.writeJSON(to: &output)
-            }
-            output.append(UInt8(ascii: "}"))
+            try batch.writeJSON(to: &output)
         }
         output.append(UInt8(ascii: "}"))
         return output

@@ -31,6 +31,13 @@ struct RelayAnswerTests {
         func health() async throws -> HealthResponse { HealthResponse(status: "ok", storage: "ok") }
     }
 
+    /// Door 1's engine, syncing through `relay`.
+    func engine(_ store: LocalStore, _ relay: Relay) -> SyncEngine {
+        SyncEngine(
+            store: store, transport: relay, configuration: .init(deviceId: "door-1", deliversAfterSave: false),
+            clock: TestClock<Duration>())
+    }
+
     func note(_ id: String) -> LocalStore.Write {
         LocalStore.Write(collection: "notes", recordId: id, fields: ["text": "seen at door 1"])
     }
@@ -39,9 +46,7 @@ struct RelayAnswerTests {
     func heldThenAnswered() async throws {
         try await withStore { store, _ in
             let relay = Relay()
-            let engine = SyncEngine(
-                store: store, transport: relay, configuration: .init(deviceId: "door-1", deliversAfterSave: false),
-                clock: TestClock<Duration>())
+            let engine = engine(store, relay)
             try await engine.save(note("n1"))
             try await engine.save(note("n2"))
 
@@ -76,9 +81,7 @@ struct RelayAnswerTests {
     func notCarriedAndEditedAgain() async throws {
         try await withStore { store, _ in
             let relay = Relay()
-            let engine = SyncEngine(
-                store: store, transport: relay, configuration: .init(deviceId: "door-1", deliversAfterSave: false),
-                clock: TestClock<Duration>())
+            let engine = engine(store, relay)
             try await engine.save(note("n1"))
             let held = try await engine.sync()
             #expect(held.atRelay == 1)

@@ -156,36 +156,28 @@ extension SQLiteStorage: RelayJournalStorage {
                                  OR (j.seq IS NOT NULL AND (j.upstream_status IS NULL OR j.upstream_status <> 'rejected'))))
                         """, arguments: StatementArguments(record + [upstream])) ?? true
             guard !kept,
-                let stored = try Row.fetchOne(
+                let row = try Row.fetchOne(
                     db,
                     sql: """
-                        SELECT version FROM records
+                        SELECT * FROM records
                         WHERE tenant = ? AND collection = ? AND record_id = ? AND scope = ? AND NOT tombstone
                         """, arguments: StatementArguments(record))
             else { continue }
-            let version = (stored["version"] as Int64) + 1
-            let seq = (try Int64.fetchOne(db, sql: "SELECT seq FROM change_counter WHERE id = 1") ?? 0) + 1
-            try db.execute(sql: "UPDATE change_counter SET seq = ? WHERE id = 1", arguments: [seq])
-            try db.execute(
-                sql: """
-                    UPDATE records SET version = ?, tombstone = 1, fields = ?, meta = ?, updated_at = ?, change_seq = ?
-                    WHERE tenant = ? AND collection = ? AND record_id = ? AND scope = ?
-                    """,
-                arguments: StatementArguments(
-                    [version, try StorageCoding.encode([String: JSONValue]()), try StorageCoding.encode(StoredRecord.Meta()), time, seq]
-                        + record))
+            var withdrawn = try Self.record(row)
+            withdrawn.version += 1
+            withdrawn.tombstone = true
+            withdrawn.fields = [:]
+            withdrawn.meta = StoredRecord.Meta()
+            withdrawn.updatedAt = time
             // The withdrawal in the record's history, under a key no device may send.
-            try db.execute(
-                sql: """
-                    INSERT INTO mutations (tenant, idempotency_key, content_hash, device_id, user_id, user_name,
-                                           collection, record_id, scope, op, fields, client_ts, base_version,
-                                           received_at, status, version, conflict)
-                    VALUES (?, ?, '', ?, ?, 'Venue relay', ?, ?, ?, 'delete', '{}', ?, ?, ?, 'applied', ?, NULL)
-                    """,
-                arguments: [
-                    record[0], "\(RelayMirror<SQLiteStorage>.keyPrefix)withdrawn:\(key)", relayDevice, relayDevice,
-                    record[1], record[2], record[3], time, version - 1, time, version,
-                ])
+            let deletion = Mutation(
+                idempotencyKey: "\(RelayMirror<SQLiteStorage>.keyPrefix)withdrawn:\(key)", collection: withdrawn.collection,
+                recordId: withdrawn.recordId, scope: withdrawn.scope.isEmpty ? nil : withdrawn.scope, op: .delete,
+                clientTimestamp: Timestamp(millisecondsSince1970: time), baseVersion: withdrawn.version - 1)
+            let history = MutationRow(
+                mutation: deletion, contentHash: "", deviceId: relayDevice, userId: relayDevice, userName: "Venue relay",
+                receivedAt: Timestamp(millisecondsSince1970: time), status: .applied, version: withdrawn.version)
+            try Self.write(PushPlan(records: [withdrawn], mutations: [history]), tenant: write["tenant"] as String, db: db)
         }
     }
 

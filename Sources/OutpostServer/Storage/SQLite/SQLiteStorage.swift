@@ -99,7 +99,8 @@ package struct SQLiteStorage: SyncStorage {
         }
     }
 
-    private static func write(_ plan: PushPlan, tenant: String, db: Database) throws {
+    /// Writes `plan`: its records, each with the next change number, its mutations and its conflicts.
+    static func write(_ plan: PushPlan, tenant: String, db: Database) throws {
         if !plan.records.isEmpty {
             var seq = try Int64.fetchOne(db, sql: "SELECT seq FROM change_counter WHERE id = 1") ?? 0
             let upsert = try db.cachedStatement(
