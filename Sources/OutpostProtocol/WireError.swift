@@ -38,6 +38,17 @@ public struct WireError: Error, Sendable, Hashable, Codable, CustomStringConvert
         /// The request body did not arrive whole in time; send it again.
         public static let requestTimeout = Code("request_timeout")
         public static let internalError = Code("internal_error")
+        // Files
+        /// A file larger than its collection takes (``FileReference``): refused before any byte is stored.
+        public static let fileTooLarge = Code("file_too_large")
+        /// A file of a media type its collection does not take, or a collection that takes no files.
+        public static let fileTypeRefused = Code("file_type_refused")
+        /// The bytes uploaded do not have the digest they were sent under: nothing of them is kept.
+        public static let digestMismatch = Code("digest_mismatch")
+        /// A range sent at another offset than the bytes the server holds; the answer says where to go on.
+        public static let uploadOffsetMismatch = Code("upload_offset_mismatch")
+        /// A mutation names a file the server does not hold whole: it is refused until the file is uploaded.
+        public static let fileMissing = Code("file_missing")
         // Mutation-level
         public static let invalidRecordId = Code("invalid_record_id")
         public static let invalidIdempotencyKey = Code("invalid_idempotency_key")
