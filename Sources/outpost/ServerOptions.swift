@@ -11,7 +11,7 @@ struct StorageOptions: ParsableArguments {
     @Option(
         name: .customLong("database-url"),
         help:
-            "PostgreSQL URL (postgres://user:password@host:5432/db, optionally ?sslmode=disable|prefer|require&pool_size=32); default $OUTPOST_DATABASE_URL, else SQLite."
+            "PostgreSQL URL (postgres://user:password@host:5432/db, optionally ?sslmode=disable|prefer|require&pool_size=32&operation_timeout=20); default $OUTPOST_DATABASE_URL, else SQLite."
     )
     var databaseURL: String?
 

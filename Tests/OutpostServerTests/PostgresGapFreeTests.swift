@@ -97,6 +97,41 @@ struct PostgresGapFreeTests {
             }
         }
     }
+
+    @Test("a server waiting longer than its operation bound for another process's migration migrates once that one ends")
+    func migrationOutlastsOperationBound() async throws {
+        try await withPostgresDatabase { url in
+            // Given a server whose operations are bounded at 1 s, and another process migrating the database,
+            let bounded = url.replacingOccurrences(
+                of: "operation_timeout=\(TestPostgres.operationTimeout)", with: "operation_timeout=1")
+            let location = try PostgresLocation(url: bounded)
+            #expect(location.operationTimeout == .seconds(1))
+            let storage = PostgresStorage(location: location, logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
+            let other = PostgresStorage(
+                location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
+            try await storage.withRunning { storage in
+                try await other.withRunning { other in
+                    let release = Gate()
+                    let migrating = Task {
+                        try await other.client.withTransaction(logger: Fixtures.quietLogger) { connection in
+                            try await connection.query("SELECT pg_advisory_xact_lock(7081981001)", logger: Fixtures.quietLogger)
+                            await release.arriveAndWait()
+                        }
+                    }
+                    await release.waitForArrival()
+                    // when this server's migration waits for it past that bound,
+                    let migration = Task { try await storage.migrate() }
+                    try await Self.waitForLockWaiter(other)
+                    try await Task.sleep(for: .seconds(2))
+                    await release.open()
+                    try await migrating.value
+                    // then it migrates, and the server works.
+                    try await migration.value
+                    #expect(try await storage.push([Fixtures.upsert("r1", ["n": 1])])[0].status == .applied)
+                }
+            }
+        }
+    }
 }
 
 extension PostgresGapFreeTests {

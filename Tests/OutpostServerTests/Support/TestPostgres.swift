@@ -30,6 +30,11 @@ actor TestPostgres {
     /// then an unrelated test's query waits out its time limit for a connection.
     static let poolSize = 8
 
+    /// How long each test's server lets one operation wait for the database. The tests run side by side on a
+    /// loaded machine, where a query that waits behind a hundred others is slow, not lost; the bound is for a
+    /// database that is gone, which no test here stops.
+    static let operationTimeout = 60
+
     /// A fresh, empty database; its URL.
     func makeDatabase() async throws -> String {
         let server = try await start()
@@ -37,7 +42,8 @@ actor TestPostgres {
         let name = "outpost_test_\(ProcessInfo.processInfo.processIdentifier)_\(counter)"
         try await server.execute("CREATE DATABASE \(name)")
         let credentials = server.password.map { "\(server.user):\($0)" } ?? server.user
-        return "postgres://\(credentials)@\(server.host):\(server.port)/\(name)?sslmode=disable&pool_size=\(Self.poolSize)"
+        return
+            "postgres://\(credentials)@\(server.host):\(server.port)/\(name)?sslmode=disable&pool_size=\(Self.poolSize)&operation_timeout=\(Self.operationTimeout)"
     }
 
     /// Drops a database made by ``makeDatabase()``; the private cluster is removed whole at exit anyway.

@@ -1,7 +1,8 @@
 import Foundation
 import PostgresNIO
 
-/// A PostgreSQL connection read from a `postgres://user:password@host:port/database?sslmode=…&pool_size=…` URL.
+/// A PostgreSQL connection read from a
+/// `postgres://user:password@host:port/database?sslmode=…&pool_size=…&operation_timeout=…` URL.
 package struct PostgresLocation: Sendable, Hashable {
     package var host: String
     package var port: Int
@@ -11,12 +12,18 @@ package struct PostgresLocation: Sendable, Hashable {
     package var tlsMode: String
     /// The most connections the server process opens (`pool_size`, 32 by default): see ``clientConfiguration``.
     package var poolSize: Int
+    /// How long one operation may wait for the database, a connection from the pool included, before it fails as
+    /// unavailable (`operation_timeout`, in seconds, 20 by default).
+    package var operationTimeout: Duration
 
     /// How long a connection may stay unused before the pool closes it.
     package static let idleTimeout = Duration.seconds(10)
 
     /// The most connections `pool_size` may ask for.
     package static let maxPoolSize = 1_000
+
+    /// The longest `operation_timeout`, in seconds: a request must not wait for ever on a database that is gone.
+    package static let maxOperationTimeout = 600
 
     /// - Throws: ``StorageError`` with code `configuration`, naming what is wrong but never the password.
     package init(url text: String) throws {
@@ -40,6 +47,12 @@ package struct PostgresLocation: Sendable, Hashable {
         guard let size = poolSize.map({ Int($0) }) ?? 32, (1...Self.maxPoolSize).contains(size) else {
             throw StorageError(.configuration, "pool_size must be a whole number from 1 to \(Self.maxPoolSize)")
         }
+        let timeout = components.queryItems?.first(where: { $0.name == "operation_timeout" })?.value
+        guard let seconds = timeout.map({ Int($0) }) ?? 20, (1...Self.maxOperationTimeout).contains(seconds) else {
+            throw StorageError(
+                .configuration, "operation_timeout must be a whole number of seconds from 1 to \(Self.maxOperationTimeout)")
+        }
+        self.operationTimeout = .seconds(seconds)
         self.host = host
         self.port = components.port ?? 5432
         self.poolSize = size

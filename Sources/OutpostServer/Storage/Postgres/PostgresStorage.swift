@@ -34,7 +34,7 @@ package struct PostgresStorage: SyncStorage {
     /// How long one operation may wait for the database, a connection from the pool included, before it
     /// fails as unavailable (503). While PostgreSQL is down the pool keeps reconnecting in the background;
     /// without this bound a request would wait for it with no answer at all.
-    static let operationTimeout: Duration = .seconds(20)
+    var operationTimeout: Duration { location.operationTimeout }
 
     package init(location: PostgresLocation, logger: Logger, startupTimeout: Duration = .seconds(15)) {
         self.init(location: location, logger: logger, beforeCommit: nil, startupTimeout: startupTimeout)
@@ -85,7 +85,7 @@ package struct PostgresStorage: SyncStorage {
     }
 
     private func migrateNow() async throws {
-        try await guarded {
+        try await translated {
             try await client.withTransaction(logger: logger) { connection in
                 // One migrator at a time, across every process sharing the database.
                 try await connection.query("SELECT pg_advisory_xact_lock(7081981001)", logger: logger)
@@ -606,8 +606,16 @@ package struct PostgresStorage: SyncStorage {
     /// Runs `body` within ``operationTimeout``, translating PostgreSQL failures into ``StorageError``
     /// without SQL text or values.
     func guarded<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        let timeout = operationTimeout
+        return try await translated { try await Self.bounded(timeout, body) }
+    }
+
+    /// Runs `body`, translating PostgreSQL failures into ``StorageError`` without SQL text or values, with no
+    /// bound of its own: for the migrations, which wait for another process's and may build an index over a
+    /// large table for as long as that takes.
+    func translated<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
         do {
-            return try await Self.bounded(Self.operationTimeout, body)
+            return try await body()
         } catch let error as StorageError {
             throw error
         } catch let error as PostgresTransactionError {
