@@ -9,7 +9,9 @@ import OutpostProtocol
 
 /// HTTP and JSON over AsyncHTTPClient, streaming pulls (OutpostHTTP). `URLSessionSyncTransport`
 /// (OutpostURLSession) is the one for an app that sends its requests through URLSession.
-public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport, RecordIdKeyTransport {
+public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport, RecordIdKeyTransport,
+    FileTransport
+{
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
     public let bearer: BearerToken
@@ -125,6 +127,80 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         try await send(.POST, path: "/v1/sync-failures", query: [], body: try JSONEncoder().encode(report))
     }
 
+    // MARK: Files
+
+    public func upload(of sha256: String, collection: String) async throws -> FileUpload? {
+        do {
+            return try await send(.GET, path: "/v1/uploads/\(sha256)", query: [("collection", collection)])
+        } catch let error as TransportError where error.status == 404 && error.wire?.code == .notFound {
+            return nil
+        }
+    }
+
+    public func uploadRange(
+        _ bytes: Data, of file: FileReference, collection: String, at offset: Int64
+    ) async throws
+        -> FileUpload
+    {
+        let query: [(String, String?)] = [
+            ("collection", collection), ("size", String(file.size)), ("type", file.type), ("offset", String(offset)),
+        ]
+        return try await send(
+            .PUT, path: "/v1/uploads/\(file.sha256)", query: query, body: bytes, contentType: "application/octet-stream",
+            decode: { try JSONDecoder().decode(FileUpload.self, from: $0) })
+    }
+
+    public func download(
+        _ sha256: String, collection: String, scope: String?, recordId: String, from offset: Int64,
+        receive: @escaping @Sendable (Data) async throws -> Void
+    ) async throws {
+        let query: [(String, String?)] = [("collection", collection), ("recordId", recordId), ("scope", scope)]
+        try await bearer.authorizing { token in
+            var request = try makeRequest(.GET, path: "/v1/files/\(sha256)", query: query, body: nil, token: token)
+            request.headers.replaceOrAdd(name: "Accept", value: "*/*")
+            if offset > 0 { request.headers.add(name: "Range", value: "bytes=\(offset)-") }
+            let (client, timeout, ranged) = (client, timeout, request)
+            try await untilSilent { heard in
+                let response = try await Self.head(of: ranged, client: client, timeout: timeout, heard: heard)
+                try await Self.readFile(response, from: offset, heard: heard, receive)
+            }
+        }
+    }
+
+    /// A file's answer, given to `receive` a piece at a time as it comes.
+    private static func readFile(
+        _ response: HTTPClientResponse, from offset: Int64, heard: DeadlineWatch.Hearing,
+        _ receive: @Sendable (Data) async throws -> Void
+    ) async throws {
+        let status = Int(response.status.code)
+        guard status == 200 || status == 206 else {
+            let body = try? await response.body.collect(upTo: 1024 * 1024)
+            try TransportRequest.check(status: status, body: body.map { Data(buffer: $0) } ?? Data())
+            throw TransportError(kind: .invalidResponse, status: status, message: "the server answered \(status)")
+        }
+        // A server that sends the whole file for a range request is read from the offset on.
+        var skip = status == 200 ? offset : 0
+        do {
+            for try await piece in response.body {
+                heard()
+                var bytes = Data(buffer: piece)
+                if skip > 0 {
+                    let dropped = min(skip, Int64(bytes.count))
+                    bytes.removeFirst(Int(dropped))
+                    skip -= dropped
+                }
+                // Storing a piece reads nothing: the silence limit waits meanwhile.
+                if !bytes.isEmpty { try await heard.resting { try await receive(bytes) } }
+            }
+        } catch let error as TransportError {
+            throw error
+        } catch let error as ClientError {
+            throw error
+        } catch {
+            throw TransportError.droppedExchange(underlying: error)
+        }
+    }
+
     private func send<T: Decodable>(
         _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data? = nil
     ) async throws -> T {
@@ -135,10 +211,11 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     /// with `JSONDecoder`.
     private func send<T>(
         _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data? = nil,
-        decode: (Data) throws -> T
+        contentType: String = "application/json", decode: (Data) throws -> T
     ) async throws -> T {
         try await bearer.authorizing { token in
-            try await sendOnce(method, path: path, query: query, body: body, token: token, decode: decode)
+            try await sendOnce(
+                method, path: path, query: query, body: body, contentType: contentType, token: token, decode: decode)
         }
     }
 
@@ -159,10 +236,10 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
 
     /// One exchange with `token`.
     private func sendOnce<T>(
-        _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?, token: String,
-        decode: (Data) throws -> T
+        _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?, contentType: String,
+        token: String, decode: (Data) throws -> T
     ) async throws -> T {
-        let request = try makeRequest(method, path: path, query: query, body: body, token: token)
+        let request = try makeRequest(method, path: path, query: query, body: body, contentType: contentType, token: token)
         let (client, timeout) = (client, timeout)
         let (response, bytes) = try await untilSilent { heard in
             let response = try await Self.head(of: request, client: client, timeout: timeout, heard: heard)
@@ -317,7 +394,8 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     }
 
     private func makeRequest(
-        _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?, token: String
+        _ method: HTTPMethod, path: String, query: [(String, String?)], body: Data?,
+        contentType: String = "application/json", token: String
     ) throws -> HTTPClientRequest {
         let url = try TransportRequest.url(baseURL, path: path, query: query)
         var request = HTTPClientRequest(url: url.absoluteString)
@@ -326,7 +404,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         request.headers.add(name: "Accept", value: "application/json")
         request.headers.add(name: ProtocolFeature.header, value: ProtocolFeature.allNames)
         if let body {
-            request.headers.add(name: "Content-Type", value: "application/json")
+            request.headers.add(name: "Content-Type", value: contentType)
             request.body = .bytes(ByteBuffer(bytes: body))
         }
         return request

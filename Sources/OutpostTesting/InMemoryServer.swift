@@ -29,10 +29,23 @@ public actor InMemoryServer {
     /// Decides which mutations the server rejects, with a code and message.
     private let rejection: @Sendable (Mutation) -> WireError.Detail?
     /// Records as they stand, and every change in order: a pull cursor is a position in `log`.
-    private var records: [String: Change] = [:]
+    var records: [String: Change] = [:]
     private var log: [Change] = []
     /// The field whose value is a collection's scope, as the server's policies say.
     private let scopeFields: [String: String]
+    /// Files uploaded, whole or in part, by digest.
+    var files: [String: StoredFile] = [:]
+    /// The largest file the server takes, when it has a limit.
+    public internal(set) var maxFileBytes: Int64?
+    /// Every range of a file the server stored, in order: its digest and offset.
+    public internal(set) var uploadedRanges: [(sha256: String, offset: Int64)] = []
+
+    struct StoredFile {
+        var size: Int64
+        var type: String
+        var bytes: Data
+        var complete: Bool
+    }
 
     /// A server whose scoped collections are `scopeFields` (the field naming each one's scope), refusing what
     /// `rejection` gives a code and message for.
@@ -105,6 +118,10 @@ public actor InMemoryServer {
                 }
                 if let detail = rejection(mutation) {
                     return .rejected(mutation.idempotencyKey, detail.code, detail.message)
+                }
+                for (field, file) in FileReference.references(in: mutation.fields) where files[file.sha256]?.complete != true {
+                    return .rejected(
+                        mutation.idempotencyKey, .fileMissing, "the file in \(field) is not on the server whole; upload it first")
                 }
                 let scope: String
                 switch self.scope(of: mutation) {
@@ -195,10 +212,14 @@ public actor InMemoryServer {
 }
 
 /// A transport straight to an ``InMemoryServer``, with a switch for the network.
-public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransport, RecordIdKeyTransport, Sendable {
+public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransport, RecordIdKeyTransport, FileTransport,
+    Sendable
+{
     public let server: InMemoryServer
     private let online = NIOLockedValueBox(true)
     private let pushes = NIOLockedValueBox(0)
+    /// How many more ranges of files reach the server before the link goes down; nil: no limit.
+    private let rangesBeforeCut = NIOLockedValueBox<Int?>(nil)
 
     public init(server: InMemoryServer) {
         self.server = server
@@ -212,6 +233,50 @@ public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransp
 
     /// How many pushes reached the server.
     public var pushCount: Int { pushes.withLockedValue { $0 } }
+
+    /// Lets `ranges` more ranges of files through, then takes the link down (``isOnline`` false) as the next one
+    /// goes out: an upload cut part-way.
+    public func cutUploads(after ranges: Int) {
+        rangesBeforeCut.withLockedValue { $0 = ranges }
+    }
+
+    public func upload(of sha256: String, collection: String) async throws -> FileUpload? {
+        guard isOnline else { throw TransportError(kind: .network, message: "offline") }
+        return await server.upload(of: sha256)
+    }
+
+    public func uploadRange(
+        _ bytes: Data, of file: FileReference, collection: String, at offset: Int64
+    ) async throws
+        -> FileUpload
+    {
+        let cut = rangesBeforeCut.withLockedValue { left -> Bool in
+            guard let remaining = left else { return false }
+            if remaining == 0 {
+                left = nil
+                return true
+            }
+            left = remaining - 1
+            return false
+        }
+        if cut { isOnline = false }
+        guard isOnline else { throw TransportError(kind: .network, message: "offline") }
+        return try await server.uploadRange(bytes, of: file, at: offset)
+    }
+
+    public func download(
+        _ sha256: String, collection: String, scope: String?, recordId: String, from offset: Int64,
+        receive: @escaping @Sendable (Data) async throws -> Void
+    ) async throws {
+        guard isOnline else { throw TransportError(kind: .network, message: "offline") }
+        let bytes = try await server.file(sha256, collection: collection, scope: scope ?? "", recordId: recordId)
+        var start = Int(offset)
+        while start < bytes.count {
+            let end = min(start + 100_000, bytes.count)
+            try await receive(bytes.subdata(in: start..<end))
+            start = end
+        }
+    }
 
     public func push(_ request: PushRequest) async throws -> PushResponse {
         guard isOnline else { throw TransportError(kind: .network, message: "offline") }

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostProtocol
 
 /// What a UI shows about sync: published by ``SyncEngine`` whenever it changes.
 public struct SyncStatus: Sendable, Hashable {
@@ -22,6 +23,10 @@ public struct SyncStatus: Sendable, Hashable {
     /// Why the last push failed, such as "The connection to the server broke before it answered", while the
     /// sync that tries again runs or waits; nil once a push is answered.
     public var lastFailure: String?
+    /// The bytes of attached files that wait to upload with their records (see ``Attachment``).
+    public var pendingUploadBytes: Int64 = 0
+    /// The file being uploaded, while a sync sends one: how far it has come.
+    public var upload: FileTransfer?
     /// Held while records have failed to sync for over the escalation threshold; cannot be dismissed.
     public var persistentFailureNotice: PersistentFailureNotice?
     /// Whether someone is signed in on the device, and whether their token works: see ``SignInState``.
@@ -211,4 +216,19 @@ public struct SyncProgress: Sendable, Hashable {
         self.chunk = chunk
         self.retrying = retrying
     }
+}
+
+/// A file on its way to or from the server: how many of its bytes have gone.
+public struct FileTransfer: Sendable, Hashable {
+    public var file: FileReference
+    /// The bytes the server holds (an upload), or the device (a download).
+    public var done: Int64
+
+    public init(file: FileReference, done: Int64) {
+        self.file = file
+        self.done = done
+    }
+
+    /// How far it has come, from 0 to 1.
+    public var fraction: Double { file.size == 0 ? 1 : Double(done) / Double(file.size) }
 }

@@ -238,6 +238,40 @@ extension LocalStore {
             // A deleted record is a tombstone on the device as on the server.
             try db.execute(sql: "ALTER TABLE records RENAME COLUMN deleted TO tombstone")
         }
+        migrator.registerMigration("v12-files") { db in
+            // Files records carry (`FileReference`): one row a file, by digest, however many records name it; its
+            // bytes sealed in chunks, each in a row of its own (a rowid table: large rows do not belong in a
+            // b-tree keyed by them); and which record fields name which file, so that the bytes waiting to
+            // upload are counted without opening a payload.
+            try db.execute(
+                sql: """
+                    CREATE TABLE files (
+                      sha256 TEXT PRIMARY KEY,
+                      size INTEGER NOT NULL,
+                      type TEXT NOT NULL,
+                      stored INTEGER NOT NULL,
+                      upload_state TEXT NOT NULL,
+                      uploaded INTEGER NOT NULL DEFAULT 0,
+                      upload_error TEXT,
+                      created_at INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    CREATE TABLE file_chunks (
+                      sha256 TEXT NOT NULL,
+                      start INTEGER NOT NULL,
+                      data BLOB NOT NULL,
+                      PRIMARY KEY (sha256, start)
+                    );
+                    CREATE TABLE file_uses (
+                      collection TEXT NOT NULL,
+                      scope TEXT NOT NULL,
+                      record_id TEXT NOT NULL,
+                      field TEXT NOT NULL,
+                      sha256 TEXT NOT NULL,
+                      PRIMARY KEY (collection, scope, record_id, field)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX file_uses_by_file ON file_uses (sha256);
+                    """)
+        }
         return migrator
     }
 }

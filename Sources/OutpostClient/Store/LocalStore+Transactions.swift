@@ -147,8 +147,8 @@ extension LocalStore {
 }
 
 /// Runs `work`, which blocks its thread, on a dispatch thread while the caller is suspended.
-private func offCooperativeThreads(_ work: @escaping @Sendable () throws -> Void) async throws {
-    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+func offCooperativeThreads<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
         DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
     }
 }

@@ -179,8 +179,18 @@ public final class LocalStore: Sendable {
     ///   `isOfflineEntry` and the flag travels to the server as a field.
     /// - Throws: ``ClientError`` `invalidInput` for an id, scope or field the protocol refuses, or a scope that
     ///   differs from the one the write's fields name.
+    /// - Parameter files: files to store with the record, by the field that names each (see
+    ///   ``storeAttached(_:field:of:at:sealer:_:)``); the write's fields name them.
     @discardableResult
-    package func write(_ write: Write, deviceId: String, at date: Date, offline: Bool) async throws -> LocalRecord {
+    package func write(
+        _ requested: Write, deviceId: String, at date: Date, offline: Bool, files: [String: StagedFile] = [:]
+    ) async throws -> LocalRecord {
+        guard files.isEmpty || requested.op == .upsert else {
+            throw ClientError(.invalidInput, "a delete carries no files")
+        }
+        var naming = requested
+        for (field, file) in files { naming.fields[field] = file.reference.json }
+        let write = naming
         try Self.validate(write, schema: schema)
         let sealer = self.sealer
         let clientTime = self.clientTime
@@ -195,6 +205,9 @@ public final class LocalStore: Sendable {
                 // Most local writes create their record: a probe of the key alone, and the row read only when
                 // there is one.
                 let key = RecordKey(write.collection, scope, write.recordId)
+                for (field, file) in files {
+                    try Self.storeAttached(file, field: field, of: key, at: time, sealer: sealer, db)
+                }
                 let found = try RecordRow.exists(key, db) ? try RecordRow.find(key, db)?.open(with: sealer) : nil
                 let decision = try Self.decide(write, found: found, scope: scope, at: timestamp, offline: offline)
                 let record = decision.record
@@ -371,6 +384,9 @@ public final class LocalStore: Sendable {
         if write.fields.values.contains(where: { $0.depth > Mutation.maxValueDepth }) {
             throw ClientError(
                 .invalidInput, "field values may nest arrays and objects at most \(Mutation.maxValueDepth) deep")
+        }
+        for value in write.fields.values {
+            if case .failure(let problem) = FileReference.parse(value) { throw ClientError(.invalidInput, problem.description) }
         }
     }
 

@@ -70,6 +70,8 @@ public actor SyncEngine {
     private var settling: Task<Bool, Never>?
     /// Records whose write the server last answered, in this process, by keeping an earlier one from elsewhere.
     private var keptElsewhere: Set<RecordKey> = []
+    /// Whether the store holds files, so that the status counts the bytes waiting to upload; nil until looked at.
+    var holdsFiles: Bool?
 
     public init(
         store: LocalStore,
@@ -113,6 +115,8 @@ public actor SyncEngine {
         status.pendingCount = counts.pending
         status.failedCount = counts.failed
         status.refusedCount = counts.refused
+        if holdsFiles == nil { holdsFiles = try await store.holdsFiles() }
+        if holdsFiles == true { status.pendingUploadBytes = try await store.pendingUploadBytes() }
         publish()
     }
 
@@ -133,12 +137,18 @@ public actor SyncEngine {
     ///   engine's time by default. A time before the device's last write is stamped just after it.
     @discardableResult
     public func save(_ write: LocalStore.Write, at time: Date? = nil) async throws -> LocalRecord {
+        try await save(write, files: [:], at: time ?? now())
+    }
+
+    /// ``save(_:at:)`` of a write with `files` stored with it, by the field that names each.
+    func save(_ write: LocalStore.Write, files: [String: StagedFile], at time: Date) async throws -> LocalRecord {
         let known = status.isConnectionKnown
         var write = write
         // Once the device holds the keys, a provisional id names the settled record.
         write.recordId = await currentId(of: write.recordId, in: write.collection, scope: write.scope ?? "")
+        if !files.isEmpty { holdsFiles = true }
         let record = try await store.write(
-            write, deviceId: configuration.deviceId, at: time ?? now(), offline: !status.isOnline)
+            write, deviceId: configuration.deviceId, at: time, offline: !status.isOnline, files: files)
         try await refreshStatus()
         if !known {
             if record.isOfflineEntry { unsettled.insert(RecordKey(record.collection, record.scope, record.recordId)) }
@@ -460,6 +470,8 @@ public actor SyncEngine {
                 async let following = store.outbox.chunk(after: lastSeq, limit: configuration.chunkSize, only: records)
                 let response: PushResponse
                 do {
+                    // A record's files go before the mutation that names them: the server takes it only then.
+                    try await uploadFiles(of: chunk, retrying: retrying)
                     let request = PushRequest(deviceId: configuration.deviceId, mutations: chunk.map(\.mutation))
                     let (sent, total, chunks) = (run.sent, max(run.total, run.sent + chunk.count), run.summary.chunks)
                     response = try await push(request, retrying: retrying) { wait, reason in
@@ -552,10 +564,20 @@ public actor SyncEngine {
     private func push(
         _ request: PushRequest, retrying: Bool, waiting: (_ wait: Duration, _ reason: String) -> Void = { _, _ in }
     ) async throws -> PushResponse {
+        try await exchange(retrying: retrying, waiting: waiting) { [transport] in try await transport.push(request) }
+    }
+
+    /// One exchange of a sync with the server, tried again after each of the retry delays while it fails for a
+    /// reason a wait can outgrow; `waiting` is told before each wait. What it finds of the connection is in
+    /// ``status``.
+    func exchange<T: Sendable>(
+        retrying: Bool, waiting: (_ wait: Duration, _ reason: String) -> Void = { _, _ in },
+        _ call: @Sendable () async throws -> T
+    ) async throws -> T {
         var attempt = 0
         while true {
             do {
-                let response = try await transport.push(request)
+                let response = try await call()
                 if !status.isOnline || status.serverProblem != nil || status.lastFailure != nil || status.needsSignIn {
                     status.isOnline = true
                     status.serverProblem = nil

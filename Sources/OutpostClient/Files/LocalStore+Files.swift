@@ -1,0 +1,157 @@
+import Crypto
+import Foundation
+import GRDB
+import OutpostProtocol
+
+/// The files records carry (``FileReference``), sealed on the device: attached with a local write, read back a
+/// range at a time for their upload, and downloaded on demand.
+extension LocalStore {
+    /// The size of the chunks a file's bytes are sealed and stored in: a read for an upload or a screen opens
+    /// only the chunks it needs.
+    package static let fileChunkBytes = 512 * 1024
+
+    /// Stores `file`, named by `field` of `record`, within a local write's transaction: its bytes are read
+    /// again, sealed chunk by chunk and checked against the digest the write names, so that the record and
+    /// its file are committed together or not at all. A file the device already holds whole is not stored twice.
+    ///
+    /// - Throws: ``ClientError`` `invalidInput` when the file changed since it was staged.
+    static func storeAttached(
+        _ file: StagedFile, field: String, of record: RecordKey, at time: Int64, sealer: Sealer, _ db: Database
+    ) throws {
+        let reference = file.reference
+        if var existing = try FileRow.find(reference.sha256, db), existing.isWhole {
+            if existing.uploadState == .refused {
+                // Attached again: it is tried again, under the collection's limits as they are now.
+                existing.uploadState = .pending
+                existing.uploadError = nil
+                try existing.update(db)
+            }
+        } else {
+            try FileChunks.deleteAll(reference.sha256, db)
+            var hasher = SHA256()
+            var start: Int64 = 0
+            try StagedFile.forEachPiece(of: file.source) { piece in
+                hasher.update(data: piece)
+                try FileChunks.insert(reference.sha256, start: start, bytes: piece, sealer: sealer, db)
+                start += Int64(piece.count)
+            }
+            guard start == reference.size, hasher.finalize().hexString == reference.sha256 else {
+                throw ClientError(.invalidInput, "the file changed while it was being saved; attach it again")
+            }
+            var row = FileRow(reference: reference, state: .pending, at: time)
+            row.stored = reference.size
+            try row.save(db)
+        }
+        try FileUses.insert(reference.sha256, field: field, of: record, db)
+    }
+
+    /// The file `sha256` as the device holds it, or nil.
+    func file(_ sha256: String) async throws -> FileRow? {
+        try await perform { try await read { db in try FileRow.find(sha256, db) } }
+    }
+
+    /// At most `count` bytes of the file `sha256` from `offset`, opened.
+    func fileBytes(_ sha256: String, from offset: Int64, count: Int) async throws -> Data {
+        let sealer = self.sealer
+        return try await perform {
+            try await read { db in try FileChunks.bytes(sha256, from: offset, count: count, sealer: sealer, db) }
+        }
+    }
+
+    /// Records what the server said of the upload of `sha256`.
+    func noteUpload(_ upload: FileUpload) async throws {
+        try await perform {
+            try await writeUnflushed { db in
+                guard var row = try FileRow.find(upload.sha256, db), row.uploadState == .pending else { return }
+                row.uploaded = upload.complete ? row.size : upload.received
+                if upload.complete { row.uploadState = .uploaded }
+                try row.update(db)
+            }
+        }
+    }
+
+    /// Records that the server refused the file `sha256`, and why: it is not sent again until attached again.
+    func noteUploadRefused(_ sha256: String, reason: String) async throws {
+        try await perform {
+            try await writeUnflushed { db in
+                guard var row = try FileRow.find(sha256, db), row.uploadState == .pending else { return }
+                row.uploadState = .refused
+                row.uploadError = reason
+                try row.update(db)
+            }
+        }
+    }
+
+    /// Whether the store holds any file.
+    func holdsFiles() async throws -> Bool {
+        try await perform { try await read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM files)") ?? false } }
+    }
+
+    /// The bytes of attached files that still wait to upload, counted for records that wait to sync.
+    package func pendingUploadBytes() async throws -> Int64 {
+        try await perform {
+            try await read { db in
+                try Int64.fetchOne(
+                    db,
+                    sql: """
+                        SELECT COALESCE(SUM(f.size - f.uploaded), 0) FROM files f
+                        WHERE f.upload_state = 'pending' AND EXISTS (
+                          SELECT 1 FROM file_uses u JOIN records r
+                            ON r.collection = u.collection AND r.scope = u.scope AND r.record_id = u.record_id
+                          WHERE u.sha256 = f.sha256 AND r.sync_status IN ('pending', 'failed'))
+                        """) ?? 0
+            }
+        }
+    }
+
+    // MARK: Downloads
+
+    /// Starts or resumes keeping `reference` on the device: the bytes already stored, from the start.
+    func beginDownload(_ reference: FileReference, at time: Date) async throws -> Int64 {
+        try await perform {
+            try await writeUnflushed { db in
+                if let row = try FileRow.find(reference.sha256, db) { return row.stored }
+                try FileRow(reference: reference, state: .remote, at: Timestamp(time).millisecondsSince1970).insert(db)
+                return 0
+            }
+        }
+    }
+
+    /// Stores downloaded bytes of `sha256` at `start`, which is where the bytes stored end: whole chunks, but the
+    /// file's last. Unflushed: the server gives them again.
+    func storeDownloaded(_ sha256: String, start: Int64, bytes: Data) async throws {
+        let sealer = self.sealer
+        try await perform {
+            try await writeUnflushed { db in
+                guard var row = try FileRow.find(sha256, db), row.stored == start else { return }
+                try FileChunks.insert(sha256, start: start, bytes: bytes, sealer: sealer, db)
+                row.stored = start + Int64(bytes.count)
+                try row.update(db)
+            }
+        }
+    }
+
+    /// Whether the bytes stored of `sha256` have its digest; when they do not, they are deleted, so that the
+    /// next download starts again.
+    func checkDownloaded(_ sha256: String) async throws -> Bool {
+        let sealer = self.sealer
+        return try await perform {
+            try await writeUnflushed { db in
+                guard var row = try FileRow.find(sha256, db) else { return false }
+                var hasher = SHA256()
+                var offset: Int64 = 0
+                while offset < row.stored {
+                    let bytes = try FileChunks.bytes(sha256, from: offset, count: Self.fileChunkBytes, sealer: sealer, db)
+                    guard !bytes.isEmpty else { break }
+                    hasher.update(data: bytes)
+                    offset += Int64(bytes.count)
+                }
+                if offset == row.size, hasher.finalize().hexString == sha256 { return true }
+                try FileChunks.deleteAll(sha256, db)
+                row.stored = 0
+                try row.update(db)
+                return false
+            }
+        }
+    }
+}

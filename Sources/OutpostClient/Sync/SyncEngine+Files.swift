@@ -1,0 +1,216 @@
+import Foundation
+import OutpostProtocol
+
+/// Files through the outbox: a record's files are saved with it, uploaded before the mutation that names them,
+/// and downloaded when a screen needs them.
+extension SyncEngine {
+    /// The most bytes of a file one upload request carries.
+    static let uploadRangeBytes = 4 * 1024 * 1024
+
+    /// Saves a local action with files attached, each named by a field of the record, in one durable
+    /// transaction: the record, its outbox entry and the files' sealed bytes are committed together or not at all.
+    ///
+    /// The record is not synced until the server holds its files too: a sync uploads each file before the
+    /// mutation that names it, resuming an upload that was cut where the server's bytes end, and a file the
+    /// server already holds (the same photo on two records) is not sent again. Each file is read twice, in
+    /// pieces: once for its digest, once to store it. Like ``save(_:at:)``, it never waits on the network.
+    ///
+    /// - Throws: ``ClientError`` `invalidInput` for a media type or name a file cannot carry, a file that cannot
+    ///   be read or that changed while it was saved, or a write the store refuses.
+    @discardableResult
+    public func save(
+        _ write: LocalStore.Write, attaching files: [String: Attachment], at time: Date? = nil
+    ) async throws
+        -> LocalRecord
+    {
+        let time = time ?? now()
+        var staged: [String: StagedFile] = [:]
+        for (field, attachment) in files { staged[field] = try await StagedFile.stage(attachment) }
+        return try await save(write, files: staged, at: time)
+    }
+
+    /// Where a file a record names stands on this device.
+    public func fileState(_ file: FileReference) async throws -> LocalFileState {
+        guard let row = try await store.file(file.sha256) else { return LocalFileState(storedBytes: 0, uploadedBytes: 0) }
+        return LocalFileState(
+            storedBytes: row.stored,
+            uploadedBytes: row.uploadState == .remote ? row.size : row.uploaded,
+            uploadError: row.uploadState == .refused ? row.uploadError : nil)
+    }
+
+    // MARK: Uploads
+
+    /// Uploads the files the mutations of `chunk` name that the server does not hold yet and this device does.
+    ///
+    /// A file the server refuses (too large, of a type its collection does not take) is marked so and not sent
+    /// again; the mutation still goes, and the server refuses it with the reason, so that its record shows it.
+    ///
+    /// - Throws: ``TransportError`` when an upload cannot be delivered: the sync ends as a push that failed would.
+    func uploadFiles(of chunk: [OutboxEntry], retrying: Bool) async throws {
+        var seen = Set<String>()
+        for entry in chunk where entry.mutation.op == .upsert {
+            for file in FileReference.references(in: entry.mutation.fields).values where seen.insert(file.sha256).inserted {
+                guard let row = try await store.file(file.sha256), row.uploadState == .pending, row.isWhole else { continue }
+                guard let files = transport as? any FileTransport else { throw TransportError.carriesNoFiles }
+                try await upload(file, of: entry.mutation.collection, from: row.uploaded, via: files, retrying: retrying)
+            }
+        }
+    }
+
+    /// Uploads `file` in ranges, from where the server's bytes end.
+    private func upload(
+        _ file: FileReference, of collection: String, from uploaded: Int64, via files: any FileTransport, retrying: Bool
+    ) async throws {
+        defer {
+            status.upload = nil
+            publish()
+        }
+        do {
+            var upload = try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }
+            while upload?.complete != true {
+                let offset = upload?.received ?? 0
+                status.upload = FileTransfer(file: file, done: offset)
+                status.pendingUploadBytes = try await store.pendingUploadBytes()
+                publish()
+                let bytes = try await store.fileBytes(file.sha256, from: offset, count: Self.uploadRangeBytes)
+                guard offset + Int64(bytes.count) <= file.size, !bytes.isEmpty || file.size == offset else {
+                    throw ClientError(.storeCorrupt, "a file's bytes on the device end before its size")
+                }
+                do {
+                    let answer = try await exchange(retrying: retrying) {
+                        try await files.uploadRange(bytes, of: file, collection: collection, at: offset)
+                    }
+                    try await store.noteUpload(answer)
+                    upload = answer
+                } catch let error as TransportError where error.wire?.code == .uploadOffsetMismatch {
+                    // Another device uploads the same file, or an answer was lost: go on from the server's bytes.
+                    upload = try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }
+                }
+            }
+            if let upload { try await store.noteUpload(upload) }
+        } catch let error as TransportError where error.refusesFile {
+            try await store.noteUploadRefused(file.sha256, reason: error.wire?.message ?? Self.describe(error))
+        }
+        status.pendingUploadBytes = try await store.pendingUploadBytes()
+    }
+
+    // MARK: Downloads
+
+    /// The bytes of `file`, which field of `record` names: from the device when it holds them, else downloaded
+    /// (resuming a download that was cut), checked against the digest, and kept sealed on the device.
+    ///
+    /// - Parameter progress: told how many bytes the device holds as they arrive.
+    /// - Throws: ``TransportError`` when the server cannot give it (404 when the person may not read the record
+    ///   or the record does not name the file); ``ClientError`` when it cannot be stored.
+    public func fileData(
+        _ file: FileReference, of record: LocalRecord, progress: (@Sendable (FileTransfer) -> Void)? = nil
+    ) async throws -> Data {
+        try await download(file, of: record, progress: progress)
+        return try await store.fileBytes(file.sha256, from: 0, count: Int(file.size))
+    }
+
+    /// ``fileData(_:of:progress:)`` written to `url`, a piece at a time.
+    public func exportFile(
+        _ file: FileReference, of record: LocalRecord, to url: URL, progress: (@Sendable (FileTransfer) -> Void)? = nil
+    ) async throws {
+        try await download(file, of: record, progress: progress)
+        guard FileManager.default.createFile(atPath: url.path, contents: nil) else {
+            throw ClientError(.invalidInput, "cannot write \(url.lastPathComponent)")
+        }
+        let handle = try FileHandle(forWritingTo: url)
+        defer { try? handle.close() }
+        var offset: Int64 = 0
+        while offset < file.size {
+            let bytes = try await store.fileBytes(file.sha256, from: offset, count: LocalStore.fileChunkBytes)
+            try handle.write(contentsOf: bytes)
+            offset += Int64(bytes.count)
+        }
+    }
+
+    /// Makes sure the device holds all of `file`.
+    private func download(
+        _ file: FileReference, of record: LocalRecord, progress: (@Sendable (FileTransfer) -> Void)?
+    ) async throws {
+        var stored = try await store.beginDownload(file, at: now())
+        if stored == file.size { return }
+        guard let files = transport as? any FileTransport else { throw TransportError.carriesNoFiles }
+        try await Self.fetch(file, of: record, from: stored, via: files, into: store, progress: progress)
+        stored = try await store.file(file.sha256)?.stored ?? 0
+        guard stored == file.size, try await store.checkDownloaded(file.sha256) else {
+            throw TransportError(kind: .invalidResponse, message: "the file the server sent is not the one the record names")
+        }
+        progress?(FileTransfer(file: file, done: file.size))
+    }
+}
+
+extension SyncEngine {
+    /// Downloads `file` from byte `stored` into `store`, in whole chunks at fixed offsets (the last one short).
+    private static func fetch(
+        _ file: FileReference, of record: LocalRecord, from stored: Int64, via files: any FileTransport,
+        into store: LocalStore, progress: (@Sendable (FileTransfer) -> Void)?
+    ) async throws {
+        let sink = DownloadSink(file: file, start: stored, store: store, progress: progress)
+        try await files.download(
+            file.sha256, collection: record.collection, scope: record.scope.isEmpty ? nil : record.scope,
+            recordId: record.recordId, from: stored
+        ) { piece in try await sink.add(piece) }
+        try await sink.finish()
+    }
+}
+
+/// A download's bytes on their way into the store, gathered into whole chunks at fixed offsets (the last one
+/// short).
+private actor DownloadSink {
+    let file: FileReference
+    let store: LocalStore
+    let progress: (@Sendable (FileTransfer) -> Void)?
+    private var start: Int64
+    private var buffer = Data()
+
+    init(file: FileReference, start: Int64, store: LocalStore, progress: (@Sendable (FileTransfer) -> Void)?) {
+        self.file = file
+        self.start = start
+        self.store = store
+        self.progress = progress
+    }
+
+    func add(_ piece: Data) async throws {
+        buffer.append(piece)
+        let chunkBytes = LocalStore.fileChunkBytes
+        while buffer.count >= chunkBytes {
+            try await store.storeDownloaded(file.sha256, start: start, bytes: Data(buffer.prefix(chunkBytes)))
+            buffer = Data(buffer.dropFirst(chunkBytes))
+            start += Int64(chunkBytes)
+            progress?(FileTransfer(file: file, done: start))
+        }
+    }
+
+    func finish() async throws {
+        guard !buffer.isEmpty else { return }
+        try await store.storeDownloaded(file.sha256, start: start, bytes: buffer)
+        buffer = Data()
+    }
+}
+
+/// Where a file a record names stands on the device: how much of it is here, and how much the server holds.
+public struct LocalFileState: Sendable, Hashable {
+    /// The bytes of it on the device: all of them for a file attached here or downloaded.
+    public var storedBytes: Int64
+    /// The bytes the server holds, as far as this device knows.
+    public var uploadedBytes: Int64
+    /// Why the server refused it, when it did.
+    public var uploadError: String?
+}
+
+extension TransportError {
+    static let carriesNoFiles = TransportError(
+        kind: .server, status: 501, message: "this connection to the server carries no files")
+
+    /// Whether the server refused a file for good: too large, of a type its collection does not take, not the
+    /// bytes its digest names, or a collection the person may not write.
+    var refusesFile: Bool {
+        guard kind == .server, let status, (400..<500).contains(status), status != 401, status != 408, status != 429
+        else { return false }
+        return wire?.code != .uploadOffsetMismatch
+    }
+}

@@ -1,0 +1,180 @@
+import Crypto
+import Foundation
+import GRDB
+import NIOConcurrencyHelpers
+import OutpostClient
+import OutpostProtocol
+import OutpostTesting
+import Testing
+
+@testable import OutpostClient
+
+/// Files through the outbox: stored sealed with their record, uploaded before the mutation that names them,
+/// resumed where the server's bytes end, stored there once, and fetched on demand by another device.
+@Suite("Files through the outbox", .timeLimit(.minutes(5)))
+struct FileSyncTests {
+    struct Harness {
+        let store: LocalStore
+        let server: InMemoryServer
+        let transport: InMemoryTransport
+        let engine: SyncEngine
+    }
+
+    func withEngine(server: InMemoryServer = InMemoryServer(), _ body: (Harness) async throws -> Void) async throws {
+        try await withStore { store, _ in
+            let transport = InMemoryTransport(server: server)
+            let engine = SyncEngine(
+                store: store, transport: transport,
+                configuration: SyncConfiguration(deviceId: "dev-1", retryDelays: [], deliversAfterSave: false),
+                clock: ManualClock(), now: ManualNow().closure)
+            await engine.setOnline(true)
+            try await body(Harness(store: store, server: server, transport: transport, engine: engine))
+        }
+    }
+
+    /// Bytes that differ from one test to the next, of `count` bytes.
+    static func photo(_ count: Int, seed: UInt8 = 7) -> Data {
+        Data((0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed)) })
+    }
+
+    static func digest(_ data: Data) -> String { Array(SHA256.hash(data: data)).hexString }
+
+    @Test("a file attached offline is stored sealed with its record; the record is synced only once the file is on the server")
+    func attachedOfflineSyncsWithItsFile() async throws {
+        try await withEngine { h in
+            // Given a 5 MB photo attached to a build while offline,
+            h.transport.isOnline = false
+            await h.engine.setOnline(false)
+            let photo = Self.photo(5_000_000)
+            let record = try await h.engine.save(
+                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
+                attaching: ["photo": Attachment(data: photo, type: "image/jpeg", name: "shed.jpg")])
+            // the record names it, and the store holds it sealed: no run of its bytes is in the file in the clear,
+            let reference = try #require(FileReference.references(in: record.fields)["photo"])
+            #expect(reference == FileReference(sha256: Self.digest(photo), size: 5_000_000, type: "image/jpeg", name: "shed.jpg"))
+            try await h.store.checkpoint()
+            let file = try Data(contentsOf: h.store.url)
+            #expect(file.range(of: photo.subdata(in: 1_000_000..<1_000_064)) == nil)
+            #expect(try await h.engine.fileState(reference).storedBytes == 5_000_000)
+            try await h.engine.refreshStatus()
+            #expect(await h.engine.status.pendingUploadBytes == 5_000_000)
+            // when the link returns and it syncs,
+            h.transport.isOnline = true
+            let summary = try await h.engine.sync(retrying: false)
+            // then the file went first, in ranges, whole, and the record after it: synced, nothing left to upload.
+            #expect(summary.synced == 1)
+            #expect(await h.server.upload(of: reference.sha256)?.complete == true)
+            #expect(await h.server.uploadedRanges.map(\.offset) == [0, 4_194_304])
+            #expect(try await h.store.record(collection: "builds", recordId: "b1")?.syncStatus == .synced)
+            #expect(await h.engine.status.pendingUploadBytes == 0)
+            #expect(try await h.engine.fileState(reference).uploadedBytes == 5_000_000)
+        }
+    }
+
+    @Test("an upload cut part-way keeps the record pending, and the next sync resumes after the last range the server took")
+    func cutUploadResumes() async throws {
+        try await withEngine { h in
+            let photo = Self.photo(10_000_000)
+            try await h.engine.save(
+                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
+                attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
+            // Given a link that goes down after the first range,
+            h.transport.cutUploads(after: 1)
+            let first = try await h.engine.sync(retrying: false)
+            // the record is not synced, and the server holds the first range alone,
+            #expect(first.synced == 0 && first.failed == 1)
+            #expect(try await h.store.record(collection: "builds", recordId: "b1")?.syncStatus == .failed)
+            #expect(await h.server.applied.isEmpty)
+            #expect(await h.server.upload(of: Self.digest(photo))?.received == 4_194_304)
+            // when the link returns,
+            h.transport.isOnline = true
+            let second = try await h.engine.sync(retrying: false)
+            // then the upload goes on from there, each byte sent once, and the record is synced.
+            #expect(second.synced == 1)
+            #expect(await h.server.uploadedRanges.map(\.offset) == [0, 4_194_304, 8_388_608])
+            #expect(try await h.store.record(collection: "builds", recordId: "b1")?.syncStatus == .synced)
+        }
+    }
+
+    @Test("the same photo on two records is stored once on the device and uploaded once")
+    func samePhotoTwice() async throws {
+        try await withEngine { h in
+            let photo = Self.photo(700_000)
+            for id in ["b1", "b2"] {
+                try await h.engine.save(
+                    LocalStore.Write(collection: "builds", recordId: id, fields: ["name": "Shed"]),
+                    attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
+            }
+            let chunks = try await h.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM file_chunks") }
+            #expect(chunks == 2)
+            let summary = try await h.engine.sync(retrying: false)
+            #expect(summary.synced == 2)
+            #expect(await h.server.uploadedRanges.count == 1)
+        }
+    }
+
+    @Test("a file the server refuses is not sent again; its record is refused with the server's reason")
+    func refusedFile() async throws {
+        let server = InMemoryServer()
+        await server.setMaxFileBytes(1_000_000)
+        try await withEngine(server: server) { h in
+            let record = try await h.engine.save(
+                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
+                attaching: ["photo": Attachment(data: Self.photo(2_000_000), type: "image/jpeg")])
+            let reference = try #require(FileReference.references(in: record.fields)["photo"])
+            let summary = try await h.engine.sync(retrying: false)
+            #expect(summary.refused == 1)
+            #expect(await h.server.uploadedRanges.isEmpty)
+            let stored = try #require(try await h.store.record(collection: "builds", recordId: "b1"))
+            #expect(stored.syncStatus == .refused)
+            #expect(stored.syncErrorCode == WireError.Code.fileMissing.rawValue)
+            #expect(try await h.engine.fileState(reference).uploadError == "files are at most 1000000 bytes")
+            #expect(await h.engine.status.pendingUploadBytes == 0)
+        }
+    }
+
+    @Test("a file changed between its digest and its storing is refused, and nothing of the write is stored")
+    func changedFileRefused() async throws {
+        try await withEngine { h in
+            let url = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-file-\(UUID()).jpg")
+            defer { try? FileManager.default.removeItem(at: url) }
+            try Self.photo(600_000).write(to: url)
+            let staged = try await StagedFile.stage(Attachment(contentsOf: url, type: "image/jpeg"))
+            try Self.photo(600_000, seed: 9).write(to: url)
+            await #expect(throws: ClientError.self) {
+                try await h.engine.save(
+                    LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]), files: ["photo": staged],
+                    at: Date())
+            }
+            #expect(try await h.store.record(collection: "builds", recordId: "b1") == nil)
+            #expect(try await h.store.outbox.count() == 0)
+            #expect(try await h.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM file_chunks") } == 0)
+        }
+    }
+
+    @Test("another device that may read the record fetches the file once, with progress, and keeps it sealed")
+    func downloadOnDemand() async throws {
+        let server = InMemoryServer()
+        let photo = Self.photo(1_300_000)
+        var sent: LocalRecord?
+        try await withEngine(server: server) { h in
+            sent = try await h.engine.save(
+                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
+                attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
+            _ = try await h.engine.sync(retrying: false)
+        }
+        let record = try #require(sent)
+        let reference = try #require(FileReference.references(in: record.fields)["photo"])
+        try await withEngine(server: server) { h in
+            let seen = NIOLockedValueBox<[Int64]>([])
+            let data = try await h.engine.fileData(reference, of: record) { progress in
+                seen.withLockedValue { $0.append(progress.done) }
+            }
+            #expect(data == photo)
+            #expect(seen.withLockedValue { $0 } == [524_288, 1_048_576, 1_300_000])
+            // Asked again, it comes from the device: nothing is downloaded.
+            h.transport.isOnline = false
+            #expect(try await h.engine.fileData(reference, of: record) == photo)
+        }
+    }
+}
