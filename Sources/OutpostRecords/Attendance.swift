@@ -36,6 +36,8 @@ public enum Attendance {
         public static let longitude = "longitude"
         /// The fix's horizontal accuracy in metres, when the location provider knows it.
         public static let accuracy = "accuracy_m"
+        /// An optional photo taken with the action, such as the signed sheet: a file (`FileReference`).
+        public static let photo = "photo"
     }
 
     /// A staff member's key for attendance record ids: 32 bytes the server derives from its secret, the

@@ -10,6 +10,16 @@ public enum Build {
 
     public static let maxNameLength = 200
 
+    /// The field of a build's photo at `index` (from 0): `photo`, then `photo_2`, `photo_3`, ….
+    public static func photoField(_ index: Int) -> String { index == 0 ? "photo" : "photo_\(index + 1)" }
+
+    /// The order of a photo field among a build's photos: `photo` first, then `photo_2`, …; other fields last.
+    public static func photoIndex(_ field: String) -> Int {
+        if field == "photo" { return 0 }
+        guard field.hasPrefix("photo_"), let number = Int(field.dropFirst(6)), number >= 2 else { return Int.max }
+        return number - 1
+    }
+
     /// What is wrong with a build's fields, or nil. Fields absent from an edit are not checked.
     public static func problem(in fields: [String: JSONValue]) -> String? {
         if let name = fields[Field.name] {

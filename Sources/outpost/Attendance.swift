@@ -62,11 +62,14 @@ extension DeviceStoreOptions {
 struct AttendanceCheckIn: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "check-in", abstract: "Check in for today.")
     @OptionGroup var location: LocationOptions
+    @Option(help: "A photo taken with it, such as the signed sheet: saved with it, uploaded before it.")
+    var photo: String?
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
+        let attached = try photo.map(attachment)
         try await options.withAttendance(location: location.provider) { log, device in
-            try await record(try await log.checkIn(), log: log, device: device)
+            try await record(try await log.checkIn(photo: attached), log: log, device: device)
         }
     }
 }
@@ -74,11 +77,14 @@ struct AttendanceCheckIn: AsyncParsableCommand {
 struct AttendanceCheckOut: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "check-out", abstract: "Check out for today.")
     @OptionGroup var location: LocationOptions
+    @Option(help: "A photo taken with it, such as the signed sheet: saved with it, uploaded before it.")
+    var photo: String?
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
+        let attached = try photo.map(attachment)
         try await options.withAttendance(location: location.provider) { log, device in
-            try await record(try await log.checkOut(), log: log, device: device)
+            try await record(try await log.checkOut(photo: attached), log: log, device: device)
         }
     }
 }

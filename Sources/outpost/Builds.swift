@@ -18,14 +18,20 @@ struct BuildsSave: AsyncParsableCommand {
     var name: String
     @Argument(help: "More fields as key=value; values that parse as JSON keep their type.")
     var fields: [String] = []
+    @Option(help: "A photo of the build (repeatable): saved with it, uploaded before it.")
+    var photo: [String] = []
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
         let values = try fieldValues(fields)
+        let photos = try photo.map(attachment)
         try await options.withDevice { device in
             let archive = BuildArchive(engine: device.engine)
-            let saved = try await archive.save(name: name, fields: values)
+            let saved = try await archive.save(name: name, fields: values, photos: photos)
             say("\(saved.message) (\(saved.build.buildId))")
+            for photo in try await archive.photos(of: saved.build) {
+                say("    \(photo.field) \(photo.file.name ?? "") (\(byteText(photo.file.size))): saved on this device")
+            }
             let ended = await Delivery.deliver(device.engine)
             let now = try await archive.current(saved)
             let status = await device.engine.status
@@ -52,7 +58,8 @@ struct BuildsList: AsyncParsableCommand {
     func run() async throws {
         try await options.withDevice { device in
             await Delivery.resume(device.engine)
-            let builds = try await BuildArchive(engine: device.engine).listWithSheets()
+            let archive = BuildArchive(engine: device.engine)
+            let builds = try await archive.listWithSheets()
             if builds.isEmpty { say("no builds") }
             for build in builds {
                 let sheet =
@@ -65,6 +72,7 @@ struct BuildsList: AsyncParsableCommand {
                 let shownAttempt = build.syncStatus == .synced ? "" : attempt
                 say("\(build.buildId)  \(build.name)  \(build.status.rawValue)\(sheet)\(shownAttempt)")
                 if let problem = build.problem { say("    \(problem)") }
+                for photo in try await archive.photos(of: build) { say("    \(photoLine(photo))") }
                 if build.sheet == .failed, let at = build.sheetRetryAt { say("    \(sheetRetryText(at))") }
             }
             await Delivery.showNotice(device.engine)
@@ -119,4 +127,18 @@ struct BuildsSyncAll: AsyncParsableCommand {
 /// due or under way), that it is trying now.
 func sheetRetryText(_ at: Date, now: Date = Date()) -> String {
     at > now ? "the server tries the sheet again at \(clockText(at))" : "the server is trying the sheet again now"
+}
+
+/// A photo's line under its build: "photo shed.jpg (5.2 MB): 40 % uploaded".
+func photoLine(_ photo: BuildPhoto) -> String {
+    let name = photo.file.name.map { " \($0)" } ?? ""
+    let state: String
+    switch photo.upload {
+    case .uploaded: state = "uploaded"
+    case .refused(let reason): state = "refused by the server: \(reason)"
+    case .uploading, .waiting:
+        let percent = Int(photo.uploadedFraction * 100)
+        state = percent == 0 ? "not uploaded yet" : "\(percent) % uploaded"
+    }
+    return "\(photo.field)\(name) (\(byteText(photo.file.size))): \(state)"
 }

@@ -15,7 +15,8 @@ struct DeviceCommand: AsyncParsableCommand {
         abstract: "Act as a field device: a durable encrypted store, an outbox and a sync engine.",
         subcommands: [
             DeviceInit.self, DeviceStatus.self, DeviceSync.self, DeviceRetry.self, DeviceRun.self,
-            DeviceRecords.self, DevicePut.self, DeviceNotice.self, DeviceDiscard.self, DeviceResolve.self, DeviceLogin.self,
+            DeviceRecords.self, DevicePut.self, DeviceFile.self, DeviceNotice.self, DeviceDiscard.self, DeviceResolve.self,
+            DeviceLogin.self,
         ])
 }
 
@@ -358,17 +359,25 @@ struct DevicePut: AsyncParsableCommand {
     var scope: String?
     @Flag(help: "Delete the record instead.")
     var delete = false
+    @Option(name: .customLong("file"), help: "Attach a file as field=path (repeatable); it uploads before the record.")
+    var files: [String] = []
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
         let values = try fieldValues(fields)
+        let attached = try attachments(files)
+        if delete && !attached.isEmpty { throw CLIError("a delete carries no files") }
         let scope = self.scope ?? StoreSchema.fieldApps.scope(of: values, in: collection)
         try await options.withDevice { device in
             let saved = try await device.engine.save(
                 LocalStore.Write(
-                    collection: collection, scope: scope, recordId: recordId, op: delete ? .delete : .upsert, fields: values))
+                    collection: collection, scope: scope, recordId: recordId, op: delete ? .delete : .upsert, fields: values),
+                attaching: attached)
             say("saved \(saved.path) on this device: pending sync (\(await device.engine.status.offlineIndicatorText))")
             try await Delivery.report(device, collection: collection, scope: saved.scope, recordId: saved.recordId)
+            if let record = try await device.engine.store.record(collection: collection, scope: saved.scope, recordId: saved.recordId) {
+                for line in try await fileLines(record, engine: device.engine) { say("    \(line)") }
+            }
         }
     }
 }

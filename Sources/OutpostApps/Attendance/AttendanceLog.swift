@@ -32,10 +32,11 @@ public struct AttendanceLog: Sendable {
     }
 
     /// Checks in for today.
+    /// - Parameter photo: an optional photo taken with it, saved with the record and uploaded before it.
     /// - Throws: ``ClientError`` `noLocationFix` without a GPS fix, `alreadyCheckedIn` when today has a
     ///   check-in; nothing is written then.
     @discardableResult
-    public func checkIn() async throws -> AttendanceEntry { try await record(.checkIn) }
+    public func checkIn(photo: Attachment? = nil) async throws -> AttendanceEntry { try await record(.checkIn, photo: photo) }
 
     /// Checks out for today.
     ///
@@ -45,14 +46,15 @@ public struct AttendanceLog: Sendable {
     /// it takes it when it holds the check-in, and refuses it otherwise. A device that has refreshed today
     /// (``refresh()``) knows, and refuses at once.
     ///
+    /// - Parameter photo: an optional photo taken with it, as ``checkIn(photo:)`` takes.
     /// - Throws: ``ClientError`` `noLocationFix`, `notCheckedIn` or `alreadyCheckedOut`; nothing is written then.
     @discardableResult
-    public func checkOut() async throws -> AttendanceEntry { try await record(.checkOut) }
+    public func checkOut(photo: Attachment? = nil) async throws -> AttendanceEntry { try await record(.checkOut, photo: photo) }
 
     /// The setting that holds the last day ``refresh()`` brought the user's records from the server.
     static let refreshedDaySetting = "attendance_refreshed_day"
 
-    private func record(_ action: Attendance.Action) async throws -> AttendanceEntry {
+    private func record(_ action: Attendance.Action, photo: Attachment?) async throws -> AttendanceEntry {
         guard let fix = await location.currentFix() else {
             throw ClientError(.noLocationFix, AppText.noLocationFix)
         }
@@ -89,7 +91,8 @@ public struct AttendanceLog: Sendable {
                 collection: Attendance.collection,
                 recordId: key.map { Attendance.recordId(key: $0, day: day, action: action) }
                     ?? Attendance.provisionalRecordId(userId: userId, day: day, action: action),
-                fields: fields))
+                fields: fields),
+            attaching: photo.map { [Attendance.Field.photo: $0] } ?? [:])
         guard var entry = AttendanceEntry(record) else {
             throw ClientError(.storeUnavailable, "the attendance record could not be read back")
         }

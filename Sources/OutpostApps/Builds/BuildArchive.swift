@@ -16,18 +16,58 @@ public struct BuildArchive: Sendable {
         self.newId = newId
     }
 
-    /// Saves a build locally, then tries to upload it when the device is online.
-    /// - Parameter fields: the crew's own fields besides the name.
-    /// - Throws: ``ClientError`` `invalidInput` for a name or field the server would refuse; nothing is
-    ///   written then. An upload failure is not thrown: the result says it.
-    public func save(name: String, fields: [String: JSONValue] = [:]) async throws -> BuildSave {
+    /// Saves a build locally, with its photos, then tries to upload it when the device is online.
+    ///
+    /// The photos are stored sealed with the build, in its transaction, and upload before it: the build is
+    /// uploaded only once the server holds every photo (see ``SyncEngine/save(_:attaching:at:)``).
+    /// - Parameters:
+    ///   - fields: the crew's own fields besides the name.
+    ///   - photos: the build's photos, in the fields `photo`, `photo_2`, … (``Build/photoField(_:)``).
+    /// - Throws: ``ClientError`` `invalidInput` for a name or field the server would refuse, or a photo that
+    ///   cannot be read; nothing is written then. An upload failure is not thrown: the result says it.
+    public func save(name: String, fields: [String: JSONValue] = [:], photos: [Attachment] = []) async throws -> BuildSave {
         var fields = fields
         fields[Build.Field.name] = .string(name)
         if let problem = Build.problem(in: fields) { throw ClientError(.invalidInput, problem) }
+        let attached = Dictionary(uniqueKeysWithValues: photos.enumerated().map { (Build.photoField($0.offset), $0.element) })
         // Saved and returned at once; the upload runs in the background.
         let record = try await engine.save(
-            LocalStore.Write(collection: Build.collection, recordId: newId(), fields: fields))
+            LocalStore.Write(collection: Build.collection, recordId: newId(), fields: fields), attaching: attached)
         return BuildSave(build: BuildEntry(record), connection: await engine.status.connection)
+    }
+
+    /// The photos of `build`, each with where it stands: on the device or not, and how far its upload has come.
+    public func photos(of build: BuildEntry) async throws -> [BuildPhoto] {
+        let status = await engine.status
+        var photos: [BuildPhoto] = []
+        for (field, file) in build.photos {
+            let state = try await engine.fileState(file)
+            let upload: BuildPhoto.Upload
+            if let error = state.uploadError {
+                upload = .refused(error)
+            } else if state.uploadedBytes >= file.size {
+                upload = .uploaded
+            } else if let moving = status.upload, moving.file.sha256 == file.sha256 {
+                upload = .uploading(moving)
+            } else {
+                upload = .waiting(uploaded: state.uploadedBytes)
+            }
+            photos.append(BuildPhoto(field: field, file: file, isOnDevice: state.storedBytes >= file.size, upload: upload))
+        }
+        return photos
+    }
+
+    /// A photo's bytes, for its thumbnail or full view: from the device, or downloaded (with `progress`) and kept
+    /// sealed on it.
+    public func photoData(
+        _ photo: BuildPhoto, of build: BuildEntry, progress: (@Sendable (FileTransfer) -> Void)? = nil
+    )
+        async throws -> Data
+    {
+        guard let record = try await engine.store.record(collection: Build.collection, recordId: build.buildId) else {
+            throw ClientError(.notFound, "the build is not on this device")
+        }
+        return try await engine.fileData(photo.file, of: record, progress: progress)
     }
 
     /// Every build on the device, newest first, with its status and, for a failed one, why. An uploaded build
@@ -237,6 +277,11 @@ public struct BuildEntry: Sendable, Hashable {
     /// The escalation threshold, when the build has waited to upload longer than it (see ``SyncBadge/overdue``).
     public var overdue: Duration?
 
+    /// The build's photos by field (`photo`, `photo_2`, …), in that order.
+    public var photos: [(field: String, file: FileReference)] {
+        FileReference.references(in: fields).sorted { Build.photoIndex($0.key) < Build.photoIndex($1.key) }.map { ($0.key, $0.value) }
+    }
+
     public init(_ record: LocalRecord) {
         buildId = record.recordId
         name = record.fields[Build.Field.name]?.stringValue ?? ""
@@ -366,6 +411,39 @@ public struct BuildSave: Sendable, Hashable {
             return "Build \"\(build.name)\" saved. The upload failed (\(build.syncError ?? "unknown error")); retry it from the archive."
         case .refused:
             return "Build \"\(build.name)\" saved on this device; the server refused it: \(build.syncError ?? "no reason given")"
+        }
+    }
+}
+
+/// One photo of a build: the file, whether the device holds it (a thumbnail can be drawn at once), and its upload.
+public struct BuildPhoto: Sendable, Hashable, Identifiable {
+    public var id: String { field }
+    /// The build's field that names it, such as `photo`.
+    public var field: String
+    public var file: FileReference
+    /// Whether its bytes are on this device; when not, ``BuildArchive/photoData(_:of:progress:)`` downloads them.
+    public var isOnDevice: Bool
+    public var upload: Upload
+
+    /// Where a photo's upload stands.
+    public enum Upload: Sendable, Hashable {
+        /// Not sent whole yet; `uploaded` bytes of it the server holds.
+        case waiting(uploaded: Int64)
+        /// On its way now.
+        case uploading(FileTransfer)
+        /// The server holds it.
+        case uploaded
+        /// The server refused it, and why; the build is refused with it.
+        case refused(String)
+    }
+
+    /// How far the upload has come, from 0 to 1.
+    public var uploadedFraction: Double {
+        switch upload {
+        case .uploaded: 1
+        case .uploading(let transfer): transfer.fraction
+        case .waiting(let uploaded): file.size == 0 ? 0 : Double(uploaded) / Double(file.size)
+        case .refused: 0
         }
     }
 }

@@ -42,10 +42,21 @@ public final class BuildArchiveScreen {
 
     public var canSyncAll: Bool { !isSyncingAll }
 
-    /// Saves a build on the device; it uploads when it can.
-    public func save(name: String, fields: [String: JSONValue] = [:]) async {
+    /// The photos' thumbnails asked for with ``loadThumbnail(_:of:)``, by the photo's digest.
+    public private(set) var thumbnails: [String: Thumbnail] = [:]
+
+    /// A thumbnail's bytes, or how far their download has come.
+    public enum Thumbnail: Sendable, Hashable {
+        case loading(FileTransfer?)
+        case loaded(Data)
+        /// Why it could not be had, such as "the server could not be reached".
+        case failed(String)
+    }
+
+    /// Saves a build on the device, with its photos; it uploads when it can.
+    public func save(name: String, fields: [String: JSONValue] = [:], photos: [Attachment] = []) async {
         do {
-            let saved = try await archive.save(name: name, fields: fields)
+            let saved = try await archive.save(name: name, fields: fields, photos: photos)
             lastSave = saved
             saveMessage = saved.message
         } catch let error as ClientError {
@@ -108,6 +119,31 @@ public final class BuildArchiveScreen {
         alert = nil
     }
 
+    /// Reads a photo for its thumbnail: at once from the device, or downloaded with its progress shown.
+    public func loadThumbnail(_ photo: BuildPhoto, of row: BuildRow) async {
+        let key = photo.file.sha256
+        if case .loaded = thumbnails[key] { return }
+        if case .loading = thumbnails[key] { return }
+        thumbnails[key] = .loading(nil)
+        let (steps, sink) = AsyncStream.makeStream(of: FileTransfer.self, bufferingPolicy: .bufferingNewest(1))
+        let shown = Task { @MainActor [weak self] in
+            for await step in steps { self?.thumbnails[key] = .loading(step) }
+        }
+        let outcome: Thumbnail
+        do {
+            outcome = .loaded(try await archive.photoData(photo, of: row.build) { sink.yield($0) })
+        } catch let error as TransportError {
+            outcome = .failed(error.message)
+        } catch let error as ClientError {
+            outcome = .failed(error.message)
+        } catch {
+            outcome = .failed("the photo could not be read")
+        }
+        sink.finish()
+        await shown.value
+        thumbnails[key] = outcome
+    }
+
     /// Reads the screen again from the store and the engine.
     public func reload() async { await updates.reload() }
 
@@ -159,7 +195,9 @@ public final class BuildArchiveScreen {
                 if let known = sheets[build.buildId] { build.takeSheet(of: known) }
                 return build
             }
-            rows = builds.map(BuildRow.init)
+            var rows: [BuildRow] = []
+            for build in builds { rows.append(BuildRow(build, photos: try await archive.photos(of: build))) }
+            self.rows = rows
             self.error = nil
             let unasked = Set(builds.filter { $0.syncStatus == .synced && $0.sheet != .received }.map(\.buildId)).subtracting(asked)
             if !unasked.isEmpty, sheetRefresh == nil, connection.status.isOnline {
@@ -195,9 +233,12 @@ public struct BuildRow: Sendable, Hashable, Identifiable {
     public var badge: SyncBadge
     /// Whether the row offers Retry: a build the server does not have yet, or the crew's sheet, as the server said.
     public var canRetry: Bool
+    /// The build's photos, each with its upload's progress.
+    public var photos: [BuildPhoto]
 
-    public init(_ build: BuildEntry) {
+    public init(_ build: BuildEntry, photos: [BuildPhoto] = []) {
         self.build = build
+        self.photos = photos
         badge = build.badge
         statusIcon = badge.systemImage
         switch build.status {

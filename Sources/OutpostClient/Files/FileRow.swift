@@ -123,4 +123,11 @@ enum FileUses {
             sql: "INSERT OR REPLACE INTO file_uses (collection, scope, record_id, field, sha256) VALUES (?, ?, ?, ?, ?)"
         ).execute(arguments: [record.collection, record.scope, record.recordId, field, sha256])
     }
+
+    /// Moves the uses of `record` to the record id `newId`, as the record moves.
+    static func move(_ record: RecordKey, to newId: String, _ db: Database) throws {
+        try db.execute(
+            sql: "UPDATE OR REPLACE file_uses SET record_id = ? WHERE collection = ? AND scope = ? AND record_id = ?",
+            arguments: [newId, record.collection, record.scope, record.recordId])
+    }
 }

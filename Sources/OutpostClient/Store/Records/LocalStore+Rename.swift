@@ -40,6 +40,7 @@ extension LocalStore {
                             record.recordId = new
                             try RecordRow(record, sealer: sealer).insert(db)
                             try OutboxRow.move(key, to: new, db)
+                            try FileUses.move(key, to: new, db)
                         }
                         try RecordRow.delete(key, db)
                     }
