@@ -12,7 +12,9 @@ import OutpostProtocol
 /// Pass a session configured for the app (a background session cannot serve: the engine awaits each answer), with
 /// no `URLCache`, as ``uncachedSession`` is: a sync answer must never come from a cache, and FoundationNetworking
 /// (Linux) traps the process when a request is cancelled while its session's cache is being read.
-public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport, RecordIdKeyTransport {
+public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, DeliveryStatusTransport, RecordIdKeyTransport,
+    FileTransport
+{
     public var baseURL: URL
     /// The token sent, renewed through the transport's ``CredentialsProvider`` when the server refuses it.
     public let bearer: BearerToken
@@ -113,19 +115,68 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
         }
     }
 
+    // MARK: Files
+
+    public func upload(of sha256: String, collection: String) async throws -> FileUpload? {
+        do {
+            return try await send("GET", path: "/v1/uploads/\(sha256)", query: [("collection", collection)]) {
+                try JSONDecoder().decode(FileUpload.self, from: $0)
+            }
+        } catch let error as TransportError where error.status == 404 && error.wire?.code == .notFound {
+            return nil
+        }
+    }
+
+    public func uploadRange(
+        _ bytes: Data, of file: FileReference, collection: String, at offset: Int64
+    ) async throws
+        -> FileUpload
+    {
+        let query: [(String, String?)] = [
+            ("collection", collection), ("size", String(file.size)), ("type", file.type), ("offset", String(offset)),
+        ]
+        return try await send(
+            "PUT", path: "/v1/uploads/\(file.sha256)", query: query, body: bytes, contentType: "application/octet-stream"
+        ) { try JSONDecoder().decode(FileUpload.self, from: $0) }
+    }
+
+    /// The file's bytes from `offset`, read whole from the answer, then given to `receive`: URLSession on Linux
+    /// streams no answer.
+    public func download(
+        _ sha256: String, collection: String, scope: String?, recordId: String, from offset: Int64,
+        receive: @escaping @Sendable (Data) async throws -> Void
+    ) async throws {
+        let query: [(String, String?)] = [("collection", collection), ("recordId", recordId), ("scope", scope)]
+        let headers = offset > 0 ? ["Range": "bytes=\(offset)-"] : [:]
+        let (bytes, status) = try await send("GET", path: "/v1/files/\(sha256)", query: query, accept: "*/*", headers: headers) {
+            $0
+        }
+        // A server that sends the whole file for a range request is read from the offset on.
+        try await receive(status == 206 ? bytes : bytes.dropFirst(Int(offset)))
+    }
+
     private func send<T>(
         _ method: String, path: String, query: [(String, String?)] = [], body: Data? = nil,
-        decode: @escaping (Data) throws -> T
+        contentType: String = "application/json", decode: @escaping (Data) throws -> T
     ) async throws -> T {
+        try await send(method, path: path, query: query, body: body, contentType: contentType, decode: decode).value
+    }
+
+    private func send<T>(
+        _ method: String, path: String, query: [(String, String?)] = [], body: Data? = nil,
+        contentType: String = "application/json", accept: String = "application/json", headers: [String: String] = [:],
+        decode: @escaping (Data) throws -> T
+    ) async throws -> (value: T, status: Int) {
         let url = try TransportRequest.url(baseURL, path: path, query: query)
         return try await bearer.authorizing { token in
             var request = URLRequest(url: url, timeoutInterval: timeout)
             request.httpMethod = method
             request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
-            request.setValue("application/json", forHTTPHeaderField: "Accept")
+            request.setValue(accept, forHTTPHeaderField: "Accept")
             request.setValue(ProtocolFeature.allNames, forHTTPHeaderField: ProtocolFeature.header)
+            for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
             if let body {
-                request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+                request.setValue(contentType, forHTTPHeaderField: "Content-Type")
                 request.httpBody = body
             }
             let data: Data
@@ -142,7 +193,7 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
                 throw TransportError(kind: .invalidResponse, message: "the server's answer is not HTTP")
             }
             try TransportRequest.check(status: http.statusCode, body: data)
-            return try TransportRequest.decoded(data, status: http.statusCode, decode)
+            return (try TransportRequest.decoded(data, status: http.statusCode, decode), http.statusCode)
         }
     }
 }
