@@ -24,6 +24,10 @@ public final class FaultProxy: Sendable {
         /// Forward `bytes` more bytes in `direction`, then close every connection, and every new one as it
         /// arrives, until the fault is cleared: a link that dies part-way through a transfer and stays down.
         case cutAfter(bytes: Int, direction: Direction)
+        /// Forward `bytes` more bytes in `direction`, then nothing more in either direction, the connections left
+        /// open, until the fault is cleared: a link that falls silent part-way through a transfer. What does not
+        /// pass is lost.
+        case silenceAfter(bytes: Int, direction: Direction)
         /// Accept connections and close them at once, before any byte is forwarded.
         case drop
         /// Hold every chunk this long before forwarding it.
@@ -99,7 +103,10 @@ public final class FaultProxy: Sendable {
     public func inject(_ fault: Fault?) {
         state.withLockedValue { state in
             state.fault = fault
-            if case .cutAfter(let bytes, _) = fault { state.budget = bytes }
+            switch fault {
+            case .cutAfter(let bytes, _), .silenceAfter(let bytes, _): state.budget = bytes
+            default: break
+            }
         }
     }
 
@@ -125,6 +132,8 @@ public final class FaultProxy: Sendable {
     private enum Decision {
         case forward(Int, delay: Duration?)
         case cut
+        /// Forward so many bytes of the chunk and lose the rest, the connection left open.
+        case silence(Int)
     }
 
     /// How much of a `count`-byte chunk flowing in `direction` may pass.
@@ -145,6 +154,13 @@ public final class FaultProxy: Sendable {
                 return passing == 0 ? .cut : .forward(passing, delay: nil)
             case .cutAfter:
                 if state.budget == 0 { return .cut }
+            case .silenceAfter(_, let faulty) where faulty == direction:
+                let passing = min(count, state.budget)
+                state.budget -= passing
+                state.count(direction, passing)
+                return .silence(passing)
+            case .silenceAfter:
+                if state.budget == 0 { return .silence(0) }
             case .cutAnswers, .cutAnswersPartway, .answer:
                 break
             }
@@ -287,6 +303,8 @@ public final class FaultProxy: Sendable {
                 return
             }
             switch proxy.decide(direction, count: buffer.readableBytes) {
+            case .silence(let count):
+                if count > 0, let slice = buffer.readSlice(length: count) { partner.writeAndFlush(slice, promise: nil) }
             case .cut:
                 proxy.state.withLockedValue { $0.counters.cut += 1 }
                 context.close(promise: nil)

@@ -14,14 +14,25 @@ final class AppSession: @unchecked Sendable {
     let data: String
     let port: String
     var url: String { "http://127.0.0.1:\(port)" }
+    /// The server's PostgreSQL database, or nil for its embedded store in ``data``.
+    let databaseURL: String?
     private var server: RunningChild?
 
-    init() throws {
+    init(databaseURL: String? = nil) throws {
         root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-apps-\(UUID())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         data = root.appendingPathComponent("server").path
         port = String(try TestPostgres.freePort())
+        self.databaseURL = databaseURL
     }
+
+    /// A session whose server stores in `kind`: a fresh PostgreSQL database, or the embedded store.
+    static func on(_ kind: StorageKind) async throws -> AppSession {
+        try AppSession(databaseURL: kind == .postgres ? try await TestPostgres.shared.makeDatabase() : nil)
+    }
+
+    /// Where the server and the token command keep their data.
+    private var storage: [String] { ["--data-dir", data] + (databaseURL.map { ["--database-url", $0] } ?? []) }
 
     deinit {
         // A failed test's server: killed without waiting (a deinit cannot).
@@ -30,7 +41,7 @@ final class AppSession: @unchecked Sendable {
     }
 
     func startServer() async throws {
-        let server = try await OutpostProcess.start(["serve", "--port", port, "--data-dir", data])
+        let server = try await OutpostProcess.start(["serve", "--port", port] + storage)
         _ = try await server.waitFor(#"listening on http://127\.0\.0\.1:(\d+)"#)
         self.server = server
     }
@@ -45,7 +56,7 @@ final class AppSession: @unchecked Sendable {
     }
 
     func token(user: String, role: String = "staff") async throws -> String {
-        try await OutpostProcess.run(["token", "--tenant", "acme", "--user", user, "--role", role, "--name", user.capitalized, "--data-dir", data])
+        try await OutpostProcess.run(["token", "--tenant", "acme", "--user", user, "--role", role, "--name", user.capitalized] + storage)
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 

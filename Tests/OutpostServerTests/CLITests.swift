@@ -274,6 +274,17 @@ struct BenchHarnessTests {
         #expect(results.allSatisfy { ($0["name"] as? String)?.hasPrefix("connector:") == true && ($0["figure"] as? Double ?? 0) > 0 })
         #expect(results.map { $0["unit"] as? String } == ["changes/s", "ms", "ms"])
     }
+
+    @Test("`bench attachments` uploads through the outbox beside a plain upload, and samples a device process's memory")
+    func attachments() async throws {
+        let run = try await OutpostProcess.run(["bench", "attachments", "--file-megabytes", "10", "--json"])
+        #expect([0, 1].contains(run.status), "\(run.stderr)")
+        let start = try #require(run.stdout.firstIndex(of: "["), "\(run.stdout) \(run.stderr)")
+        let results = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout[start...].utf8)) as? [[String: Any]])
+        // Every upload synced its record (the scenario fails with a reason otherwise); both figures are there.
+        #expect(results.map { $0["unit"] as? String } == ["× plain", "×"], "\(results)")
+        #expect(results.allSatisfy { ($0["figure"] as? Double ?? 0) > 0 }, "\(results)")
+    }
 }
 
 @Suite("Load harness")

@@ -41,6 +41,9 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Seconds between one device's rounds (a push and a pull) in the load scenario.")
     var interval: Double = 1
 
+    @Option(help: "Megabytes of the large file the attachments scenario uploads (its small one is a tenth).")
+    var fileMegabytes: Int = 200
+
     func validate() throws {
         guard records >= 0 else { throw ValidationError("--records must not be negative") }
         guard samples >= 10 else { throw ValidationError("--samples must be at least 10") }
@@ -49,6 +52,7 @@ struct Bench: AsyncParsableCommand {
             throw ValidationError("--guests must be at least \(RosterBench.minimumGuests)")
         }
         guard (1...10_000).contains(megabytes) else { throw ValidationError("--megabytes must be from 1 to 10000") }
+        guard (10...250).contains(fileMegabytes) else { throw ValidationError("--file-megabytes must be from 10 to 250") }
         guard devices >= 1, seconds >= 1, interval > 0, interval <= 3600 else {
             throw ValidationError("--devices and --seconds must be at least 1, and --interval from 0 to 3600 seconds")
         }
@@ -81,7 +85,7 @@ struct Bench: AsyncParsableCommand {
                 results += try await SilentSaveBench(directory: base, runs: min(samples, 50)) { line in
                     if !json { say(line) }
                 }.run()
-            case .drain, .devices, .monitor, .failures, .memory, .load, .connector, .export, .relay:
+            case .drain, .devices, .monitor, .failures, .memory, .load, .connector, .export, .relay, .attachments:
                 for database in [nil] + (databaseURL.map { [$0] } ?? []) {
                     let bench = SyncBench(directory: base, databaseURL: database) { line in if !json { say(line) } }
                     do {
@@ -93,6 +97,7 @@ struct Bench: AsyncParsableCommand {
                         case .connector: results += try await bench.connector()
                         case .export: results += try await bench.export(megabytes: megabytes)
                         case .relay: results += try await bench.relay()
+                        case .attachments: results += try await bench.attachments(megabytes: fileMegabytes)
                         case .load:
                             results += try await bench.load(
                                 devices: devices, duration: .seconds(seconds), interval: .milliseconds(Int64(interval * 1000)))
@@ -133,6 +138,7 @@ enum BenchScenario: String, CaseIterable, ExpressibleByArgument {
     case connector
     case export
     case relay
+    case attachments
 }
 
 /// One figure beside its target.

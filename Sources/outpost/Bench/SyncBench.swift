@@ -16,11 +16,13 @@ struct SyncBench {
     var engine: String { databaseURL == nil ? "SQLite" : "PostgreSQL" }
 
     /// A server, tokens for a fresh tenant, and an HTTP client, for the length of `body`.
-    func withServer<T>(_ body: (URL, (String, Role) async throws -> String, HTTPClient, Int32) async throws -> T) async throws -> T {
+    func withServer<T>(
+        arguments: [String] = [], _ body: (URL, (String, Role) async throws -> String, HTTPClient, Int32) async throws -> T
+    ) async throws -> T {
         let secret = Array(TokenAuthority.generateSecret().map { String(format: "%02x", $0) }.joined().utf8)
         let server = try BenchServer(
             directory: directory.appendingPathComponent("server-\(UUID().uuidString.prefix(6))"), secret: secret,
-            databaseURL: databaseURL)
+            databaseURL: databaseURL, arguments: arguments)
         defer { server.stop() }
         let base = try await server.waitUntilListening()
         let authority = try await TokenAuthority(secret: secret)

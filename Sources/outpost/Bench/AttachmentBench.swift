@@ -1,0 +1,201 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import OutpostClient
+import OutpostHTTP
+import OutpostProtocol
+import OutpostServer
+
+extension SyncBench {
+    /// The collection the attachments scenario attaches to: any type, up to 256 MiB.
+    static let attachmentCollections = """
+        collections:
+          - name: bench_files
+            attachments: {maxBytes: 268435456, types: ["*/*"]}
+        """
+
+    /// A device uploads a file of `megabytes` through the outbox, beside a plain HTTP upload of the same bytes to a
+    /// server that writes them to disk; and an `outpost device sync` process uploads a file a tenth that size and
+    /// one of that size, its memory sampled.
+    func attachments(megabytes: Int = 200, runs: Int = 3) async throws -> [BenchResult] {
+        let collections = directory.appendingPathComponent("bench-collections-\(UUID().uuidString.prefix(6)).yaml")
+        try Self.attachmentCollections.write(to: collections, atomically: true, encoding: .utf8)
+        return try await withServer(arguments: ["--collections", collections.path]) { base, token, client, _ in
+            let size = megabytes * 1_000_000
+            let plain = try await PlainUploadServer.start(directory: directory)
+            defer { plain.stop() }
+            let staff = try await token("crew", .staff)
+            // Interleaved: a plain upload, then the same bytes through the outbox, `runs` times; medians compared.
+            var plainTimes: [Double] = []
+            var outpostTimes: [Double] = []
+            for run in 0..<runs {
+                let file = directory.appendingPathComponent("bench-file-\(run).bin")
+                try Self.writeFile(file, bytes: size, seed: UInt64(run + 1))
+                defer { try? FileManager.default.removeItem(at: file) }
+                progress("attachments (\(engine)): run \(run + 1) of \(runs): a plain upload of \(megabytes) MB…")
+                plainTimes.append(try await plain.upload(file, client: client).seconds)
+                progress("attachments (\(engine)): run \(run + 1) of \(runs): the same bytes through the outbox…")
+                outpostTimes.append(try await uploadThroughOutbox(file, base: base, token: staff, client: client).seconds)
+            }
+            let plainMedian = plainTimes.sorted()[runs / 2]
+            let outpostMedian = outpostTimes.sorted()[runs / 2]
+            let ratio = plainMedian / outpostMedian
+            progress("attachments (\(engine)): an `outpost device sync` process uploads \(megabytes / 10) MB, then \(megabytes) MB…")
+            let small = try await peakWhileUploading(megabytes: megabytes / 10, base: base, token: staff)
+            let large = try await peakWhileUploading(megabytes: megabytes, base: base, token: staff)
+            let growth = Double(large) / Double(small)
+            return [
+                BenchResult(
+                    name:
+                        "upload \(megabytes) MB through the outbox (\(engine)): \(String(format: "%.0f", Double(size) / outpostMedian / 1e6)) MB/s against \(String(format: "%.0f", Double(size) / plainMedian / 1e6)) MB/s plain, medians of \(runs)",
+                    figure: ratio, unit: "× plain", target: "≥ 0.8×", met: ratio >= 0.8),
+                BenchResult(
+                    name:
+                        "device memory uploading \(megabytes) MB against \(megabytes / 10) MB (\(engine)): peaks \(large / 1024) MB and \(small / 1024) MB",
+                    figure: growth, unit: "×", target: "≤ 1.25× (constant)", met: growth <= 1.25),
+            ]
+        }
+    }
+
+    /// Writes `bytes` bytes that do not compress, different for each `seed`, a megabyte at a time.
+    static func writeFile(_ url: URL, bytes: Int, seed: UInt64) throws {
+        guard FileManager.default.createFile(atPath: url.path, contents: nil) else { throw CLIError("cannot write \(url.path)") }
+        let handle = try FileHandle(forWritingTo: url)
+        defer { try? handle.close() }
+        var state = seed
+        var written = 0
+        while written < bytes {
+            let count = min(1 << 20, bytes - written)
+            var block = [UInt8](repeating: 0, count: count)
+            block.withUnsafeMutableBytes { raw in
+                let words = raw.bindMemory(to: UInt64.self)
+                for index in words.indices {
+                    state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                    words[index] = state
+                }
+            }
+            try handle.write(contentsOf: block)
+            written += count
+        }
+    }
+
+    /// Attaches `file` on a fresh device and times the sync that uploads it and its record.
+    private func uploadThroughOutbox(_ file: URL, base: URL, token: String, client: HTTPClient) async throws -> Duration {
+        let url = directory.appendingPathComponent("files-\(UUID().uuidString.prefix(6))/device.sqlite")
+        let store = try LocalStore(url: url, keys: LocalStore.defaultKeys(for: url), schema: .fieldApps)
+        defer { try? store.close() }
+        let engine = SyncEngine(
+            store: store, transport: HTTPSyncTransport(baseURL: base, token: token, client: client, timeout: .seconds(60)),
+            configuration: SyncConfiguration(deviceId: "files-\(UUID().uuidString.prefix(6))", deliversAfterSave: false))
+        await engine.setOnline(false)
+        try await engine.save(
+            LocalStore.Write(collection: "bench_files", recordId: "f-\(UUID().uuidString.prefix(8))", fields: ["n": 1]),
+            attaching: ["data": Attachment(contentsOf: file, type: "application/octet-stream")])
+        var summary = SyncSummary()
+        let elapsed = try await ContinuousClock().measure { summary = try await engine.sync() }
+        guard summary.synced == 1 else { throw CLIError("the file's record did not sync: \(summary)") }
+        return elapsed
+    }
+
+    /// The peak resident memory, in kilobytes, of an `outpost device sync` process uploading a file of `megabytes`.
+    private func peakWhileUploading(megabytes: Int, base: URL, token: String) async throws -> Int {
+        let root = directory.appendingPathComponent("memory-\(UUID().uuidString.prefix(6))")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        let file = root.appendingPathComponent("file.bin")
+        try Self.writeFile(file, bytes: megabytes * 1_000_000, seed: UInt64(megabytes) << 8)
+        let store = ["--store", root.appendingPathComponent("device.sqlite").path]
+        try await Self.outpost(["device", "init", "--server", base.absoluteString, "--token", token, "--device-id", "memory"] + store)
+        try await Self.outpost(["device", "put", "bench_files", "f1", "n=1", "--file", "data=\(file.path)"] + store)
+        let sync = Process()
+        sync.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        sync.arguments = ["device", "sync"] + store
+        sync.standardOutput = FileHandle.nullDevice
+        sync.standardError = FileHandle.nullDevice
+        try sync.run()
+        let peak = Self.peakMemory(of: sync.processIdentifier)
+        while sync.isRunning { try await Task.sleep(for: .milliseconds(20)) }
+        peak.cancel()
+        guard sync.terminationStatus == 0 else { throw CLIError("`outpost device sync` of \(megabytes) MB failed") }
+        return await peak.value
+    }
+
+    /// Runs `outpost` with `arguments` to its end.
+    private static func outpost(_ arguments: [String]) async throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        let errors = Pipe()
+        process.standardError = errors
+        try process.run()
+        while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
+        guard process.terminationStatus == 0 else {
+            let said = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            throw CLIError("outpost \(arguments.prefix(2).joined(separator: " ")) failed: \(said.prefix(200))")
+        }
+    }
+}
+
+/// A plain HTTP server that writes each `PUT /blob` body to a file and flushes it: the measure an upload through
+/// the outbox is compared with.
+struct PlainUploadServer {
+    let task: Task<Void, any Error>
+    let url: String
+
+    static func start(directory: URL) async throws -> PlainUploadServer {
+        let router = Router()
+        router.put("blob") { request, _ -> Response in
+            let path = directory.appendingPathComponent("plain-\(UUID().uuidString.prefix(6)).bin").path
+            guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path)
+            else { return Response(status: .internalServerError) }
+            defer {
+                try? handle.close()
+                try? FileManager.default.removeItem(atPath: path)
+            }
+            for try await piece in request.body {
+                try handle.write(contentsOf: piece.readableBytesView)
+            }
+            try handle.synchronize()
+            return Response(status: .ok)
+        }
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let app = Application(
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) },
+            logger: Logger(label: "outpost.bench.plain", factory: { _ in SwiftLogNoOpLogHandler() }))
+        let task = Task { try await app.runService() }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next(), port > 0 else {
+            task.cancel()
+            throw CLIError("the bench's plain upload server did not start")
+        }
+        return PlainUploadServer(task: task, url: "http://127.0.0.1:\(port)/blob")
+    }
+
+    /// Uploads `file` in one request, read and sent a megabyte at a time; how long until the server answered.
+    func upload(_ file: URL, client: HTTPClient) async throws -> Duration {
+        let size = try FileManager.default.attributesOfItem(atPath: file.path)[.size] as? Int ?? 0
+        var request = HTTPClientRequest(url: url)
+        request.method = .PUT
+        request.headers.add(name: "Content-Type", value: "application/octet-stream")
+        let reader = try FileHandle(forReadingFrom: file)
+        defer { try? reader.close() }
+        // Read as it is sent, a megabyte at a time, as the outbox reads its ranges.
+        let pieces = AsyncThrowingStream<ByteBuffer, any Error> { [reader] in
+            guard let data = try reader.read(upToCount: 1 << 20), !data.isEmpty else { return nil }
+            return ByteBuffer(bytes: data)
+        }
+        request.body = .stream(pieces, length: .known(Int64(size)))
+        return try await ContinuousClock().measure {
+            let response = try await client.execute(request, timeout: .seconds(300))
+            _ = try await response.body.collect(upTo: 1 << 20)
+            guard response.status == .ok else { throw CLIError("the plain upload answered \(response.status.code)") }
+        }
+    }
+
+    func stop() { task.cancel() }
+}
