@@ -15,10 +15,13 @@ public struct Heartbeat: Sendable, Hashable, Codable {
     /// When the device last fetched its roster (download or refresh), if ever.
     public var lastRosterFetch: Timestamp?
     public var appVersion: String
+    /// The bytes of files (photos) waiting to upload with the records that wait. Absent from devices that predate
+    /// it.
+    public var pendingUploadBytes: Int64?
 
     public init(
         deviceId: String, event: String?, pendingCount: Int, failedCount: Int, rejectedCount: Int? = nil,
-        lastRosterFetch: Timestamp?, appVersion: String
+        lastRosterFetch: Timestamp?, appVersion: String, pendingUploadBytes: Int64? = nil
     ) {
         self.deviceId = deviceId
         self.event = event
@@ -27,6 +30,7 @@ public struct Heartbeat: Sendable, Hashable, Codable {
         self.rejectedCount = rejectedCount
         self.lastRosterFetch = lastRosterFetch
         self.appVersion = appVersion
+        self.pendingUploadBytes = pendingUploadBytes
     }
 }
 

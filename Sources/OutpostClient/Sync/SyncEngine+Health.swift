@@ -134,10 +134,11 @@ extension SyncEngine {
         guard let counts = try? await store.counts() else { return false }
         let event = try? await store.setting(LocalStore.currentEventSetting)
         let fetched = try? await store.lastReferenceFetch()
+        let uploading = try? await store.pendingUploadBytes()
         let beat = Heartbeat(
             deviceId: configuration.deviceId, event: event ?? nil, pendingCount: counts.pending,
             failedCount: counts.failed, rejectedCount: counts.refused, lastRosterFetch: fetched.flatMap { $0 }.map(Timestamp.init),
-            appVersion: configuration.appVersion)
+            appVersion: configuration.appVersion, pendingUploadBytes: uploading)
         return (try? await transport.monitorHeartbeat(beat)) != nil
     }
 
