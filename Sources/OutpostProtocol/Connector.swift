@@ -47,10 +47,13 @@ public struct ConnectorChange: Sendable, Hashable, Codable {
     public var updatedAt: Timestamp
     /// Server time the latest change arrived; nil for a record written before the server kept it.
     public var receivedAt: Timestamp?
+    /// A link to each file the record's fields name (``FileReference``), by field; absent when it names none, or
+    /// when the server has no public address to link to.
+    public var files: [String: FileLink]?
 
     public init(
         recordId: String, scope: String, version: Int64, tombstone: Bool, fields: [String: JSONValue],
-        createdAt: Timestamp, updatedAt: Timestamp, receivedAt: Timestamp?
+        createdAt: Timestamp, updatedAt: Timestamp, receivedAt: Timestamp?, files: [String: FileLink]? = nil
     ) {
         self.recordId = recordId
         self.scope = scope
@@ -60,6 +63,26 @@ public struct ConnectorChange: Sendable, Hashable, Codable {
         self.createdAt = createdAt
         self.updatedAt = updatedAt
         self.receivedAt = receivedAt
+        self.files = files
+    }
+}
+
+/// A signed link to a file a record names, for a system outside Outpost (a crew's sheet, an export): whoever holds
+/// it may fetch the file until it expires, and no longer once the record stops naming the file.
+public struct FileLink: Sendable, Hashable, Codable {
+    public var url: String
+    public var name: String?
+    public var type: String
+    public var size: Int64
+    /// When the link stops working.
+    public var expiresAt: Timestamp
+
+    public init(url: String, name: String?, type: String, size: Int64, expiresAt: Timestamp) {
+        self.url = url
+        self.name = name
+        self.type = type
+        self.size = size
+        self.expiresAt = expiresAt
     }
 }
 

@@ -123,4 +123,16 @@ assert.strictEqual(rows().length, 6);
 assert.deepStrictEqual(rows()[5].slice(0, 3), ['00123', '', 2]);
 assert.strictEqual(rows()[5][8], '0042');
 assert.strictEqual(rows()[5][rows()[0].indexOf('permit')], '2026-11-22');
+// A file field is a link to the file, named by it, with the day its link ends; quotes cannot break the formula.
+post({ delivery: 'dlv_6', connector: 'con_1', collection: 'builds', sequence: 6, from: 'c1.0.9', to: 'c1.0.10',
+  changes: [change('b7', 1, { photo: { $file: { sha256: 'ab', size: 5, type: 'image/jpeg', name: 'shed "1".jpg' } } },
+    { files: { photo: { url: 'https://sync.example.org/files/ab?expires=1&signature=x"y', name: 'shed "1".jpg',
+      type: 'image/jpeg', size: 5, expiresAt: '2026-12-05T09:00:00.000Z' } } })] });
+const photo = rows()[6][rows()[0].indexOf('photo')];
+assert.deepStrictEqual(photo, { formula:
+  '=HYPERLINK("https://sync.example.org/files/ab?expires=1&signature=x""y", "shed ""1"".jpg (link until 2026-12-05)")' });
+// A file without a link (a server with no public address) shows as the reference.
+post({ delivery: 'dlv_7', connector: 'con_1', collection: 'builds', sequence: 7, from: 'c1.0.10', to: 'c1.0.11',
+  changes: [change('b8', 1, { photo: { $file: { sha256: 'cd', size: 5, type: 'image/png' } } })] });
+assert.strictEqual(rows()[7][rows()[0].indexOf('photo')], '{"$file":{"sha256":"cd","size":5,"type":"image/png"}}');
 console.log('apps script receiver: all checks passed');

@@ -67,7 +67,7 @@ function applyBatch(spreadsheet, batch) {
         case 4: return change.createdAt;
         case 5: return change.updatedAt;
         case 6: return change.receivedAt || '';
-        default: return change.tombstone ? '' : cell(change.fields[name]);
+        default: return change.tombstone ? '' : cell(change.fields[name], change.files && change.files[name]);
       }
     });
     var row = found ? found.row : next++;
@@ -77,10 +77,11 @@ function applyBatch(spreadsheet, batch) {
 }
 
 /**
- * A field's value as a cell: text as text, numbers and booleans as they are, anything else as JSON, nothing for
- * null.
+ * A field's value as a cell: a file as a link to it, text as text, numbers and booleans as they are, anything else
+ * as JSON, nothing for null.
  */
-function cell(value) {
+function cell(value, file) {
+  if (file && /^https?:\/\//.test(file.url)) return link(file);
   if (value === null || value === undefined) return '';
   if (typeof value === 'string') return text(value);
   if (typeof value === 'number' || typeof value === 'boolean') return value;
@@ -93,4 +94,13 @@ function cell(value) {
  */
 function text(value) {
   return value === '' ? '' : "'" + value;
+}
+
+/**
+ * A file's link, named by the file (or its type), with the date the link stops working: a HYPERLINK formula whose
+ * quotes are doubled, so that nothing in the URL or the name can end the formula's strings.
+ */
+function link(file) {
+  var label = (file.name || file.type || 'file') + (file.expiresAt ? ' (link until ' + file.expiresAt.slice(0, 10) + ')' : '');
+  return '=HYPERLINK("' + file.url.replace(/"/g, '""') + '", "' + label.replace(/"/g, '""') + '")';
 }

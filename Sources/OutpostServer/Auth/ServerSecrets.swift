@@ -25,6 +25,7 @@ package final class ServerSecrets: Sendable {
         var fingerprint: SymmetricKey
         var cursors: CursorSealer
         var recordIds: SymmetricKey
+        var fileLinks: SymmetricKey
     }
 
     private let keys = NIOLockedValueBox<Keys?>(nil)
@@ -43,10 +44,13 @@ package final class ServerSecrets: Sendable {
         // And one from which each user's key for record ids (`Attendance.IdKey`) is derived.
         let recordIds = SymmetricKey(
             data: HMAC<SHA256>.authenticationCode(for: Array("outpost-record-ids".utf8), using: SymmetricKey(data: secret)))
+        // And one that signs links to files (``FileLinks``).
+        let fileLinks = SymmetricKey(
+            data: HMAC<SHA256>.authenticationCode(for: Array("outpost-file-links".utf8), using: SymmetricKey(data: secret)))
         keys.withLockedValue {
             $0 = Keys(
                 tokens: tokens, continuation: continuation, fingerprint: fingerprint, cursors: cursors,
-                recordIds: recordIds)
+                recordIds: recordIds, fileLinks: fileLinks)
         }
     }
 
@@ -74,6 +78,11 @@ package final class ServerSecrets: Sendable {
     func cursorSealer() throws -> CursorSealer {
         guard let keys = keys.withLockedValue({ $0 }) else { throw OutpostHTTPError.unavailable }
         return keys.cursors
+    }
+
+    func fileLinkKey() throws -> SymmetricKey {
+        guard let keys = keys.withLockedValue({ $0 }) else { throw OutpostHTTPError.unavailable }
+        return keys.fileLinks
     }
 
     func continuationKey() throws -> SymmetricKey {
