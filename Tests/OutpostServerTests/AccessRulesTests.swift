@@ -361,4 +361,60 @@ struct AccessRulesTests {
             adding: #"{"collections": [{"name": "visits", "read": "own", "protectedFields": ["fee"]}]}"#, source: "f.json")
         #expect(json?["visits"]?.read == .own && json?["visits"]?.protectedFields == ["fee"])
     }
+
+    @Test("a collections file gives a collection the files it takes, and refuses a bad limit or type with one line")
+    func attachmentsInCollectionsFile() throws {
+        // Given a collection of photos and plans, one of any file, and one of none,
+        let registry = try CollectionRegistry.standard(
+            adding: """
+                collections:
+                  - name: inspections
+                    attachments: {maxBytes: 26214400, types: [image/jpeg, image/*, application/pdf, image/jpeg]}
+                  - name: logs
+                    attachments:
+                      maxBytes: 2147483648
+                      types: ["*/*"]
+                  - name: visits
+                """, source: "collections.yaml")
+        // each takes what it declares, once each, and nothing else;
+        #expect(registry["inspections"]?.attachments == AttachmentPolicy(maxBytes: 26_214_400, types: ["image/jpeg", "image/*", "application/pdf"]))
+        #expect(registry["logs"]?.attachments == AttachmentPolicy(maxBytes: 2_147_483_648, types: ["*/*"]))
+        #expect(registry["visits"]?.attachments == nil)
+        let inspections = try #require(registry["inspections"])
+        #expect(inspections.fileRefusal(type: "image/png", size: 26_214_400) == nil)
+        #expect(inspections.fileRefusal(type: "image/png", size: 26_214_401)?.code == .fileTooLarge)
+        #expect(inspections.fileRefusal(type: "application/zip", size: 1)?.code == .fileTypeRefused)
+        #expect(inspections.fileRefusal(type: "imagex/png", size: 1)?.code == .fileTypeRefused)
+        #expect(registry["logs"]?.fileRefusal(type: "application/zip", size: 1) == nil)
+        #expect(registry["visits"]?.fileRefusal(type: "image/png", size: 1)?.message == "visits takes no files")
+        // the standard collections keep theirs.
+        #expect(registry["builds"]?.attachments == AttachmentPolicy(maxBytes: 52_428_800, types: ["image/*", "application/pdf"]))
+        #expect(registry["attendance"]?.attachments == AttachmentPolicy(maxBytes: 10_485_760, types: ["image/*"]))
+        #expect(registry["notes"]?.attachments == AttachmentPolicy(maxBytes: 52_428_800, types: ["*/*"]))
+        #expect(["guests", "events", "checkins", "activities"].allSatisfy { registry[$0]?.attachments == nil })
+
+        // A bad limit or type is refused with one line naming it.
+        let cases: [(String, String)] = [
+            ("collections: [{name: x, attachments: {maxBytes: 0, types: [image/png]}}]", "maxBytes must be a whole number of bytes from 1"),
+            ("collections: [{name: x, attachments: {maxBytes: 2147483649, types: [image/png]}}]", "to 2147483648"),
+            ("collections: [{name: x, attachments: {maxBytes: 25MiB, types: [image/png]}}]", "collections[0].attachments.maxBytes"),
+            ("collections: [{name: x, attachments: {types: [image/png]}}]", "maxBytes must be"),
+            ("collections: [{name: x, attachments: {maxBytes: 10}}]", "types must be a list"),
+            ("collections: [{name: x, attachments: {maxBytes: 10, types: []}}]", "types must be a list"),
+            ("collections: [{name: x, attachments: {maxBytes: 10, types: [Image/PNG]}}]", "types must list lower-case media types"),
+            ("collections: [{name: x, attachments: {maxBytes: 10, types: [image]}}]", "types must list"),
+            ("collections: [{name: x, attachments: {maxBytes: 10, types: [\"*/png\"]}}]", "types must list"),
+            ("collections: [{name: x, attachments: {maxBytes: 10, types: [image/png], max: 3}}]", "unknown member max"),
+            ("collections: [{name: x, attachments: yes}]", "attachments must be a mapping"),
+        ]
+        for (text, problem) in cases {
+            do {
+                _ = try CollectionRegistry.standard(adding: text, source: "f.yaml")
+                Issue.record("\(text) was taken")
+            } catch {
+                let line = "\(error)"
+                #expect(line.contains(problem) && line.hasPrefix("f.yaml") && !line.contains("\n"), "\(line)")
+            }
+        }
+    }
 }

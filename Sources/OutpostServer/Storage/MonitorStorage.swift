@@ -97,8 +97,8 @@ package protocol MonitorStorage: Sendable {
     /// The devices and users that have written a record (its audit), for checking who may report on it.
     func recordWriters(tenant: String, collection: String, recordId: String) async throws -> Set<RecordWriter>
 
-    /// One stored record of a collection without a scope, tombstones included, or nil.
-    func record(tenant: String, collection: String, recordId: String) async throws -> StoredRecord?
+    /// One stored record, in `scope` ("" in a collection without a scope), tombstones included, or nil.
+    func record(tenant: String, collection: String, recordId: String, scope: String) async throws -> StoredRecord?
 
     /// How many devices, across tenants, are in each state at `now`; devices silent for more than a day
     /// are left out (their event is over).
@@ -106,6 +106,11 @@ package protocol MonitorStorage: Sendable {
 }
 
 extension MonitorStorage {
+    /// ``record(tenant:collection:recordId:scope:)`` of a collection without a scope.
+    package func record(tenant: String, collection: String, recordId: String) async throws -> StoredRecord? {
+        try await record(tenant: tenant, collection: collection, recordId: recordId, scope: "")
+    }
+
     /// The failures of `tenant` that wait too long, oldest first: what the monitor lists and the organizer is
     /// told of. A refusal waits for a person, not for the network, and is neither.
     package func persistentFailures(tenant: String) async throws -> [StoredSyncFailure] {

@@ -69,7 +69,7 @@ package struct SnapshotStart: Sendable, Hashable {
 ///
 /// Every method is scoped to a tenant and filters by it. A storage is a `Service`: run it in the
 /// application's service group for as long as it is used.
-package protocol SyncStorage: Service, MonitorStorage, SessionStorage, NotificationStorage, ConnectorStorage {
+package protocol SyncStorage: Service, MonitorStorage, SessionStorage, NotificationStorage, ConnectorStorage, FileStorage {
     /// Which engine and where, for the start-up log line; never a password.
     var summary: String { get }
 

@@ -26,6 +26,8 @@ public struct CollectionPolicy: Sendable, Hashable, Codable {
     /// Which of the collection's records a member of staff (or a supervisor) may change. Organizers and admins
     /// may change any; a reference collection is written by organizers alone.
     public var write: Access
+    /// The files its records may carry; nil when it takes none.
+    public var attachments: AttachmentPolicy?
 
     /// Whose records a member of staff may read or change.
     public enum Access: String, Sendable, Hashable, Codable, CaseIterable {
@@ -48,7 +50,7 @@ public struct CollectionPolicy: Sendable, Hashable, Codable {
 
     public init(
         name: String, kind: Kind = .data, protectedFields: Set<String> = [], scopeField: String? = nil,
-        merge: Merge = .lastWriteWins, read: Access? = nil, write: Access? = nil
+        merge: Merge = .lastWriteWins, read: Access? = nil, write: Access? = nil, attachments: AttachmentPolicy? = nil
     ) {
         self.name = name
         self.kind = kind
@@ -57,6 +59,7 @@ public struct CollectionPolicy: Sendable, Hashable, Codable {
         self.merge = merge
         self.read = read ?? (scopeField == nil ? .tenant : .scope)
         self.write = write ?? self.read
+        self.attachments = attachments
     }
 
     /// The role a token needs to push to this collection.
@@ -77,6 +80,12 @@ extension CollectionPolicy {
             return "reading \(name) needs a scope: name the event with scope="
         }
         return nil
+    }
+
+    /// Why a caller with `role` may write none of this collection's records (a reference collection below the
+    /// organizer role), or nil when they may write some.
+    func writerRefusal(for role: Role) -> String? {
+        role >= writerRole ? nil : "writing \(name) needs the \(writerRole.rawValue) role"
     }
 
     /// Why a user with `role` may not change `existing` (nil when the record is new), or nil when they may.
@@ -130,14 +139,21 @@ public struct CollectionRegistry: Sendable, Hashable {
 
     public var names: [String] { policies.keys.sorted() }
 
-    /// The collections of Outpost's field apps, plus `notes` for scripts and tests.
+    /// The collections of Outpost's field apps, plus `notes` for scripts and tests. Builds carry photos and
+    /// drawings, attendance a photo, notes any file.
     public static let standard = CollectionRegistry([
         CollectionPolicy(name: Guest.collection, kind: .reference, scopeField: Guest.scopeField),
         CollectionPolicy(name: EventRecord.collection, kind: .reference),
         CollectionPolicy(name: CheckIn.collection, scopeField: CheckIn.scopeField, merge: .firstWriteWins),
-        CollectionPolicy(name: Attendance.collection, merge: .firstWriteWins, read: .own),
+        CollectionPolicy(
+            name: Attendance.collection, merge: .firstWriteWins, read: .own,
+            attachments: AttachmentPolicy(maxBytes: 10 * mebibyte, types: ["image/*"])),
         CollectionPolicy(name: Activity.collection, protectedFields: Activity.financialFields, read: .own),
-        CollectionPolicy(name: Build.collection, read: .own),
-        CollectionPolicy(name: "notes"),
+        CollectionPolicy(
+            name: Build.collection, read: .own,
+            attachments: AttachmentPolicy(maxBytes: 50 * mebibyte, types: ["image/*", "application/pdf"])),
+        CollectionPolicy(name: "notes", attachments: AttachmentPolicy(maxBytes: 50 * mebibyte, types: ["*/*"])),
     ])
+
+    private static let mebibyte: Int64 = 1024 * 1024
 }

@@ -13,6 +13,9 @@ import Yams
 ///     kind: data                 # data | reference (organizers write reference collections)
 ///     merge: lastWriteWins       # lastWriteWins | firstWriteWins
 ///     protectedFields: [amount]  # changed only on a base version that has seen their last change
+///     attachments:               # optional: the files its records carry (none without it)
+///       maxBytes: 26214400       # 1 to 2 GiB
+///       types: [image/jpeg, image/*, "*/*"]  # quote */*: a bare * starts a YAML alias
 /// ```
 extension CollectionRegistry {
     /// The standard collections plus those `url` declares.
@@ -56,7 +59,9 @@ extension CollectionRegistry {
         return registry
     }
 
-    private static let members: Set<String> = ["name", "kind", "scopeField", "protectedFields", "merge", "read", "write"]
+    private static let members: Set<String> = [
+        "name", "kind", "scopeField", "protectedFields", "merge", "read", "write", "attachments",
+    ]
 
     private static func policy(from node: Node, at place: String) throws -> CollectionPolicy {
         guard let entry = node.mapping else { throw CollectionsFileError("\(place) must be a mapping") }
@@ -99,9 +104,31 @@ extension CollectionRegistry {
             name: name, kind: try choice("kind", CollectionPolicy.Kind.self) ?? .data, protectedFields: protected,
             scopeField: scopeField, merge: try choice("merge", CollectionPolicy.Merge.self) ?? .lastWriteWins,
             read: try choice("read", CollectionPolicy.Access.self),
-            write: try choice("write", CollectionPolicy.Access.self))
+            write: try choice("write", CollectionPolicy.Access.self),
+            attachments: try entry["attachments"].map { try attachments(from: $0, at: "\(place).attachments") })
         if let problem = policy.declarationProblem { throw CollectionsFileError("\(place): \(problem)") }
         return policy
+    }
+
+    private static func attachments(from node: Node, at place: String) throws -> AttachmentPolicy {
+        guard let entry = node.mapping else { throw CollectionsFileError("\(place) must be a mapping with maxBytes and types") }
+        try refuseUnknown(in: entry, allowed: ["maxBytes", "types"], at: place)
+        let largest = AttachmentPolicy.largestMaxBytes
+        guard let text = entry["maxBytes"]?.scalar?.string, let maxBytes = Int64(text), (1...largest).contains(maxBytes) else {
+            throw CollectionsFileError("\(place).maxBytes must be a whole number of bytes from 1 to \(largest) (2 GiB)")
+        }
+        guard let list = entry["types"]?.sequence, !list.isEmpty else {
+            throw CollectionsFileError("\(place).types must be a list of media types, such as [image/jpeg, image/*]")
+        }
+        var types: [String] = []
+        for item in list {
+            guard let type = item.scalar?.string, AttachmentPolicy.isTypePattern(type) else {
+                throw CollectionsFileError(
+                    "\(place).types must list lower-case media types such as image/jpeg, image/* or \"*/*\"")
+            }
+            if !types.contains(type) { types.append(type) }
+        }
+        return AttachmentPolicy(maxBytes: maxBytes, types: types)
     }
 
     private static func refuseUnknown(in mapping: Node.Mapping, allowed: Set<String>, at place: String) throws {

@@ -289,5 +289,35 @@ extension PostgresStorage {
                 )
                 """
             ]),
+        Migration(
+            version: "v12-files",
+            statements: [
+                // The files records carry, once per tenant and digest, and their bytes as the ranges that were
+                // uploaded.
+                """
+                CREATE TABLE files (
+                  tenant TEXT NOT NULL,
+                  sha256 TEXT NOT NULL,
+                  size BIGINT NOT NULL,
+                  type TEXT NOT NULL,
+                  received BIGINT NOT NULL,
+                  complete BOOLEAN NOT NULL,
+                  created_at BIGINT NOT NULL,
+                  PRIMARY KEY (tenant, sha256)
+                )
+                """,
+                """
+                CREATE TABLE file_chunks (
+                  tenant TEXT NOT NULL,
+                  sha256 TEXT NOT NULL,
+                  start BIGINT NOT NULL,
+                  bytes BYTEA NOT NULL,
+                  PRIMARY KEY (tenant, sha256, start)
+                )
+                """,
+                // Stored out of line uncompressed: photos and PDFs are compressed already, so compressing them
+                // again costs CPU for nothing.
+                "ALTER TABLE file_chunks ALTER COLUMN bytes SET STORAGE EXTERNAL",
+            ]),
     ]
 }

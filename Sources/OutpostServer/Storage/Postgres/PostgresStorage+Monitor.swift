@@ -192,12 +192,12 @@ extension PostgresStorage {
         }
     }
 
-    package func record(tenant: String, collection: String, recordId: String) async throws -> StoredRecord? {
+    package func record(tenant: String, collection: String, recordId: String, scope: String) async throws -> StoredRecord? {
         try await guarded {
             let rows = try await client.query(
                 """
                 SELECT \(unescaped: Self.recordColumns) FROM records
-                WHERE tenant = \(tenant) AND collection = \(collection) AND record_id = \(recordId) AND scope = ''
+                WHERE tenant = \(tenant) AND collection = \(collection) AND record_id = \(recordId) AND scope = \(scope)
                 """, logger: logger)
             for try await row in rows { return try Self.record(row) }
             return nil

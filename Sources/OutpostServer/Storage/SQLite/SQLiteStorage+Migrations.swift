@@ -296,6 +296,30 @@ extension SQLiteStorage {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v11-files") { db in
+            // The files records carry, once per tenant and digest, and their bytes as the ranges that were
+            // uploaded. Ranges are large: they live in a table with row ids, where SQLite keeps large rows well.
+            try db.execute(
+                sql: """
+                    CREATE TABLE files (
+                      tenant TEXT NOT NULL,
+                      sha256 TEXT NOT NULL,
+                      size INTEGER NOT NULL,
+                      type TEXT NOT NULL,
+                      received INTEGER NOT NULL,
+                      complete BOOLEAN NOT NULL,
+                      created_at INTEGER NOT NULL,
+                      PRIMARY KEY (tenant, sha256)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE file_chunks (
+                      tenant TEXT NOT NULL,
+                      sha256 TEXT NOT NULL,
+                      start INTEGER NOT NULL,
+                      bytes BLOB NOT NULL,
+                      PRIMARY KEY (tenant, sha256, start)
+                    );
+                    """)
+        }
         return migrator
     }
 }

@@ -171,11 +171,11 @@ extension SQLiteStorage {
         }
     }
 
-    package func record(tenant: String, collection: String, recordId: String) async throws -> StoredRecord? {
+    package func record(tenant: String, collection: String, recordId: String, scope: String) async throws -> StoredRecord? {
         try await pool.read { db in
             try Row.fetchOne(
-                db, sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ? AND scope = ''",
-                arguments: [tenant, collection, recordId]
+                db, sql: "SELECT * FROM records WHERE tenant = ? AND collection = ? AND record_id = ? AND scope = ?",
+                arguments: [tenant, collection, recordId, scope]
             ).map(Self.record)
         }
     }

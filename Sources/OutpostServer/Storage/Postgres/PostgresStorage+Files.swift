@@ -1,0 +1,114 @@
+import Foundation
+import NIOCore
+import OutpostProtocol
+import PostgresNIO
+
+extension PostgresStorage {
+    package func upload(tenant: String, sha256: String) async throws -> FileUpload? {
+        try await guarded {
+            let rows = try await client.query(
+                "SELECT \(unescaped: Self.uploadColumns) FROM files WHERE tenant = \(tenant) AND sha256 = \(sha256)",
+                logger: logger)
+            return try await Self.uploads(rows).first
+        }
+    }
+
+    package func appendRange(
+        tenant: String, sha256: String, size: Int64, type: String, offset: Int64, bytes: ByteBuffer, at time: Int64
+    ) async throws -> RangeAppend {
+        try await committed { [logger] connection in
+            let declared = FileUpload(sha256: sha256, size: size, type: type, received: 0, complete: false)
+            if offset == 0 {
+                try await connection.query(
+                    """
+                    INSERT INTO files (tenant, sha256, size, type, received, complete, created_at)
+                    VALUES (\(tenant), \(sha256), \(size), \(type), 0, FALSE, \(time))
+                    ON CONFLICT (tenant, sha256) DO NOTHING
+                    """, logger: logger)
+            }
+            // Locked until the commit: ranges of one upload sent at once are appended one after the other, each
+            // to the state the one before left.
+            let rows = try await connection.query(
+                """
+                SELECT \(unescaped: Self.uploadColumns) FROM files WHERE tenant = \(tenant) AND sha256 = \(sha256)
+                FOR UPDATE
+                """, logger: logger)
+            guard let stored = try await Self.uploads(rows).first else { return .refused(declared) }
+            guard stored.size == size, stored.type == type, !stored.complete, stored.received == offset else {
+                return .refused(stored)
+            }
+            guard bytes.readableBytes > 0 else { return .appended(stored) }
+            try await connection.query(
+                """
+                INSERT INTO file_chunks (tenant, sha256, start, bytes) VALUES (\(tenant), \(sha256), \(offset), \(bytes))
+                """, logger: logger)
+            var upload = stored
+            upload.received += Int64(bytes.readableBytes)
+            try await connection.query(
+                "UPDATE files SET received = \(upload.received) WHERE tenant = \(tenant) AND sha256 = \(sha256)",
+                logger: logger)
+            return .appended(upload)
+        }
+    }
+
+    package func fileChunk(tenant: String, sha256: String, containing offset: Int64) async throws -> FileChunk? {
+        try await guarded {
+            // Ranges follow each other from 0: the one that holds the offset is the last to start at or before it.
+            let rows = try await client.query(
+                """
+                SELECT start, bytes FROM file_chunks WHERE tenant = \(tenant) AND sha256 = \(sha256) AND start <= \(offset)
+                ORDER BY start DESC LIMIT 1
+                """, logger: logger)
+            var chunk: FileChunk?
+            for try await (start, bytes) in rows.decode((Int64, ByteBuffer).self) {
+                chunk = FileChunk(start: start, bytes: bytes)
+            }
+            return chunk
+        }
+    }
+
+    package func completeUpload(tenant: String, sha256: String) async throws -> Bool {
+        try await changedRow(
+            """
+            UPDATE files SET complete = TRUE WHERE tenant = \(tenant) AND sha256 = \(sha256) AND received = size
+            RETURNING sha256
+            """)
+    }
+
+    package func discardUpload(tenant: String, sha256: String) async throws -> Bool {
+        try await committed { [logger] connection in
+            let rows = try await connection.query(
+                "DELETE FROM files WHERE tenant = \(tenant) AND sha256 = \(sha256) AND NOT complete RETURNING sha256",
+                logger: logger)
+            var discarded = false
+            for try await _ in rows { discarded = true }
+            guard discarded else { return false }
+            try await connection.query(
+                "DELETE FROM file_chunks WHERE tenant = \(tenant) AND sha256 = \(sha256)", logger: logger)
+            return true
+        }
+    }
+
+    package func completeFiles(tenant: String, sha256s: [String]) async throws -> [String: FileUpload] {
+        guard !sha256s.isEmpty else { return [:] }
+        return try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT \(unescaped: Self.uploadColumns) FROM files
+                WHERE tenant = \(tenant) AND sha256 = ANY(\(sha256s)::text[]) AND complete
+                """, logger: logger)
+            return Dictionary(try await Self.uploads(rows).map { ($0.sha256, $0) }, uniquingKeysWith: { first, _ in first })
+        }
+    }
+
+    private static let uploadColumns = "sha256, size, type, received, complete"
+
+    /// Every upload of `rows`, read to their end so that a transaction around them can go on.
+    private static func uploads(_ rows: PostgresRowSequence) async throws -> [FileUpload] {
+        var uploads: [FileUpload] = []
+        for try await (sha256, size, type, received, complete) in rows.decode((String, Int64, String, Int64, Bool).self) {
+            uploads.append(FileUpload(sha256: sha256, size: size, type: type, received: received, complete: complete))
+        }
+        return uploads
+    }
+}
