@@ -52,13 +52,15 @@ struct BuildsSave: AsyncParsableCommand {
 }
 
 struct BuildsList: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "list", abstract: "Every build with its status; the error under each failed one.")
+    static let configuration = CommandConfiguration(
+        commandName: "list", abstract: "Every build with its status and photos; online, fetches the person's other builds first.")
     @OptionGroup var options: DeviceStoreOptions
 
     func run() async throws {
         try await options.withDevice { device in
             await Delivery.resume(device.engine)
             let archive = BuildArchive(engine: device.engine)
+            await Delivery.refresh(device.engine) { try await archive.refresh() }
             let builds = try await archive.listWithSheets()
             if builds.isEmpty { say("no builds") }
             for build in builds {

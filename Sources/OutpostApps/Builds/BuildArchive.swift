@@ -36,6 +36,13 @@ public struct BuildArchive: Sendable {
         return BuildSave(build: BuildEntry(record), connection: await engine.status.connection)
     }
 
+    /// Pulls builds changed on the server (saved on the person's other devices) into the device; their photos
+    /// stay on the server until ``photoData(_:of:progress:)`` asks for one.
+    @discardableResult
+    public func refresh() async throws -> Int {
+        try await engine.pull(collection: Build.collection)
+    }
+
     /// The photos of `build`, each with where it stands: on the device or not, and how far its upload has come.
     public func photos(of build: BuildEntry) async throws -> [BuildPhoto] {
         let status = await engine.status
