@@ -19,6 +19,7 @@ func attachment(_ path: String) throws -> Attachment {
 private let mediaTypes: [String: String] = [
     "jpg": "image/jpeg", "jpeg": "image/jpeg", "png": "image/png", "heic": "image/heic", "heif": "image/heif",
     "webp": "image/webp", "gif": "image/gif", "pdf": "application/pdf", "txt": "text/plain", "csv": "text/csv",
+    "bin": "application/octet-stream",
 ]
 
 /// `field=path` arguments as attachments by field.

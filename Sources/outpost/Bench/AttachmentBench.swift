@@ -8,6 +8,7 @@ import OutpostClient
 import OutpostHTTP
 import OutpostProtocol
 import OutpostServer
+import OutpostTesting
 
 extension SyncBench {
     /// The collection the attachments scenario attaches to: any type, up to 256 MiB.
@@ -100,26 +101,36 @@ extension SyncBench {
         return elapsed
     }
 
-    /// The peak resident memory, in kilobytes, of an `outpost device sync` process uploading a file of `megabytes`.
+    /// The peak resident memory, in kilobytes, of an `outpost device sync` process uploading a file of `megabytes`
+    /// that an `outpost device put` saved while the link was down.
     private func peakWhileUploading(megabytes: Int, base: URL, token: String) async throws -> Int {
         let root = directory.appendingPathComponent("memory-\(UUID().uuidString.prefix(6))")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: root) }
         let file = root.appendingPathComponent("file.bin")
         try Self.writeFile(file, bytes: megabytes * 1_000_000, seed: UInt64(megabytes) << 8)
+        let link = try await FaultProxy.start(upstreamPort: base.port ?? 0)
+        defer { Task { try? await link.stop() } }
         let store = ["--store", root.appendingPathComponent("device.sqlite").path]
-        try await Self.outpost(["device", "init", "--server", base.absoluteString, "--token", token, "--device-id", "memory"] + store)
+        try await Self.outpost(
+            ["device", "init", "--server", "http://127.0.0.1:\(link.port)", "--token", token, "--device-id", "memory"] + store)
+        link.inject(.drop)
         try await Self.outpost(["device", "put", "bench_files", "f1", "n=1", "--file", "data=\(file.path)"] + store)
+        link.inject(nil)
         let sync = Process()
         sync.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         sync.arguments = ["device", "sync"] + store
-        sync.standardOutput = FileHandle.nullDevice
+        let output = Pipe()
+        sync.standardOutput = output
         sync.standardError = FileHandle.nullDevice
         try sync.run()
         let peak = Self.peakMemory(of: sync.processIdentifier)
         while sync.isRunning { try await Task.sleep(for: .milliseconds(20)) }
         peak.cancel()
-        guard sync.terminationStatus == 0 else { throw CLIError("`outpost device sync` of \(megabytes) MB failed") }
+        let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        guard sync.terminationStatus == 0, said.contains("1 synced") else {
+            throw CLIError("`outpost device sync` of \(megabytes) MB did not sync its record: \(said.prefix(200))")
+        }
         return await peak.value
     }
 
