@@ -54,15 +54,20 @@ package func buildApplication<Storage: SyncStorage>(
         logger: logger
     )
     if configuration.deliversConnectors {
-        app.addServices(
-            ConnectorDelivery(
-                storage: storage, clock: ContinuousClock(), now: now, logger: logger, metrics: metrics,
-                send: { connector, body, delivery in
-                    try await ConnectorMessage.post(
-                        connector, body: body, delivery: delivery, timeout: configuration.connectorTimeout, now: Date())
-                },
-                sealer: { try secrets.cursorSealer() },
-                lease: configuration.connectorTimeout * 2 + .seconds(10)))
+        var delivery = ConnectorDelivery(
+            storage: storage, clock: ContinuousClock(), now: now, logger: logger, metrics: metrics,
+            send: { connector, body, delivery in
+                try await ConnectorMessage.post(
+                    connector, body: body, delivery: delivery, timeout: configuration.connectorTimeout, now: Date())
+            },
+            sealer: { try secrets.cursorSealer() },
+            lease: configuration.connectorTimeout * 2 + .seconds(10))
+        if let base = configuration.publicURL {
+            delivery.links = {
+                FileLinks(base: base, key: try secrets.fileLinkKey(), lifetime: configuration.fileLinkLifetime)
+            }
+        }
+        app.addServices(delivery)
     }
     if let relay = configuration.relay {
         guard let journal = storage as? SQLiteStorage else {
@@ -153,6 +158,9 @@ package func buildRouter<Storage: SyncStorage>(
                 gate: gate, callers: callers, maxBodyBytes: FileUpload.maxRangeBytes, bodyTimeout: configuration.bodyTimeout,
                 defersBody: true))
     FileController(storage: storage, configuration: configuration, gate: gate, now: now).addRoutes(to: files)
+    // Signed links to files, for systems that hold no token: outside /v1 and its bearer tokens.
+    FileLinkController(storage: storage, configuration: configuration, secrets: secrets, gate: gate, now: now).addRoutes(
+        to: router)
     routeTable.load(router.routes.map { ("\($0.path)", $0.method) })
     return router
 }

@@ -63,6 +63,11 @@ public struct ServerConfiguration: Sendable {
     /// Whether this process delivers connectors. Off, it serves the connector API and leaves delivery to the other
     /// servers on its database (with none, changes wait, in order, for one that delivers).
     public var deliversConnectors = true
+    /// The server's address as people and other systems reach it, such as `https://sync.example.org`: links to
+    /// files in connectors' batches and exports point there. Nil: they carry no links.
+    public var publicURL: URL?
+    /// How long a link to a file (``FileLinks``) works.
+    public var fileLinkLifetime: Duration = .seconds(7 * 24 * 3600)
     /// Set on a venue relay (`outpost serve --upstream`): the server it forwards to and brings its events from.
     /// A relay takes writes in its events only, journals each, and needs the embedded SQLite storage.
     public var relay: RelayConfiguration?

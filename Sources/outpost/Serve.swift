@@ -60,6 +60,17 @@ struct Serve: AsyncParsableCommand {
     var connectorTimeout: Int = 10
 
     @Option(
+        name: .customLong("public-url"),
+        help:
+            "The server's address as people reach it, such as https://sync.example.org: connectors' batches carry links to files there (default $OUTPOST_PUBLIC_URL; none without it)."
+    )
+    var publicURL: String?
+
+    @Option(
+        name: .customLong("file-link-lifetime"), help: "How long a link to a file in a connector's batch works, such as 12h or 7d.")
+    var fileLinkLifetime: DurationArgument = DurationArgument(argument: "7d")!
+
+    @Option(
         name: .customLong("collections"),
         help: ArgumentHelp(
             "A YAML or JSON file declaring collections beside the standard ones, with their read and write rules.",
@@ -117,6 +128,10 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--request-head-timeout must be from 1 to 3600 seconds")
         }
         guard (1...300).contains(connectorTimeout) else { throw ValidationError("--connector-timeout must be from 1 to 300 seconds") }
+        _ = try publicAddress()
+        guard fileLinkLifetime.duration >= .seconds(60), fileLinkLifetime.duration <= .seconds(366 * 24 * 3600) else {
+            throw ValidationError("--file-link-lifetime must be from 1 minute to 366 days")
+        }
         guard !host.isEmpty else { throw ValidationError("--host must not be empty") }
         _ = try identity.provider()
         guard (tlsCertificate == nil) == (tlsKey == nil) else { throw ValidationError("give --tls-cert and --tls-key together") }
@@ -129,6 +144,15 @@ struct Serve: AsyncParsableCommand {
                 throw ValidationError("a venue relay keeps its journal in --data-dir: leave out --database-url")
             }
         }
+    }
+
+    /// The address of --public-url or $OUTPOST_PUBLIC_URL: an http or https URL without query, or nil.
+    func publicAddress() throws -> URL? {
+        let text = publicURL ?? ProcessInfo.processInfo.environment["OUTPOST_PUBLIC_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        guard let text else { return nil }
+        guard let url = URL(string: text), ["http", "https"].contains(url.scheme), url.host?.isEmpty == false, url.query == nil
+        else { throw ValidationError("--public-url must be an http or https URL such as https://sync.example.org") }
+        return url
     }
 
     /// The relay of --upstream, or nil for a server.
@@ -172,6 +196,8 @@ struct Serve: AsyncParsableCommand {
             host: host, port: port, maxBatchSize: maxBatchSize, maxConcurrentRequests: maxConcurrentRequests,
             maxWaitingRequests: maxWaitingRequests, bodyTimeout: .seconds(bodyTimeout))
         configuration.connectorTimeout = .seconds(connectorTimeout)
+        configuration.publicURL = try publicAddress()
+        configuration.fileLinkLifetime = fileLinkLifetime.duration
         configuration.maxConnectionsPerAddress = maxConnectionsPerAddress == 0 ? nil : maxConnectionsPerAddress
         configuration.requestHeadTimeout = .seconds(requestHeadTimeout)
         configuration.deliversConnectors = !noConnectorDelivery

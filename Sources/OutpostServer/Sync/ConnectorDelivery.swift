@@ -25,6 +25,8 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
     let send: @Sendable (_ connector: Connector, _ body: [UInt8], _ delivery: String) async throws -> Void
     /// Seals the cursors batches carry (see ``CursorSealer``).
     let sealer: @Sendable () throws -> CursorSealer
+    /// Signs the links to files that batches carry, when the server has a public address (see ``FileLinks``).
+    var links: @Sendable () throws -> FileLinks? = { nil }
     /// This process's name in leases.
     let owner = "server-\(UUID().uuidString)"
     /// How often a caught-up connector looks for new changes.
@@ -142,7 +144,8 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
         do {
             let received = try await storage.receivedTimes(
                 tenant: connector.tenant, collection: connector.collection, recordIds: page.changes.map(\.recordId))
-            batch = try Self.batch(connector, page, through: end, received: received, sealer: try sealer())
+            batch = try Self.batch(
+                connector, page, through: end, received: received, sealer: try sealer(), links: try links(), now: now())
             body = try ConnectorMessage.body(batch, format: connector.format)
         } catch let error as StorageError where error.code == .unavailable {
             throw error
@@ -199,9 +202,11 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
     /// The batch of `page`, ending at `end`: its delivery id is a digest of the connector, its replays and the two
     /// positions, so a batch sent again carries the same id, and a replay's batches new ones. Its cursors are sealed
     /// for the tenant, as a pull's are: the change order is every tenant's.
+    ///
+    /// Each file a change's fields name comes with a link to it from `links`, signed at `now`.
     static func batch(
         _ connector: Connector, _ page: PulledChanges, through end: PullCursor, received: [RecordVersion: Int64],
-        sealer: CursorSealer
+        sealer: CursorSealer, links: FileLinks? = nil, now: Date = Date()
     ) throws -> ConnectorBatch {
         let positions = "\(connector.cursor.xid).\(connector.cursor.seq)\u{0}\(end.xid).\(end.seq)"
         let digest = SHA256.hash(data: Array("\(connector.tenant)\u{0}\(connector.id)\u{0}\(connector.replays)\u{0}\(positions)".utf8))
@@ -209,11 +214,22 @@ struct ConnectorDelivery<Storage: SyncStorage>: Service {
         let to = sealer.token(end, tenant: connector.tenant)
         let changes = try page.changes.map { row in
             let change = try row.change()
+            let files = links.map { links in
+                FileReference.references(in: change.fields).mapValues { file in
+                    links.link(
+                        to: file,
+                        of: FileLinks.Target(
+                            tenant: connector.tenant, collection: connector.collection, scope: change.scope,
+                            recordId: change.recordId, sha256: file.sha256),
+                        now: now)
+                }
+            }
             return ConnectorChange(
                 recordId: change.recordId, scope: change.scope, version: change.version, tombstone: change.tombstone,
                 fields: change.fields, createdAt: change.createdAt, updatedAt: change.updatedAt,
                 receivedAt: received[RecordVersion(recordId: row.recordId, scope: row.scope, version: row.version)]
-                    .map(Timestamp.init(millisecondsSince1970:)))
+                    .map(Timestamp.init(millisecondsSince1970:)),
+                files: files?.isEmpty == false ? files : nil)
         }
         return ConnectorBatch(
             delivery: "dlv_" + digest.prefix(16).map { String(format: "%02x", $0) }.joined(), connector: connector.id,
