@@ -62,11 +62,7 @@ package func buildApplication<Storage: SyncStorage>(
             },
             sealer: { try secrets.cursorSealer() },
             lease: configuration.connectorTimeout * 2 + .seconds(10))
-        if let base = configuration.publicURL {
-            delivery.links = {
-                FileLinks(base: base, key: try secrets.fileLinkKey(), lifetime: configuration.fileLinkLifetime)
-            }
-        }
+        delivery.links = { try FileLinks.of(configuration, secrets: secrets) }
         app.addServices(delivery)
     }
     if let relay = configuration.relay {
@@ -144,7 +140,7 @@ package func buildRouter<Storage: SyncStorage>(
         gate: gate, now: now
     ).addRoutes(to: v1)
     ReviewController(storage: storage, configuration: configuration).addRoutes(to: v1)
-    ExportController(storage: storage, configuration: configuration, gate: gate).addRoutes(to: v1)
+    ExportController(storage: storage, configuration: configuration, secrets: secrets, gate: gate, now: now).addRoutes(to: v1)
     NotificationController(storage: storage, configuration: configuration).addRoutes(to: v1)
     ConnectorController(storage: storage, configuration: configuration, secrets: secrets, now: now).addRoutes(to: v1)
     MonitorController(

@@ -14,7 +14,7 @@ struct FileLinkTests {
     static let base = URL(string: "https://sync.example.org")!
 
     @Test(
-        "a connector's batch links each file a build names; the link opens it without a token, and not once it expires, is changed, or the build names another photo",
+        "a connector's batch and an export link each file a build names; the link opens it without a token, and not once it expires, is changed, or the build names another photo",
         arguments: StorageKind.allCases)
     func connectorLinks(kind: StorageKind) async throws {
         let receiver = try await ConnectorReceiver()
@@ -55,6 +55,13 @@ struct FileLinkTests {
             #expect(opened.status == .ok)
             #expect(Array(buffer: opened.body) == photo.bytes)
             #expect(opened.headers[.contentType] == "image/jpeg")
+            // An organizer's export links the photo too.
+            let olga = try await Fixtures.token(user: "olga", role: .organizer)
+            let csv = String(buffer: try await client.send(.get, "/v1/export?collection=builds", token: olga).body)
+            let exported = try #require(
+                csv.split(separator: ",").first { $0.hasPrefix("https://sync.example.org/files/\(photo.reference.sha256)?") })
+            let exportedPath = try #require(exported.split(separator: "sync.example.org", maxSplits: 1).last.map(String.init))
+            #expect(Array(buffer: try await client.send(.get, exportedPath, token: nil).body) == photo.bytes)
             // and not once changed, nor once expired;
             #expect(try await client.send(.get, path.replacingOccurrences(of: "recordId=b1", with: "recordId=b2"), token: nil).status == .notFound)
             now.advance(seconds: 3600)

@@ -269,7 +269,8 @@ struct AdminController<Storage: SyncStorage> {
         }
         let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
         return try await ExportController.csv(
-            policy: policy, scope: event, for: session.identity, storage: storage, gate: gate, logger: context.logger)
+            policy: policy, scope: event, for: session.identity, storage: storage, gate: gate, logger: context.logger,
+            links: try FileLinks.of(configuration, secrets: secrets), now: now())
     }
 
     private func load(event: String?, identity: Identity) async throws -> MonitorResponse {

@@ -9,7 +9,9 @@ import OutpostRecords
 struct ExportController<Storage: SyncStorage> {
     let storage: Storage
     let configuration: ServerConfiguration
+    let secrets: ServerSecrets
     let gate: AdmissionGate
+    let now: @Sendable () -> Date
 
     /// The most records and stored bytes one page of an export reads: an export's memory is one page's, however
     /// large the collection.
@@ -31,7 +33,8 @@ struct ExportController<Storage: SyncStorage> {
             throw OutpostHTTPError.badRequest("the only export format is csv")
         }
         return try await Self.csv(
-            policy: policy, scope: scope, for: identity, storage: storage, gate: gate, logger: context.logger)
+            policy: policy, scope: scope, for: identity, storage: storage, gate: gate, logger: context.logger,
+            links: try FileLinks.of(configuration, secrets: secrets), now: now())
     }
 
     /// The CSV download of `policy`'s collection (in `scope`, or every scope) for a supervisor or organizer: for
@@ -43,9 +46,11 @@ struct ExportController<Storage: SyncStorage> {
     /// is read before the answer starts, so that a failure then is an ordinary error answer; a failure later
     /// (or a field name that first appears while the export runs, which the header cannot hold) ends the
     /// download unfinished, which a browser or client reports as failed, never as a shorter file.
+    ///
+    /// A field that names a file is its link from `links`, signed at `now`; without links, the reference as JSON.
     static func csv(
         policy: CollectionPolicy, scope: String?, for identity: Identity, storage: Storage, gate: AdmissionGate,
-        logger: Logger
+        logger: Logger, links: FileLinks? = nil, now: Date = Date()
     ) async throws -> Response {
         // Supervisors and organizers read every owner's records (``CollectionPolicy/readOwner(for:)``).
         guard policy.readOwner(for: identity) == nil else {
@@ -88,6 +93,14 @@ struct ExportController<Storage: SyncStorage> {
                         for record in rows {
                             var row = try ExportRow(record)
                             guard names.isSuperset(of: row.fields.keys) else { throw ExportError.newField }
+                            if let links {
+                                row.fields = links.linking(
+                                    row.fields,
+                                    of: FileLinks.Target(
+                                        tenant: identity.tenant, collection: policy.name, scope: record.scope,
+                                        recordId: record.recordId, sha256: ""),
+                                    now: now)
+                            }
                             row.receivedAt = received[RecordVersion(recordId: record.recordId, scope: record.scope, version: record.version)]
                                 .map(Timestamp.init(millisecondsSince1970:))
                             text += CSVTable.line(row, fieldColumns: columns)

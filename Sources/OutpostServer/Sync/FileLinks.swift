@@ -21,6 +21,23 @@ package struct FileLinks: Sendable {
         self.lifetime = lifetime
     }
 
+    /// The links of a server configured with a public address (``ServerConfiguration/publicURL``), or nil.
+    static func of(_ configuration: ServerConfiguration, secrets: ServerSecrets) throws -> FileLinks? {
+        guard let base = configuration.publicURL else { return nil }
+        return FileLinks(base: base, key: try secrets.fileLinkKey(), lifetime: configuration.fileLinkLifetime)
+    }
+
+    /// `fields` with each file a field names replaced by a link to it, as a system outside Outpost reads it.
+    func linking(_ fields: [String: JSONValue], of target: Target, now: Date) -> [String: JSONValue] {
+        var linked = fields
+        for (name, file) in FileReference.references(in: fields) {
+            var fileTarget = target
+            fileTarget.sha256 = file.sha256
+            linked[name] = .string(link(to: file, of: fileTarget, now: now).url)
+        }
+        return linked
+    }
+
     /// The path links take: `/files/{sha256}`, outside `/v1`, since no bearer token comes with them.
     package static let pathPrefix = "/files/"
 
