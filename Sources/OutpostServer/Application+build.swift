@@ -145,6 +145,14 @@ package func buildRouter<Storage: SyncStorage>(
     MonitorController(
         storage: storage, configuration: configuration, secrets: secrets, devices: devices, metrics: metrics, now: now
     ).addRoutes(to: v1)
+    // Uploads are refused by their query before any byte of their body is read: the routes read their bodies.
+    let files = router.group("v1")
+        .add(middleware: AuthMiddleware(secrets: secrets, now: now))
+        .add(
+            middleware: AdmissionMiddleware(
+                gate: gate, callers: callers, maxBodyBytes: FileUpload.maxRangeBytes, bodyTimeout: configuration.bodyTimeout,
+                defersBody: true))
+    FileController(storage: storage, configuration: configuration, gate: gate, now: now).addRoutes(to: files)
     routeTable.load(router.routes.map { ("\($0.path)", $0.method) })
     return router
 }

@@ -287,6 +287,10 @@ package final class AdmissionGate: Sendable {
 /// the server's for longer than the grace, and a well-behaved account's request finds one. A body read after
 /// the grace is held in memory until its turn: at most ``CallerGates/share`` bodies of
 /// ``ServerConfiguration/maxBodyBytes`` per account, for at most ``ServerConfiguration/bodyTimeout``.
+///
+/// With `defersBody`, the route reads its body itself, through ``RequestDecoding/collectBody(of:maxBytes:timeout:watch:)``,
+/// after checks that need none of it (a file's upload is refused before any byte of it is read); the read gives
+/// the place back after the grace as this middleware's own does.
 struct AdmissionMiddleware: RouterMiddleware {
     typealias Context = OutpostRequestContext
     let gate: AdmissionGate
@@ -295,6 +299,7 @@ struct AdmissionMiddleware: RouterMiddleware {
     let bodyTimeout: Duration
     var bodyGrace: Duration = .milliseconds(250)
     var watch: DeadlineWatch = .shared
+    var defersBody = false
 
     func handle(
         _ request: Request, context: Context, next: (Request, Context) async throws -> Response
@@ -307,17 +312,13 @@ struct AdmissionMiddleware: RouterMiddleware {
                 return try await gate.withAdmission(caller: caller) { try await next(request, context) }
             }
             return try await gate.withAdmission(caller: caller) { arrival in
-                let grace = watch.schedule(after: bodyGrace) { arrival.giveBack() }
-                let body: ByteBuffer
-                do {
-                    body = try await RequestDecoding.collectBody(
-                        of: request, maxBytes: maxBodyBytes, timeout: bodyTimeout, watch: watch)
-                } catch {
-                    watch.cancel(grace)
-                    throw error
+                let arriving = ArrivingBody(arrival: arrival, grace: bodyGrace, watch: watch)
+                if defersBody {
+                    return try await RequestDecoding.$arrivingBody.withValue(arriving) { try await next(request, context) }
                 }
-                watch.cancel(grace)
-                try await arrival.arrived()
+                let body = try await arriving.collect {
+                    try await RequestDecoding.collectBody(of: request, maxBytes: maxBodyBytes, timeout: bodyTimeout, watch: watch)
+                }
                 var request = request
                 request.body = RequestBody(buffer: body)
                 return try await RequestDecoding.$arrivedBody.withValue(body) { try await next(request, context) }
@@ -330,6 +331,29 @@ struct AdmissionMiddleware: RouterMiddleware {
         if let length = request.headers[.contentLength] { return length != "0" }
         if request.headers[.transferEncoding] != nil { return true }
         return [.post, .put, .patch].contains(request.method)
+    }
+}
+
+/// A request's place at the gate while its body arrives (see ``AdmissionMiddleware``).
+struct ArrivingBody: Sendable {
+    let arrival: AdmissionGate.Arrival
+    let grace: Duration
+    var watch: DeadlineWatch = .shared
+
+    /// Reads the body with `read`, giving the place back should it take longer than the grace, and waits for the
+    /// place again once it has arrived.
+    func collect(_ read: () async throws -> ByteBuffer) async throws -> ByteBuffer {
+        let deadline = watch.schedule(after: grace) { [arrival] in arrival.giveBack() }
+        let body: ByteBuffer
+        do {
+            body = try await read()
+        } catch {
+            watch.cancel(deadline)
+            throw error
+        }
+        watch.cancel(deadline)
+        try await arrival.arrived()
+        return body
     }
 }
 

@@ -45,10 +45,14 @@ enum RequestDecoding {
     /// The request's body, once ``AdmissionMiddleware`` has read it whole.
     @TaskLocal static var arrivedBody: ByteBuffer?
 
+    /// The request's place at the gate, when ``AdmissionMiddleware`` left its body for the route to read.
+    @TaskLocal static var arrivingBody: ArrivingBody?
+
     /// Collects the whole body, at most `maxBytes` of it, and gives up once `timeout` has passed since it
     /// started: a client that trickles its body must not hold a place of the admission gate for longer. The
     /// read is cancelled, which also ends the connection, and waited for, so that nothing else reads the body
-    /// while it does. A body ``AdmissionMiddleware`` has read is taken as it is.
+    /// while it does. A body ``AdmissionMiddleware`` has read is taken as it is; one it left to the route is read
+    /// giving the request's place back while it arrives, as the middleware reads one.
     static func collectBody(
         of request: Request, maxBytes: Int, timeout: Duration, watch: DeadlineWatch = .shared
     ) async throws -> ByteBuffer {
@@ -58,6 +62,11 @@ enum RequestDecoding {
                     .contentTooLarge, .payloadTooLarge, "the request body is larger than \(maxBytes) bytes")
             }
             return body
+        }
+        if let arriving = arrivingBody {
+            return try await $arrivingBody.withValue(nil) {
+                try await arriving.collect { try await collectBody(of: request, maxBytes: maxBytes, timeout: timeout, watch: watch) }
+            }
         }
         let reading = Task {
             var request = request

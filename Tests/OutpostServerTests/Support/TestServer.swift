@@ -95,7 +95,7 @@ extension TestClientProtocol {
     ) async throws -> TestResponse {
         var headers = headers
         if let token { headers[.authorization] = "Bearer \(token)" }
-        if body != nil { headers[.contentType] = "application/json" }
+        if body != nil, headers[.contentType] == nil { headers[.contentType] = "application/json" }
         return try await executeRequest(uri: uri, method: method, headers: headers, body: body)
     }
 

@@ -1,0 +1,227 @@
+import Crypto
+import Foundation
+import Hummingbird
+import Logging
+import OutpostProtocol
+
+/// `GET` and `PUT /v1/uploads/{sha256}`, `GET /v1/files/{sha256}`: the files records carry (``FileReference``).
+///
+/// A device uploads a file's bytes by digest, in ranges, each at the offset the server says it holds, before it
+/// pushes the mutation that names the file; the server checks the digest once the last byte is in. An upload is
+/// refused by what its query says (collection, role, type, size, offset) before any byte of its body is read, so
+/// these routes read their bodies themselves (``AdmissionMiddleware`` with `defersBody`). A file is downloaded by
+/// whoever may read a record that names it, and by no one else.
+struct FileController<Storage: SyncStorage> {
+    let storage: Storage
+    let configuration: ServerConfiguration
+    /// Admits each range of a download after its first, as it admits requests.
+    let gate: AdmissionGate
+    let now: @Sendable () -> Date
+
+    func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
+        group.get("uploads/:sha256", use: upload)
+        group.put("uploads/:sha256", use: putRange)
+        group.get("files/:sha256", use: download)
+    }
+
+    /// `GET /v1/uploads/{sha256}?collection=C` (anyone who may write C): how far the upload has come, or 404.
+    @Sendable func upload(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
+        if let refusal = policy.writerRefusal(for: identity.role) { throw OutpostHTTPError.forbidden(refusal) }
+        let sha256 = try Self.digest(in: context)
+        guard let upload = try await storage.upload(tenant: identity.tenant, sha256: sha256) else {
+            throw OutpostHTTPError(.notFound, .notFound, "the server has no upload of this file")
+        }
+        return try .json(upload)
+    }
+
+    /// `PUT /v1/uploads/{sha256}?collection=C&size=N&type=T&offset=O`: one range of the file's bytes, at the offset
+    /// the server holds. Answers the upload as it then stands; once the last byte is in, the file is complete, or
+    /// discarded whole when its bytes do not have the digest (422).
+    @Sendable func putRange(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let identity = try context.requireIdentity()
+        let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
+        if let refusal = policy.writerRefusal(for: identity.role) { throw OutpostHTTPError.forbidden(refusal) }
+        let sha256 = try Self.digest(in: context)
+        let size = try Self.byteCount("size", in: request)
+        let type = try RequestDecoding.required("type", in: request)
+        guard FileReference.isMediaType(type) else {
+            throw OutpostHTTPError.badRequest("type must be a lower-case media type such as image/jpeg")
+        }
+        let offset = try Self.byteCount("offset", in: request)
+        if let refusal = policy.fileRefusal(type: type, size: size) {
+            throw OutpostHTTPError(refusal.code == .fileTooLarge ? .contentTooLarge : .unsupportedMediaType, refusal.code, refusal.message)
+        }
+        guard offset <= size else {
+            throw OutpostHTTPError.badRequest("offset \(offset) is past the file's size, \(size) bytes")
+        }
+        if let length = request.headers[.contentLength].flatMap(Int64.init) {
+            guard length <= FileUpload.maxRangeBytes else {
+                throw OutpostHTTPError(
+                    .contentTooLarge, .payloadTooLarge, "a range carries at most \(FileUpload.maxRangeBytes) bytes; send smaller ones")
+            }
+            guard offset + length <= size else { throw Self.pastSize(offset: offset, length: length, size: size) }
+        }
+        let stored = try await storage.upload(tenant: identity.tenant, sha256: sha256)
+        if let stored, try !Self.takesRange(stored, size: size, type: type, offset: offset) { return try .json(stored) }
+        if stored == nil, offset != 0 { throw Self.offsetMismatch(received: 0) }
+
+        let body = try await RequestDecoding.collectBody(
+            of: request, maxBytes: FileUpload.maxRangeBytes, timeout: configuration.bodyTimeout)
+        let length = Int64(body.readableBytes)
+        guard offset + length <= size else { throw Self.pastSize(offset: offset, length: length, size: size) }
+        let outcome = try await storage.appendRange(
+            tenant: identity.tenant, sha256: sha256, size: size, type: type, offset: offset, bytes: body,
+            at: Int64(now().timeIntervalSince1970 * 1000))
+        switch outcome {
+        case .refused(let stored):
+            // Another range of the same file got in first.
+            _ = try Self.takesRange(stored, size: size, type: type, offset: offset)
+            return try .json(stored)
+        case .appended(let upload):
+            guard upload.received == upload.size else { return try .json(upload) }
+            return try .json(try await verify(upload, tenant: identity.tenant))
+        }
+    }
+
+    /// Completes an upload whose every byte has arrived when its bytes have its digest; else discards it whole.
+    ///
+    /// - Throws: 422 `digest_mismatch` when they do not.
+    private func verify(_ upload: FileUpload, tenant: String) async throws -> FileUpload {
+        var hasher = SHA256()
+        for try await bytes in storage.fileBytes(tenant: tenant, sha256: upload.sha256, from: 0, size: upload.size) {
+            bytes.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
+        }
+        guard hasher.finalize().hexString == upload.sha256 else {
+            _ = try await storage.discardUpload(tenant: tenant, sha256: upload.sha256)
+            throw OutpostHTTPError(
+                .unprocessableContent, .digestMismatch,
+                "the bytes received do not have the digest they were sent under; none of them is kept: upload the file again")
+        }
+        guard try await storage.completeUpload(tenant: tenant, sha256: upload.sha256) else {
+            return try await storage.upload(tenant: tenant, sha256: upload.sha256) ?? upload
+        }
+        var complete = upload
+        complete.complete = true
+        return complete
+    }
+
+    /// Whether a range at `offset` of the file as declared goes on `stored`: false for a complete file, which
+    /// takes nothing more.
+    ///
+    /// - Throws: 409 when the server holds the file as another size or type, or another count of its bytes.
+    static func takesRange(_ stored: FileUpload, size: Int64, type: String, offset: Int64) throws -> Bool {
+        guard stored.size == size, stored.type == type else {
+            throw OutpostHTTPError(
+                .conflict, .invalidRequest,
+                "the server holds this file as \(stored.type) of \(stored.size) bytes; upload it as that")
+        }
+        if stored.complete { return false }
+        guard stored.received == offset else { throw offsetMismatch(received: stored.received) }
+        return true
+    }
+
+    static func offsetMismatch(received: Int64) -> OutpostHTTPError {
+        OutpostHTTPError(
+            .conflict, .uploadOffsetMismatch,
+            "the server holds \(received) bytes of this file; send the range at offset \(received)")
+    }
+
+    static func pastSize(offset: Int64, length: Int64, size: Int64) -> OutpostHTTPError {
+        OutpostHTTPError.badRequest("a range of \(length) bytes at offset \(offset) runs past the file's size, \(size) bytes")
+    }
+
+    /// `GET /v1/files/{sha256}?collection=C&recordId=R[&scope=S]`: the file's bytes, streamed a stored range at a
+    /// time; `Range: bytes=N-` answers 206 from byte N. Only to a caller who may read record R as a pull would
+    /// let them, while R is live and one of its fields names the file, and the file is complete: otherwise 404, the
+    /// same whichever it is, so that the answer tells nothing of records the caller may not read.
+    @Sendable func download(_ request: Request, context: OutpostRequestContext) async throws -> Response {
+        let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
+        let scope = try RequestDecoding.scope(in: request)
+        let identity = try context.requireReader(of: policy, scope: scope)
+        if let refusal = policy.readRefusal(for: identity, scope: scope) { throw OutpostHTTPError.forbidden(refusal) }
+        let sha256 = try Self.digest(in: context)
+        let recordId = try RequestDecoding.required("recordId", in: request)
+        guard Identifier.isValid(recordId) else {
+            throw OutpostHTTPError.badRequest("recordId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
+        }
+        let notFound = OutpostHTTPError(.notFound, .notFound, "no such file for this record")
+        // A record of a collection with a scope is keyed by it: named without one, it is no record.
+        guard
+            let record = try await storage.record(
+                tenant: identity.tenant, collection: policy.name, recordId: recordId, scope: scope ?? ""),
+            !record.tombstone, policy.readOwner(for: identity).map({ $0 == record.owner }) ?? true,
+            FileReference.references(in: record.fields).values.contains(where: { $0.sha256 == sha256 }),
+            let file = try await storage.completeFiles(tenant: identity.tenant, sha256s: [sha256])[sha256]
+        else { throw notFound }
+
+        let start = try Self.rangeStart(request.headers[.range], size: file.size)
+        let from = start ?? 0
+        var headers: HTTPFields = [
+            .contentType: file.type, .contentLength: String(file.size - from), .eTag: "\"\(sha256)\"",
+            .cacheControl: "private, no-store", .acceptRanges: "bytes",
+            // Served as data, never as a page of this origin: a file's type is what a device said.
+            .xContentTypeOptions: "nosniff", .contentSecurityPolicy: "default-src 'none'; sandbox",
+        ]
+        if let start { headers[.contentRange] = "bytes \(start)-\(file.size - 1)/\(file.size)" }
+        // The first range before the answer starts, so that a failure then is an ordinary error answer.
+        var ranges = storage.fileBytes(tenant: identity.tenant, sha256: sha256, from: from, size: file.size).makeAsyncIterator()
+        let first = try await ranges.next()
+        let sent = from + Int64(first?.readableBytes ?? 0)
+        let tenant = identity.tenant
+        let caller = identity.admissionKey
+        return Response(
+            status: start == nil ? .ok : .partialContent, headers: headers,
+            body: ResponseBody(contentLength: Int(file.size - from)) { [storage, gate, logger = context.logger] writer in
+                do {
+                    if let first { try await writer.write(first) }
+                    // Each later range is read under the admission gate, like a request of its own: a slow download
+                    // holds no place while it waits on the network.
+                    var rest = storage.fileBytes(tenant: tenant, sha256: sha256, from: sent, size: file.size).makeAsyncIterator()
+                    while let bytes = try await gate.withAdmission(caller: caller, { try await rest.next() }) {
+                        try await writer.write(bytes)
+                    }
+                    try await writer.finish(nil)
+                } catch {
+                    logger.notice("a file download ended unfinished", metadata: ["reason": "\(ExportError.reason(error))"])
+                    throw error
+                }
+            })
+    }
+
+    /// Where a `Range: bytes=N-` header starts (nil without one, or for any other form of range, which is answered
+    /// with the whole file).
+    ///
+    /// - Throws: 416 when N is not before the file's end.
+    static func rangeStart(_ header: String?, size: Int64) throws -> Int64? {
+        guard let header, header.hasPrefix("bytes="), header.hasSuffix("-") else { return nil }
+        let digits = header.utf8.dropFirst("bytes=".utf8.count).dropLast()
+        guard (1...18).contains(digits.count), digits.allSatisfy({ (0x30...0x39).contains($0) }),
+            let start = Int64(String(decoding: digits, as: UTF8.self))
+        else { return nil }
+        guard start < size else {
+            throw OutpostHTTPError(
+                .rangeNotSatisfiable, .invalidRequest, "the file has \(size) bytes; a range starts before its end",
+                headers: [.contentRange: "bytes */\(size)"])
+        }
+        return start
+    }
+
+    /// The file's digest in the path.
+    static func digest(in context: OutpostRequestContext) throws -> String {
+        guard let digest = context.parameters.get("sha256"), FileReference.isDigest(digest) else {
+            throw OutpostHTTPError.badRequest("a file is named by its SHA-256 digest: 64 lower-case hexadecimal digits")
+        }
+        return digest
+    }
+
+    /// A required count of bytes in the query: a whole number from 0, in decimal digits.
+    static func byteCount(_ name: String, in request: Request) throws -> Int64 {
+        let text = try RequestDecoding.required(name, in: request)
+        guard text.utf8.count <= 18, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int64(text) else {
+            throw OutpostHTTPError.badRequest("\(name) must be a whole number of bytes")
+        }
+        return value
+    }
+}

@@ -1,0 +1,404 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import NIOCore
+import OutpostProtocol
+import OutpostRecords
+import Testing
+
+@testable import OutpostServer
+
+/// Files that records carry, through the routes, on both engines: uploads by digest in ranges, the push that names
+/// them, and their download by whoever may read a record that names them.
+@Suite("Files")
+struct FileTests {
+    static func build(_ id: String, photo: FileReference?, at seconds: Double = 1, device: String = "phone-ana") -> Mutation {
+        var fields: [String: JSONValue] = ["name": "Block C"]
+        if let photo { fields["photo"] = photo.json }
+        return Fixtures.upsert(id, fields, at: seconds, collection: Build.collection, device: device)
+    }
+
+    @Test("a file uploaded in three ranges completes once its digest is checked, and is served whole", arguments: StorageKind.allCases)
+    func severalRanges(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let file = TestFile(count: 20_000)
+            // Given a photo sent in three ranges,
+            var answers: [FileUpload] = []
+            for (start, end) in [(0, 7_000), (7_000, 14_000), (14_000, 20_000)] {
+                let response = try await client.putRange(file.range(start..<end), of: file.reference, at: Int64(start), token: ana)
+                #expect(response.status == .ok)
+                answers.append(try JSONDecoder().decode(FileUpload.self, from: response.body))
+            }
+            // each answer says how far it has come, and the last that the file is complete;
+            #expect(answers.map(\.received) == [7_000, 14_000, 20_000])
+            #expect(answers.map(\.complete) == [false, false, true])
+            #expect(try await client.uploadState(file.reference, token: ana) == answers.last)
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, chunks: 3))
+            // when a build names it,
+            let pushed = try await client.push([Self.build("b1", photo: file.reference)], token: ana, device: "phone-ana")
+            #expect(pushed.results.map(\.status) == [.applied])
+            // its reader downloads the very bytes, with their type, length and digest.
+            let download = try await client.download(file.reference, recordId: "b1", token: ana)
+            #expect(download.status == .ok)
+            #expect(Array(download.body.readableBytesView) == file.bytes)
+            #expect(download.headers[.contentType] == "image/jpeg")
+            #expect(download.headers[.contentLength] == "20000")
+            #expect(download.headers[.eTag] == "\"\(file.reference.sha256)\"")
+            #expect(download.headers[.cacheControl] == "private, no-store")
+        }
+    }
+
+    @Test(
+        "a range at another offset than the bytes received is refused 409 with that count, and nothing of it is stored",
+        arguments: StorageKind.allCases)
+    func wrongOffset(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let file = TestFile(count: 20_000)
+            // With no upload yet, a range must start at 0.
+            let early = try await client.putRange(file.range(5_000..<7_000), of: file.reference, at: 5_000, token: ana)
+            #expect(early.status == .conflict && early.wireError?.code == .uploadOffsetMismatch)
+            #expect(early.wireError?.message.contains("holds 0 bytes") == true)
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, chunks: 0))
+            // Given the first 7,000 bytes,
+            let first = try await client.putRange(file.range(0..<7_000), of: file.reference, at: 0, token: ana)
+            #expect(first.status == .ok)
+            // a range sent again, or one sent ahead, is refused with what the server holds,
+            for offset in [0, 3_000, 14_000] {
+                let refused = try await client.putRange(
+                    file.range(offset..<offset + 6_000), of: file.reference, at: Int64(offset), token: ana)
+                #expect(refused.status == .conflict, "offset \(offset)")
+                #expect(refused.wireError?.code == .uploadOffsetMismatch)
+                #expect(refused.wireError?.message.contains("holds 7000 bytes") == true, "\(String(describing: refused.wireError))")
+            }
+            // and the upload stands as it was.
+            let state = try await client.uploadState(file.reference, token: ana)
+            #expect(state == FileUpload(sha256: file.reference.sha256, size: 20_000, type: "image/jpeg", received: 7_000, complete: false))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, chunks: 1))
+        }
+    }
+
+    @Test("an upload cut after two ranges resumes from the bytes the server received", arguments: StorageKind.allCases)
+    func resumes(kind: StorageKind) async throws {
+        try await withServer(kind) { client, _ in
+            let ana = try await Fixtures.token()
+            let file = TestFile(count: 30_000, seed: 2)
+            // Given two ranges sent before the device lost its network,
+            for start in [0, 10_000] {
+                let response = try await client.putRange(
+                    file.range(start..<start + 10_000), of: file.reference, at: Int64(start), token: ana)
+                #expect(response.status == .ok)
+            }
+            // the device asks where to go on, and sends the rest from there:
+            let state = try #require(try await client.uploadState(file.reference, token: ana))
+            #expect(state.received == 20_000 && !state.complete)
+            let rest = try await client.putRange(
+                file.range(Int(state.received)..<30_000), of: file.reference, at: state.received, token: ana)
+            #expect(try JSONDecoder().decode(FileUpload.self, from: rest.body).complete)
+            // the file is whole.
+            _ = try await client.push([Self.build("b1", photo: file.reference)], token: ana, device: "phone-ana")
+            let download = try await client.download(file.reference, recordId: "b1", token: ana)
+            #expect(Array(download.body.readableBytesView) == file.bytes)
+        }
+    }
+
+    @Test(
+        "an upload its collection refuses (too large, a type it does not take, no files at all) or a malformed one stores nothing",
+        arguments: StorageKind.allCases)
+    func refusedUploads(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let relay = try await RelayForwardTests.relayToken()
+            let file = TestFile(count: 1_000)
+            let body = file.range(0..<1_000)
+            let sha = file.reference.sha256
+            func put(_ query: String, token: String = ana, digest: String = sha) async throws -> TestResponse {
+                try await client.send(
+                    .put, "/v1/uploads/\(digest)?\(query)", token: token, body: ByteBuffer(bytes: body),
+                    headers: [.contentType: "application/octet-stream"])
+            }
+            // Over the collection's limit: 413, naming both sizes.
+            let large = try await put("collection=builds&size=52428801&type=image/jpeg&offset=0")
+            #expect(large.status == .contentTooLarge && large.wireError?.code == .fileTooLarge)
+            #expect(large.wireError.map { $0.message.contains("52428801") && $0.message.contains("52428800") } == true)
+            // A type the collection does not take, or a collection that takes no files: 415, naming what it takes.
+            let pdf = try await put("collection=attendance&size=1000&type=application/pdf&offset=0")
+            #expect(pdf.status == .unsupportedMediaType && pdf.wireError?.code == .fileTypeRefused)
+            #expect(pdf.wireError.map { $0.message.contains("attendance") && $0.message.contains("image/*") } == true)
+            for collection in ["checkins", "activities"] {
+                let none = try await put("collection=\(collection)&size=1000&type=image/jpeg&offset=0")
+                #expect(none.status == .unsupportedMediaType && none.wireError?.code == .fileTypeRefused)
+                #expect(none.wireError?.message == "\(collection) takes no files")
+            }
+            // A collection the caller may not write, a relay, an unknown collection.
+            #expect(try await put("collection=guests&size=1000&type=image/jpeg&offset=0").status == .forbidden)
+            #expect(try await put("collection=builds&size=1000&type=image/jpeg&offset=0", token: relay).status == .forbidden)
+            let unknown = try await put("collection=nope&size=1000&type=image/jpeg&offset=0")
+            #expect(unknown.status == .notFound && unknown.wireError?.code == .unknownCollection)
+            // A bad digest, size, type or offset, or a range past the declared size: 400.
+            for (query, digest) in [
+                ("collection=builds&size=1000&type=image/jpeg&offset=0", String(sha.uppercased())),
+                ("collection=builds&size=1000&type=image/jpeg&offset=0", "abc"),
+                ("collection=builds&size=-1&type=image/jpeg&offset=0", sha),
+                ("collection=builds&size=1e3&type=image/jpeg&offset=0", sha),
+                ("collection=builds&size=1000&type=Image/JPEG&offset=0", sha),
+                ("collection=builds&size=1000&type=image&offset=0", sha),
+                ("collection=builds&size=1000&type=image/jpeg", sha),
+                ("collection=builds&size=1000&type=image/jpeg&offset=1001", sha),
+                ("collection=builds&size=999&type=image/jpeg&offset=0", sha),
+            ] {
+                let bad = try await put(query, digest: digest)
+                #expect(bad.status == .badRequest && bad.wireError?.code == .invalidRequest, "\(query) \(digest)")
+            }
+            // Not a row, not a byte.
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, chunks: 0))
+            #expect(try await client.send(.get, "/v1/uploads/\(sha)?collection=builds", token: ana).status == .notFound)
+            // And the same range where it is taken is stored: the refusals above were for what they said.
+            #expect(try await put("collection=builds&size=1000&type=image/jpeg&offset=0").status == .ok)
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, chunks: 1))
+        }
+    }
+
+    @Test("bytes that do not have the digest they were sent under are refused 422, and none of them is kept", arguments: StorageKind.allCases)
+    func digestMismatch(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let file = TestFile(count: 12_000, seed: 3)
+            // Given a first range as it should be and a last one with a byte changed on the way,
+            #expect(try await client.putRange(file.range(0..<6_000), of: file.reference, at: 0, token: ana).status == .ok)
+            var damaged = Array(file.range(6_000..<12_000))
+            damaged[100] ^= 0xFF
+            let last = try await client.putRange(damaged, of: file.reference, at: 6_000, token: ana)
+            // the last range is answered 422 and the whole upload forgotten;
+            #expect(last.status == .unprocessableContent && last.wireError?.code == .digestMismatch)
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, chunks: 0))
+            #expect(try await client.uploadState(file.reference, token: ana) == nil)
+            // the device starts over, and the right bytes complete it.
+            #expect(try await client.putRange(file.range(0..<6_000), of: file.reference, at: 0, token: ana).status == .ok)
+            let whole = try await client.putRange(file.range(6_000..<12_000), of: file.reference, at: 6_000, token: ana)
+            #expect(try JSONDecoder().decode(FileUpload.self, from: whole.body).complete)
+        }
+    }
+
+    @Test("the same file uploaded again, or named by two records, is stored once", arguments: StorageKind.allCases)
+    func storedOnce(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let ben = try await Fixtures.token(user: "ben", name: "Ben")
+            let file = TestFile(count: 9_000, seed: 4)
+            for start in [0, 4_500] {
+                _ = try await client.putRange(file.range(start..<start + 4_500), of: file.reference, at: Int64(start), token: ana)
+            }
+            let stored = StoredFileRows(files: 1, chunks: 2)
+            #expect(try await storage.storedFileRows() == stored)
+            // Another device uploads it again, whole, for another collection: the answer is the complete file, and
+            // nothing more is stored.
+            let again = try await client.putRange(file.range(0..<9_000), of: file.reference, at: 0, collection: "notes", token: ben)
+            #expect(again.status == .ok)
+            #expect(try JSONDecoder().decode(FileUpload.self, from: again.body).complete)
+            #expect(try await storage.storedFileRows() == stored)
+            // Named by a build and a note, it is served for each, from the one copy.
+            _ = try await client.push([Self.build("b1", photo: file.reference)], token: ana, device: "phone-ana")
+            let note = Fixtures.upsert("n1", ["scan": file.reference.json], at: 2, device: "phone-ben")
+            #expect(try await client.push([note], token: ben, device: "phone-ben").results.map(\.status) == [.applied])
+            for (collection, recordId, token) in [("builds", "b1", ana), ("notes", "n1", ben)] {
+                let download = try await client.download(file.reference, collection: collection, recordId: recordId, token: token)
+                #expect(Array(download.body.readableBytesView) == file.bytes, "\(collection)")
+            }
+            #expect(try await storage.storedFileRows() == stored)
+            // Another tenant has no part of it.
+            let other = try await Fixtures.token(tenant: "globex")
+            #expect(try await client.uploadState(file.reference, token: other) == nil)
+        }
+    }
+
+    @Test(
+        "a reader downloads the file, or from a byte on; staff who may not read the record, and a record that does not name it, get 404",
+        arguments: StorageKind.allCases)
+    func download(kind: StorageKind) async throws {
+        try await withServer(kind) { client, _ in
+            let ana = try await Fixtures.token()
+            let ben = try await Fixtures.token(user: "ben", name: "Ben")
+            let sue = try await Fixtures.token(user: "sue", role: .supervisor, name: "Sue")
+            let file = TestFile(count: 20_000, seed: 6)
+            for start in [0, 8_000, 16_000] {
+                _ = try await client.putRange(
+                    file.range(start..<min(start + 8_000, 20_000)), of: file.reference, at: Int64(start), token: ana)
+            }
+            // Given Ana's build naming the photo, and her other build naming none,
+            let pushed = try await client.push(
+                [Self.build("b1", photo: file.reference), Self.build("b2", photo: nil, at: 2)], token: ana, device: "phone-ana")
+            #expect(pushed.results.map(\.status) == [.applied, .applied])
+            // Ana and her supervisor download it,
+            for token in [ana, sue] {
+                let whole = try await client.download(file.reference, recordId: "b1", token: token)
+                #expect(whole.status == .ok && Array(whole.body.readableBytesView) == file.bytes)
+            }
+            // from byte 10,000 on, across the ranges it was stored in, as a resumed download asks;
+            let resumed = try await client.download(file.reference, recordId: "b1", token: ana, headers: [.range: "bytes=10000-"])
+            #expect(resumed.status == .partialContent)
+            #expect(Array(resumed.body.readableBytesView) == Array(file.bytes[10_000...]))
+            #expect(resumed.headers[.contentRange] == "bytes 10000-19999/20000")
+            #expect(resumed.headers[.contentLength] == "10000")
+            let past = try await client.download(file.reference, recordId: "b1", token: ana, headers: [.range: "bytes=20000-"])
+            #expect(past.status == .rangeNotSatisfiable && past.headers[.contentRange] == "bytes */20000")
+            // Ben, who may not read Ana's builds, is told there is no such file, as for a build that does not name
+            // it and for one that does not exist: the same answer each time.
+            let unreadable = try await client.download(file.reference, recordId: "b1", token: ben)
+            let unnamed = try await client.download(file.reference, recordId: "b2", token: ana)
+            let missing = try await client.download(file.reference, recordId: "b9", token: ana)
+            for answer in [unreadable, unnamed, missing] {
+                #expect(answer.status == .notFound && answer.wireError?.code == .notFound)
+                #expect(answer.body == unreadable.body)
+            }
+            // Once the build is deleted, its photo is no longer served through it.
+            _ = try await client.push(
+                [Fixtures.delete("b1", at: 5, collection: Build.collection, device: "phone-ana")], token: ana, device: "phone-ana")
+            #expect(try await client.download(file.reference, recordId: "b1", token: ana).status == .notFound)
+        }
+    }
+
+    @Test("a file of a record with a scope is named with its scope, and served to a relay of that scope", arguments: StorageKind.allCases)
+    func scopedRecord(kind: StorageKind) async throws {
+        let inspections = CollectionPolicy(
+            name: "inspections", scopeField: "event_id", attachments: AttachmentPolicy(maxBytes: 1_000_000, types: ["image/*"]))
+        try await withServer(
+            kind,
+            configure: { $0.collections = CollectionRegistry(Array(CollectionRegistry.standard.policies.values) + [inspections]) }
+        ) { client, _ in
+            let ana = try await Fixtures.token()
+            let file = TestFile(count: 3_000, seed: 7, type: "image/png")
+            _ = try await client.putRange(file.range(0..<3_000), of: file.reference, at: 0, collection: "inspections", token: ana)
+            let inspection = Fixtures.upsert(
+                "i1", ["event_id": "gala", "photo": file.reference.json], at: 1, collection: "inspections", device: "phone-ana")
+            #expect(try await client.push([inspection], token: ana, device: "phone-ana").results.map(\.status) == [.applied])
+            // Its scope names the record: staff read such a collection by scope only, as a pull does; without one,
+            // or in another scope, a supervisor names no record.
+            let unscoped = try await client.download(file.reference, collection: "inspections", recordId: "i1", token: ana)
+            #expect(unscoped.status == .forbidden)
+            let sue = try await Fixtures.token(user: "sue", role: .supervisor, name: "Sue")
+            let supervisor = try await client.download(file.reference, collection: "inspections", recordId: "i1", token: sue)
+            #expect(supervisor.status == .notFound)
+            let elsewhere = try await client.download(
+                file.reference, collection: "inspections", recordId: "i1", scope: "fair", token: sue)
+            #expect(elsewhere.status == .notFound)
+            let served = try await client.download(file.reference, collection: "inspections", recordId: "i1", scope: "gala", token: ana)
+            #expect(served.status == .ok && served.headers[.contentType] == "image/png")
+            // A relay reads its own events' files, and no other's.
+            let relay = try await RelayForwardTests.relayToken()
+            let atRelay = try await client.download(file.reference, collection: "inspections", recordId: "i1", scope: "gala", token: relay)
+            #expect(atRelay.status == .ok && Array(atRelay.body.readableBytesView) == file.bytes)
+            let otherRelay = try await RelayForwardTests.relayToken(scopes: ["fair"])
+            #expect(
+                try await client.download(file.reference, collection: "inspections", recordId: "i1", scope: "gala", token: otherRelay)
+                    .status == .forbidden)
+        }
+    }
+
+    @Test("a zero-byte file is uploaded with one empty range and served empty", arguments: StorageKind.allCases)
+    func zeroBytes(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let empty = TestFile(count: 0, type: "application/pdf")
+            #expect(empty.reference.sha256 == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+            let answer = try await client.putRange([UInt8](), of: empty.reference, at: 0, token: ana)
+            #expect(answer.status == .ok)
+            #expect(
+                try JSONDecoder().decode(FileUpload.self, from: answer.body)
+                    == FileUpload(sha256: empty.reference.sha256, size: 0, type: "application/pdf", received: 0, complete: true))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, chunks: 0))
+            _ = try await client.push([Self.build("b1", photo: empty.reference)], token: ana, device: "phone-ana")
+            let download = try await client.download(empty.reference, recordId: "b1", token: ana)
+            #expect(download.status == .ok && download.body.readableBytes == 0 && download.headers[.contentLength] == "0")
+        }
+    }
+
+    @Test("a range over 8 MiB is refused 413 by its length, and a file of two ranges up to it completes", arguments: StorageKind.allCases)
+    func largestRange(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let file = TestFile(count: FileUpload.maxRangeBytes + 1_000, seed: 8)
+            let tooLong = try await client.putRange(file.range(0..<FileUpload.maxRangeBytes + 1), of: file.reference, at: 0, token: ana)
+            #expect(tooLong.status == .contentTooLarge && tooLong.wireError?.code == .payloadTooLarge)
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, chunks: 0))
+            let first = try await client.putRange(file.range(0..<FileUpload.maxRangeBytes), of: file.reference, at: 0, token: ana)
+            #expect(first.status == .ok)
+            let last = try await client.putRange(
+                file.range(FileUpload.maxRangeBytes..<file.bytes.count), of: file.reference, at: Int64(FileUpload.maxRangeBytes),
+                token: ana)
+            #expect(try JSONDecoder().decode(FileUpload.self, from: last.body).complete)
+        }
+    }
+
+    @Test("over a real socket: an upload of a type its collection refuses is answered before any byte of its body is sent")
+    func refusedBeforeTheBody() async throws {
+        try await withServer(.sqlite, setup: .live, configure: { $0.bodyTimeout = .seconds(60) }) { client, storage in
+            let port = try #require(client.port)
+            let token = try await Fixtures.token()
+            let sha = String(repeating: "c", count: 64)
+            // The head of a range of 100,000 bytes, and not a byte of it.
+            let head =
+                "PUT /v1/uploads/\(sha)?collection=attendance&size=100000&type=application/pdf&offset=0 HTTP/1.1\r\n"
+                + "Host: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/octet-stream\r\n"
+                + "Content-Length: 100000\r\n\r\n"
+            let answer = try await Thread.blocking { () -> String in
+                guard let socket = try? AdmissionGateTests.connect(port: port) else { return "no connection" }
+                defer { close(socket) }
+                guard head.withCString({ send(socket, $0, strlen($0), 0) }) > 0 else { return "no head sent" }
+                var received: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                // The answer's head and body, within the socket's 10 s: long before the body's 60 s deadline.
+                while !String(decoding: received, as: UTF8.self).contains("}}") {
+                    let count = recv(socket, &buffer, buffer.count, 0)
+                    guard count > 0 else { break }
+                    received += buffer[..<count]
+                }
+                return String(decoding: received, as: UTF8.self)
+            }
+            #expect(answer.hasPrefix("HTTP/1.1 415"), "\(answer.prefix(300))")
+            #expect(answer.contains(#""code":"file_type_refused""#), "\(answer.prefix(300))")
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, chunks: 0))
+        }
+    }
+
+    @Test("over a real socket: a range whose body arrives after the grace gives its place back, then is stored")
+    func lateRangeIsStored() async throws {
+        try await withServer(.sqlite, setup: .live, configure: { $0.bodyTimeout = .seconds(60) }) { client, storage in
+            let port = try #require(client.port)
+            let token = try await Fixtures.token()
+            let file = TestFile(count: 2_000, seed: 9)
+            let reference = file.reference
+            let head =
+                "PUT /v1/uploads/\(reference.sha256)?collection=builds&size=2000&type=image/jpeg&offset=0 HTTP/1.1\r\n"
+                + "Host: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/octet-stream\r\n"
+                + "Content-Length: 2000\r\n\r\n"
+            let socket = try AdmissionGateTests.connect(port: port)
+            defer { close(socket) }
+            _ = head.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            _ = file.bytes.prefix(500).withUnsafeBufferPointer { send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            // The range is let in, and gives its place back while the rest of its body is on its way;
+            let deadline = ContinuousClock.now + .seconds(30)
+            while try await AdmissionGateTests.metric("outpost_http_bodies_arriving", port: port) != 1 {
+                try #require(ContinuousClock.now < deadline, "the range never gave its place back")
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            _ = file.bytes.dropFirst(500).withUnsafeBufferPointer { send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let answer = try await Thread.blocking { () -> String in
+                var received: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while !String(decoding: received, as: UTF8.self).contains("}") {
+                    let count = recv(socket, &buffer, buffer.count, 0)
+                    guard count > 0 else { break }
+                    received += buffer[..<count]
+                }
+                return String(decoding: received, as: UTF8.self)
+            }
+            // once it has arrived, it waits its turn again and is stored: the file is complete.
+            #expect(answer.hasPrefix("HTTP/1.1 200"), "\(answer.prefix(300))")
+            #expect(answer.contains(#""complete":true"#), "\(answer.prefix(300))")
+            #expect(try await AdmissionGateTests.metric("outpost_http_bodies_arriving", port: port) == 0)
+            #expect(try await storage.upload(tenant: "acme", sha256: reference.sha256)?.complete == true)
+        }
+    }
+}
