@@ -104,6 +104,27 @@ struct FileTests {
     }
 
     @Test(
+        "an upload whose every byte was stored but not yet checked is checked by an empty range at its end",
+        arguments: StorageKind.allCases)
+    func checkedAtItsEnd(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let file = TestFile(count: 5_000, seed: 14)
+            // Given every byte stored and none checked, as a server that stopped before it hashed them leaves it,
+            _ = try await storage.appendRange(
+                tenant: "acme", sha256: file.reference.sha256, size: 5_000, type: "image/jpeg", offset: 0,
+                bytes: ByteBuffer(bytes: file.bytes), at: 0)
+            let state = try await client.uploadState(file.reference, token: ana)
+            #expect(state?.received == 5_000 && state?.complete == false)
+            // the device sends what is left, nothing, at the end: the bytes are checked, and the file completes.
+            let answer = try await client.putRange([UInt8](), of: file.reference, at: 5_000, token: ana)
+            #expect(answer.status == .ok)
+            #expect(try JSONDecoder().decode(FileUpload.self, from: answer.body).complete)
+            #expect(try await storage.completeFiles(tenant: "acme", sha256s: [file.reference.sha256]).count == 1)
+        }
+    }
+
+    @Test(
         "an upload its collection refuses (too large, a type it does not take, no files at all) or a malformed one stores nothing",
         arguments: StorageKind.allCases)
     func refusedUploads(kind: StorageKind) async throws {
