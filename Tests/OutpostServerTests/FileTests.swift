@@ -104,6 +104,27 @@ struct FileTests {
     }
 
     @Test(
+        "an upload whose every byte was stored but not yet checked is checked by an empty range at its end",
+        arguments: StorageKind.allCases)
+    func checkedAtItsEnd(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let file = TestFile(count: 5_000, seed: 14)
+            // Given every byte stored and none checked, as a server that stopped before it hashed them leaves it,
+            _ = try await storage.appendRange(
+                tenant: "acme", sha256: file.reference.sha256, size: 5_000, type: "image/jpeg", offset: 0,
+                bytes: ByteBuffer(bytes: file.bytes), at: 0)
+            let state = try await client.uploadState(file.reference, token: ana)
+            #expect(state?.received == 5_000 && state?.complete == false)
+            // the device sends what is left, nothing, at the end: the bytes are checked, and the file completes.
+            let answer = try await client.putRange([UInt8](), of: file.reference, at: 5_000, token: ana)
+            #expect(answer.status == .ok)
+            #expect(try JSONDecoder().decode(FileUpload.self, from: answer.body).complete)
+            #expect(try await storage.completeFiles(tenant: "acme", sha256s: [file.reference.sha256]).count == 1)
+        }
+    }
+
+    @Test(
         "an upload its collection refuses (too large, a type it does not take, no files at all) or a malformed one stores nothing",
         arguments: StorageKind.allCases)
     func refusedUploads(kind: StorageKind) async throws {
@@ -214,6 +235,103 @@ struct FileTests {
     }
 
     @Test(
+        "a push naming a file the server does not hold whole is refused file_missing, and the same mutation applies once it does",
+        arguments: StorageKind.allCases)
+    func pushNeedsTheFile(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let file = TestFile(count: 8_000, seed: 5)
+            let build = Self.build("b1", photo: file.reference)
+            // Before any byte of it, and with half of it, the build is refused;
+            for step in 0..<2 {
+                let refused = try await client.push([build], token: ana, device: "phone-ana").results
+                #expect(refused.map(\.error?.code) == [.fileMissing], "step \(step)")
+                #expect(refused.first?.error?.message == "the file in photo is not on the server whole; upload it first")
+                if step == 0 {
+                    _ = try await client.putRange(file.range(0..<4_000), of: file.reference, at: 0, token: ana)
+                }
+            }
+            // a reference to the same bytes as another type is refused too,
+            var retyped = file.reference
+            retyped.type = "image/png"
+            _ = try await client.putRange(file.range(4_000..<8_000), of: file.reference, at: 4_000, token: ana)
+            let png = try await client.push([Self.build("b2", photo: retyped)], token: ana, device: "phone-ana").results
+            #expect(png.map(\.error?.code) == [.fileMissing])
+            // and once the file is whole, the very mutation that was refused applies.
+            let applied = try await client.push([build], token: ana, device: "phone-ana").results
+            #expect(applied.map(\.status) == [.applied])
+            try await storage.settle()
+            #expect(try await client.pull("collection=builds", token: ana).changes.map(\.recordId) == ["b1"])
+        }
+    }
+
+    @Test(
+        "a push refuses a broken file reference, a type its collection does not take, and a file over its limit",
+        arguments: StorageKind.allCases)
+    func pushChecksReferences(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let pdf = FileReference(sha256: String(repeating: "a", count: 64), size: 10, type: "application/pdf")
+            let huge = FileReference(sha256: String(repeating: "b", count: 64), size: 60 * 1024 * 1024, type: "image/jpeg")
+            var broken = Self.build("b1", photo: nil)
+            broken.fields["photo"] = .object(["$file": .object(["sha256": "xyz", "size": 10, "type": "image/jpeg"])])
+            var extra = Self.build("b2", photo: nil)
+            extra.fields["photo"] = .object([
+                "$file": .object(["sha256": .string(pdf.sha256), "size": 10, "type": "image/jpeg"]), "note": "x",
+            ])
+            let note = Fixtures.upsert("n1", ["doc": pdf.json], at: 3, device: "phone-ana")
+            let results = try await client.push(
+                [
+                    broken, extra, Self.build("b3", photo: huge),
+                    Fixtures.upsert("a1", ["photo": pdf.json], at: 2, collection: "activities", device: "phone-ana"),
+                    note,
+                ], token: ana, device: "phone-ana"
+            ).results
+            #expect(
+                results.map(\.error?.code) == [.invalidFields, .invalidFields, .fileTooLarge, .fileTypeRefused, .fileMissing])
+            #expect(results[0].error?.message.hasPrefix("photo: a file's sha256") == true, "\(results[0])")
+            #expect(results[2].error?.message.contains("52428800") == true)
+            #expect(results[3].error?.message == "photo: activities takes no files")
+            try await storage.settle()
+            #expect(try await client.pull("collection=builds", token: ana).changes.isEmpty)
+        }
+    }
+
+    @Test("a push's files are looked up once, and only when one of its mutations names a file")
+    func fileLookups() async throws {
+        let photo = TestFile(count: 10, seed: 12)
+        let plan = TestFile(count: 20, seed: 13, type: "application/pdf")
+        var asked: [[String]] = []
+        // A push of records without files, text that looks like one, and a delete asks nothing.
+        let plain = Fixtures.items([
+            Fixtures.upsert("n1", ["t": "x"]), Fixtures.upsert("n2", ["doc": "$file"], at: 1), Fixtures.delete("n3", at: 2),
+        ])
+        let unchanged = try await SyncController<SQLiteStorage>.refusingMissingFiles(plain) { digests in
+            asked.append(digests)
+            return [:]
+        }
+        #expect(asked.isEmpty)
+        #expect(unchanged.map(\.key) == plain.map(\.key))
+        // One that names two files asks once for both, and refuses the mutation naming the one not held.
+        let named = Fixtures.items([
+            Fixtures.upsert("n4", ["a": photo.reference.json, "b": plan.reference.json], at: 3),
+            Fixtures.upsert("n5", ["c": photo.reference.json], at: 4),
+        ])
+        let held = FileUpload(sha256: photo.reference.sha256, size: 10, type: "image/jpeg", received: 10, complete: true)
+        let checked = try await SyncController<SQLiteStorage>.refusingMissingFiles(named) { digests in
+            asked.append(digests)
+            return [held.sha256: held]
+        }
+        #expect(asked == [[photo.reference.sha256, plan.reference.sha256].sorted()])
+        guard case .rejected(let refused) = checked[0], case .valid(let kept, _) = checked[1] else {
+            Issue.record("\(checked)")
+            return
+        }
+        #expect(refused.error == WireError.Detail(code: .fileMissing, message: "the file in b is not on the server whole; upload it first"))
+        #expect(kept.recordId == "n5")
+    }
+
+    @Test(
         "a reader downloads the file, or from a byte on; staff who may not read the record, and a record that does not name it, get 404",
         arguments: StorageKind.allCases)
     func download(kind: StorageKind) async throws {
@@ -273,15 +391,15 @@ struct FileTests {
             let inspection = Fixtures.upsert(
                 "i1", ["event_id": "gala", "photo": file.reference.json], at: 1, collection: "inspections", device: "phone-ana")
             #expect(try await client.push([inspection], token: ana, device: "phone-ana").results.map(\.status) == [.applied])
-            // Its scope names the record: staff read such a collection by scope only, as a pull does; without one
-            // a supervisor's request names no record; in another scope there is no such record.
+            // Its scope names the record: staff read such a collection by scope only, as a pull does; without one,
+            // or in another scope, a supervisor names no record.
             let unscoped = try await client.download(file.reference, collection: "inspections", recordId: "i1", token: ana)
             #expect(unscoped.status == .forbidden)
             let sue = try await Fixtures.token(user: "sue", role: .supervisor, name: "Sue")
             let supervisor = try await client.download(file.reference, collection: "inspections", recordId: "i1", token: sue)
-            #expect(supervisor.status == .badRequest)
+            #expect(supervisor.status == .notFound)
             let elsewhere = try await client.download(
-                file.reference, collection: "inspections", recordId: "i1", scope: "fair", token: ana)
+                file.reference, collection: "inspections", recordId: "i1", scope: "fair", token: sue)
             #expect(elsewhere.status == .notFound)
             let served = try await client.download(file.reference, collection: "inspections", recordId: "i1", scope: "gala", token: ana)
             #expect(served.status == .ok && served.headers[.contentType] == "image/png")

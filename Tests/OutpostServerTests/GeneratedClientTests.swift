@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import OpenAPIAsyncHTTPClient
 import OpenAPIRuntime
@@ -92,6 +93,27 @@ struct GeneratedClientTests {
             } while continuation != nil && pages < 10
             #expect(seen == (0..<5).map { "g\($0)" } && pages == 3)
             #expect(last.cursor != nil)
+
+            // A file: uploaded in one range, named by a note, downloaded through it.
+            let photo = Array("the photo of gate B".utf8)
+            let digest = SHA256.hash(data: photo).hexString
+            let upload = try await client.uploadRange(
+                path: .init(sha256: digest),
+                query: .init(collection: "notes", size: Int64(photo.count), _type: "image/jpeg", offset: 0),
+                body: .binary(HTTPBody(photo))
+            ).ok.body.json
+            #expect(upload.complete && upload.received == Int64(photo.count))
+            let reference: [String: (any Sendable)?] = ["sha256": digest, "size": photo.count, "type": "image/jpeg"]
+            let file: [String: (any Sendable)?] = ["$file": reference]
+            let named = Components.Schemas.Mutation(
+                idempotencyKey: "\(device):f1:1", collection: "notes", recordId: "f1", op: .upsert,
+                fields: .init(additionalProperties: try OpenAPIObjectContainer(unvalidatedValue: ["photo": file])), clientTimestamp: now)
+            #expect(try await Self.push(plain, device, [named]) == [.init(.applied)])
+            let download = try await client.downloadFile(
+                path: .init(sha256: digest), query: .init(collection: "notes", recordId: "f1")
+            ).ok
+            #expect(try await [UInt8](collecting: download.body.any, upTo: 1024) == photo)
+            #expect(download.headers.eTag == "\"\(digest)\"" && download.headers.cacheControl == .private_comma_NoStore)
 
             // Heartbeat with the event, then the organizer sees the device on the event's monitor.
             let beat = Components.Schemas.Heartbeat(

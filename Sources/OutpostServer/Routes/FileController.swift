@@ -146,50 +146,18 @@ struct FileController<Storage: SyncStorage> {
         guard Identifier.isValid(recordId) else {
             throw OutpostHTTPError.badRequest("recordId must be an identifier (A-Z a-z 0-9 . _ : @ -)")
         }
-        guard policy.scopeField == nil || scope != nil else {
-            throw OutpostHTTPError.badRequest("a \(policy.name) record is named with its scope: add scope=")
-        }
         let notFound = OutpostHTTPError(.notFound, .notFound, "no such file for this record")
+        // A record of a collection with a scope is keyed by it: named without one, it is no record.
         guard
             let record = try await storage.record(
                 tenant: identity.tenant, collection: policy.name, recordId: recordId, scope: scope ?? ""),
             !record.tombstone, policy.readOwner(for: identity).map({ $0 == record.owner }) ?? true,
-            FileReference.references(in: record.fields).values.contains(where: { $0.sha256 == sha256 }),
+            let named = FileReference.references(in: record.fields).values.first(where: { $0.sha256 == sha256 }),
             let file = try await storage.completeFiles(tenant: identity.tenant, sha256s: [sha256])[sha256]
         else { throw notFound }
-
-        let start = try Self.rangeStart(request.headers[.range], size: file.size)
-        let from = start ?? 0
-        var headers: HTTPFields = [
-            .contentType: file.type, .contentLength: String(file.size - from), .eTag: "\"\(sha256)\"",
-            .cacheControl: "private, no-store", .acceptRanges: "bytes",
-            // Served as data, never as a page of this origin: a file's type is what a device said.
-            .xContentTypeOptions: "nosniff", .contentSecurityPolicy: "default-src 'none'; sandbox",
-        ]
-        if let start { headers[.contentRange] = "bytes \(start)-\(file.size - 1)/\(file.size)" }
-        // The first range before the answer starts, so that a failure then is an ordinary error answer.
-        var ranges = storage.fileBytes(tenant: identity.tenant, sha256: sha256, from: from, size: file.size).makeAsyncIterator()
-        let first = try await ranges.next()
-        let sent = from + Int64(first?.readableBytes ?? 0)
-        let tenant = identity.tenant
-        let caller = identity.admissionKey
-        return Response(
-            status: start == nil ? .ok : .partialContent, headers: headers,
-            body: ResponseBody(contentLength: Int(file.size - from)) { [storage, gate, logger = context.logger] writer in
-                do {
-                    if let first { try await writer.write(first) }
-                    // Each later range is read under the admission gate, like a request of its own: a slow download
-                    // holds no place while it waits on the network.
-                    var rest = storage.fileBytes(tenant: tenant, sha256: sha256, from: sent, size: file.size).makeAsyncIterator()
-                    while let bytes = try await gate.withAdmission(caller: caller, { try await rest.next() }) {
-                        try await writer.write(bytes)
-                    }
-                    try await writer.finish(nil)
-                } catch {
-                    logger.notice("a file download ended unfinished", metadata: ["reason": "\(ExportError.reason(error))"])
-                    throw error
-                }
-            })
+        return try await Self.answer(
+            file, named: named.name, range: request.headers[.range], tenant: identity.tenant, storage: storage, gate: gate,
+            caller: identity.admissionKey, logger: context.logger)
     }
 
     /// Where a `Range: bytes=N-` header starts (nil without one, or for any other form of range, which is answered

@@ -112,7 +112,7 @@ struct SyncController<Storage: SyncStorage> {
             mutations.contains { $0.collection == Attendance.collection }
             ? try secrets.attendanceKey(tenant: identity.tenant, userId: identity.userId) : nil
         let relay = configuration.relay
-        let items = mutations.map { mutation -> PushItem in
+        let validated = mutations.map { mutation -> PushItem in
             let item = validator.item(for: mutation, by: identity, now: receivedAt, attendanceKey: attendanceKey)
             if case .valid(let resolved, _) = item,
                 let refused = relay?.refusal(of: resolved, by: identity) ?? refusal(resolved)
@@ -120,6 +120,9 @@ struct SyncController<Storage: SyncStorage> {
                 return .rejected(refused)
             }
             return item
+        }
+        let items = try await Self.refusingMissingFiles(validated) { [storage] digests in
+            try await storage.completeFiles(tenant: identity.tenant, sha256s: digests)
         }
         var context = PushContext(
             tenant: identity.tenant, deviceId: deviceId, userId: identity.userId, userName: identity.name,
@@ -132,6 +135,41 @@ struct SyncController<Storage: SyncStorage> {
         let results = try await storage.push(items, context: context, collections: configuration.collections)
         metrics.count(results)
         return results
+    }
+
+    /// `items` with each valid upsert that names a file the server does not hold whole, as the mutation names it
+    /// (its size and type), refused with `file_missing`: a record the server takes always has its files.
+    ///
+    /// `held` answers which of some digests are complete files; it is asked once, and only when a mutation names a
+    /// file, so that a push of records without files costs no query more.
+    static func refusingMissingFiles(
+        _ items: [PushItem], held: ([String]) async throws -> [String: FileUpload]
+    ) async throws -> [PushItem] {
+        var named: [(index: Int, files: [String: FileReference])] = []
+        for (index, item) in items.enumerated() {
+            guard case .valid(let mutation, _) = item, mutation.op == .upsert else { continue }
+            let files = FileReference.references(in: mutation.fields)
+            if !files.isEmpty { named.append((index, files)) }
+        }
+        guard !named.isEmpty else { return items }
+        let digests = Set(named.flatMap { $0.files.values.map(\.sha256) })
+        let held = try await held(digests.sorted())
+        var items = items
+        for (index, files) in named {
+            guard case .valid(let mutation, _) = items[index] else { continue }
+            for (field, file) in files.sorted(by: { $0.key < $1.key }) {
+                let message: String
+                if let stored = held[file.sha256] {
+                    guard stored.size != file.size || stored.type != file.type else { continue }
+                    message = "the file in \(field) is on the server as \(stored.type) of \(stored.size) bytes, not as the record names it"
+                } else {
+                    message = "the file in \(field) is not on the server whole; upload it first"
+                }
+                items[index] = .rejected(.rejected(mutation.idempotencyKey, .fileMissing, message))
+                break
+            }
+        }
+        return items
     }
 
     @Sendable func pull(_ request: Request, context: OutpostRequestContext) async throws -> Response {

@@ -22,8 +22,8 @@ struct MutationValidator: Sendable {
         guard let policy = collections[mutation.collection] else {
             return .rejected(key, .unknownCollection, "unknown collection")
         }
-        guard identity.role >= policy.writerRole else {
-            return .rejected(key, .forbidden, "writing \(policy.name) needs the \(policy.writerRole.rawValue) role")
+        if let refusal = policy.writerRefusal(for: identity.role) {
+            return .rejected(key, .forbidden, refusal)
         }
         guard Identifier.isValid(mutation.recordId) else {
             return .rejected(
@@ -69,11 +69,35 @@ struct MutationValidator: Sendable {
             if let problem = Mutation.sizeProblem(of: mutation.fields) {
                 return .rejected(key, .invalidFields, problem)
             }
+            if let refusal = Self.fileRefusal(in: mutation.fields, policy: policy) {
+                return .rejected(key, refusal.code, refusal.message)
+            }
         }
         if mutation.op == .upsert, let rule = Self.fieldRules[policy.name], let problem = rule(mutation) {
             return .rejected(key, .invalidFields, problem)
         }
         return nil
+    }
+
+    /// Why `fields` name a file the collection does not take, or nil: a field with a `$file` member that is not a
+    /// valid ``FileReference`` (`invalid_fields`), or a file of a type or size the collection refuses. The first
+    /// problem by field name, so that a mutation is always refused for the same one.
+    static func fileRefusal(in fields: [String: JSONValue], policy: CollectionPolicy) -> FileRefusal? {
+        // Nothing is sorted or kept for a mutation that names no file.
+        var refusals: [(field: String, refusal: FileRefusal)] = []
+        for (name, value) in fields {
+            switch FileReference.parse(value) {
+            case nil:
+                continue
+            case .failure(let problem)?:
+                refusals.append((name, FileRefusal(code: .invalidFields, message: "\(name): \(problem)")))
+            case .success(let file)?:
+                if let refusal = policy.fileRefusal(type: file.type, size: file.size) {
+                    refusals.append((name, FileRefusal(code: refusal.code, message: "\(name): \(refusal.message)")))
+                }
+            }
+        }
+        return refusals.min { $0.field < $1.field }?.refusal
     }
 
     /// What a push does with `mutation`: its rejection, or the mutation with its scope resolved and the hash
