@@ -176,13 +176,17 @@ public struct MonitorDevice: Sendable, Hashable, Codable {
     public var persistentFailures: Int
     /// How many of its records the server refused, as its last heartbeat said: they wait for a person.
     public var rejectedCount: Int
+    /// The bytes of files (photos) waiting to upload with its records, as its last heartbeat said; absent from a
+    /// server that predates it.
+    public var pendingUploadBytes: Int64?
 
     public init(
         fingerprint: String, staffName: String, status: DeviceState, lastSeen: Timestamp, lastRosterFetch: Timestamp?,
         pendingCount: Int, failedCount: Int, appVersion: String, checkIns: [Int], persistentFailures: Int,
-        rejectedCount: Int = 0
+        rejectedCount: Int = 0, pendingUploadBytes: Int64? = nil
     ) {
         self.rejectedCount = rejectedCount
+        self.pendingUploadBytes = pendingUploadBytes
         self.fingerprint = fingerprint
         self.staffName = staffName
         self.status = status

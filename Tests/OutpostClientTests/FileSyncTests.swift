@@ -58,6 +58,10 @@ struct FileSyncTests {
             #expect(try await h.engine.fileState(reference).storedBytes == 5_000_000)
             try await h.engine.refreshStatus()
             #expect(await h.engine.status.pendingUploadBytes == 5_000_000)
+            h.transport.isOnline = true
+            #expect(await h.engine.sendHeartbeat())
+            #expect(await h.server.heartbeats.last?.pendingUploadBytes == 5_000_000)
+            h.transport.isOnline = false
             // when the link returns and it syncs,
             h.transport.isOnline = true
             let summary = try await h.engine.sync(retrying: false)

@@ -75,6 +75,32 @@ struct MonitorTests {
         return try JSONDecoder().decode(MonitorResponse.self, from: response.body)
     }
 
+    @Test(
+        "the monitor shows the bytes of photos each device has waiting to upload, as its last heartbeat said; a bound past any device is refused",
+        arguments: StorageKind.allCases)
+    func pendingUploads(kind: StorageKind) async throws {
+        try await withServer(kind) { client, _ in
+            let ana = try await Fixtures.token(user: "ana")
+            let ben = try await Fixtures.token(user: "ben")
+            let organizer = try await Fixtures.token(user: "olga", role: .organizer)
+            var uploading = Self.beat("phone-1", pending: 2)
+            uploading.pendingUploadBytes = 12_400_000
+            #expect(try await client.post("/v1/heartbeats", uploading, token: ana).status == .ok)
+            #expect(try await client.post("/v1/heartbeats", Self.beat("phone-2"), token: ben).status == .ok)
+            let board = try await monitor(client, organizer)
+            #expect(board.devices.map { $0.pendingUploadBytes ?? -1 }.sorted() == [0, 12_400_000])
+            let page = try MonitorPages().body(board, refresh: .seconds(30))
+            #expect(page.components(separatedBy: "sync-monitor-upload-bytes").count == 2, "\(page)")
+            #expect(page.contains(">12.4 MB of files to upload</span>"), "\(page)")
+            // Once they are up, the device says so, and the row says nothing of uploads.
+            uploading.pendingUploadBytes = 0
+            #expect(try await client.post("/v1/heartbeats", uploading, token: ana).status == .ok)
+            #expect(!(try MonitorPages().body(try await monitor(client, organizer), refresh: .seconds(30))).contains("to upload"))
+            uploading.pendingUploadBytes = 2_000_000_000_000
+            #expect(try await client.post("/v1/heartbeats", uploading, token: ana).status == .badRequest)
+        }
+    }
+
     @Test("check-ins per 5 minutes per device, by the scanning device's fingerprint", arguments: StorageKind.allCases)
     func checkInChart(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in

@@ -219,6 +219,8 @@ package struct MonitorPages: Sendable {
         var rosterFetch: String
         var pendingCount: Int
         var failedNote: String?
+        /// "12.4 MB of files to upload", when the device said any wait.
+        var uploadNote: String?
         /// The chart's bars as SVG: numbers only, built here rather than by the template, which is 12× the rows.
         var chartBars: String
         var chartLabel: String
@@ -238,6 +240,7 @@ package struct MonitorPages: Sendable {
             failedNote =
                 [device.failedCount > 0 ? "\(device.failedCount) failed" : nil, device.rejectedCount > 0 ? "\(device.rejectedCount) refused" : nil]
                 .compactMap { $0 }.joined(separator: ", ").nilIfEmpty
+            uploadNote = (device.pendingUploadBytes ?? 0) > 0 ? "\(MonitorPages.bytes(device.pendingUploadBytes ?? 0)) of files to upload" : nil
             let most = max(device.checkIns.max() ?? 0, 1)
             chartBars = device.checkIns.enumerated().map { index, count in
                 let height = count == 0 ? 1 : max(2, Int((Double(count) / Double(most) * 22).rounded()))
@@ -257,6 +260,8 @@ package struct MonitorPages: Sendable {
             if isOffline { pill = #"<span class="pill offline" data-testid="sync-monitor-stale-pill" data-state="offline">Offline</span>"# }
             if isOk { pill = #"<span class="pill ok">OK</span>"# }
             let failed = failedNote.map { #" <span class="failed">("# + e($0) + ")</span>" } ?? ""
+            let uploads =
+                uploadNote.map { #"<br><span class="uploads" data-testid="sync-monitor-upload-bytes">"# + e($0) + "</span>" } ?? ""
             var row = #"<tr data-testid="sync-monitor-device-row" data-fingerprint=""# + e(fingerprint)
             row += #"" data-status=""# + e(status) + "\">\n"
             row += #"<td data-label="Device"><code>"# + e(fingerprint) + "</code></td>\n"
@@ -264,7 +269,7 @@ package struct MonitorPages: Sendable {
             row += #"<td data-label="Last seen">"# + pill + #" <time datetime=""# + e(lastSeenISO) + "\">"
             row += e(lastSeen) + #"</time> <span class="ago">("# + e(lastSeenAgo) + ")</span></td>\n"
             row += #"<td data-label="Roster fetched">"# + e(rosterFetch) + "</td>\n"
-            row += #"<td data-label="Pending">"# + String(pendingCount) + failed + "</td>\n"
+            row += #"<td data-label="Pending">"# + String(pendingCount) + failed + uploads + "</td>\n"
             row += #"<td data-label="Check-ins, last hour"><svg class="chart" width="96" height="24" viewBox="0 0 96 24" role="img" aria-label=""#
             row += e(chartLabel) + "\">" + chartBars + "</svg></td>\n</tr>\n"
             return row
@@ -311,6 +316,11 @@ package struct MonitorPages: Sendable {
     }
 
     /// "2026-11-21 09:12:05 UTC".
+    /// A size for people: "640 KB", "12.4 MB".
+    static func bytes(_ count: Int64) -> String {
+        count < 1_000_000 ? "\(max(count / 1000, 1)) KB" : String(format: "%.1f MB", Double(count) / 1_000_000)
+    }
+
     static func clock(_ time: Timestamp) -> String {
         let iso = time.iso8601
         return "\(iso.prefix(10)) \(iso.dropFirst(11).prefix(8)) UTC"

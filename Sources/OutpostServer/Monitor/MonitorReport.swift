@@ -90,7 +90,8 @@ enum MonitorReport {
                 lastRosterFetch: report.lastRosterFetch.map(Timestamp.init(millisecondsSince1970:)),
                 pendingCount: report.pendingCount, failedCount: report.failedCount, appVersion: report.appVersion,
                 checkIns: buckets[report.fingerprint] ?? Array(repeating: 0, count: MonitorResponse.bucketCount),
-                persistentFailures: failuresByDevice[report.fingerprint] ?? 0, rejectedCount: report.rejectedCount)
+                persistentFailures: failuresByDevice[report.fingerprint] ?? 0, rejectedCount: report.rejectedCount,
+                pendingUploadBytes: report.pendingUploadBytes)
         }
         let anyRecent = devices.contains { $0.status != .offline }
         return MonitorResponse(

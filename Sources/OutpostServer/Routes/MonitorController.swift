@@ -42,6 +42,9 @@ struct MonitorController<Storage: SyncStorage> {
         return try Response.json(answer, status: .created)
     }
 
+    /// The most bytes a heartbeat may say wait to upload: 1 TB, past any device's storage.
+    static var maxPendingUploadBytes: Int64 { 1_000_000_000_000 }
+
     @Sendable func heartbeat(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
         let beat = try await RequestDecoding.decodeBody(
@@ -58,6 +61,9 @@ struct MonitorController<Storage: SyncStorage> {
         else {
             throw OutpostHTTPError.badRequest("pendingCount, failedCount and rejectedCount must be from 0 to 10000000")
         }
+        guard (0...Self.maxPendingUploadBytes).contains(beat.pendingUploadBytes ?? 0) else {
+            throw OutpostHTTPError.badRequest("pendingUploadBytes must be from 0 to \(Self.maxPendingUploadBytes)")
+        }
         guard (1...64).contains(beat.appVersion.utf8.count), beat.appVersion.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
         else { throw OutpostHTTPError.badRequest("appVersion must be 1 to 64 printable ASCII characters") }
         let received = Timestamp(now())
@@ -66,7 +72,7 @@ struct MonitorController<Storage: SyncStorage> {
             DeviceReport(
                 tenant: identity.tenant, fingerprint: fingerprint, userId: identity.userId, staffName: identity.name,
                 event: beat.event ?? "", pendingCount: beat.pendingCount, failedCount: beat.failedCount,
-                rejectedCount: beat.rejectedCount ?? 0,
+                rejectedCount: beat.rejectedCount ?? 0, pendingUploadBytes: beat.pendingUploadBytes ?? 0,
                 lastRosterFetch: beat.lastRosterFetch.map { reported($0, received: received) },
                 appVersion: beat.appVersion,
                 lastSeen: received.millisecondsSince1970))

@@ -12,6 +12,8 @@ package struct DeviceReport: Sendable, Hashable {
     package var failedCount: Int
     /// Records the server refused, as the device last said.
     package var rejectedCount: Int = 0
+    /// The bytes of files waiting to upload, as the device last said.
+    package var pendingUploadBytes: Int64 = 0
     package var lastRosterFetch: Int64?
     package var appVersion: String
     package var lastSeen: Int64

@@ -319,5 +319,8 @@ extension PostgresStorage {
                 // again costs CPU for nothing.
                 "ALTER TABLE file_chunks ALTER COLUMN bytes SET STORAGE EXTERNAL",
             ]),
+        Migration(
+            version: "v13-device-pending-upload-bytes",
+            statements: ["ALTER TABLE devices ADD COLUMN pending_upload_bytes BIGINT NOT NULL DEFAULT 0"]),
     ]
 }

@@ -8,14 +8,14 @@ extension PostgresStorage {
             try await connection.query(
                 """
                 INSERT INTO devices (tenant, fingerprint, user_id, staff_name, event, pending_count, failed_count,
-                                     last_roster_fetch, app_version, last_seen, rejected_count)
+                                     last_roster_fetch, app_version, last_seen, rejected_count, pending_upload_bytes)
                 VALUES (\(report.tenant), \(report.fingerprint), \(report.userId), \(report.staffName), \(report.event),
                         \(Int64(report.pendingCount)), \(Int64(report.failedCount)), \(report.lastRosterFetch),
-                        \(report.appVersion), \(report.lastSeen), \(Int64(report.rejectedCount)))
+                        \(report.appVersion), \(report.lastSeen), \(Int64(report.rejectedCount)), \(report.pendingUploadBytes))
                 ON CONFLICT (tenant, fingerprint) DO UPDATE SET
                   user_id = excluded.user_id, staff_name = excluded.staff_name, event = excluded.event,
                   pending_count = excluded.pending_count, failed_count = excluded.failed_count,
-                  rejected_count = excluded.rejected_count,
+                  rejected_count = excluded.rejected_count, pending_upload_bytes = excluded.pending_upload_bytes,
                   last_roster_fetch = excluded.last_roster_fetch, app_version = excluded.app_version,
                   last_seen = excluded.last_seen
                 WHERE devices.last_seen <= excluded.last_seen
@@ -28,19 +28,19 @@ extension PostgresStorage {
             let rows = try await client.query(
                 """
                 SELECT tenant, fingerprint, user_id, staff_name, event, pending_count, failed_count, last_roster_fetch,
-                       app_version, last_seen, rejected_count
+                       app_version, last_seen, rejected_count, pending_upload_bytes
                 FROM devices WHERE tenant = \(tenant) AND (\(event)::text IS NULL OR event = \(event))
                 ORDER BY last_seen DESC, fingerprint
                 """, logger: logger)
             var reports: [DeviceReport] = []
-            for try await (tenant, fingerprint, userId, staffName, event, pending, failed, rosterFetch, version, lastSeen, rejected)
-                in rows.decode((String, String, String, String, String, Int64, Int64, Int64?, String, Int64, Int64).self)
+            for try await (tenant, fingerprint, userId, staffName, event, pending, failed, rosterFetch, version, lastSeen, rejected, uploads)
+                in rows.decode((String, String, String, String, String, Int64, Int64, Int64?, String, Int64, Int64, Int64).self)
             {
                 reports.append(
                     DeviceReport(
                         tenant: tenant, fingerprint: fingerprint, userId: userId, staffName: staffName, event: event,
                         pendingCount: Int(pending), failedCount: Int(failed), rejectedCount: Int(rejected),
-                        lastRosterFetch: rosterFetch, appVersion: version, lastSeen: lastSeen))
+                        pendingUploadBytes: uploads, lastRosterFetch: rosterFetch, appVersion: version, lastSeen: lastSeen))
             }
             return reports
         }

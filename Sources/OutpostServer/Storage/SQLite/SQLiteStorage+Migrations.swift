@@ -320,6 +320,9 @@ extension SQLiteStorage {
                     );
                     """)
         }
+        migrator.registerMigration("v12-device-pending-upload-bytes") { db in
+            try db.execute(sql: "ALTER TABLE devices ADD COLUMN pending_upload_bytes INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 }

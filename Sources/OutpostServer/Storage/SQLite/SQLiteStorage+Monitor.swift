@@ -8,12 +8,12 @@ extension SQLiteStorage {
             try db.execute(
                 sql: """
                     INSERT INTO devices (tenant, fingerprint, user_id, staff_name, event, pending_count, failed_count,
-                                         last_roster_fetch, app_version, last_seen, rejected_count)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                         last_roster_fetch, app_version, last_seen, rejected_count, pending_upload_bytes)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (tenant, fingerprint) DO UPDATE SET
                       user_id = excluded.user_id, staff_name = excluded.staff_name, event = excluded.event,
                       pending_count = excluded.pending_count, failed_count = excluded.failed_count,
-                      rejected_count = excluded.rejected_count,
+                      rejected_count = excluded.rejected_count, pending_upload_bytes = excluded.pending_upload_bytes,
                       last_roster_fetch = excluded.last_roster_fetch, app_version = excluded.app_version,
                       last_seen = excluded.last_seen
                     WHERE devices.last_seen <= excluded.last_seen
@@ -21,7 +21,7 @@ extension SQLiteStorage {
                 arguments: [
                     report.tenant, report.fingerprint, report.userId, report.staffName, report.event,
                     report.pendingCount, report.failedCount, report.lastRosterFetch, report.appVersion, report.lastSeen,
-                    report.rejectedCount,
+                    report.rejectedCount, report.pendingUploadBytes,
                 ])
         }
     }
@@ -39,7 +39,8 @@ extension SQLiteStorage {
                 DeviceReport(
                     tenant: row["tenant"], fingerprint: row["fingerprint"], userId: row["user_id"],
                     staffName: row["staff_name"], event: row["event"], pendingCount: row["pending_count"],
-                    failedCount: row["failed_count"], rejectedCount: row["rejected_count"], lastRosterFetch: row["last_roster_fetch"],
+                    failedCount: row["failed_count"], rejectedCount: row["rejected_count"],
+                    pendingUploadBytes: row["pending_upload_bytes"], lastRosterFetch: row["last_roster_fetch"],
                     appVersion: row["app_version"], lastSeen: row["last_seen"])
             }
         }
