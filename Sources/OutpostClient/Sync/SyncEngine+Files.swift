@@ -4,7 +4,8 @@ import OutpostProtocol
 /// Files through the outbox: a record's files are saved with it, uploaded before the mutation that names them,
 /// and downloaded when a screen needs them.
 extension SyncEngine {
-    /// The most bytes of a file one upload request carries.
+    /// The most bytes of a file one upload request carries: a link cut mid-range costs this much again, and each
+    /// range costs the server a commit.
     static let uploadRangeBytes = 4 * 1024 * 1024
 
     /// Saves a local action with files attached, each named by a field of the record, in one durable
@@ -67,14 +68,29 @@ extension SyncEngine {
         }
         do {
             var upload = try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }
+            // The next range is read from the store while this one travels.
+            var ahead: (offset: Int64, bytes: Task<Data, any Error>)?
+            defer { ahead?.bytes.cancel() }
             while upload?.complete != true {
                 let offset = upload?.received ?? 0
                 status.upload = FileTransfer(file: file, done: offset)
                 status.pendingUploadBytes = try await store.pendingUploadBytes()
                 publish()
-                let bytes = try await store.fileBytes(file.sha256, from: offset, count: Self.uploadRangeBytes)
+                let bytes: Data
+                if let read = ahead, read.offset == offset {
+                    bytes = try await read.bytes.value
+                } else {
+                    ahead?.bytes.cancel()
+                    bytes = try await store.fileBytes(file.sha256, from: offset, count: Self.uploadRangeBytes)
+                }
+                ahead = nil
                 guard offset + Int64(bytes.count) <= file.size, !bytes.isEmpty || file.size == offset else {
                     throw ClientError(.storeCorrupt, "a file's bytes on the device end before its size")
+                }
+                let next = offset + Int64(bytes.count)
+                if next < file.size {
+                    let store = self.store
+                    ahead = (next, Task { try await store.fileBytes(file.sha256, from: next, count: Self.uploadRangeBytes) })
                 }
                 do {
                     let answer = try await exchange(retrying: retrying) {

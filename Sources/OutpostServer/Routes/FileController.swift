@@ -17,6 +17,8 @@ struct FileController<Storage: SyncStorage> {
     /// Admits each range of a download after its first, as it admits requests.
     let gate: AdmissionGate
     let now: @Sendable () -> Date
+    /// The running digests of the uploads this process takes.
+    var digests = UploadDigests()
 
     func addRoutes(to group: RouterGroup<OutpostRequestContext>) {
         group.get("uploads/:sha256", use: upload)
@@ -80,6 +82,7 @@ struct FileController<Storage: SyncStorage> {
             _ = try Self.takesRange(stored, size: size, type: type, offset: offset)
             return try .json(stored)
         case .appended(let upload):
+            digests.add(body, at: offset, tenant: identity.tenant, sha256: sha256)
             guard upload.received == upload.size else { return try .json(upload) }
             return try .json(try await verify(upload, tenant: identity.tenant))
         }
@@ -89,11 +92,15 @@ struct FileController<Storage: SyncStorage> {
     ///
     /// - Throws: 422 `digest_mismatch` when they do not.
     private func verify(_ upload: FileUpload, tenant: String) async throws -> FileUpload {
-        var hasher = SHA256()
-        for try await bytes in storage.fileBytes(tenant: tenant, sha256: upload.sha256, from: 0, size: upload.size) {
-            bytes.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
+        var digest = digests.finish(tenant: tenant, sha256: upload.sha256, size: upload.size)
+        if digest == nil {
+            var hasher = SHA256()
+            for try await bytes in storage.fileBytes(tenant: tenant, sha256: upload.sha256, from: 0, size: upload.size) {
+                bytes.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
+            }
+            digest = hasher.finalize().hexString
         }
-        guard hasher.finalize().hexString == upload.sha256 else {
+        guard digest == upload.sha256 else {
             _ = try await storage.discardUpload(tenant: tenant, sha256: upload.sha256)
             throw OutpostHTTPError(
                 .unprocessableContent, .digestMismatch,

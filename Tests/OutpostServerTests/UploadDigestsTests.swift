@@ -1,0 +1,43 @@
+import Crypto
+import NIOCore
+import Testing
+
+@testable import OutpostServer
+
+/// The running digests of uploads: known at the last byte when every range came through this process, and
+/// otherwise not, so that the file is read back and hashed whole.
+@Suite("Upload digests")
+struct UploadDigestsTests {
+    static let bytes = (0..<1000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+    static let digest = Array(SHA256.hash(data: bytes)).hexString
+
+    @Test("ranges in order give the file's digest; a gap, another tenant or a short file give none")
+    func runningDigest() {
+        let digests = UploadDigests()
+        digests.add(ByteBuffer(bytes: Self.bytes[0..<400]), at: 0, tenant: "acme", sha256: "f")
+        digests.add(ByteBuffer(bytes: Self.bytes[400..<1000]), at: 400, tenant: "acme", sha256: "f")
+        #expect(digests.finish(tenant: "acme", sha256: "f", size: 1000) == Self.digest)
+        // Finished, it is forgotten.
+        #expect(digests.finish(tenant: "acme", sha256: "f", size: 1000) == nil)
+
+        digests.add(ByteBuffer(bytes: Self.bytes[0..<400]), at: 0, tenant: "acme", sha256: "g")
+        digests.add(ByteBuffer(bytes: Self.bytes[500..<1000]), at: 500, tenant: "acme", sha256: "g")
+        #expect(digests.finish(tenant: "acme", sha256: "g", size: 1000) == nil)
+
+        digests.add(ByteBuffer(bytes: Self.bytes[0..<400]), at: 0, tenant: "acme", sha256: "h")
+        digests.add(ByteBuffer(bytes: Self.bytes[400..<1000]), at: 400, tenant: "other", sha256: "h")
+        #expect(digests.finish(tenant: "acme", sha256: "h", size: 1000) == nil)
+        #expect(digests.finish(tenant: "other", sha256: "h", size: 1000) == nil)
+    }
+
+    @Test("past its capacity it forgets the upload touched longest ago")
+    func capacity() {
+        let digests = UploadDigests(capacity: 2)
+        for name in ["a", "b", "c"] {
+            digests.add(ByteBuffer(bytes: Self.bytes), at: 0, tenant: "acme", sha256: name)
+        }
+        #expect(digests.finish(tenant: "acme", sha256: "a", size: 1000) == nil)
+        #expect(digests.finish(tenant: "acme", sha256: "b", size: 1000) == Self.digest)
+        #expect(digests.finish(tenant: "acme", sha256: "c", size: 1000) == Self.digest)
+    }
+}
