@@ -125,9 +125,9 @@ struct PostgresGapFreeTests {
                     try await Task.sleep(for: .seconds(2))
                     await release.open()
                     try await migrating.value
-                    // then it migrates, and the server works.
+                    // then it migrates.
                     try await migration.value
-                    #expect(try await storage.push([Fixtures.upsert("r1", ["n": 1])])[0].status == .applied)
+                    #expect(try await other.push([Fixtures.upsert("r1", ["n": 1])])[0].status == .applied)
                 }
             }
         }

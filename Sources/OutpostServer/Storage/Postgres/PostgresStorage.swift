@@ -64,7 +64,9 @@ package struct PostgresStorage: SyncStorage {
     /// migrations may then wait for another process's, or build an index over a large table, for as long as
     /// that takes.
     package func migrate() async throws {
-        try await withStartupTimeout { try await checkHealth() }
+        try await withStartupTimeout { [client, logger] in
+            _ = try await self.translated { try await client.query("SELECT 1", logger: logger) }
+        }
         try await migrateNow()
     }
 
