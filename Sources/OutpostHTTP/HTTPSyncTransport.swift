@@ -132,7 +132,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     public func upload(of sha256: String, collection: String) async throws -> FileUpload? {
         do {
             return try await send(.GET, path: "/v1/uploads/\(sha256)", query: [("collection", collection)])
-        } catch let error as TransportError where error.status == 404 && error.wire?.code == .notFound {
+        } catch let error as TransportError where TransportRequest.isNoUpload(error) {
             return nil
         }
     }
@@ -142,11 +142,9 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     ) async throws
         -> FileUpload
     {
-        let query: [(String, String?)] = [
-            ("collection", collection), ("size", String(file.size)), ("type", file.type), ("offset", String(offset)),
-        ]
-        return try await send(
-            .PUT, path: "/v1/uploads/\(file.sha256)", query: query, body: bytes, contentType: "application/octet-stream",
+        try await send(
+            .PUT, path: "/v1/uploads/\(file.sha256)", query: TransportRequest.uploadQuery(file, collection, offset), body: bytes,
+            contentType: "application/octet-stream",
             decode: { try JSONDecoder().decode(FileUpload.self, from: $0) })
     }
 
@@ -154,7 +152,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         _ sha256: String, collection: String, scope: String?, recordId: String, from offset: Int64,
         receive: @escaping @Sendable (Data) async throws -> Void
     ) async throws {
-        let query: [(String, String?)] = [("collection", collection), ("recordId", recordId), ("scope", scope)]
+        let query = TransportRequest.fileQuery(collection, scope, recordId)
         try await bearer.authorizing { token in
             var request = try makeRequest(.GET, path: "/v1/files/\(sha256)", query: query, body: nil, token: token)
             request.headers.replaceOrAdd(name: "Accept", value: "*/*")

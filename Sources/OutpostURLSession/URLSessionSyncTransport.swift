@@ -122,7 +122,7 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
             return try await send("GET", path: "/v1/uploads/\(sha256)", query: [("collection", collection)]) {
                 try JSONDecoder().decode(FileUpload.self, from: $0)
             }
-        } catch let error as TransportError where error.status == 404 && error.wire?.code == .notFound {
+        } catch let error as TransportError where TransportRequest.isNoUpload(error) {
             return nil
         }
     }
@@ -132,11 +132,9 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
     ) async throws
         -> FileUpload
     {
-        let query: [(String, String?)] = [
-            ("collection", collection), ("size", String(file.size)), ("type", file.type), ("offset", String(offset)),
-        ]
-        return try await send(
-            "PUT", path: "/v1/uploads/\(file.sha256)", query: query, body: bytes, contentType: "application/octet-stream"
+        try await send(
+            "PUT", path: "/v1/uploads/\(file.sha256)", query: TransportRequest.uploadQuery(file, collection, offset), body: bytes,
+            contentType: "application/octet-stream"
         ) { try JSONDecoder().decode(FileUpload.self, from: $0) }
     }
 
@@ -146,7 +144,7 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
         _ sha256: String, collection: String, scope: String?, recordId: String, from offset: Int64,
         receive: @escaping @Sendable (Data) async throws -> Void
     ) async throws {
-        let query: [(String, String?)] = [("collection", collection), ("recordId", recordId), ("scope", scope)]
+        let query = TransportRequest.fileQuery(collection, scope, recordId)
         let headers = offset > 0 ? ["Range": "bytes=\(offset)-"] : [:]
         let (bytes, status) = try await send("GET", path: "/v1/files/\(sha256)", query: query, accept: "*/*", headers: headers) {
             $0

@@ -35,6 +35,21 @@ package enum TransportRequest {
         [("collection", collection), ("scope", scope), ("continuation", continuation), ("limit", limit.map(String.init))]
     }
 
+    /// `PUT /v1/uploads/{sha256}`'s query: one range of `file`, at `offset`, for a record of `collection`.
+    package static func uploadQuery(_ file: FileReference, _ collection: String, _ offset: Int64) -> [(String, String?)] {
+        [("collection", collection), ("size", String(file.size)), ("type", file.type), ("offset", String(offset))]
+    }
+
+    /// `GET /v1/files/{sha256}`'s query: the record that names the file.
+    package static func fileQuery(_ collection: String, _ scope: String?, _ recordId: String) -> [(String, String?)] {
+        [("collection", collection), ("recordId", recordId), ("scope", scope)]
+    }
+
+    /// Whether `error` is `GET /v1/uploads/{sha256}`'s answer that the server holds none of the file.
+    package static func isNoUpload(_ error: TransportError) -> Bool {
+        error.status == 404 && error.wire?.code == .notFound
+    }
+
     /// Throws the server's error for an answer other than 2xx; a refused token says to sign in again.
     package static func check(status: Int, body: Data) throws {
         guard !(200..<300).contains(status) else { return }
