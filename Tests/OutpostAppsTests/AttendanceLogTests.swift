@@ -31,6 +31,27 @@ struct AttendanceLogTests {
         }
     }
 
+    @Test("a check-in with a photo saves the photo with it; the photo goes up before the check-in, which is synced only then")
+    func checkInWithPhoto() async throws {
+        try await withTestDevice { device async throws in
+            let log = makeLog(device)
+            let sheet = Data((0..<700_000).map { UInt8(truncatingIfNeeded: $0 &* 5) })
+            let entry = try await log.checkIn(photo: Attachment(data: sheet, type: "image/jpeg", name: "sheet.jpg"))
+            let record = try #require(try await device.store.record(collection: Attendance.collection, recordId: entry.recordId))
+            let photo = try #require(FileReference.references(in: record.fields)[Attendance.Field.photo])
+            #expect(photo.size == 700_000 && photo.name == "sheet.jpg")
+            #expect(try await device.engine.fileState(photo).storedBytes == 700_000)
+            // Offline, the check-in waits with its photo.
+            #expect(record.syncStatus == .pending)
+            #expect(await device.server.completeFileCount == 0)
+            await device.setOnline(true)
+            _ = try await device.engine.sync()
+            #expect(await device.server.completeFileCount == 1)
+            #expect(await device.server.applied.map(\.mutation.collection) == [Attendance.collection])
+            #expect(try await log.state().latest?.syncStatus == .synced)
+        }
+    }
+
     @Test("a fix outside the Earth's coordinates is refused, and nothing is written")
     func badCoordinates() async throws {
         try await withTestDevice { device async throws in
