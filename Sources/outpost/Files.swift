@@ -50,7 +50,7 @@ func fileLines(_ record: LocalRecord, engine: SyncEngine) async throws -> [Strin
         let where_: String
         if let error = state.uploadError {
             where_ = "refused by the server: \(error)"
-        } else if state.uploadedBytes >= file.size {
+        } else if state.isOnServer || record.syncStatus == .synced {
             where_ = state.storedBytes >= file.size ? "on the server and this device" : "on the server"
         } else if state.storedBytes >= file.size {
             where_ =

@@ -65,10 +65,11 @@ struct FileSyncTests {
             // when the link returns and it syncs,
             h.transport.isOnline = true
             let summary = try await h.engine.sync(retrying: false)
-            // then the file went first, in ranges, whole, and the record after it: synced, nothing left to upload.
+            // then the file went first, in ranges that grow while the link keeps up, whole, and the record after it:
+            // synced, nothing left to upload.
             #expect(summary.synced == 1)
             #expect(await h.server.upload(of: reference.sha256)?.complete == true)
-            #expect(await h.server.uploadedRanges.map(\.offset) == [0, 4_194_304])
+            #expect(await h.server.uploadedRanges.map(\.offset) == [0, 1_048_576, 3_145_728])
             #expect(try await h.store.record(collection: "builds", recordId: "b1")?.syncStatus == .synced)
             #expect(await h.engine.status.pendingUploadBytes == 0)
             #expect(try await h.engine.fileState(reference).uploadedBytes == 5_000_000)
@@ -89,13 +90,13 @@ struct FileSyncTests {
             #expect(first.synced == 0 && first.failed == 1)
             #expect(try await h.store.record(collection: "builds", recordId: "b1")?.syncStatus == .failed)
             #expect(await h.server.applied.isEmpty)
-            #expect(await h.server.upload(of: Self.digest(photo))?.received == 4_194_304)
+            #expect(await h.server.upload(of: Self.digest(photo))?.received == 1_048_576)
             // when the link returns,
             h.transport.isOnline = true
             let second = try await h.engine.sync(retrying: false)
             // then the upload goes on from there, each byte sent once, and the record is synced.
             #expect(second.synced == 1)
-            #expect(await h.server.uploadedRanges.map(\.offset) == [0, 4_194_304, 8_388_608])
+            #expect(await h.server.uploadedRanges.map(\.offset) == [0, 1_048_576, 2_097_152, 4_194_304, 8_388_608])
             #expect(try await h.store.record(collection: "builds", recordId: "b1")?.syncStatus == .synced)
         }
     }
@@ -153,6 +154,37 @@ struct FileSyncTests {
             #expect(try await h.store.record(collection: "builds", recordId: "b1") == nil)
             #expect(try await h.store.outbox.count() == 0)
             #expect(try await h.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM file_chunks") } == 0)
+        }
+    }
+
+    @Test("with a venue relay as the fallback, files go to the server alone, and wait while it cannot be reached")
+    func failoverSendsFilesToTheServer() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let relay = InMemoryServer()
+            let primary = InMemoryTransport(server: server)
+            let now = ManualNow()
+            let failover = FailoverTransport(primary: primary, fallback: InMemoryTransport(server: relay), now: now.closure)
+            let engine = SyncEngine(
+                store: store, transport: failover,
+                configuration: SyncConfiguration(deviceId: "dev-1", retryDelays: [], deliversAfterSave: false),
+                clock: ManualClock(), now: ManualNow().closure)
+            try await engine.save(
+                LocalStore.Write(collection: "notes", recordId: "n1", fields: ["text": "gate"]),
+                attaching: ["photo": Attachment(data: Self.photo(600_000), type: "image/jpeg")])
+            try await engine.save(LocalStore.Write(collection: "notes", recordId: "n2", fields: ["text": "no photo"]))
+            // While the server cannot be reached, nothing goes to the relay, and the records wait.
+            primary.isOnline = false
+            let offline = try await engine.sync(retrying: false)
+            #expect(offline.synced == 0)
+            #expect(await relay.applied.isEmpty)
+            #expect(await relay.completeFileCount == 0)
+            #expect(try await store.record(collection: "notes", recordId: "n1")?.syncStatus == .failed)
+            // Once it answers again, and is tried first again, the file and then both records reach it.
+            primary.isOnline = true
+            now.advance(seconds: 31)
+            #expect(try await engine.sync(retrying: false).synced == 2)
+            #expect(await server.completeFileCount == 1)
         }
     }
 

@@ -52,7 +52,8 @@ public struct BuildArchive: Sendable {
             let upload: BuildPhoto.Upload
             if let error = state.uploadError {
                 upload = .refused(error)
-            } else if state.uploadedBytes >= file.size {
+            } else if state.isOnServer || build.syncStatus == .synced {
+                // The server takes a build only with its photos.
                 upload = .uploaded
             } else if let moving = status.upload, moving.file.sha256 == file.sha256 {
                 upload = .uploading(moving)

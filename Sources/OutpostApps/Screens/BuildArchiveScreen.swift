@@ -42,8 +42,12 @@ public final class BuildArchiveScreen {
 
     public var canSyncAll: Bool { !isSyncingAll }
 
-    /// The photos' thumbnails asked for with ``loadThumbnail(_:of:)``, by the photo's digest.
+    /// The photos asked for with ``loadThumbnail(_:of:)``, by digest: their bytes, for the screen to draw (and
+    /// scale) as it needs, or how far their download has come. The ``thumbnailLimit`` loaded last are kept.
     public private(set) var thumbnails: [String: Thumbnail] = [:]
+    /// How many loaded photos ``thumbnails`` keeps: each is a whole photo.
+    public static let thumbnailLimit = 24
+    @ObservationIgnored private var loadedOrder: [String] = []
 
     /// A thumbnail's bytes, or how far their download has come.
     public enum Thumbnail: Sendable, Hashable {
@@ -142,6 +146,10 @@ public final class BuildArchiveScreen {
         sink.finish()
         await shown.value
         thumbnails[key] = outcome
+        if case .loaded = outcome {
+            loadedOrder.append(key)
+            while loadedOrder.count > Self.thumbnailLimit { thumbnails[loadedOrder.removeFirst()] = nil }
+        }
     }
 
     /// Reads the screen again from the store and the engine.

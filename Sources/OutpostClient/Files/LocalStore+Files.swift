@@ -82,6 +82,20 @@ extension LocalStore {
         }
     }
 
+    /// Makes the files `record` names that the server refused wait to upload again.
+    func retryRefusedFiles(of record: RecordKey) async throws {
+        try await perform {
+            try await writeUnflushed { db in
+                try db.execute(
+                    sql: """
+                        UPDATE files SET upload_state = 'pending', upload_error = NULL
+                        WHERE upload_state = 'refused' AND sha256 IN (
+                          SELECT sha256 FROM file_uses WHERE collection = ? AND scope = ? AND record_id = ?)
+                        """, arguments: [record.collection, record.scope, record.recordId])
+            }
+        }
+    }
+
     /// Whether the store holds any file.
     func holdsFiles() async throws -> Bool {
         try await perform { try await read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM files)") ?? false } }

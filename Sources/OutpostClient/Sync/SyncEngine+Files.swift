@@ -4,9 +4,14 @@ import OutpostProtocol
 /// Files through the outbox: a record's files are saved with it, uploaded before the mutation that names them,
 /// and downloaded when a screen needs them.
 extension SyncEngine {
-    /// The most bytes of a file one upload request carries: a link cut mid-range costs this much again, and each
-    /// range costs the server a commit.
-    static let uploadRangeBytes = 4 * 1024 * 1024
+    /// An upload's ranges: the first is 1 MiB; each answered within ``quickRange`` doubles the next, up to the most
+    /// a server takes; one whose answer does not come in time (the link is slower than the range needs) quarters
+    /// it, down to 256 KiB, and is sent again. A link cut mid-range costs that range again, and each range costs
+    /// the server a commit: ranges grow on a fast link and stay small on a slow one.
+    static let firstRangeBytes = 1024 * 1024
+    static let smallestRangeBytes = 256 * 1024
+    static let largestRangeBytes = FileUpload.maxRangeBytes
+    static let quickRange = Duration.seconds(2)
 
     /// Saves a local action with files attached, each named by a field of the record, in one durable
     /// transaction: the record, its outbox entry and the files' sealed bytes are committed together or not at all.
@@ -30,12 +35,15 @@ extension SyncEngine {
         return try await save(write, files: staged, at: time)
     }
 
-    /// Where a file a record names stands on this device.
+    /// Where a file a record names stands on this device. A file of a record the server has is on the server
+    /// whatever this says: the server takes a record only with its files.
     public func fileState(_ file: FileReference) async throws -> LocalFileState {
-        guard let row = try await store.file(file.sha256) else { return LocalFileState(storedBytes: 0, uploadedBytes: 0) }
+        guard let row = try await store.file(file.sha256) else {
+            return LocalFileState(storedBytes: 0, uploadedBytes: 0, isOnServer: false)
+        }
+        let onServer = row.uploadState == .uploaded || row.uploadState == .remote
         return LocalFileState(
-            storedBytes: row.stored,
-            uploadedBytes: row.uploadState == .remote ? row.size : row.uploaded,
+            storedBytes: row.stored, uploadedBytes: onServer ? row.size : row.uploaded, isOnServer: onServer,
             uploadError: row.uploadState == .refused ? row.uploadError : nil)
     }
 
@@ -68,8 +76,9 @@ extension SyncEngine {
         }
         do {
             var upload = try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }
+            var rangeBytes = Self.firstRangeBytes
             // The next range is read from the store while this one travels.
-            var ahead: (offset: Int64, bytes: Task<Data, any Error>)?
+            var ahead: (offset: Int64, count: Int, bytes: Task<Data, any Error>)?
             defer { ahead?.bytes.cancel() }
             while upload?.complete != true {
                 let offset = upload?.received ?? 0
@@ -77,11 +86,11 @@ extension SyncEngine {
                 status.pendingUploadBytes = try await store.pendingUploadBytes()
                 publish()
                 let bytes: Data
-                if let read = ahead, read.offset == offset {
+                if let read = ahead, read.offset == offset, read.count == rangeBytes {
                     bytes = try await read.bytes.value
                 } else {
                     ahead?.bytes.cancel()
-                    bytes = try await store.fileBytes(file.sha256, from: offset, count: Self.uploadRangeBytes)
+                    bytes = try await store.fileBytes(file.sha256, from: offset, count: rangeBytes)
                 }
                 ahead = nil
                 guard offset + Int64(bytes.count) <= file.size, !bytes.isEmpty || file.size == offset else {
@@ -89,17 +98,26 @@ extension SyncEngine {
                 }
                 let next = offset + Int64(bytes.count)
                 if next < file.size {
-                    let store = self.store
-                    ahead = (next, Task { try await store.fileBytes(file.sha256, from: next, count: Self.uploadRangeBytes) })
+                    let (store, count) = (self.store, min(rangeBytes * 2, Self.largestRangeBytes))
+                    ahead = (next, count, Task { try await store.fileBytes(file.sha256, from: next, count: count) })
                 }
                 do {
+                    let clock: any Clock<Duration> = self.clock
+                    let elapsed = Self.stopwatch(clock)
                     let answer = try await exchange(retrying: retrying) {
                         try await files.uploadRange(bytes, of: file, collection: collection, at: offset)
                     }
                     try await store.noteUpload(answer)
                     upload = answer
+                    if elapsed() < Self.quickRange { rangeBytes = min(rangeBytes * 2, Self.largestRangeBytes) }
                 } catch let error as TransportError where error.wire?.code == .uploadOffsetMismatch {
                     // Another device uploads the same file, or an answer was lost: go on from the server's bytes.
+                    upload = try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }
+                } catch let error as TransportError
+                    where (error.answerTimedOut || error.status == 408) && rangeBytes > Self.smallestRangeBytes
+                {
+                    // The range took longer than the link allows: smaller ones, from where the server's bytes end.
+                    rangeBytes = max(rangeBytes / 4, Self.smallestRangeBytes)
                     upload = try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }
                 }
             }
@@ -108,6 +126,12 @@ extension SyncEngine {
             try await store.noteUploadRefused(file.sha256, reason: error.wire?.message ?? Self.describe(error))
         }
         status.pendingUploadBytes = try await store.pendingUploadBytes()
+    }
+
+    /// The time passed on `clock` since this call, each time it is asked.
+    private static func stopwatch(_ clock: some Clock<Duration>) -> @Sendable () -> Duration {
+        let start = clock.now
+        return { start.duration(to: clock.now) }
     }
 
     // MARK: Downloads
@@ -138,6 +162,7 @@ extension SyncEngine {
         var offset: Int64 = 0
         while offset < file.size {
             let bytes = try await store.fileBytes(file.sha256, from: offset, count: LocalStore.fileChunkBytes)
+            guard !bytes.isEmpty else { throw ClientError(.storeCorrupt, "a file's bytes on the device end before its size") }
             try handle.write(contentsOf: bytes)
             offset += Int64(bytes.count)
         }
@@ -191,18 +216,25 @@ private actor DownloadSink {
     }
 
     func add(_ piece: Data) async throws {
-        buffer.append(piece)
         let chunkBytes = LocalStore.fileChunkBytes
-        while buffer.count >= chunkBytes {
-            try await store.storeDownloaded(file.sha256, start: start, bytes: Data(buffer.prefix(chunkBytes)))
-            buffer = Data(buffer.dropFirst(chunkBytes))
+        var rest = piece[...]
+        // Whole chunks straight from the piece; only what is left over is kept for the next one.
+        while buffer.count + rest.count >= chunkBytes {
+            let taken = chunkBytes - buffer.count
+            buffer.append(rest.prefix(taken))
+            rest = rest.dropFirst(taken)
+            try await store.storeDownloaded(file.sha256, start: start, bytes: buffer)
+            buffer = Data()
             start += Int64(chunkBytes)
             progress?(FileTransfer(file: file, done: start))
         }
+        buffer.append(rest)
     }
 
+    /// Stores the file's last, short chunk, when the bytes reach its end; a download that stopped short keeps its
+    /// whole chunks alone, so that every chunk but the last starts at a multiple of the chunk size.
     func finish() async throws {
-        guard !buffer.isEmpty else { return }
+        guard !buffer.isEmpty, start + Int64(buffer.count) == file.size else { return }
         try await store.storeDownloaded(file.sha256, start: start, bytes: buffer)
         buffer = Data()
     }
@@ -214,6 +246,8 @@ public struct LocalFileState: Sendable, Hashable {
     public var storedBytes: Int64
     /// The bytes the server holds, as far as this device knows.
     public var uploadedBytes: Int64
+    /// Whether the server holds it whole and checked: uploaded from here, or downloaded from there.
+    public var isOnServer: Bool
     /// Why the server refused it, when it did.
     public var uploadError: String?
 }
@@ -222,11 +256,11 @@ extension TransportError {
     static let carriesNoFiles = TransportError(
         kind: .server, status: 501, message: "this connection to the server carries no files")
 
-    /// Whether the server refused a file for good: too large, of a type its collection does not take, not the
-    /// bytes its digest names, or a collection the person may not write.
+    /// Whether the server refused a file for good, by its own code: too large, of a type its collection does not
+    /// take, or a collection the person may not write. Any other failure (a digest that did not match, a proxy's
+    /// 4xx) fails the sync, and the next one tries the file again.
     var refusesFile: Bool {
-        guard kind == .server, let status, (400..<500).contains(status), status != 401, status != 408, status != 429
-        else { return false }
-        return wire?.code != .uploadOffsetMismatch
+        guard kind == .server, let code = wire?.code else { return false }
+        return [.fileTooLarge, .fileTypeRefused, .forbidden, .unknownCollection].contains(code)
     }
 }

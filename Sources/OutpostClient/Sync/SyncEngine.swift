@@ -704,6 +704,8 @@ public actor SyncEngine {
             _ = try await resendOverServerValue(collection: record.collection, scope: record.scope, recordId: record.recordId, delivering: false)
         }
         try await store.outbox.requeue(collection: collection, scope: scope, recordId: recordId)
+        // A file the server refused is tried again with its record, under the collection's limits as they are now.
+        for record in records { try await store.retryRefusedFiles(of: RecordKey(record.collection, record.scope, record.recordId)) }
         return try await sync(only: Set(records.map { RecordKey($0.collection, $0.scope, $0.recordId) }))
     }
 

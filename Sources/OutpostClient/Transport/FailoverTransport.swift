@@ -182,3 +182,33 @@ public final class FailoverTransport: BulkSyncTransport, SyncMonitorTransport, D
         }
     }
 }
+
+/// Files go to the server alone: a venue relay carries none, and its collections name none. While the server
+/// cannot be reached, an upload fails as the network does, and goes when the server answers again.
+extension FailoverTransport: FileTransport {
+    private var files: any FileTransport {
+        get throws {
+            guard let files = primary as? any FileTransport else { throw TransportError.carriesNoFiles }
+            return files
+        }
+    }
+
+    public func upload(of sha256: String, collection: String) async throws -> FileUpload? {
+        try await files.upload(of: sha256, collection: collection)
+    }
+
+    public func uploadRange(
+        _ bytes: Data, of file: FileReference, collection: String, at offset: Int64
+    ) async throws
+        -> FileUpload
+    {
+        try await files.uploadRange(bytes, of: file, collection: collection, at: offset)
+    }
+
+    public func download(
+        _ sha256: String, collection: String, scope: String?, recordId: String, from offset: Int64,
+        receive: @escaping @Sendable (Data) async throws -> Void
+    ) async throws {
+        try await files.download(sha256, collection: collection, scope: scope, recordId: recordId, from: offset, receive: receive)
+    }
+}

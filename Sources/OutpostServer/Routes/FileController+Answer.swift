@@ -4,6 +4,12 @@ import Logging
 import OutpostProtocol
 
 extension FileController {
+    /// The characters RFC 8187 lets stand unencoded in `filename*` (`attr-char`): ASCII letters, digits and
+    /// ``!#$&+-.^_`|~``; every other byte of the name's UTF-8 is percent-encoded.
+    static var attributeCharacters: CharacterSet {
+        CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$&+-.^_`|~")
+    }
+
     /// The answer that carries `file`'s bytes, streamed a stored range at a time; `Range: bytes=N-` answers 206
     /// from byte N. The first range is read before the answer starts, so that a failure then is an ordinary error
     /// answer; each later one under the admission gate, like a request of its own, so that a slow download holds no
@@ -22,7 +28,7 @@ extension FileController {
             // Served as data, never as a page of this origin: a file's type is what a device said.
             .xContentTypeOptions: "nosniff", .contentSecurityPolicy: "default-src 'none'; sandbox",
         ]
-        if let name, let encoded = name.addingPercentEncoding(withAllowedCharacters: .alphanumerics) {
+        if let name, let encoded = name.addingPercentEncoding(withAllowedCharacters: Self.attributeCharacters) {
             headers[.contentDisposition] = "inline; filename*=UTF-8''\(encoded)"
         }
         if let start { headers[.contentRange] = "bytes \(start)-\(file.size - 1)/\(file.size)" }

@@ -29,6 +29,7 @@ struct FileController<Storage: SyncStorage> {
     /// `GET /v1/uploads/{sha256}?collection=C` (anyone who may write C): how far the upload has come, or 404.
     @Sendable func upload(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
+        try refuseAtRelay()
         let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
         if let refusal = policy.writerRefusal(for: identity.role) { throw OutpostHTTPError.forbidden(refusal) }
         let sha256 = try Self.digest(in: context)
@@ -43,6 +44,7 @@ struct FileController<Storage: SyncStorage> {
     /// discarded whole when its bytes do not have the digest (422).
     @Sendable func putRange(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
+        try refuseAtRelay()
         let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
         if let refusal = policy.writerRefusal(for: identity.role) { throw OutpostHTTPError.forbidden(refusal) }
         let sha256 = try Self.digest(in: context)
@@ -86,6 +88,14 @@ struct FileController<Storage: SyncStorage> {
             guard upload.received == upload.size else { return try .json(upload) }
             return try .json(try await verify(upload, tenant: identity.tenant))
         }
+    }
+
+    /// A venue relay takes no files: it forwards writes, and the collections that carry files have no events. A
+    /// device uploads them to the server.
+    private func refuseAtRelay() throws {
+        guard configuration.relay != nil else { return }
+        throw OutpostHTTPError(
+            .forbidden, .notCarriedByRelay, "a venue relay carries no files: they are uploaded to the server")
     }
 
     /// Completes an upload whose every byte has arrived when its bytes have its digest; else discards it whole.
