@@ -4,13 +4,14 @@ import OutpostProtocol
 /// Files through the outbox: a record's files are saved with it, uploaded before the mutation that names them,
 /// and downloaded when a screen needs them.
 extension SyncEngine {
-    /// An upload's ranges: the first is 1 MiB; each answered within ``quickRange`` doubles the next, up to the most
-    /// a server takes; one whose answer does not come in time (the link is slower than the range needs) quarters
-    /// it, down to 256 KiB, and is sent again. A link cut mid-range costs that range again, and each range costs
-    /// the server a commit: ranges grow on a fast link and stay small on a slow one.
+    /// An upload's ranges: the first is 1 MiB; each answered within ``quickRange`` doubles the next, up to 4 MiB;
+    /// one whose answer does not come in time (the link is slower than the range needs) quarters it, down to
+    /// 256 KiB, and is sent again. A link cut mid-range costs that range again, and each range costs the server a
+    /// commit: ranges grow on a fast link and stay small on a slow one. Past 4 MiB the device's memory grows with
+    /// the range (two are held, the one on its way and the next) for no gain in speed (`bench attachments`).
     static let firstRangeBytes = 1024 * 1024
     static let smallestRangeBytes = 256 * 1024
-    static let largestRangeBytes = FileUpload.maxRangeBytes
+    static let largestRangeBytes = 4 * 1024 * 1024
     static let quickRange = Duration.seconds(2)
 
     /// Saves a local action with files attached, each named by a field of the record, in one durable
