@@ -15,15 +15,20 @@ struct TestFile {
     var bytes: [UInt8]
     var reference: FileReference
 
-    /// `count` bytes that differ with `seed`, of media type `type`.
+    /// `count` bytes that differ with `seed`, of media type `type`: a pseudo-random block of at most 64 KiB, repeated
+    /// (a large file costs the test process a copy per block, not a step per byte).
     init(count: Int, seed: UInt8 = 1, type: String = "image/jpeg") {
         var state = UInt32(seed) &* 2_654_435_761 | 1
-        bytes = (0..<count).map { _ in
+        let block = (0..<min(count, 65_536)).map { _ in
             state ^= state << 13
             state ^= state >> 17
             state ^= state << 5
             return UInt8(truncatingIfNeeded: state)
         }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count)
+        while bytes.count < count { bytes.append(contentsOf: block.prefix(count - bytes.count)) }
+        self.bytes = bytes
         reference = FileReference(
             sha256: SHA256.hash(data: bytes).hexString, size: Int64(count), type: type, name: "photo.jpg")
     }
