@@ -120,37 +120,35 @@ extension SyncBench {
         link.inject(.drop)
         try await Self.outpost(["device", "put", "bench_files", "f1", "n=1", "--file", "data=\(file.path)"] + store)
         link.inject(nil)
-        let sync = Process()
-        sync.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        sync.arguments = ["device", "sync"] + store
-        let output = Pipe()
-        sync.standardOutput = output
-        sync.standardError = FileHandle.nullDevice
-        try sync.run()
-        let peak = Self.peakMemory(of: sync.processIdentifier)
-        while sync.isRunning { try await Task.sleep(for: .milliseconds(20)) }
-        peak.cancel()
-        let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        guard sync.terminationStatus == 0, said.contains("1 synced") else {
+        let (said, peak) = try await Self.outpost(["device", "sync"] + store, samplingMemory: true)
+        guard said.contains("1 synced") else {
             throw CLIError("`outpost device sync` of \(megabytes) MB did not sync its record: \(said.prefix(200))")
         }
-        return await peak.value
+        return peak
     }
 
-    /// Runs `outpost` with `arguments` to its end.
-    private static func outpost(_ arguments: [String]) async throws {
+    /// Runs `outpost` with `arguments` to its end: what it printed, and, when `samplingMemory`, its peak resident
+    /// memory in kilobytes (else 0).
+    ///
+    /// - Throws: when it exits non-zero, with the start of what it said on stderr.
+    @discardableResult
+    private static func outpost(_ arguments: [String], samplingMemory: Bool = false) async throws -> (String, Int) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        let errors = Pipe()
+        let (output, errors) = (Pipe(), Pipe())
+        process.standardOutput = output
         process.standardError = errors
         try process.run()
+        let peak = samplingMemory ? peakMemory(of: process.processIdentifier) : nil
+        // The process says little: its pipes hold what it writes until it ends.
         while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
+        peak?.cancel()
         guard process.terminationStatus == 0 else {
             let said = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             throw CLIError("outpost \(arguments.prefix(2).joined(separator: " ")) failed: \(said.prefix(200))")
         }
+        return (String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self), await peak?.value ?? 0)
     }
 }
 
@@ -176,17 +174,7 @@ struct PlainUploadServer {
             try handle.synchronize()
             return Response(status: .ok)
         }
-        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
-        let app = Application(
-            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
-            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) },
-            logger: Logger(label: "outpost.bench.plain", factory: { _ in SwiftLogNoOpLogHandler() }))
-        let task = Task { try await app.runService() }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next(), port > 0 else {
-            task.cancel()
-            throw CLIError("the bench's plain upload server did not start")
-        }
+        let (task, port) = try await BenchReceiver.serve(router, label: "outpost.bench.plain")
         return PlainUploadServer(task: task, url: "http://127.0.0.1:\(port)/blob")
     }
 

@@ -120,18 +120,24 @@ final class BenchReceiver: Sendable {
             }
             return Response(status: .ok)
         }
+        let (task, port) = try await serve(router, label: "outpost.bench.receiver")
+        return BenchReceiver(state: state, task: task, url: "http://127.0.0.1:\(port)/hook")
+    }
+
+    /// Runs `router` on a free loopback port, its logs dropped: the running application and its port.
+    static func serve(_ router: Router<BasicRequestContext>, label: String) async throws -> (Task<Void, any Error>, Int) {
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let app = Application(
             router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
             onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) },
-            logger: Logger(label: "outpost.bench.receiver", factory: { _ in SwiftLogNoOpLogHandler() }))
+            logger: Logger(label: label, factory: { _ in SwiftLogNoOpLogHandler() }))
         let task = Task { try await app.runService() }
         var iterator = ports.makeAsyncIterator()
         guard let port = await iterator.next(), port > 0 else {
             task.cancel()
-            throw CLIError("the bench's receiver did not start")
+            throw CLIError("the bench's \(label) did not start")
         }
-        return BenchReceiver(state: state, task: task, url: "http://127.0.0.1:\(port)/hook")
+        return (task, port)
     }
 
     var bodies: [[UInt8]] { state.withLockedValue { $0.bodies } }
