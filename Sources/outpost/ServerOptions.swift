@@ -15,6 +15,13 @@ struct StorageOptions: ParsableArguments {
     )
     var databaseURL: String?
 
+    @Option(
+        name: .customLong("file-directory"),
+        help:
+            "Folder of the bytes of uploaded files; default: the folder files in --data-dir on SQLite, the database on PostgreSQL (where every server must name the same folder)."
+    )
+    var fileDirectory: String?
+
     var resolvedDatabaseURL: String? {
         databaseURL ?? ProcessInfo.processInfo.environment["OUTPOST_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
     }
@@ -22,7 +29,7 @@ struct StorageOptions: ParsableArguments {
     func openStorage(logger: Logger) throws -> any SyncStorage {
         do {
             return try StorageFactory.open(
-                databaseURL: resolvedDatabaseURL, dataDirectory: dataDirectory, logger: logger)
+                databaseURL: resolvedDatabaseURL, dataDirectory: dataDirectory, fileDirectory: fileDirectory, logger: logger)
         } catch let error as StorageError {
             throw CLIError(error.message)
         }

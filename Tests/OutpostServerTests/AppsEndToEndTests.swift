@@ -18,21 +18,30 @@ final class AppSession: @unchecked Sendable {
     let databaseURL: String?
     private var server: RunningChild?
 
-    init(databaseURL: String? = nil) throws {
+    /// The folder of the server's file bytes, when named (`--file-directory`).
+    let fileDirectory: String?
+
+    init(databaseURL: String? = nil, namesFileDirectory: Bool = false) throws {
         root = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-apps-\(UUID())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         data = root.appendingPathComponent("server").path
         port = String(try TestPostgres.freePort())
         self.databaseURL = databaseURL
+        fileDirectory = namesFileDirectory ? root.appendingPathComponent("uploaded-files").path : nil
     }
 
     /// A session whose server stores in `kind`: a fresh PostgreSQL database, or the embedded store.
     static func on(_ kind: StorageKind) async throws -> AppSession {
-        try AppSession(databaseURL: kind == .postgres ? try await TestPostgres.shared.makeDatabase() : nil)
+        try AppSession(
+            databaseURL: kind == .sqlite ? nil : try await TestPostgres.shared.makeDatabase(),
+            namesFileDirectory: kind == .postgresFileDirectory)
     }
 
     /// Where the server and the token command keep their data.
-    private var storage: [String] { ["--data-dir", data] + (databaseURL.map { ["--database-url", $0] } ?? []) }
+    private var storage: [String] {
+        ["--data-dir", data] + (databaseURL.map { ["--database-url", $0] } ?? [])
+            + (fileDirectory.map { ["--file-directory", $0] } ?? [])
+    }
 
     deinit {
         // A failed test's server: killed without waiting (a deinit cannot).

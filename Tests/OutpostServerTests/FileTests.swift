@@ -18,7 +18,7 @@ struct FileTests {
         return Fixtures.upsert(id, fields, at: seconds, collection: Build.collection, device: device)
     }
 
-    @Test("a file uploaded in three ranges completes once its digest is checked, and is served whole", arguments: StorageKind.allCases)
+    @Test("a file uploaded in three ranges completes once its digest is checked, and is served whole", arguments: StorageKind.fileStores)
     func severalRanges(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token()
@@ -34,7 +34,7 @@ struct FileTests {
             #expect(answers.map(\.received) == [7_000, 14_000, 20_000])
             #expect(answers.map(\.complete) == [false, false, true])
             #expect(try await client.uploadState(file.reference, token: ana) == answers.last)
-            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, chunks: 3))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, bytes: 20_000))
             // when a build names it,
             let pushed = try await client.push([Self.build("b1", photo: file.reference)], token: ana, device: "phone-ana")
             #expect(pushed.results.map(\.status) == [.applied])
@@ -51,7 +51,7 @@ struct FileTests {
 
     @Test(
         "a range at another offset than the bytes received is refused 409 with that count, and nothing of it is stored",
-        arguments: StorageKind.allCases)
+        arguments: StorageKind.fileStores)
     func wrongOffset(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token()
@@ -60,7 +60,7 @@ struct FileTests {
             let early = try await client.putRange(file.range(5_000..<7_000), of: file.reference, at: 5_000, token: ana)
             #expect(early.status == .conflict && early.wireError?.code == .uploadOffsetMismatch)
             #expect(early.wireError?.message.contains("holds 0 bytes") == true)
-            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, chunks: 0))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, bytes: 0))
             // Given the first 7,000 bytes,
             let first = try await client.putRange(file.range(0..<7_000), of: file.reference, at: 0, token: ana)
             #expect(first.status == .ok)
@@ -75,11 +75,11 @@ struct FileTests {
             // and the upload stands as it was.
             let state = try await client.uploadState(file.reference, token: ana)
             #expect(state == FileUpload(sha256: file.reference.sha256, size: 20_000, type: "image/jpeg", received: 7_000, complete: false))
-            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, chunks: 1))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, bytes: 7_000))
         }
     }
 
-    @Test("an upload cut after two ranges resumes from the bytes the server received", arguments: StorageKind.allCases)
+    @Test("an upload cut after two ranges resumes from the bytes the server received", arguments: StorageKind.fileStores)
     func resumes(kind: StorageKind) async throws {
         try await withServer(kind) { client, _ in
             let ana = try await Fixtures.token()
@@ -105,7 +105,7 @@ struct FileTests {
 
     @Test(
         "an upload whose every byte was stored but not yet checked is checked by an empty range at its end",
-        arguments: StorageKind.allCases)
+        arguments: StorageKind.fileStores)
     func checkedAtItsEnd(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token()
@@ -126,7 +126,7 @@ struct FileTests {
 
     @Test(
         "an upload its collection refuses (too large, a type it does not take, no files at all) or a malformed one stores nothing",
-        arguments: StorageKind.allCases)
+        arguments: StorageKind.fileStores)
     func refusedUploads(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token()
@@ -173,15 +173,15 @@ struct FileTests {
                 #expect(bad.status == .badRequest && bad.wireError?.code == .invalidRequest, "\(query) \(digest)")
             }
             // Not a row, not a byte.
-            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, chunks: 0))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, bytes: 0))
             #expect(try await client.send(.get, "/v1/uploads/\(sha)?collection=builds", token: ana).status == .notFound)
             // And the same range where it is taken is stored: the refusals above were for what they said.
             #expect(try await put("collection=builds&size=1000&type=image/jpeg&offset=0").status == .ok)
-            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, chunks: 1))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, bytes: 1_000))
         }
     }
 
-    @Test("bytes that do not have the digest they were sent under are refused 422, and none of them is kept", arguments: StorageKind.allCases)
+    @Test("bytes that do not have the digest they were sent under are refused 422, and none of them is kept", arguments: StorageKind.fileStores)
     func digestMismatch(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token()
@@ -193,7 +193,7 @@ struct FileTests {
             let last = try await client.putRange(damaged, of: file.reference, at: 6_000, token: ana)
             // the last range is answered 422 and the whole upload forgotten;
             #expect(last.status == .unprocessableContent && last.wireError?.code == .digestMismatch)
-            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, chunks: 0))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, bytes: 0))
             #expect(try await client.uploadState(file.reference, token: ana) == nil)
             // the device starts over, and the right bytes complete it.
             #expect(try await client.putRange(file.range(0..<6_000), of: file.reference, at: 0, token: ana).status == .ok)
@@ -202,7 +202,7 @@ struct FileTests {
         }
     }
 
-    @Test("the same file uploaded again, or named by two records, is stored once", arguments: StorageKind.allCases)
+    @Test("the same file uploaded again, or named by two records, is stored once", arguments: StorageKind.fileStores)
     func storedOnce(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token()
@@ -211,7 +211,7 @@ struct FileTests {
             for start in [0, 4_500] {
                 _ = try await client.putRange(file.range(start..<start + 4_500), of: file.reference, at: Int64(start), token: ana)
             }
-            let stored = StoredFileRows(files: 1, chunks: 2)
+            let stored = StoredFileRows(files: 1, bytes: 9_000)
             #expect(try await storage.storedFileRows() == stored)
             // Another device uploads it again, whole, for another collection: the answer is the complete file, and
             // nothing more is stored.
@@ -236,7 +236,7 @@ struct FileTests {
 
     @Test(
         "a push naming a file the server does not hold whole is refused file_missing, and the same mutation applies once it does",
-        arguments: StorageKind.allCases)
+        arguments: StorageKind.fileStores)
     func pushNeedsTheFile(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token()
@@ -267,7 +267,7 @@ struct FileTests {
 
     @Test(
         "a push refuses a broken file reference, a type its collection does not take, and a file over its limit",
-        arguments: StorageKind.allCases)
+        arguments: StorageKind.fileStores)
     func pushChecksReferences(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token()
@@ -333,7 +333,7 @@ struct FileTests {
 
     @Test(
         "a reader downloads the file, or from a byte on; staff who may not read the record, and a record that does not name it, get 404",
-        arguments: StorageKind.allCases)
+        arguments: StorageKind.fileStores)
     func download(kind: StorageKind) async throws {
         try await withServer(kind) { client, _ in
             let ana = try await Fixtures.token()
@@ -377,7 +377,7 @@ struct FileTests {
         }
     }
 
-    @Test("a file of a record with a scope is named with its scope, and served to a relay of that scope", arguments: StorageKind.allCases)
+    @Test("a file of a record with a scope is named with its scope, and served to a relay of that scope", arguments: StorageKind.fileStores)
     func scopedRecord(kind: StorageKind) async throws {
         let inspections = CollectionPolicy(
             name: "inspections", scopeField: "event_id", attachments: AttachmentPolicy(maxBytes: 1_000_000, types: ["image/*"]))
@@ -414,7 +414,7 @@ struct FileTests {
         }
     }
 
-    @Test("a zero-byte file is uploaded with one empty range and served empty", arguments: StorageKind.allCases)
+    @Test("a zero-byte file is uploaded with one empty range and served empty", arguments: StorageKind.fileStores)
     func zeroBytes(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token()
@@ -425,21 +425,21 @@ struct FileTests {
             #expect(
                 try JSONDecoder().decode(FileUpload.self, from: answer.body)
                     == FileUpload(sha256: empty.reference.sha256, size: 0, type: "application/pdf", received: 0, complete: true))
-            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, chunks: 0))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, bytes: 0))
             _ = try await client.push([Self.build("b1", photo: empty.reference)], token: ana, device: "phone-ana")
             let download = try await client.download(empty.reference, recordId: "b1", token: ana)
             #expect(download.status == .ok && download.body.readableBytes == 0 && download.headers[.contentLength] == "0")
         }
     }
 
-    @Test("a range over 8 MiB is refused 413 by its length, and a file of two ranges up to it completes", arguments: StorageKind.allCases)
+    @Test("a range over 8 MiB is refused 413 by its length, and a file of two ranges up to it completes", arguments: StorageKind.fileStores)
     func largestRange(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token()
             let file = TestFile(count: FileUpload.maxRangeBytes + 1_000, seed: 8)
             let tooLong = try await client.putRange(file.range(0..<FileUpload.maxRangeBytes + 1), of: file.reference, at: 0, token: ana)
             #expect(tooLong.status == .contentTooLarge && tooLong.wireError?.code == .payloadTooLarge)
-            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, chunks: 0))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, bytes: 0))
             let first = try await client.putRange(file.range(0..<FileUpload.maxRangeBytes), of: file.reference, at: 0, token: ana)
             #expect(first.status == .ok)
             let last = try await client.putRange(
@@ -476,7 +476,7 @@ struct FileTests {
             }
             #expect(answer.hasPrefix("HTTP/1.1 415"), "\(answer.prefix(300))")
             #expect(answer.contains(#""code":"file_type_refused""#), "\(answer.prefix(300))")
-            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, chunks: 0))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, bytes: 0))
         }
     }
 

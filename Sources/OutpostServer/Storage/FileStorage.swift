@@ -21,8 +21,8 @@ package struct FileChunk: Sendable, Hashable {
     }
 }
 
-/// Files that records carry, by tenant and SHA-256 digest: each upload's state, and its bytes as the ranges
-/// that were sent, one row per range.
+/// Files that records carry, by tenant and SHA-256 digest: each upload's state in the database, and its bytes in
+/// a ``FileDirectory`` or, on PostgreSQL without one, as the ranges that were sent, one row per range.
 ///
 /// A file is stored once per tenant however many records name it. A complete file never changes and is never
 /// discarded, so that its bytes may be read a range at a time, each read on its own, and a mutation the server
@@ -34,12 +34,13 @@ package protocol FileStorage: Sendable {
     /// Stores `bytes` as the range of the file that starts at `offset`, in one transaction: when the upload
     /// holds exactly `offset` bytes, is not complete and was declared with this `size` and `type`. The first
     /// range, at offset 0, makes the upload, received `at` (milliseconds since 1970). An empty range stores no
-    /// row. The caller keeps `offset + bytes` within `size`.
+    /// row and writes no byte. The caller keeps `offset + bytes` within `size`.
     func appendRange(
         tenant: String, sha256: String, size: Int64, type: String, offset: Int64, bytes: ByteBuffer, at time: Int64
     ) async throws -> RangeAppend
 
-    /// The stored range that holds byte `offset` of the file, or nil when no range does.
+    /// The stored range that holds byte `offset` of the file (from a directory, up to ``FileDirectory/readBytes``
+    /// from the offset), or nil when there is none.
     func fileChunk(tenant: String, sha256: String, containing offset: Int64) async throws -> FileChunk?
 
     /// Marks the upload complete once it holds all its bytes; false when it does not (or there is none).

@@ -10,8 +10,28 @@ import Testing
 enum StorageKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     case sqlite
     case postgres
+    /// PostgreSQL with the bytes of uploaded files in a directory (`--file-directory`): only the file suites.
+    case postgresFileDirectory = "postgres, files in a directory"
+
+    static let allCases: [StorageKind] = [.sqlite, .postgres]
+    /// Every place the bytes of files are kept: SQLite's directory, PostgreSQL's table and a directory beside it.
+    static let fileStores: [StorageKind] = [.sqlite, .postgres, .postgresFileDirectory]
 
     var testDescription: String { rawValue }
+
+    /// A fresh PostgreSQL store on the database at `url`, its files in a temporary directory for
+    /// ``postgresFileDirectory``; that directory, to remove after.
+    func postgres(url: String) throws -> (PostgresStorage, URL?) {
+        let files =
+            self == .postgresFileDirectory
+            ? FileManager.default.temporaryDirectory.appendingPathComponent("outpost-test-files-\(UUID())") : nil
+        let directory = files.map(FileDirectory.init(root:))
+        try directory?.prepare()
+        let storage = PostgresStorage(
+            location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, files: directory,
+            startupTimeout: Fixtures.postgresStartup)
+        return (storage, files)
+    }
 }
 
 /// Makes a fresh store of `kind`, migrated and running, hands it to `body`, and cleans up after.
@@ -27,10 +47,10 @@ func withStorage<T: Sendable>(
             try await storage.migrate()
             return try await body(storage)
         }
-    case .postgres:
+    case .postgres, .postgresFileDirectory:
         let url = try await TestPostgres.shared.makeDatabase()
-        let storage = PostgresStorage(
-            location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
+        let (storage, files) = try kind.postgres(url: url)
+        defer { if let files { try? FileManager.default.removeItem(at: files) } }
         let result = try await storage.withRunning { storage in
             try await storage.migrate()
             return try await body(storage)

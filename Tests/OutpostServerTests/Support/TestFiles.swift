@@ -37,31 +37,50 @@ struct TestFile {
     func range(_ range: Range<Int>) -> ArraySlice<UInt8> { bytes[range] }
 }
 
-/// How many upload rows and stored ranges a tenant has, as the tables hold them.
+/// How many upload rows a tenant has, and how many bytes of files are stored for it, as the tables and the file
+/// directory hold them.
 struct StoredFileRows: Sendable, Equatable {
     var files: Int
-    var chunks: Int
+    var bytes: Int
 }
 
 extension SyncStorage {
-    /// The rows of `tenant`'s files, counted in the tables themselves rather than through the storage's own reads.
+    /// Where this store keeps the bytes of files, when in a directory.
+    var fileDirectory: FileDirectory? {
+        (self as? SQLiteStorage)?.files ?? (self as? PostgresStorage)?.files
+    }
+
+    /// The rows of `tenant`'s files and their stored bytes, counted in the tables and the directory themselves
+    /// rather than through the storage's own reads.
     func storedFileRows(tenant: String = "acme") async throws -> StoredFileRows {
+        let files: Int
+        var bytes = 0
         if let sqlite = self as? SQLiteStorage {
-            return try await sqlite.pool.read { db in
-                StoredFileRows(
-                    files: try Int.fetchOne(db, sql: "SELECT count(*) FROM files WHERE tenant = ?", arguments: [tenant]) ?? -1,
-                    chunks: try Int.fetchOne(db, sql: "SELECT count(*) FROM file_chunks WHERE tenant = ?", arguments: [tenant]) ?? -1)
+            files = try await sqlite.pool.read { db in
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM files WHERE tenant = ?", arguments: [tenant]) ?? -1
+            }
+        } else {
+            let postgres = try #require(self as? PostgresStorage)
+            let rows = try await postgres.client.query(
+                """
+                SELECT (SELECT count(*) FROM files WHERE tenant = \(tenant)),
+                  (SELECT coalesce(sum(length(bytes)), 0) FROM file_chunks WHERE tenant = \(tenant))
+                """)
+            var counted = (files: -1, bytes: -1)
+            for try await (files, bytes) in rows.decode((Int64, Int64).self) { counted = (Int(files), Int(bytes)) }
+            (files, bytes) = counted
+        }
+        if let directory = fileDirectory {
+            // The tenant's folder: the one beside a made-up digest's file.
+            let folder = URL(fileURLWithPath: directory.path(tenant: tenant, sha256: String(repeating: "0", count: 64)))
+                .deletingLastPathComponent().deletingLastPathComponent()
+            let found = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: [.fileSizeKey, .isRegularFileKey])
+            while let url = found?.nextObject() as? URL {
+                let values = try url.resourceValues(forKeys: [.fileSizeKey, .isRegularFileKey])
+                if values.isRegularFile == true { bytes += values.fileSize ?? 0 }
             }
         }
-        let postgres = try #require(self as? PostgresStorage)
-        let rows = try await postgres.client.query(
-            """
-            SELECT (SELECT count(*) FROM files WHERE tenant = \(tenant)), (SELECT count(*) FROM file_chunks WHERE tenant = \(tenant))
-            """)
-        for try await (files, chunks) in rows.decode((Int64, Int64).self) {
-            return StoredFileRows(files: Int(files), chunks: Int(chunks))
-        }
-        return StoredFileRows(files: -1, chunks: -1)
+        return StoredFileRows(files: files, bytes: bytes)
     }
 }
 

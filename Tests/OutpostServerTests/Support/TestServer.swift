@@ -28,12 +28,11 @@ func withServer(
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-test-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
         try await run(SQLiteStorage(directory: directory), configuration, setup, now, metrics, body)
-    case .postgres:
+    case .postgres, .postgresFileDirectory:
         let url = try await TestPostgres.shared.makeDatabase()
-        try await run(
-            PostgresStorage(location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup),
-            configuration,
-            setup, now, metrics, body)
+        let (storage, files) = try kind.postgres(url: url)
+        defer { if let files { try? FileManager.default.removeItem(at: files) } }
+        try await run(storage, configuration, setup, now, metrics, body)
         await TestPostgres.shared.dropDatabase(url: url)
     }
 }

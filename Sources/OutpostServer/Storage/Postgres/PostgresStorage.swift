@@ -28,6 +28,8 @@ package struct PostgresStorage: SyncStorage {
 
     /// How long start-up waits for the database before giving up with a clear error.
     let startupTimeout: Duration
+    /// Where the bytes of uploaded files are kept, when not in the database.
+    let files: FileDirectory?
     /// Whether this process has analyzed the tables PostgreSQL had not analyzed yet (see ``noteWritten(_:)``).
     let firstAnalysis = NIOLockedValueBox(FirstAnalysis())
 
@@ -36,14 +38,19 @@ package struct PostgresStorage: SyncStorage {
     /// without this bound a request would wait for it with no answer at all.
     var operationTimeout: Duration { location.operationTimeout }
 
-    package init(location: PostgresLocation, logger: Logger, startupTimeout: Duration = .seconds(15)) {
-        self.init(location: location, logger: logger, beforeCommit: nil, startupTimeout: startupTimeout)
+    /// - Parameter files: where the bytes of uploaded files are kept; nil keeps them in the database, in table
+    ///   `file_chunks`. Every server of one database names the same directory.
+    package init(
+        location: PostgresLocation, logger: Logger, files: FileDirectory? = nil, startupTimeout: Duration = .seconds(15)
+    ) {
+        self.init(location: location, logger: logger, beforeCommit: nil, files: files, startupTimeout: startupTimeout)
     }
 
     init(
         location: PostgresLocation, logger: Logger, beforeCommit: (@Sendable () async throws -> Void)?,
-        startupTimeout: Duration = .seconds(15)
+        files: FileDirectory? = nil, startupTimeout: Duration = .seconds(15)
     ) {
+        self.files = files
         self.location = location
         self.logger = logger
         self.beforeCommit = beforeCommit
@@ -54,7 +61,7 @@ package struct PostgresStorage: SyncStorage {
         self.client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: background)
     }
 
-    package var summary: String { location.summary }
+    package var summary: String { location.summary + (files.map { ", files in \($0.root.path)" } ?? "") }
 
     package func run() async throws {
         await client.run()

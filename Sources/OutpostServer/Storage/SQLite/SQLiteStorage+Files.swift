@@ -11,7 +11,8 @@ extension SQLiteStorage {
     package func appendRange(
         tenant: String, sha256: String, size: Int64, type: String, offset: Int64, bytes: ByteBuffer, at time: Int64
     ) async throws -> RangeAppend {
-        // The writer runs one transaction at a time: the state read here is the one the range is appended to.
+        // The writer runs one transaction at a time: the state read here is the one the range is appended to, and
+        // the file is written by one range at a time.
         try await pool.write { db in
             let declared = FileUpload(sha256: sha256, size: size, type: type, received: 0, complete: false)
             guard let stored = try Self.upload(tenant: tenant, sha256: sha256, db: db) else {
@@ -21,28 +22,31 @@ extension SQLiteStorage {
                         INSERT INTO files (tenant, sha256, size, type, received, complete, created_at)
                         VALUES (?, ?, ?, ?, 0, 0, ?)
                         """, arguments: [tenant, sha256, size, type, time])
-                return .appended(try Self.append(bytes, to: declared, tenant: tenant, db: db))
+                return .appended(try append(bytes, to: declared, tenant: tenant, db: db))
             }
             guard stored.size == size, stored.type == type, !stored.complete, stored.received == offset else {
                 return .refused(stored)
             }
-            return .appended(try Self.append(bytes, to: stored, tenant: tenant, db: db))
+            return .appended(try append(bytes, to: stored, tenant: tenant, db: db))
         }
     }
 
     package func fileChunk(tenant: String, sha256: String, containing offset: Int64) async throws -> FileChunk? {
-        try await pool.read { db in
-            // Ranges follow each other from 0: the one that holds the offset is the last to start at or before it.
+        try await files.read(tenant: tenant, sha256: sha256, at: offset)
+    }
+
+    /// Moves the bytes of files a store kept in its database (table `file_chunks`, made by migration `v11-files`)
+    /// to the file directory, then drops the table: once, on the first start that keeps them in a directory.
+    func moveFileChunks() async throws {
+        try await pool.write { [files] db in
+            guard try db.tableExists("file_chunks") else { return }
             let rows = try Row.fetchCursor(
-                db,
-                sql: """
-                    SELECT start, bytes FROM file_chunks WHERE tenant = ? AND sha256 = ? AND start <= ?
-                    ORDER BY start DESC LIMIT 1
-                    """, arguments: [tenant, sha256, offset])
-            guard let row = try rows.next() else { return nil }
-            // Copied once, from SQLite's buffer into the chunk's.
-            let bytes = try row.withUnsafeData(atIndex: 1) { data in ByteBuffer(bytes: data ?? Data()) }
-            return FileChunk(start: row[0], bytes: bytes)
+                db, sql: "SELECT tenant, sha256, start, bytes FROM file_chunks ORDER BY tenant, sha256, start")
+            while let row = try rows.next() {
+                let bytes = try row.withUnsafeData(atIndex: 3) { data in ByteBuffer(bytes: data ?? Data()) }
+                try files.append(bytes, tenant: row[0], sha256: row[1], at: row[2])
+            }
+            try db.execute(sql: "DROP TABLE file_chunks")
         }
     }
 
@@ -56,13 +60,14 @@ extension SQLiteStorage {
     }
 
     package func discardUpload(tenant: String, sha256: String) async throws -> Bool {
-        try await pool.write { db in
+        let discarded = try await pool.write { db in
             try db.execute(
                 sql: "DELETE FROM files WHERE tenant = ? AND sha256 = ? AND NOT complete", arguments: [tenant, sha256])
-            guard db.changesCount > 0 else { return false }
-            try db.execute(sql: "DELETE FROM file_chunks WHERE tenant = ? AND sha256 = ?", arguments: [tenant, sha256])
-            return true
+            return db.changesCount > 0
         }
+        // A file left behind by a crash here is written anew by the next upload of the digest, from offset 0.
+        if discarded { await files.remove(tenant: tenant, sha256: sha256) }
+        return discarded
     }
 
     package func completeFiles(tenant: String, sha256s: [String]) async throws -> [String: FileUpload] {
@@ -84,16 +89,11 @@ extension SQLiteStorage {
         }
     }
 
-    /// Stores `bytes` as the range of `upload` at its end, and counts them received.
-    private static func append(_ bytes: ByteBuffer, to upload: FileUpload, tenant: String, db: Database) throws -> FileUpload {
+    /// Writes `bytes` on the file at the end of `upload` and counts them received. On the writer's queue: the
+    /// bytes are on disk before the count is committed.
+    private func append(_ bytes: ByteBuffer, to upload: FileUpload, tenant: String, db: Database) throws -> FileUpload {
         guard bytes.readableBytes > 0 else { return upload }
-        // Bound as they are: SQLite copies a blob argument as it binds it.
-        try bytes.withUnsafeReadableBytes { raw in
-            let data = Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: raw.baseAddress!), count: raw.count, deallocator: .none)
-            try db.execute(
-                sql: "INSERT INTO file_chunks (tenant, sha256, start, bytes) VALUES (?, ?, ?, ?)",
-                arguments: [tenant, upload.sha256, upload.received, data])
-        }
+        try files.append(bytes, tenant: tenant, sha256: upload.sha256, at: upload.received)
         var upload = upload
         upload.received += Int64(bytes.readableBytes)
         try db.execute(

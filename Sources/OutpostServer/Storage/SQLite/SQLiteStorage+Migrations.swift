@@ -297,8 +297,8 @@ extension SQLiteStorage {
                     """)
         }
         migrator.registerMigration("v11-files") { db in
-            // The files records carry, once per tenant and digest, and their bytes as the ranges that were
-            // uploaded. Ranges are large: they live in a table with row ids, where SQLite keeps large rows well.
+            // The files records carry, once per tenant and digest. Their bytes live in the file directory:
+            // `file_chunks` is moved there and dropped as the store opens (`moveFileChunks`).
             try db.execute(
                 sql: """
                     CREATE TABLE files (

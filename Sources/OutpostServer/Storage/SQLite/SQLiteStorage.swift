@@ -11,14 +11,21 @@ package struct SQLiteStorage: SyncStorage {
     package static let databaseFileName = "outpost.sqlite"
     static let secretFileName = "jwt-secret"
 
+    /// The folder of uploaded files' bytes, in the data folder unless the operator names another.
+    package static let fileDirectoryName = "files"
+
     let pool: DatabasePool
     let directory: URL
+    /// Where the bytes of uploaded files are kept.
+    let files: FileDirectory
 
-    /// Opens (creating when needed) the store in `directory`.
+    /// Opens (creating when needed) the store in `directory`, the bytes of uploaded files in `fileDirectory`
+    /// (by default the folder `files` in it).
     ///
-    /// - Throws: ``StorageError`` with code `configuration` when the folder cannot be created or opened.
-    package init(directory: URL) throws {
+    /// - Throws: ``StorageError`` with code `configuration` when a folder cannot be created or opened.
+    package init(directory: URL, fileDirectory: URL? = nil) throws {
         self.directory = directory
+        self.files = FileDirectory(root: fileDirectory ?? directory.appendingPathComponent(Self.fileDirectoryName))
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             var configuration = Configuration()
@@ -31,9 +38,12 @@ package struct SQLiteStorage: SyncStorage {
         } catch {
             throw StorageError(.configuration, "cannot open the SQLite store in \(directory.path)", underlying: error)
         }
+        try files.prepare()
     }
 
-    package var summary: String { "SQLite at \(directory.appendingPathComponent(Self.databaseFileName).path)" }
+    package var summary: String {
+        "SQLite at \(directory.appendingPathComponent(Self.databaseFileName).path), files in \(files.root.path)"
+    }
 
     package func run() async throws {
         try? await gracefulShutdown()
@@ -41,6 +51,7 @@ package struct SQLiteStorage: SyncStorage {
 
     package func migrate() async throws {
         try Self.migrator.migrate(pool)
+        try await moveFileChunks()
     }
 
     package func checkHealth() async throws {

@@ -1,0 +1,131 @@
+import Crypto
+import Foundation
+import NIOCore
+import NIOPosix
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The bytes of uploaded files kept as files in a directory, one per tenant and digest:
+/// `<root>/<tenant>/<first two digits>/<sha256>`, the tenant's folder named by the digest of its name. The
+/// engine keeps each upload's state (``FileUpload``) in its database and decides, in the transaction that counts a
+/// range received, whether it goes on the file; this type only moves bytes.
+///
+/// Each range is flushed to disk before it is counted, so a range the server said it holds survives a crash. A
+/// complete file never changes. The directory is the operator's: on PostgreSQL with several servers, every server
+/// must name the same one (a shared volume).
+package struct FileDirectory: Sendable {
+    /// The most bytes one read returns: a download is answered this much at a time.
+    package static let readBytes = 1024 * 1024
+
+    package let root: URL
+
+    package init(root: URL) {
+        self.root = root
+    }
+
+    /// Creates the directory when it is missing, readable by this user alone.
+    ///
+    /// - Throws: ``StorageError`` `configuration` when it cannot be created or written.
+    package func prepare() throws {
+        do {
+            try FileManager.default.createDirectory(
+                at: root, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw StorageError(.configuration, "cannot create the file directory \(root.path)", underlying: error)
+        }
+        guard access(root.path, W_OK | X_OK) == 0 else {
+            throw StorageError(.configuration, "cannot write in the file directory \(root.path)")
+        }
+    }
+
+    /// Where the file `sha256` of `tenant` is kept.
+    func path(tenant: String, sha256: String) -> String {
+        let tenantKey = SHA256.hash(data: Data(tenant.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+        return root.appendingPathComponent(tenantKey).appendingPathComponent(String(sha256.prefix(2)))
+            .appendingPathComponent(sha256).path
+    }
+
+    /// Writes `bytes` at `offset` of the file and flushes them to disk; at offset 0 the file starts anew, whatever
+    /// an upload that was discarded left. Blocking: call it off Swift's threads (``appending(_:tenant:sha256:at:)``)
+    /// or on a database's own queue.
+    package func append(_ bytes: ByteBuffer, tenant: String, sha256: String, at offset: Int64) throws {
+        let path = path(tenant: tenant, sha256: sha256)
+        let folder = (path as NSString).deletingLastPathComponent
+        if offset == 0 {
+            try FileManager.default.createDirectory(
+                atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        }
+        let flags = O_WRONLY | O_CREAT | O_CLOEXEC | (offset == 0 ? O_TRUNC : 0)
+        let descriptor = open(path, flags, 0o600)
+        guard descriptor >= 0 else { throw Self.failure("open", path: path) }
+        defer { close(descriptor) }
+        try bytes.withUnsafeReadableBytes { raw in
+            var written = 0
+            while written < raw.count {
+                let count = pwrite(descriptor, raw.baseAddress! + written, raw.count - written, off_t(offset) + off_t(written))
+                if count < 0, errno == EINTR { continue }
+                guard count > 0 else { throw Self.failure("write", path: path) }
+                written += count
+            }
+        }
+        guard fsync(descriptor) == 0 else { throw Self.failure("flush", path: path) }
+        // A new file's name is flushed with its folder, so that the bytes are found after a crash.
+        if offset == 0 { Self.flushFolder(folder) }
+    }
+
+    /// ``append(_:tenant:sha256:at:)`` on NIO's thread pool.
+    package func appending(_ bytes: ByteBuffer, tenant: String, sha256: String, at offset: Int64) async throws {
+        try await NIOThreadPool.singleton.runIfActive { try append(bytes, tenant: tenant, sha256: sha256, at: offset) }
+    }
+
+    /// Up to ``readBytes`` of the file from `offset`; nil when the file is missing or holds no byte there. The
+    /// caller reads no further than the bytes counted received.
+    package func read(tenant: String, sha256: String, at offset: Int64) async throws -> FileChunk? {
+        let path = path(tenant: tenant, sha256: sha256)
+        let count = Self.readBytes
+        return try await NIOThreadPool.singleton.runIfActive {
+            let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+            guard descriptor >= 0 else {
+                if errno == ENOENT { return nil }
+                throw Self.failure("open", path: path)
+            }
+            defer { close(descriptor) }
+            var buffer = ByteBufferAllocator().buffer(capacity: count)
+            let read = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { raw in
+                var read = 0
+                while read < count {
+                    let got = pread(descriptor, raw.baseAddress! + read, count - read, off_t(offset) + off_t(read))
+                    if got < 0, errno == EINTR { continue }
+                    guard got >= 0 else { throw Self.failure("read", path: path) }
+                    if got == 0 { break }
+                    read += got
+                }
+                return read
+            }
+            return read == 0 ? nil : FileChunk(start: offset, bytes: buffer)
+        }
+    }
+
+    /// Removes the file, when there is one.
+    package func remove(tenant: String, sha256: String) async {
+        let path = path(tenant: tenant, sha256: sha256)
+        try? await NIOThreadPool.singleton.runIfActive { _ = unlink(path) }
+    }
+
+    private static func flushFolder(_ folder: String) {
+        let descriptor = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        _ = fsync(descriptor)
+        close(descriptor)
+    }
+
+    /// The failure of a file operation, named without the bytes or the digest's owner.
+    private static func failure(_ operation: String, path: String) -> StorageError {
+        let reason = String(cString: strerror(errno))
+        return StorageError(.unavailable, "cannot \(operation) a file in the file directory: \(reason)")
+    }
+}
