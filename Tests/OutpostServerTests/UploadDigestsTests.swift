@@ -40,4 +40,24 @@ struct UploadDigestsTests {
         #expect(digests.finish(tenant: "acme", sha256: "b", size: 1000) == Self.digest)
         #expect(digests.finish(tenant: "acme", sha256: "c", size: 1000) == Self.digest)
     }
+
+    @Test("a range hashed while it is stored counts only once kept, and only where the digest still stands")
+    func advanceThenKeep() {
+        let digests = UploadDigests()
+        digests.add(ByteBuffer(bytes: Self.bytes[0..<400]), at: 0, tenant: "acme", sha256: "f")
+        // A range hashed but not kept (its storing was refused) changes nothing;
+        _ = digests.advance(ByteBuffer(bytes: Self.bytes[400..<1000]), at: 400, tenant: "acme", sha256: "f")
+        let stored = digests.advance(ByteBuffer(bytes: Self.bytes[400..<1000]), at: 400, tenant: "acme", sha256: "f")
+        digests.keep(stored)
+        #expect(digests.finish(tenant: "acme", sha256: "f", size: 1000) == Self.digest)
+
+        // two ranges hashed at one offset at once: the first kept moves the digest on, the second is then out of
+        // place and ends it.
+        digests.add(ByteBuffer(bytes: Self.bytes[0..<400]), at: 0, tenant: "acme", sha256: "g")
+        let first = digests.advance(ByteBuffer(bytes: Self.bytes[400..<1000]), at: 400, tenant: "acme", sha256: "g")
+        let second = digests.advance(ByteBuffer(bytes: Self.bytes[400..<1000]), at: 400, tenant: "acme", sha256: "g")
+        digests.keep(first)
+        digests.keep(second)
+        #expect(digests.finish(tenant: "acme", sha256: "g", size: 1000) == nil)
+    }
 }

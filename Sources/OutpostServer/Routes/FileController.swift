@@ -75,16 +75,19 @@ struct FileController<Storage: SyncStorage> {
             of: request, maxBytes: FileUpload.maxRangeBytes, timeout: configuration.bodyTimeout)
         let length = Int64(body.readableBytes)
         guard offset + length <= size else { throw Self.pastSize(offset: offset, length: length, size: size) }
+        // Hashed while it is stored, and kept once it is.
+        async let advance = digests.advance(body, at: offset, tenant: identity.tenant, sha256: sha256)
         let outcome = try await storage.appendRange(
             tenant: identity.tenant, sha256: sha256, size: size, type: type, offset: offset, bytes: body,
             at: Int64(now().timeIntervalSince1970 * 1000))
         switch outcome {
         case .refused(let stored):
             // Another range of the same file got in first.
+            _ = await advance
             _ = try Self.takesRange(stored, size: size, type: type, offset: offset)
             return try .json(stored)
         case .appended(let upload):
-            digests.add(body, at: offset, tenant: identity.tenant, sha256: sha256)
+            digests.keep(await advance)
             guard upload.received == upload.size else { return try .json(upload) }
             return try .json(try await verify(upload, tenant: identity.tenant))
         }

@@ -8,7 +8,7 @@ import NIOCore
 /// Only a help: a range that arrives at another server of the same database, or after a restart, or an upload
 /// pushed out by newer ones, leaves no running digest here, and the file is read back and hashed whole.
 final class UploadDigests: Sendable {
-    private struct Running {
+    fileprivate struct Running: Sendable {
         var received: Int64
         var hasher: SHA256
         var touched: UInt64
@@ -29,29 +29,52 @@ final class UploadDigests: Sendable {
 
     private static func key(_ tenant: String, _ sha256: String) -> String { tenant + "\u{0}" + sha256 }
 
-    /// Adds a range stored at `offset`: to the running digest that has every byte before it, or as the start of
-    /// one at offset 0. A range that follows no running digest ends the one there was.
-    func add(_ bytes: ByteBuffer, at offset: Int64, tenant: String, sha256: String) {
+    /// A running digest with a range added, not kept yet (``keep(_:)``).
+    struct Advance: Sendable {
+        fileprivate let key: String
+        /// The bytes the digest had before the range: where the range starts.
+        fileprivate let offset: Int64
+        fileprivate let running: Running?
+    }
+
+    /// The running digest of the upload with the range at `offset` added: to the one that has every byte before
+    /// it, or as the start of one at offset 0. Hashed outside the lock, so that it runs while the range is stored;
+    /// nothing changes until the range is kept.
+    func advance(_ bytes: ByteBuffer, at offset: Int64, tenant: String, sha256: String) -> Advance {
         let key = Self.key(tenant, sha256)
+        var running: Running? =
+            offset == 0
+            ? Running(received: 0, hasher: SHA256(), touched: 0)
+            : state.withLockedValue { $0.running[key] }.flatMap { $0.received == offset ? $0 : nil }
+        if running != nil {
+            bytes.withUnsafeReadableBytes { running!.hasher.update(bufferPointer: $0) }
+            running!.received = offset + Int64(bytes.readableBytes)
+        }
+        return Advance(key: key, offset: offset, running: running)
+    }
+
+    /// Keeps `advance` once its range is stored: when the running digest still stands where the range starts (or
+    /// the range starts the file). A range that follows no running digest ends the one there was.
+    func keep(_ advance: Advance) {
         state.withLockedValue { state in
             state.clock += 1
-            var running: Running
-            if offset == 0 {
-                running = Running(received: 0, hasher: SHA256(), touched: state.clock)
-            } else if let known = state.running[key], known.received == offset {
-                running = known
-            } else {
-                state.running[key] = nil
+            guard var running = advance.running,
+                advance.offset == 0 || state.running[advance.key]?.received == advance.offset
+            else {
+                state.running[advance.key] = nil
                 return
             }
-            bytes.withUnsafeReadableBytes { running.hasher.update(bufferPointer: $0) }
-            running.received = offset + Int64(bytes.readableBytes)
             running.touched = state.clock
-            state.running[key] = running
+            state.running[advance.key] = running
             if state.running.count > capacity, let oldest = state.running.min(by: { $0.value.touched < $1.value.touched })?.key {
                 state.running[oldest] = nil
             }
         }
+    }
+
+    /// Adds a range stored at `offset` (``advance(_:at:tenant:sha256:)`` kept at once).
+    func add(_ bytes: ByteBuffer, at offset: Int64, tenant: String, sha256: String) {
+        keep(advance(bytes, at: offset, tenant: tenant, sha256: sha256))
     }
 
     /// The digest of the first `size` bytes, in lower-case hexadecimal, when this process followed every one of them;

@@ -14,9 +14,11 @@ import NIOPosix
 /// engine keeps each upload's state (``FileUpload``) in its database and decides, in the transaction that counts a
 /// range received, whether it goes on the file; this type only moves bytes.
 ///
-/// Each range is flushed to disk before it is counted, so a range the server said it holds survives a crash. A
-/// complete file never changes. The directory is the operator's: on PostgreSQL with several servers, every server
-/// must name the same one (a shared volume).
+/// A range is written and its write to disk started, not waited for; the file is flushed whole before the engine
+/// marks it complete. A range counted but lost with the machine's power is caught by the digest: after a restart
+/// no running digest is left, the file is read back from disk to be checked, and bytes that do not have the digest
+/// are discarded and uploaded again. A complete file never changes. The directory is the operator's: on PostgreSQL
+/// with several servers, every server names the same one (a shared volume).
 package struct FileDirectory: Sendable {
     /// The most bytes one read returns: a download is answered this much at a time.
     package static let readBytes = 1024 * 1024
@@ -49,9 +51,9 @@ package struct FileDirectory: Sendable {
             .appendingPathComponent(sha256).path
     }
 
-    /// Writes `bytes` at `offset` of the file and flushes them to disk; at offset 0 the file starts anew, whatever
-    /// an upload that was discarded left. Blocking: call it off Swift's threads (``appending(_:tenant:sha256:at:)``)
-    /// or on a database's own queue.
+    /// Writes `bytes` at `offset` of the file and starts writing them to disk; at offset 0 the file starts anew,
+    /// whatever an upload that was discarded left. Blocking: call it off Swift's threads
+    /// (``appending(_:tenant:sha256:at:)``) or on a database's own queue.
     package func append(_ bytes: ByteBuffer, tenant: String, sha256: String, at offset: Int64) throws {
         let path = path(tenant: tenant, sha256: sha256)
         let folder = (path as NSString).deletingLastPathComponent
@@ -72,9 +74,25 @@ package struct FileDirectory: Sendable {
                 written += count
             }
         }
+    }
+
+    /// Flushes the file and its name to disk: called before the upload is marked complete.
+    package func flush(tenant: String, sha256: String) throws {
+        let path = path(tenant: tenant, sha256: sha256)
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            // A file of no byte was never written: there is nothing to flush.
+            if errno == ENOENT { return }
+            throw Self.failure("open", path: path)
+        }
+        defer { close(descriptor) }
         guard fsync(descriptor) == 0 else { throw Self.failure("flush", path: path) }
-        // A new file's name is flushed with its folder, so that the bytes are found after a crash.
-        if offset == 0 { Self.flushFolder(folder) }
+        Self.flushFolder((path as NSString).deletingLastPathComponent)
+    }
+
+    /// ``flush(tenant:sha256:)`` on NIO's thread pool.
+    package func flushing(tenant: String, sha256: String) async throws {
+        try await NIOThreadPool.singleton.runIfActive { try flush(tenant: tenant, sha256: sha256) }
     }
 
     /// ``append(_:tenant:sha256:at:)`` on NIO's thread pool.

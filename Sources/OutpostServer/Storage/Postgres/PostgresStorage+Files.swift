@@ -17,6 +17,9 @@ extension PostgresStorage {
         tenant: String, sha256: String, size: Int64, type: String, offset: Int64, bytes: ByteBuffer, at time: Int64
     ) async throws -> RangeAppend {
         try await committed { [logger, files] connection in
+            // Committed without waiting for the flush, like the bytes it counts: a count lost with the power is sent
+            // again, and the file is complete only once flushed (``FileDirectory``, ``completeUpload``).
+            try await connection.query("SET LOCAL synchronous_commit = off", logger: logger)
             let declared = FileUpload(sha256: sha256, size: size, type: type, received: 0, complete: false)
             if offset == 0 {
                 try await connection.query(
@@ -39,8 +42,8 @@ extension PostgresStorage {
             }
             guard bytes.readableBytes > 0 else { return .appended(stored) }
             if let files {
-                // Written while the row is locked: one server at a time writes the file, and the bytes are on
-                // disk before they are counted.
+                // Written while the row is locked: one server at a time writes the file, the range the count
+                // says comes next.
                 try await files.appending(bytes, tenant: tenant, sha256: sha256, at: offset)
             } else {
                 try await connection.query(
@@ -75,7 +78,8 @@ extension PostgresStorage {
     }
 
     package func completeUpload(tenant: String, sha256: String) async throws -> Bool {
-        try await changedRow(
+        try await files?.flushing(tenant: tenant, sha256: sha256)
+        return try await changedRow(
             """
             UPDATE files SET complete = TRUE WHERE tenant = \(tenant) AND sha256 = \(sha256) AND received = size
             RETURNING sha256

@@ -13,22 +13,40 @@ extension SQLiteStorage {
     ) async throws -> RangeAppend {
         // The writer runs one transaction at a time: the state read here is the one the range is appended to, and
         // the file is written by one range at a time.
-        try await pool.write { db in
-            let declared = FileUpload(sha256: sha256, size: size, type: type, received: 0, complete: false)
-            guard let stored = try Self.upload(tenant: tenant, sha256: sha256, db: db) else {
-                guard offset == 0 else { return .refused(declared) }
-                try db.execute(
-                    sql: """
-                        INSERT INTO files (tenant, sha256, size, type, received, complete, created_at)
-                        VALUES (?, ?, ?, ?, 0, 0, ?)
-                        """, arguments: [tenant, sha256, size, type, time])
-                return .appended(try append(bytes, to: declared, tenant: tenant, db: db))
+        try await pool.writeWithoutTransaction { db in
+            // Counted without a flush, like the bytes it counts (see ``FileDirectory``): a flush here would also
+            // flush the file's bytes (ext4 writes a file's new blocks before the journal that names them), at every
+            // range. A count lost with the power is sent again; the file is flushed before it is complete.
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            defer { try? db.execute(sql: "PRAGMA synchronous = FULL") }
+            var outcome: RangeAppend?
+            try db.inTransaction(.immediate) {
+                outcome = try appendRange(
+                    tenant: tenant, sha256: sha256, size: size, type: type, offset: offset, bytes: bytes, at: time, db: db)
+                return .commit
             }
-            guard stored.size == size, stored.type == type, !stored.complete, stored.received == offset else {
-                return .refused(stored)
-            }
-            return .appended(try append(bytes, to: stored, tenant: tenant, db: db))
+            return outcome!
         }
+    }
+
+    private func appendRange(
+        tenant: String, sha256: String, size: Int64, type: String, offset: Int64, bytes: ByteBuffer, at time: Int64,
+        db: Database
+    ) throws -> RangeAppend {
+        let declared = FileUpload(sha256: sha256, size: size, type: type, received: 0, complete: false)
+        guard let stored = try Self.upload(tenant: tenant, sha256: sha256, db: db) else {
+            guard offset == 0 else { return .refused(declared) }
+            try db.execute(
+                sql: """
+                    INSERT INTO files (tenant, sha256, size, type, received, complete, created_at)
+                    VALUES (?, ?, ?, ?, 0, 0, ?)
+                    """, arguments: [tenant, sha256, size, type, time])
+            return .appended(try append(bytes, to: declared, tenant: tenant, db: db))
+        }
+        guard stored.size == size, stored.type == type, !stored.complete, stored.received == offset else {
+            return .refused(stored)
+        }
+        return .appended(try append(bytes, to: stored, tenant: tenant, db: db))
     }
 
     package func fileChunk(tenant: String, sha256: String, containing offset: Int64) async throws -> FileChunk? {
@@ -42,16 +60,20 @@ extension SQLiteStorage {
             guard try db.tableExists("file_chunks") else { return }
             let rows = try Row.fetchCursor(
                 db, sql: "SELECT tenant, sha256, start, bytes FROM file_chunks ORDER BY tenant, sha256, start")
+            var moved: Set<[String]> = []
             while let row = try rows.next() {
                 let bytes = try row.withUnsafeData(atIndex: 3) { data in ByteBuffer(bytes: data ?? Data()) }
                 try files.append(bytes, tenant: row[0], sha256: row[1], at: row[2])
+                moved.insert([row[0], row[1]])
             }
+            for file in moved { try files.flush(tenant: file[0], sha256: file[1]) }
             try db.execute(sql: "DROP TABLE file_chunks")
         }
     }
 
     package func completeUpload(tenant: String, sha256: String) async throws -> Bool {
-        try await pool.write { db in
+        try await files.flushing(tenant: tenant, sha256: sha256)
+        return try await pool.write { db in
             try db.execute(
                 sql: "UPDATE files SET complete = 1 WHERE tenant = ? AND sha256 = ? AND received = size",
                 arguments: [tenant, sha256])
@@ -89,8 +111,8 @@ extension SQLiteStorage {
         }
     }
 
-    /// Writes `bytes` on the file at the end of `upload` and counts them received. On the writer's queue: the
-    /// bytes are on disk before the count is committed.
+    /// Writes `bytes` on the file at the end of `upload` and counts them received, on the writer's queue: one
+    /// range at a time goes on the file, the one the count says comes next.
     private func append(_ bytes: ByteBuffer, to upload: FileUpload, tenant: String, db: Database) throws -> FileUpload {
         guard bytes.readableBytes > 0 else { return upload }
         try files.append(bytes, tenant: tenant, sha256: upload.sha256, at: upload.received)
