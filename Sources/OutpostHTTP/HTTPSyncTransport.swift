@@ -137,15 +137,38 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         }
     }
 
-    public func uploadRange(
-        _ bytes: Data, of file: FileReference, collection: String, at offset: Int64
-    ) async throws
-        -> FileUpload
-    {
-        try await send(
-            .PUT, path: "/v1/uploads/\(file.sha256)", query: TransportRequest.uploadQuery(file, collection, offset), body: bytes,
-            contentType: "application/octet-stream",
-            decode: { try JSONDecoder().decode(FileUpload.self, from: $0) })
+    /// Sends all of `body` in one request, read from the store as the connection takes it: the server stores it as
+    /// it arrives. The silence limit counts from the last piece the connection took, or the last the answer
+    /// brought, so a long upload on a slow link goes on while it moves.
+    public func uploadRange(_ body: UploadBody, of file: FileReference, collection: String) async throws -> FileUpload {
+        let query = TransportRequest.uploadQuery(file, collection, body.offset)
+        return try await bearer.authorizing { token in
+            var head = try makeRequest(.PUT, path: "/v1/uploads/\(file.sha256)", query: query, body: nil, token: token)
+            head.headers.add(name: "Content-Type", value: "application/octet-stream")
+            let (client, limit, request) = (client, timeout, head)
+            let (response, bytes) = try await untilSilent { heard in
+                let pieces = body.pieces().map { piece -> ByteBuffer in
+                    heard()
+                    return ByteBuffer(data: piece)
+                }
+                var sent = request
+                sent.body = .stream(pieces, length: .known(body.count))
+                // The answer's head may wait for the whole body: the silence limit bounds the wait instead.
+                let response = try await Self.head(of: sent, client: client, timeout: .hours(24), limit: limit, heard: heard)
+                do {
+                    return (response, try await Self.collect(response.body, heard: heard))
+                } catch let error as TransportError {
+                    throw error
+                } catch {
+                    throw TransportError.droppedExchange(underlying: error)
+                }
+            }
+            let data = Data(buffer: bytes)
+            try TransportRequest.check(status: Int(response.status.code), body: data)
+            return try TransportRequest.decoded(data, status: Int(response.status.code)) {
+                try JSONDecoder().decode(FileUpload.self, from: $0)
+            }
+        }
     }
 
     public func download(
@@ -274,8 +297,10 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     }
 
     /// Sends `request` and waits for its answer's head, which is heard: before it, no answer means no server.
+    /// - Parameter limit: the wait reported when `timeout` passes (it is the wait for the answer's head).
     private static func head(
-        of request: HTTPClientRequest, client: HTTPClient, timeout: TimeAmount, heard: DeadlineWatch.Hearing
+        of request: HTTPClientRequest, client: HTTPClient, timeout: TimeAmount, limit: TimeAmount? = nil,
+        heard: DeadlineWatch.Hearing
     ) async throws -> HTTPClientResponse {
         let response: HTTPClientResponse
         do {
@@ -283,7 +308,7 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         } catch let error as HTTPClientError where error == .deadlineExceeded {
             // Connected (a connection that cannot be made fails within AsyncHTTPClient's shorter connect
             // timeout), and no answer began.
-            throw TransportError.notAnswering(within: .nanoseconds(timeout.nanoseconds), underlying: error)
+            throw TransportError.notAnswering(within: .nanoseconds((limit ?? timeout).nanoseconds), underlying: error)
         } catch {
             throw TransportError.unreachable(underlying: error)
         }

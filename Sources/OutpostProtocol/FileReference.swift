@@ -108,8 +108,9 @@ public struct FileReferenceProblem: Error, Sendable, Hashable, CustomStringConve
 
 /// How far a file's upload has come: the answer to `GET /v1/uploads/{sha256}` and to each `PUT` of a range.
 ///
-/// An upload goes in ranges, each sent at the offset the server says it has received; one cut part-way is
-/// resumed from there. When the last byte arrives the server checks the digest and the file is `complete`.
+/// An upload sends the file's bytes from the offset the server says it has received, as many as the device sends
+/// in one request; the server stores them as they arrive, so one cut part-way is resumed from the last it stored.
+/// When the last byte arrives the server checks the digest and the file is `complete`.
 public struct FileUpload: Sendable, Hashable, Codable {
     public var sha256: String
     public var size: Int64
@@ -126,7 +127,4 @@ public struct FileUpload: Sendable, Hashable, Codable {
         self.received = received
         self.complete = complete
     }
-
-    /// The most bytes one `PUT` of a range may carry.
-    public static let maxRangeBytes = 8 * 1024 * 1024
 }

@@ -151,7 +151,7 @@ package func buildRouter<Storage: SyncStorage>(
         .add(middleware: AuthMiddleware(secrets: secrets, now: now))
         .add(
             middleware: AdmissionMiddleware(
-                gate: gate, callers: callers, maxBodyBytes: FileUpload.maxRangeBytes, bodyTimeout: configuration.bodyTimeout,
+                gate: gate, callers: callers, maxBodyBytes: FileController<Storage>.pieceBytes, bodyTimeout: configuration.bodyTimeout,
                 defersBody: true))
     FileController(storage: storage, configuration: configuration, gate: gate, now: now).addRoutes(to: files)
     // Signed links to files, for systems that hold no token: outside /v1 and its bearer tokens.

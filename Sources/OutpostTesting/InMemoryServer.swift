@@ -218,8 +218,8 @@ public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransp
     public let server: InMemoryServer
     private let online = NIOLockedValueBox(true)
     private let pushes = NIOLockedValueBox(0)
-    /// How many more ranges of files reach the server before the link goes down; nil: no limit.
-    private let rangesBeforeCut = NIOLockedValueBox<Int?>(nil)
+    /// How many more bytes of files reach the server before the link goes down; nil: no limit.
+    private let bytesBeforeCut = NIOLockedValueBox<Int?>(nil)
 
     public init(server: InMemoryServer) {
         self.server = server
@@ -234,10 +234,10 @@ public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransp
     /// How many pushes reached the server.
     public var pushCount: Int { pushes.withLockedValue { $0 } }
 
-    /// Lets `ranges` more ranges of files through, then takes the link down (``isOnline`` false) as the next one
-    /// goes out: an upload cut part-way.
-    public func cutUploads(after ranges: Int) {
-        rangesBeforeCut.withLockedValue { $0 = ranges }
+    /// Lets `bytes` more bytes of files through, then takes the link down (``isOnline`` false): an upload cut
+    /// part-way, of which the server keeps what arrived, as a server does.
+    public func cutUploads(afterBytes bytes: Int) {
+        bytesBeforeCut.withLockedValue { $0 = bytes }
     }
 
     public func upload(of sha256: String, collection: String) async throws -> FileUpload? {
@@ -245,23 +245,32 @@ public final class InMemoryTransport: SyncMonitorTransport, DeliveryStatusTransp
         return await server.upload(of: sha256)
     }
 
-    public func uploadRange(
-        _ bytes: Data, of file: FileReference, collection: String, at offset: Int64
-    ) async throws
-        -> FileUpload
-    {
-        let cut = rangesBeforeCut.withLockedValue { left -> Bool in
-            guard let remaining = left else { return false }
-            if remaining == 0 {
-                left = nil
-                return true
-            }
-            left = remaining - 1
-            return false
-        }
-        if cut { isOnline = false }
+    /// Sends all of `body` in one request, as ``HTTPSyncTransport`` does; the server stores it whole, or, when the
+    /// link is cut part-way, what came before the cut.
+    public func uploadRange(_ body: UploadBody, of file: FileReference, collection: String) async throws -> FileUpload {
         guard isOnline else { throw TransportError(kind: .network, message: "offline") }
-        return try await server.uploadRange(bytes, of: file, at: offset)
+        var bytes = Data()
+        var cut = false
+        for try await piece in body.pieces() {
+            let allowed = bytesBeforeCut.withLockedValue { left -> Int in
+                guard let remaining = left else { return piece.count }
+                let taken = min(remaining, piece.count)
+                left = remaining - taken
+                return taken
+            }
+            bytes.append(piece.prefix(allowed))
+            if allowed < piece.count {
+                cut = true
+                break
+            }
+        }
+        if cut {
+            bytesBeforeCut.withLockedValue { $0 = nil }
+            isOnline = false
+            if !bytes.isEmpty { _ = try await server.uploadRange(bytes, of: file, at: body.offset) }
+            throw TransportError(kind: .network, message: "the link went down during an upload")
+        }
+        return try await server.uploadRange(bytes, of: file, at: body.offset)
     }
 
     public func download(

@@ -127,14 +127,16 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
         }
     }
 
-    public func uploadRange(
-        _ bytes: Data, of file: FileReference, collection: String, at offset: Int64
-    ) async throws
-        -> FileUpload
-    {
-        try await send(
-            "PUT", path: "/v1/uploads/\(file.sha256)", query: TransportRequest.uploadQuery(file, collection, offset), body: bytes,
-            contentType: "application/octet-stream"
+    /// The bytes of one upload request: URLSession sends a body it holds whole, so a range of at most this many is
+    /// read and sent at a time.
+    public static let uploadRangeBytes = 1024 * 1024
+
+    /// Sends the first ``uploadRangeBytes`` of `body` (all of it when shorter).
+    public func uploadRange(_ body: UploadBody, of file: FileReference, collection: String) async throws -> FileUpload {
+        let bytes = try await body.prefix(Self.uploadRangeBytes)
+        return try await send(
+            "PUT", path: "/v1/uploads/\(file.sha256)", query: TransportRequest.uploadQuery(file, collection, body.offset),
+            body: bytes, contentType: "application/octet-stream"
         ) { try JSONDecoder().decode(FileUpload.self, from: $0) }
     }
 

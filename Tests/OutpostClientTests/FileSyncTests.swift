@@ -65,38 +65,37 @@ struct FileSyncTests {
             // when the link returns and it syncs,
             h.transport.isOnline = true
             let summary = try await h.engine.sync(retrying: false)
-            // then the file went first, in ranges that grow while the link keeps up, whole, and the record after it:
-            // synced, nothing left to upload.
+            // then the file went first, whole in one request, and the record after it: synced, nothing left to upload.
             #expect(summary.synced == 1)
             #expect(await h.server.upload(of: reference.sha256)?.complete == true)
-            #expect(await h.server.uploadedRanges.map(\.offset) == [0, 1_048_576, 3_145_728])
+            #expect(await h.server.uploadedRanges.map(\.offset) == [0])
             #expect(try await h.store.record(collection: "builds", recordId: "b1")?.syncStatus == .synced)
             #expect(await h.engine.status.pendingUploadBytes == 0)
             #expect(try await h.engine.fileState(reference).uploadedBytes == 5_000_000)
         }
     }
 
-    @Test("an upload cut part-way keeps the record pending, and the next sync resumes after the last range the server took")
+    @Test("an upload cut part-way keeps the record pending, and the next sync resumes after the last byte the server took")
     func cutUploadResumes() async throws {
         try await withEngine { h in
             let photo = Self.photo(10_000_000)
             try await h.engine.save(
                 LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
                 attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
-            // Given a link that goes down after the first range,
-            h.transport.cutUploads(after: 1)
+            // Given a link that goes down part-way through the file,
+            h.transport.cutUploads(afterBytes: 3_000_000)
             let first = try await h.engine.sync(retrying: false)
-            // the record is not synced, and the server holds the first range alone,
+            // the record is not synced, and the server holds what arrived before the cut,
             #expect(first.synced == 0 && first.failed == 1)
             #expect(try await h.store.record(collection: "builds", recordId: "b1")?.syncStatus == .failed)
             #expect(await h.server.applied.isEmpty)
-            #expect(await h.server.upload(of: Self.digest(photo))?.received == 1_048_576)
+            #expect(await h.server.upload(of: Self.digest(photo))?.received == 3_000_000)
             // when the link returns,
             h.transport.isOnline = true
             let second = try await h.engine.sync(retrying: false)
             // then the upload goes on from there, each byte sent once, and the record is synced.
             #expect(second.synced == 1)
-            #expect(await h.server.uploadedRanges.map(\.offset) == [0, 1_048_576, 2_097_152, 4_194_304, 8_388_608])
+            #expect(await h.server.uploadedRanges.map(\.offset) == [0, 3_000_000])
             #expect(try await h.store.record(collection: "builds", recordId: "b1")?.syncStatus == .synced)
         }
     }
@@ -154,6 +153,56 @@ struct FileSyncTests {
             #expect(try await h.store.record(collection: "builds", recordId: "b1") == nil)
             #expect(try await h.store.outbox.count() == 0)
             #expect(try await h.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM file_chunks") } == 0)
+        }
+    }
+
+    /// A link to the server that takes an upload's bytes and stores none of them.
+    struct StallingUploads: FileTransport {
+        let base: InMemoryTransport
+        let requests = NIOLockedValueBox(0)
+
+        func push(_ request: PushRequest) async throws -> PushResponse { try await base.push(request) }
+        func pull(collection: String, scope: String?, cursor: String?, limit: Int?) async throws -> PullResponse {
+            try await base.pull(collection: collection, scope: scope, cursor: cursor, limit: limit)
+        }
+        func snapshot(collection: String, scope: String?, continuation: String?, limit: Int?) async throws -> SnapshotResponse {
+            try await base.snapshot(collection: collection, scope: scope, continuation: continuation, limit: limit)
+        }
+        func health() async throws -> HealthResponse { try await base.health() }
+        func upload(of sha256: String, collection: String) async throws -> FileUpload? {
+            try await base.upload(of: sha256, collection: collection)
+        }
+        func uploadRange(_ body: UploadBody, of file: FileReference, collection: String) async throws -> FileUpload {
+            requests.withLockedValue { $0 += 1 }
+            for try await _ in body.pieces() {}
+            return FileUpload(sha256: file.sha256, size: file.size, type: file.type, received: body.offset, complete: false)
+        }
+        func download(
+            _ sha256: String, collection: String, scope: String?, recordId: String, from offset: Int64,
+            receive: @escaping @Sendable (Data) async throws -> Void
+        ) async throws {
+            try await base.download(sha256, collection: collection, scope: scope, recordId: recordId, from: offset, receive: receive)
+        }
+    }
+
+    @Test("an upload the server takes nothing of ends the sync after three tries, failed, and the record waits")
+    func stalledUploadEnds() async throws {
+        try await withStore { store, _ in
+            let server = InMemoryServer()
+            let stalling = StallingUploads(base: InMemoryTransport(server: server))
+            let engine = SyncEngine(
+                store: store, transport: stalling,
+                configuration: SyncConfiguration(deviceId: "dev-1", retryDelays: [], deliversAfterSave: false),
+                clock: ManualClock(), now: ManualNow().closure)
+            await engine.setOnline(true)
+            try await engine.save(
+                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
+                attaching: ["photo": Attachment(data: Self.photo(700_000), type: "image/jpeg")])
+            let summary = try await engine.sync(retrying: false)
+            #expect(summary.synced == 0 && summary.failed == 1)
+            #expect(stalling.requests.withLockedValue { $0 } == SyncEngine.uploadStalls)
+            #expect(await server.applied.isEmpty)
+            #expect(try await store.record(collection: "builds", recordId: "b1")?.syncStatus == .failed)
         }
     }
 

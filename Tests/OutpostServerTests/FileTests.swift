@@ -432,20 +432,66 @@ struct FileTests {
         }
     }
 
-    @Test("a range over 8 MiB is refused 413 by its length, and a file of two ranges up to it completes", arguments: StorageKind.fileStores)
-    func largestRange(kind: StorageKind) async throws {
+    @Test("a file goes up in one request to its end, stored a piece at a time as it arrives", arguments: StorageKind.fileStores)
+    func wholeFileInOneRequest(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
             let ana = try await Fixtures.token()
-            let file = TestFile(count: FileUpload.maxRangeBytes + 1_000, seed: 8)
-            let tooLong = try await client.putRange(file.range(0..<FileUpload.maxRangeBytes + 1), of: file.reference, at: 0, token: ana)
-            #expect(tooLong.status == .contentTooLarge && tooLong.wireError?.code == .payloadTooLarge)
-            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, bytes: 0))
-            let first = try await client.putRange(file.range(0..<FileUpload.maxRangeBytes), of: file.reference, at: 0, token: ana)
-            #expect(first.status == .ok)
-            let last = try await client.putRange(
-                file.range(FileUpload.maxRangeBytes..<file.bytes.count), of: file.reference, at: Int64(FileUpload.maxRangeBytes),
-                token: ana)
-            #expect(try JSONDecoder().decode(FileUpload.self, from: last.body).complete)
+            let file = TestFile(count: 10 * 1024 * 1024 + 1_000, seed: 8)
+            let whole = try await client.putRange(file.bytes, of: file.reference, at: 0, token: ana)
+            #expect(whole.status == .ok)
+            #expect(try JSONDecoder().decode(FileUpload.self, from: whole.body).complete)
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, bytes: file.bytes.count))
+            var read: [UInt8] = []
+            for try await bytes in storage.fileBytes(tenant: "acme", sha256: file.reference.sha256, from: 0, size: file.reference.size) {
+                read += bytes.readableBytesView
+            }
+            #expect(read == file.bytes)
+        }
+    }
+
+    @Test("over a real socket: an upload that falls silent part-way is answered 408, and the pieces that arrived are kept")
+    func silentUploadKeepsItsPieces() async throws {
+        try await withServer(.sqlite, setup: .live, configure: { $0.bodyTimeout = .seconds(2) }) { client, storage in
+            let port = try #require(client.port)
+            let token = try await Fixtures.token()
+            let file = TestFile(count: 10 * 1024 * 1024, seed: 10)
+            let reference = file.reference
+            let head =
+                "PUT /v1/uploads/\(reference.sha256)?collection=builds&size=\(file.bytes.count)&type=image/jpeg&offset=0 HTTP/1.1\r\n"
+                + "Host: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/octet-stream\r\n"
+                + "Content-Length: \(file.bytes.count)\r\n\r\n"
+            let sent = 6 * 1024 * 1024
+            let answer = try await Thread.blocking { () -> String in
+                guard let socket = try? AdmissionGateTests.connect(port: port) else { return "no connection" }
+                defer { close(socket) }
+                _ = head.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+                // Six of the ten megabytes, then silence.
+                var offset = 0
+                while offset < sent {
+                    let count = file.bytes[offset..<sent].withUnsafeBufferPointer {
+                        send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+                    }
+                    guard count > 0 else { return "the server stopped reading at \(offset)" }
+                    offset += count
+                }
+                var received: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while !String(decoding: received, as: UTF8.self).contains("}}") {
+                    let count = recv(socket, &buffer, buffer.count, 0)
+                    guard count > 0 else { break }
+                    received += buffer[..<count]
+                }
+                return String(decoding: received, as: UTF8.self)
+            }
+            #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer.prefix(300))")
+            #expect(answer.contains("are kept"), "\(answer.prefix(300))")
+            // Every byte that arrived is stored, the whole piece and the part of the next,
+            let kept = try #require(try await storage.upload(tenant: "acme", sha256: reference.sha256))
+            #expect(kept.received == Int64(sent), "\(kept)")
+            // and the rest, sent from there, completes the file: the kept bytes are the file's.
+            let ana = try await Fixtures.token()
+            let rest = try await client.putRange(file.bytes[Int(kept.received)...], of: reference, at: kept.received, token: ana)
+            #expect(try JSONDecoder().decode(FileUpload.self, from: rest.body).complete, "\(rest.status)")
         }
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import OutpostApps
 import OutpostClient
+import OutpostHTTP
 import OutpostProtocol
 import OutpostTesting
 import OutpostURLSession
@@ -48,6 +49,30 @@ struct URLSessionTransportTests {
             let heartbeat = Heartbeat(
                 deviceId: "dev-a", event: nil, pendingCount: 0, failedCount: 0, lastRosterFetch: nil, appVersion: "test")
             _ = try await staff.heartbeat(heartbeat)
+        }
+    }
+
+    @Test("a file goes up through URLSession a megabyte a request, and through AsyncHTTPClient in one, sent again whole after a renewed token")
+    func uploads() async throws {
+        try await withServer(.sqlite, setup: .live) { client, storage in
+            let port = try #require(client.port)
+            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+            let token = try await Fixtures.token(role: .staff)
+            let file = TestFile(count: 2_500_000, seed: 21)
+            let session = URLSessionSyncTransport(baseURL: base, token: token)
+            var answers: [FileUpload] = []
+            while answers.last?.complete != true {
+                let offset = answers.last?.received ?? 0
+                let body = UploadBody(Data(file.bytes[Int(offset)...]), at: offset)
+                answers.append(try await session.uploadRange(body, of: file.reference, collection: "builds"))
+            }
+            #expect(answers.map(\.received) == [1_048_576, 2_097_152, 2_500_000])
+
+            let other = TestFile(count: 2_500_000, seed: 22)
+            let http = HTTPSyncTransport(baseURL: base, token: "expired", credentials: OneRenewal(token: token))
+            let whole = try await http.uploadRange(UploadBody(Data(other.bytes), at: 0), of: other.reference, collection: "builds")
+            #expect(whole == FileUpload(sha256: other.reference.sha256, size: 2_500_000, type: "image/jpeg", received: 2_500_000, complete: true))
+            #expect(try await storage.completeFiles(tenant: "acme", sha256s: [file.reference.sha256, other.reference.sha256]).count == 2)
         }
     }
 

@@ -4,15 +4,11 @@ import OutpostProtocol
 /// Files through the outbox: a record's files are saved with it, uploaded before the mutation that names them,
 /// and downloaded when a screen needs them.
 extension SyncEngine {
-    /// An upload's ranges: the first is 1 MiB; each answered within ``quickRange`` doubles the next, up to 4 MiB;
-    /// one whose answer does not come in time (the link is slower than the range needs) quarters it, down to
-    /// 256 KiB, and is sent again. A link cut mid-range costs that range again, and each range costs the server a
-    /// commit: ranges grow on a fast link and stay small on a slow one. Past 4 MiB the device's memory grows with
-    /// the range (two are held, the one on its way and the next) for no gain in speed (`bench attachments`).
-    static let firstRangeBytes = 1024 * 1024
-    static let smallestRangeBytes = 256 * 1024
-    static let largestRangeBytes = 4 * 1024 * 1024
-    static let quickRange = Duration.seconds(2)
+    /// How many requests in a row may leave an upload where it was (the server kept nothing new, or another
+    /// device's upload moved it) before the sync fails and the next one tries again.
+    static let uploadStalls = 3
+    /// How often an upload's progress is published, in bytes read for it.
+    static let progressBytes: Int64 = 4 * 1024 * 1024
 
     /// Saves a local action with files attached, each named by a field of the record, in one durable
     /// transaction: the record, its outbox entry and the files' sealed bytes are committed together or not at all.
@@ -67,7 +63,8 @@ extension SyncEngine {
         }
     }
 
-    /// Uploads `file` in ranges, from where the server's bytes end.
+    /// Uploads `file` from where the server's bytes end, read from the store as the transport sends it: in one
+    /// request, or in as many as the transport takes. A request cut part-way goes on from what the server stored.
     private func upload(
         _ file: FileReference, of collection: String, from uploaded: Int64, via files: any FileTransport, retrying: Bool
     ) async throws {
@@ -77,49 +74,41 @@ extension SyncEngine {
         }
         do {
             var upload = try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }
-            var rangeBytes = Self.firstRangeBytes
-            // The next range is read from the store while this one travels.
-            var ahead: (offset: Int64, count: Int, bytes: Task<Data, any Error>)?
-            defer { ahead?.bytes.cancel() }
+            // What the server holds, known before the next request: a cut one may have left it more than the device
+            // was told.
+            if let upload { try await store.noteUpload(upload) }
+            var stalls = 0
             while upload?.complete != true {
                 let offset = upload?.received ?? 0
                 status.upload = FileTransfer(file: file, done: offset)
                 status.pendingUploadBytes = try await store.pendingUploadBytes()
                 publish()
-                let bytes: Data
-                if let read = ahead, read.offset == offset, read.count == rangeBytes {
-                    bytes = try await read.bytes.value
-                } else {
-                    ahead?.bytes.cancel()
-                    bytes = try await store.fileBytes(file.sha256, from: offset, count: rangeBytes)
+                let body = Self.uploadBody(of: file, from: offset, in: store) { [weak self] read in
+                    await self?.uploadRead(file, done: read)
                 }
-                ahead = nil
-                guard offset + Int64(bytes.count) <= file.size, !bytes.isEmpty || file.size == offset else {
-                    throw ClientError(.storeCorrupt, "a file's bytes on the device end before its size")
-                }
-                let next = offset + Int64(bytes.count)
-                if next < file.size {
-                    let (store, count) = (self.store, min(rangeBytes * 2, Self.largestRangeBytes))
-                    ahead = (next, count, Task { try await store.fileBytes(file.sha256, from: next, count: count) })
-                }
+                var failure: TransportError?
                 do {
-                    let clock: any Clock<Duration> = self.clock
-                    let elapsed = Self.stopwatch(clock)
                     let answer = try await exchange(retrying: retrying) {
-                        try await files.uploadRange(bytes, of: file, collection: collection, at: offset)
+                        try await files.uploadRange(body, of: file, collection: collection)
                     }
                     try await store.noteUpload(answer)
                     upload = answer
-                    if elapsed() < Self.quickRange { rangeBytes = min(rangeBytes * 2, Self.largestRangeBytes) }
-                } catch let error as TransportError where error.wire?.code == .uploadOffsetMismatch {
-                    // Another device uploads the same file, or an answer was lost: go on from the server's bytes.
-                    upload = try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }
                 } catch let error as TransportError
-                    where (error.answerTimedOut || error.status == 408) && rangeBytes > Self.smallestRangeBytes
+                    where error.wire?.code == .uploadOffsetMismatch || error.answerTimedOut || error.status == 408
                 {
-                    // The range took longer than the link allows: smaller ones, from where the server's bytes end.
-                    rangeBytes = max(rangeBytes / 4, Self.smallestRangeBytes)
+                    // Another device uploads the same file, an answer was lost, or the link fell silent: go on from
+                    // the bytes the server stored.
+                    failure = error
                     upload = try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }
+                    if let upload { try await store.noteUpload(upload) }
+                }
+                if (upload?.received ?? 0) > offset || upload?.complete == true {
+                    stalls = 0
+                } else {
+                    stalls += 1
+                    guard stalls < Self.uploadStalls else {
+                        throw failure ?? TransportError(kind: .server, message: "the server took none of the file's bytes")
+                    }
                 }
             }
             if let upload { try await store.noteUpload(upload) }
@@ -129,10 +118,24 @@ extension SyncEngine {
         status.pendingUploadBytes = try await store.pendingUploadBytes()
     }
 
-    /// The time passed on `clock` since this call, each time it is asked.
-    private static func stopwatch(_ clock: some Clock<Duration>) -> @Sendable () -> Duration {
-        let start = clock.now
-        return { start.duration(to: clock.now) }
+    /// Tells the status how far the upload of `file` has read, every ``progressBytes``.
+    private func uploadRead(_ file: FileReference, done: Int64) {
+        guard let moving = status.upload, moving.file == file,
+            done - moving.done >= Self.progressBytes || done == file.size
+        else { return }
+        status.upload = FileTransfer(file: file, done: done)
+        publish()
+    }
+
+    /// The bytes of `file` from `offset` to its end, read from `store` a sealed chunk at a time, the next one read
+    /// while the last is sent; `read` is told how far the reading has come.
+    static func uploadBody(
+        of file: FileReference, from offset: Int64, in store: LocalStore, read: @escaping @Sendable (Int64) async -> Void
+    ) -> UploadBody {
+        UploadBody(offset: offset, count: file.size - offset) {
+            let reader = UploadReader(sha256: file.sha256, from: offset, size: file.size, store: store, read: read)
+            return AsyncThrowingStream { try await reader.next() }
+        }
     }
 
     // MARK: Downloads
@@ -238,6 +241,44 @@ private actor DownloadSink {
         guard !buffer.isEmpty, start + Int64(buffer.count) == file.size else { return }
         try await store.storeDownloaded(file.sha256, start: start, bytes: buffer)
         buffer = Data()
+    }
+}
+
+/// An upload's bytes read from the store in order, a chunk at a time, the next one read ahead.
+private actor UploadReader {
+    let sha256: String
+    let size: Int64
+    let store: LocalStore
+    let read: @Sendable (Int64) async -> Void
+    private var position: Int64
+    private var ahead: Task<Data, any Error>?
+
+    init(sha256: String, from offset: Int64, size: Int64, store: LocalStore, read: @escaping @Sendable (Int64) async -> Void) {
+        self.sha256 = sha256
+        self.position = offset
+        self.size = size
+        self.store = store
+        self.read = read
+    }
+
+    deinit { ahead?.cancel() }
+
+    func next() async throws -> Data? {
+        guard position < size else { return nil }
+        let current = ahead ?? fetch(from: position)
+        let bytes = try await current.value
+        guard !bytes.isEmpty, position + Int64(bytes.count) <= size else {
+            throw ClientError(.storeCorrupt, "a file's bytes on the device end before its size")
+        }
+        position += Int64(bytes.count)
+        ahead = position < size ? fetch(from: position) : nil
+        await read(position)
+        return bytes
+    }
+
+    private func fetch(from offset: Int64) -> Task<Data, any Error> {
+        let (store, sha256) = (store, sha256)
+        return Task { try await store.fileBytes(sha256, from: offset, count: LocalStore.fileChunkBytes) }
     }
 }
 

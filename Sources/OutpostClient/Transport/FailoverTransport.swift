@@ -197,12 +197,8 @@ extension FailoverTransport: FileTransport {
         try await files.upload(of: sha256, collection: collection)
     }
 
-    public func uploadRange(
-        _ bytes: Data, of file: FileReference, collection: String, at offset: Int64
-    ) async throws
-        -> FileUpload
-    {
-        try await files.uploadRange(bytes, of: file, collection: collection, at: offset)
+    public func uploadRange(_ body: UploadBody, of file: FileReference, collection: String) async throws -> FileUpload {
+        try await files.uploadRange(body, of: file, collection: collection)
     }
 
     public func download(

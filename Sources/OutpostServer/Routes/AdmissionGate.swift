@@ -342,9 +342,9 @@ struct ArrivingBody: Sendable {
 
     /// Reads the body with `read`, giving the place back should it take longer than the grace, and waits for the
     /// place again once it has arrived.
-    func collect(_ read: () async throws -> ByteBuffer) async throws -> ByteBuffer {
+    func collect<Body>(_ read: () async throws -> Body) async throws -> Body {
         let deadline = watch.schedule(after: grace) { [arrival] in arrival.giveBack() }
-        let body: ByteBuffer
+        let body: Body
         do {
             body = try await read()
         } catch {

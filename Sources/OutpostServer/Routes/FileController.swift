@@ -6,8 +6,9 @@ import OutpostProtocol
 
 /// `GET` and `PUT /v1/uploads/{sha256}`, `GET /v1/files/{sha256}`: the files records carry (``FileReference``).
 ///
-/// A device uploads a file's bytes by digest, in ranges, each at the offset the server says it holds, before it
-/// pushes the mutation that names the file; the server checks the digest once the last byte is in. An upload is
+/// A device uploads a file's bytes by digest, from the offset the server says it holds, before it pushes the
+/// mutation that names the file; the server stores them as they arrive and checks the digest once the last byte is
+/// in. An upload is
 /// refused by what its query says (collection, role, type, size, offset) before any byte of its body is read, so
 /// these routes read their bodies themselves (``AdmissionMiddleware`` with `defersBody`). A file is downloaded by
 /// whoever may read a record that names it, and by no one else.
@@ -39,9 +40,10 @@ struct FileController<Storage: SyncStorage> {
         return try .json(upload)
     }
 
-    /// `PUT /v1/uploads/{sha256}?collection=C&size=N&type=T&offset=O`: one range of the file's bytes, at the offset
-    /// the server holds. Answers the upload as it then stands; once the last byte is in, the file is complete, or
-    /// discarded whole when its bytes do not have the digest (422).
+    /// `PUT /v1/uploads/{sha256}?collection=C&size=N&type=T&offset=O`: the file's bytes from the offset the server
+    /// holds, as many as the device sends (up to the file's end), stored as they arrive (``receive(_:into:)``).
+    /// Answers the upload as it then stands; once the last byte is in, the file is complete, or discarded whole
+    /// when its bytes do not have the digest (422).
     @Sendable func putRange(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let identity = try context.requireIdentity()
         try refuseAtRelay()
@@ -61,36 +63,19 @@ struct FileController<Storage: SyncStorage> {
             throw OutpostHTTPError.badRequest("offset \(offset) is past the file's size, \(size) bytes")
         }
         if let length = request.headers[.contentLength].flatMap(Int64.init) {
-            guard length <= FileUpload.maxRangeBytes else {
-                throw OutpostHTTPError(
-                    .contentTooLarge, .payloadTooLarge, "a range carries at most \(FileUpload.maxRangeBytes) bytes; send smaller ones")
-            }
             guard offset + length <= size else { throw Self.pastSize(offset: offset, length: length, size: size) }
         }
         let stored = try await storage.upload(tenant: identity.tenant, sha256: sha256)
         if let stored, try !Self.takesRange(stored, size: size, type: type, offset: offset) { return try .json(stored) }
         if stored == nil, offset != 0 { throw Self.offsetMismatch(received: 0) }
 
-        let body = try await RequestDecoding.collectBody(
-            of: request, maxBytes: FileUpload.maxRangeBytes, timeout: configuration.bodyTimeout)
-        let length = Int64(body.readableBytes)
-        guard offset + length <= size else { throw Self.pastSize(offset: offset, length: length, size: size) }
-        // Hashed while it is stored, and kept once it is.
-        async let advance = digests.advance(body, at: offset, tenant: identity.tenant, sha256: sha256)
-        let outcome = try await storage.appendRange(
-            tenant: identity.tenant, sha256: sha256, size: size, type: type, offset: offset, bytes: body,
-            at: Int64(now().timeIntervalSince1970 * 1000))
-        switch outcome {
-        case .refused(let stored):
-            // Another range of the same file got in first.
-            _ = await advance
-            _ = try Self.takesRange(stored, size: size, type: type, offset: offset)
-            return try .json(stored)
-        case .appended(let upload):
-            digests.keep(await advance)
-            guard upload.received == upload.size else { return try .json(upload) }
-            return try .json(try await verify(upload, tenant: identity.tenant))
-        }
+        let upload = try await receive(
+            request,
+            into: Receipt(
+                tenant: identity.tenant, sha256: sha256, size: size, type: type, next: offset,
+                upload: stored ?? FileUpload(sha256: sha256, size: size, type: type, received: 0, complete: false)))
+        guard !upload.complete, upload.received == upload.size else { return try .json(upload) }
+        return try .json(try await verify(upload, tenant: identity.tenant))
     }
 
     /// A venue relay takes no files: it forwards writes, and the collections that carry files have no events. A
