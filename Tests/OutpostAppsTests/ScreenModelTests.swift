@@ -134,6 +134,30 @@ struct ScreenModelTests {
         }
     }
 
+    @Test("a check-in with a photo shows it on its row; the row is synced only once the photo and the check-in are up")
+    func attendancePhoto() async throws {
+        try await withTestDevice { device async throws in
+            let screen = AttendanceScreen(
+                log: AttendanceLog(engine: device.engine, userId: "ana", location: TestLocation(Self.office), timeZone: Self.utc))
+            let sheet = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+            await screen.checkIn(photo: Attachment(data: sheet, type: "image/jpeg", name: "sheet.jpg"))
+            #expect(screen.stateText == "Checked In at 09:00")
+            #expect(screen.history.map(\.photoText) == ["Photo sheet.jpg"])
+            #expect(screen.history[0].badge.status == .pending)
+            let photo = try #require(screen.history[0].entry.photo)
+            #expect(try await device.engine.fileState(photo).storedBytes == 300_000)
+            await device.setOnline(true)
+            _ = try await device.engine.sync(retrying: false)
+            await screen.reload()
+            #expect(screen.history[0].badge.accessibilityLabel == "Record synchronized")
+            #expect(try await device.engine.fileState(photo).isOnServer)
+            // A check-out without one has no photo line.
+            device.now.advance(seconds: 3600)
+            await screen.checkOut()
+            #expect(screen.history.map(\.photoText) == [nil, "Photo sheet.jpg"])
+        }
+    }
+
     @Test("a screen whose read of the store fails says why with a code, keeps what it showed, and clears it once a read works")
     func attendanceReadError() async throws {
         try await withTestDevice { device async throws in

@@ -194,6 +194,9 @@ public struct AttendanceEntry: Sendable, Hashable {
     /// True when the server refused a change to a record it has: the check-in or check-out itself stands (see
     /// ``LocalRecord/serverCopy``), and discarding the change brings it back.
     public var isRefusedChange = false
+    /// The photo taken with it, when one was: it goes up before the entry, which is synced only once the server
+    /// holds both.
+    public var photo: FileReference?
 
     /// The entry a stored record holds, or nil when it is not an attendance record.
     public init?(_ record: LocalRecord) {
@@ -214,6 +217,7 @@ public struct AttendanceEntry: Sendable, Hashable {
         self.syncError = record.syncError
         self.isConflict = record.conflict != nil
         self.isRefusedChange = record.syncStatus == .refused && record.serverCopy != nil
+        self.photo = FileReference.references(in: record.fields)[Attendance.Field.photo]
     }
 
     public var badge: SyncBadge { SyncBadge(status: syncStatus, error: syncError, isConflict: isConflict, overdue: overdue) }

@@ -43,8 +43,10 @@ public final class AttendanceScreen {
     /// "Check-in at 09:12 refused: already checked in on 2026-11-21".
     public var stateText: String { state.line(clock: log.clock) }
 
-    public func checkIn() async { await act { try await $0.checkIn() } }
-    public func checkOut() async { await act { try await $0.checkOut() } }
+    /// Checks in, with a photo when one was taken (saved with the check-in, uploaded before it).
+    public func checkIn(photo: Attachment? = nil) async { await act { try await $0.checkIn(photo: photo) } }
+    /// Checks out, with a photo when one was taken.
+    public func checkOut(photo: Attachment? = nil) async { await act { try await $0.checkOut(photo: photo) } }
 
     private func act(_ action: @escaping @Sendable (AttendanceLog) async throws -> AttendanceEntry) async {
         guard !isBusy else { return }
@@ -100,6 +102,8 @@ public struct AttendanceRow: Sendable, Hashable, Identifiable {
     public var badge: SyncBadge
     /// Shown beside an entry made offline.
     public var isOfflineEntry: Bool
+    /// "Photo sheet.jpg" for an entry with a photo; its badge says whether the server holds it, with the entry.
+    public var photoText: String?
 
     init(_ entry: AttendanceEntry, log: AttendanceLog) {
         self.entry = entry
@@ -107,5 +111,6 @@ public struct AttendanceRow: Sendable, Hashable, Identifiable {
         time = "\(entry.day) \(log.clock(entry.time))"
         badge = entry.badge
         isOfflineEntry = entry.isOfflineEntry
+        photoText = entry.photo.map { "Photo \($0.name ?? "attached")" }
     }
 }
