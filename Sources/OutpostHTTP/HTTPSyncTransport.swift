@@ -147,12 +147,8 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
             head.headers.add(name: "Content-Type", value: "application/octet-stream")
             let (client, limit, request) = (client, timeout, head)
             let (response, bytes) = try await untilSilent { heard in
-                let pieces = body.pieces().map { piece -> ByteBuffer in
-                    heard()
-                    return ByteBuffer(data: piece)
-                }
                 var sent = request
-                sent.body = .stream(pieces, length: .known(body.count))
+                sent.body = .stream(JoinedPieces(body: body, heard: heard), length: .known(body.count))
                 // The answer's head may wait for the whole body: the silence limit bounds the wait instead.
                 let response = try await Self.head(of: sent, client: client, timeout: .hours(24), limit: limit, heard: heard)
                 do {
@@ -431,6 +427,36 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
             request.body = .bytes(ByteBuffer(bytes: body))
         }
         return request
+    }
+}
+
+/// An upload's pieces joined into buffers of at least 2 MiB (the last may be shorter), each piece heard as it is
+/// taken: one write and one hand-off to the connection for several pieces of the store.
+struct JoinedPieces: AsyncSequence, Sendable {
+    typealias Element = ByteBuffer
+    static let minimumBytes = 2 * 1024 * 1024
+
+    let body: UploadBody
+    let heard: DeadlineWatch.Hearing
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        var pieces: AsyncThrowingStream<Data, any Error>.AsyncIterator
+        let heard: DeadlineWatch.Hearing
+
+        mutating func next() async throws -> ByteBuffer? {
+            var joined: ByteBuffer?
+            while let piece = try await pieces.next() {
+                heard()
+                if joined == nil { joined = ByteBufferAllocator().buffer(capacity: Swift.max(JoinedPieces.minimumBytes, piece.count)) }
+                joined?.writeBytes(piece)
+                if let joined, joined.readableBytes >= JoinedPieces.minimumBytes { break }
+            }
+            return joined
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(pieces: body.pieces().makeAsyncIterator(), heard: heard)
     }
 }
 

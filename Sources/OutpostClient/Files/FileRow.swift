@@ -95,21 +95,39 @@ enum FileChunks {
     }
 
     /// The bytes of the file from `offset`, at most `count` of them, opened; fewer when the device holds fewer.
+    /// The opened chunks that start at `offset` (a chunk's start) or after it, before `offset + count`.
+    static func chunks(_ sha256: String, from offset: Int64, count: Int, sealer: Sealer, _ db: Database) throws -> [Data] {
+        let rows = try Row.fetchCursor(
+            db, sql: "SELECT start, data FROM file_chunks WHERE sha256 = ? AND start >= ? AND start < ? ORDER BY start",
+            arguments: [sha256, offset, offset + Int64(count)])
+        var chunks: [Data] = []
+        while let row = try rows.next() {
+            let start: Int64 = row["start"]
+            chunks.append(try row.withUnsafeData(named: "data") { try sealer.open($0 ?? Data(), context: context(sha256, start)) })
+        }
+        return chunks
+    }
+
     static func bytes(_ sha256: String, from offset: Int64, count: Int, sealer: Sealer, _ db: Database) throws -> Data {
         let chunk = Int64(LocalStore.fileChunkBytes)
         let first = offset / chunk * chunk
         let end = offset + Int64(count)
         var bytes = Data()
-        bytes.reserveCapacity(count)
         let rows = try Row.fetchCursor(
             db, sql: "SELECT start, data FROM file_chunks WHERE sha256 = ? AND start >= ? AND start < ? ORDER BY start",
             arguments: [sha256, first, end])
         while let row = try rows.next() {
             let start: Int64 = row["start"]
-            let opened = try sealer.open(row["data"], context: context(sha256, start))
+            // Opened from SQLite's own copy of the sealed bytes, not a copy of it.
+            let opened = try row.withUnsafeData(named: "data") { sealed in
+                try sealer.open(sealed ?? Data(), context: context(sha256, start))
+            }
             let from = Int(max(offset - start, 0))
             let to = Int(min(end - start, Int64(opened.count)))
             guard from < to else { continue }
+            // A read of one whole chunk, as an upload reads, is the chunk itself.
+            if bytes.isEmpty, from == 0, to == opened.count, end <= start + Int64(opened.count) { return opened }
+            if bytes.isEmpty { bytes.reserveCapacity(count) }
             bytes.append(opened[opened.startIndex + from..<opened.startIndex + to])
         }
         return bytes

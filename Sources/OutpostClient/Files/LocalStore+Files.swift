@@ -50,6 +50,15 @@ extension LocalStore {
         try await perform { try await read { db in try FileRow.find(sha256, db) } }
     }
 
+    /// The opened chunks of the file `sha256` that start from `offset` (a chunk's start) up to `count` bytes later,
+    /// each as it is stored: an upload reads several at a time, none copied into another.
+    func fileChunks(_ sha256: String, from offset: Int64, count: Int) async throws -> [Data] {
+        let sealer = self.sealer
+        return try await perform {
+            try await read { db in try FileChunks.chunks(sha256, from: offset, count: count, sealer: sealer, db) }
+        }
+    }
+
     /// At most `count` bytes of the file `sha256` from `offset`, opened.
     func fileBytes(_ sha256: String, from offset: Int64, count: Int) async throws -> Data {
         let sealer = self.sealer

@@ -118,17 +118,15 @@ extension SyncEngine {
         status.pendingUploadBytes = try await store.pendingUploadBytes()
     }
 
-    /// Tells the status how far the upload of `file` has read, every ``progressBytes``.
+    /// Tells the status how far the upload of `file` has read (every ``progressBytes``, and at its end).
     private func uploadRead(_ file: FileReference, done: Int64) {
-        guard let moving = status.upload, moving.file == file,
-            done - moving.done >= Self.progressBytes || done == file.size
-        else { return }
+        guard let moving = status.upload, moving.file == file else { return }
         status.upload = FileTransfer(file: file, done: done)
         publish()
     }
 
-    /// The bytes of `file` from `offset` to its end, read from `store` a sealed chunk at a time, the next one read
-    /// while the last is sent; `read` is told how far the reading has come.
+    /// The bytes of `file` from `offset` to its end, read from `store` a few sealed chunks at a time, the next ones
+    /// read while the last are sent; `read` is told how far the reading has come, every ``progressBytes``.
     static func uploadBody(
         of file: FileReference, from offset: Int64, in store: LocalStore, read: @escaping @Sendable (Int64) async -> Void
     ) -> UploadBody {
@@ -244,18 +242,26 @@ private actor DownloadSink {
     }
 }
 
-/// An upload's bytes read from the store in order, a chunk at a time, the next one read ahead.
+/// An upload's bytes read from the store in order, ``readBytes`` at a time (whole chunks, but where the upload
+/// resumes mid-chunk), the next read while the last is sent.
 private actor UploadReader {
+    /// Four chunks a read: one trip to the store's reader for 2 MiB.
+    static let readBytes = 4 * LocalStore.fileChunkBytes
+
     let sha256: String
     let size: Int64
     let store: LocalStore
     let read: @Sendable (Int64) async -> Void
     private var position: Int64
-    private var ahead: Task<Data, any Error>?
+    /// How far the reading had come when it was last told.
+    private var reported: Int64
+    private var ready: [Data] = []
+    private var ahead: Task<[Data], any Error>?
 
     init(sha256: String, from offset: Int64, size: Int64, store: LocalStore, read: @escaping @Sendable (Int64) async -> Void) {
         self.sha256 = sha256
         self.position = offset
+        self.reported = offset
         self.size = size
         self.store = store
         self.read = read
@@ -265,20 +271,34 @@ private actor UploadReader {
 
     func next() async throws -> Data? {
         guard position < size else { return nil }
-        let current = ahead ?? fetch(from: position)
-        let bytes = try await current.value
-        guard !bytes.isEmpty, position + Int64(bytes.count) <= size else {
-            throw ClientError(.storeCorrupt, "a file's bytes on the device end before its size")
+        if ready.isEmpty {
+            let current = ahead ?? fetch(from: position)
+            ready = try await current.value
+            let end = position + ready.reduce(0) { $0 + Int64($1.count) }
+            guard !ready.isEmpty, end <= size else {
+                throw ClientError(.storeCorrupt, "a file's bytes on the device end before its size")
+            }
+            ahead = end < size ? fetch(from: end) : nil
         }
+        let bytes = ready.removeFirst()
         position += Int64(bytes.count)
-        ahead = position < size ? fetch(from: position) : nil
-        await read(position)
+        if position - reported >= SyncEngine.progressBytes || position == size {
+            reported = position
+            await read(position)
+        }
         return bytes
     }
 
-    private func fetch(from offset: Int64) -> Task<Data, any Error> {
+    /// The chunks from `offset`: the bytes up to the next chunk's start when it falls inside one (an upload that
+    /// resumes mid-chunk), else whole chunks.
+    private func fetch(from offset: Int64) -> Task<[Data], any Error> {
         let (store, sha256) = (store, sha256)
-        return Task { try await store.fileBytes(sha256, from: offset, count: LocalStore.fileChunkBytes) }
+        let chunk = Int64(LocalStore.fileChunkBytes)
+        guard offset % chunk == 0 else {
+            let count = Int(chunk - offset % chunk)
+            return Task { [try await store.fileBytes(sha256, from: offset, count: count)] }
+        }
+        return Task { try await store.fileChunks(sha256, from: offset, count: Self.readBytes) }
     }
 }
 
