@@ -21,10 +21,22 @@ extension SyncBench {
     /// A device uploads a file of `megabytes` through the outbox, beside a plain HTTP upload of the same bytes to a
     /// server that writes them to disk; and an `outpost device sync` process uploads a file a tenth that size and
     /// one of that size, its memory sampled.
+    ///
+    /// On PostgreSQL it runs twice: the files' bytes in the database, then in a directory (`--file-directory`).
     func attachments(megabytes: Int = 200, runs: Int = 3) async throws -> [BenchResult] {
+        var results = try await attachments(megabytes: megabytes, runs: runs, inDirectory: false)
+        if databaseURL != nil { results += try await attachments(megabytes: megabytes, runs: runs, inDirectory: true) }
+        return results
+    }
+
+    private func attachments(megabytes: Int, runs: Int, inDirectory: Bool) async throws -> [BenchResult] {
         let collections = directory.appendingPathComponent("bench-collections-\(UUID().uuidString.prefix(6)).yaml")
         try Self.attachmentCollections.write(to: collections, atomically: true, encoding: .utf8)
-        return try await withServer(arguments: ["--collections", collections.path]) { base, token, client, _ in
+        let files = directory.appendingPathComponent("bench-files-\(UUID().uuidString.prefix(6))")
+        defer { try? FileManager.default.removeItem(at: files) }
+        let engine = inDirectory ? "\(self.engine), files in a directory" : self.engine
+        let arguments = ["--collections", collections.path] + (inDirectory ? ["--file-directory", files.path] : [])
+        return try await withServer(arguments: arguments) { base, token, client, _ in
             let size = megabytes * 1_000_000
             let plain = try await PlainUploadServer.start(directory: directory)
             defer { plain.stop() }
