@@ -156,6 +156,21 @@ struct FileSyncTests {
         }
     }
 
+    @Test("a file larger than the write-ahead log's limit is copied into the store as it is saved, and the log's space given back")
+    func largeFileGivesTheLogBack() async throws {
+        try await withEngine { h in
+            await h.engine.setOnline(false)
+            let photo = Self.photo(LocalStore.walSizeLimit + 1_000_000)
+            try await h.engine.save(
+                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
+                attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
+            let log = try FileManager.default.attributesOfItem(atPath: h.store.url.path + "-wal")[.size] as? Int ?? 0
+            #expect(log < 1_000_000, "the log holds \(log) bytes")
+            let reference = FileReference(sha256: Self.digest(photo), size: Int64(photo.count), type: "image/jpeg", name: nil)
+            #expect(try await h.engine.fileState(reference).storedBytes == Int64(photo.count))
+        }
+    }
+
     /// A link to the server that takes an upload's bytes and stores none of them.
     struct StallingUploads: FileTransport {
         let base: InMemoryTransport

@@ -149,6 +149,11 @@ public actor SyncEngine {
         if !files.isEmpty { holdsFiles = true }
         let record = try await store.write(
             write, deviceId: configuration.deviceId, at: time, offline: !status.isOnline, files: files)
+        // Files larger than the log's limit filled it: copied into the store and the log's space given back now,
+        // not held until the next sync, which would then pay for it while it uploads.
+        if files.values.reduce(0, { $0 + $1.reference.size }) > Int64(LocalStore.walSizeLimit) {
+            try? await store.checkpoint()
+        }
         try await refreshStatus()
         if !known {
             if record.isOfflineEntry { unsettled.insert(RecordKey(record.collection, record.scope, record.recordId)) }
