@@ -49,6 +49,8 @@ package func buildApplication<Storage: SyncStorage>(
             NotificationWatch(
                 storage: storage, clock: ContinuousClock(), now: now, logger: logger,
                 deliver: { url, body in try await NotificationWatch<Storage>.post(url: url, body: body) }),
+            UploadExpiry(
+                storage: storage, lifetime: configuration.uploadLifetime, clock: ContinuousClock(), now: now, logger: logger),
         ],
         onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
         logger: logger

@@ -71,6 +71,11 @@ struct Serve: AsyncParsableCommand {
     var fileLinkLifetime: DurationArgument = DurationArgument(argument: "7d")!
 
     @Option(
+        name: .customLong("upload-lifetime"),
+        help: "How long an upload may stay unfinished before the server forgets it and its bytes, such as 2d or 7d.")
+    var uploadLifetime: DurationArgument = DurationArgument(argument: "7d")!
+
+    @Option(
         name: .customLong("collections"),
         help: ArgumentHelp(
             "A YAML or JSON file declaring collections beside the standard ones, with their read and write rules.",
@@ -131,6 +136,9 @@ struct Serve: AsyncParsableCommand {
         _ = try publicAddress()
         guard fileLinkLifetime.duration >= .seconds(60), fileLinkLifetime.duration <= .seconds(366 * 24 * 3600) else {
             throw ValidationError("--file-link-lifetime must be from 1 minute to 366 days")
+        }
+        guard uploadLifetime.duration >= .seconds(3600), uploadLifetime.duration <= .seconds(366 * 24 * 3600) else {
+            throw ValidationError("--upload-lifetime must be from 1 hour to 366 days")
         }
         guard !host.isEmpty else { throw ValidationError("--host must not be empty") }
         _ = try identity.provider()
@@ -198,6 +206,7 @@ struct Serve: AsyncParsableCommand {
         configuration.connectorTimeout = .seconds(connectorTimeout)
         configuration.publicURL = try publicAddress()
         configuration.fileLinkLifetime = fileLinkLifetime.duration
+        configuration.uploadLifetime = uploadLifetime.duration
         configuration.maxConnectionsPerAddress = maxConnectionsPerAddress == 0 ? nil : maxConnectionsPerAddress
         configuration.requestHeadTimeout = .seconds(requestHeadTimeout)
         configuration.deliversConnectors = !noConnectorDelivery

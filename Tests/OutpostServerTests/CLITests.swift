@@ -25,6 +25,8 @@ struct CLITests {
         ["serve", "--max-concurrent-requests", "0"],
         ["serve", "--max-waiting-requests", "-1"],
         ["serve", "--body-timeout", "0"],
+        ["serve", "--upload-lifetime", "10m"],
+        ["serve", "--port", "0", "--file-directory", "/proc/outpost-files"],
         ["serve", "--database-url", "mysql://localhost/db"],
         ["serve", "--database-url", "postgres://localhost"],
         ["serve", "--port", "0", "--collections", "/nonexistent/collections.yaml"],

@@ -117,6 +117,38 @@ struct FileStorageTests {
         }
     }
 
+    @Test(
+        "uploads left unfinished past their lifetime are forgotten with their bytes; finished files and newer uploads stay",
+        arguments: StorageKind.fileStores)
+    func staleUploadsExpire(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            let day: Int64 = 24 * 3600 * 1000
+            let (old, fresh, done) = (TestFile(count: 9_000, seed: 31), TestFile(count: 8_000, seed: 32), TestFile(count: 7_000, seed: 33))
+            // Given an upload begun eight days ago and cut, one begun an hour ago, and a file finished eight days ago,
+            for (file, begun, count) in [(old, 1 * day, 4_000), (fresh, 8 * day - 3_600_000, 3_000), (done, 1 * day, 7_000)] {
+                _ = try await storage.appendRange(
+                    tenant: "acme", sha256: file.reference.sha256, size: file.reference.size, type: "image/jpeg", offset: 0,
+                    bytes: ByteBuffer(bytes: file.range(0..<count)), at: begun)
+            }
+            #expect(try await storage.completeUpload(tenant: "acme", sha256: done.reference.sha256))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 3, bytes: 14_000))
+            // when the expiry looks on day nine with a lifetime of seven days,
+            func look<S: SyncStorage>(_ storage: S) async -> Int {
+                await UploadExpiry(
+                    storage: storage, lifetime: .seconds(7 * 24 * 3600), clock: ContinuousClock(),
+                    now: { Date(timeIntervalSince1970: TimeInterval(9 * day) / 1000) }, logger: Fixtures.quietLogger
+                ).look()
+            }
+            #expect(await look(storage) == 1)
+            // the old upload is gone, row and bytes, and starts again from 0; the rest stand.
+            #expect(try await storage.upload(tenant: "acme", sha256: old.reference.sha256) == nil)
+            #expect(try await storage.upload(tenant: "acme", sha256: fresh.reference.sha256)?.received == 3_000)
+            #expect(try await storage.completeFiles(tenant: "acme", sha256s: [done.reference.sha256]).count == 1)
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 2, bytes: 10_000))
+            #expect(await look(storage) == 0)
+        }
+    }
+
     @Test("a SQLite store that kept files in its database moves their bytes to its file directory as it opens")
     func movesChunksToDirectory() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-test-\(UUID())")

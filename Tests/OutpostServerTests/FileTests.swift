@@ -115,7 +115,7 @@ struct FileTests {
             // Given every byte stored and none checked, as a server that stopped before it hashed them leaves it,
             _ = try await storage.appendRange(
                 tenant: "acme", sha256: file.reference.sha256, size: 5_000, type: "image/jpeg", offset: 0,
-                bytes: ByteBuffer(bytes: file.bytes), at: 0)
+                bytes: ByteBuffer(bytes: file.bytes), at: Fixtures.serverNow.millisecondsSince1970)
             let state = try await client.uploadState(file.reference, token: ana)
             #expect(state?.received == 5_000 && state?.complete == false)
             // the device sends what is left, nothing, at the end: the bytes are checked, and the file completes.

@@ -146,10 +146,10 @@ package struct FileDirectory: Sendable {
         }
     }
 
-    /// Removes the file, when there is one.
-    package func remove(tenant: String, sha256: String) async {
-        let path = path(tenant: tenant, sha256: sha256)
-        try? await NIOThreadPool.singleton.runIfActive { _ = unlink(path) }
+    /// Removes the file, when there is one: called in the transaction that forgets its upload, so that an upload
+    /// of the same digest begun meanwhile waits for it and writes a file of its own.
+    package func remove(tenant: String, sha256: String) {
+        _ = unlink(path(tenant: tenant, sha256: sha256))
     }
 
     /// Direct writes where the platform has them (Linux), else nil.

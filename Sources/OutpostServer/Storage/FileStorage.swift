@@ -49,6 +49,10 @@ package protocol FileStorage: Sendable {
     /// Forgets an upload that is not complete, its row and every range; false when there was none to forget.
     func discardUpload(tenant: String, sha256: String) async throws -> Bool
 
+    /// Forgets every upload, of any tenant, that is not complete and began before `time` (milliseconds since 1970),
+    /// its row and its bytes: a device that comes back for it starts again from 0. How many were forgotten.
+    func discardStaleUploads(before time: Int64) async throws -> Int
+
     /// The complete files among `sha256s`, by digest.
     func completeFiles(tenant: String, sha256s: [String]) async throws -> [String: FileUpload]
 }

@@ -87,7 +87,7 @@ extension PostgresStorage {
     }
 
     package func discardUpload(tenant: String, sha256: String) async throws -> Bool {
-        let discarded = try await committed { [logger] connection in
+        try await committed { [logger, files] connection in
             let rows = try await connection.query(
                 "DELETE FROM files WHERE tenant = \(tenant) AND sha256 = \(sha256) AND NOT complete RETURNING sha256",
                 logger: logger)
@@ -96,11 +96,24 @@ extension PostgresStorage {
             guard discarded else { return false }
             try await connection.query(
                 "DELETE FROM file_chunks WHERE tenant = \(tenant) AND sha256 = \(sha256)", logger: logger)
+            files?.remove(tenant: tenant, sha256: sha256)
             return true
         }
-        // A file left behind by a crash here is written anew by the next upload of the digest, from offset 0.
-        if discarded, let files { await files.remove(tenant: tenant, sha256: sha256) }
-        return discarded
+    }
+
+    package func discardStaleUploads(before time: Int64) async throws -> Int {
+        try await committed { [logger, files] connection in
+            let rows = try await connection.query(
+                "DELETE FROM files WHERE NOT complete AND created_at < \(time) RETURNING tenant, sha256", logger: logger)
+            var stale: [(String, String)] = []
+            for try await row in rows.decode((String, String).self) { stale.append(row) }
+            for (tenant, sha256) in stale {
+                try await connection.query(
+                    "DELETE FROM file_chunks WHERE tenant = \(tenant) AND sha256 = \(sha256)", logger: logger)
+                files?.remove(tenant: tenant, sha256: sha256)
+            }
+            return stale.count
+        }
     }
 
     package func completeFiles(tenant: String, sha256s: [String]) async throws -> [String: FileUpload] {

@@ -322,5 +322,9 @@ extension PostgresStorage {
         Migration(
             version: "v13-device-pending-upload-bytes",
             statements: ["ALTER TABLE devices ADD COLUMN pending_upload_bytes BIGINT NOT NULL DEFAULT 0"]),
+        // Unfinished uploads by age, for their expiry.
+        Migration(
+            version: "v14-unfinished-uploads",
+            statements: ["CREATE INDEX files_unfinished ON files (created_at) WHERE NOT complete"]),
     ]
 }

@@ -82,14 +82,22 @@ extension SQLiteStorage {
     }
 
     package func discardUpload(tenant: String, sha256: String) async throws -> Bool {
-        let discarded = try await pool.write { db in
+        try await pool.write { [files] db in
             try db.execute(
                 sql: "DELETE FROM files WHERE tenant = ? AND sha256 = ? AND NOT complete", arguments: [tenant, sha256])
-            return db.changesCount > 0
+            guard db.changesCount > 0 else { return false }
+            files.remove(tenant: tenant, sha256: sha256)
+            return true
         }
-        // A file left behind by a crash here is written anew by the next upload of the digest, from offset 0.
-        if discarded { await files.remove(tenant: tenant, sha256: sha256) }
-        return discarded
+    }
+
+    package func discardStaleUploads(before time: Int64) async throws -> Int {
+        try await pool.write { [files] db in
+            let stale = try Row.fetchAll(
+                db, sql: "DELETE FROM files WHERE NOT complete AND created_at < ? RETURNING tenant, sha256", arguments: [time])
+            for row in stale { files.remove(tenant: row[0], sha256: row[1]) }
+            return stale.count
+        }
     }
 
     package func completeFiles(tenant: String, sha256s: [String]) async throws -> [String: FileUpload] {

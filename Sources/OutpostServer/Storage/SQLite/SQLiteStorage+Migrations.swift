@@ -323,6 +323,10 @@ extension SQLiteStorage {
         migrator.registerMigration("v12-device-pending-upload-bytes") { db in
             try db.execute(sql: "ALTER TABLE devices ADD COLUMN pending_upload_bytes INTEGER NOT NULL DEFAULT 0")
         }
+        // Unfinished uploads by age, for their expiry.
+        migrator.registerMigration("v13-unfinished-uploads") { db in
+            try db.execute(sql: "CREATE INDEX files_unfinished ON files (created_at) WHERE NOT complete")
+        }
         return migrator
     }
 }
