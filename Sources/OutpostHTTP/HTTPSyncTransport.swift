@@ -143,26 +143,14 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     public func uploadRange(_ body: UploadBody, of file: FileReference, collection: String) async throws -> FileUpload {
         let query = TransportRequest.uploadQuery(file, collection, body.offset)
         return try await bearer.authorizing { token in
-            var head = try makeRequest(.PUT, path: "/v1/uploads/\(file.sha256)", query: query, body: nil, token: token)
-            head.headers.add(name: "Content-Type", value: "application/octet-stream")
-            let (client, limit, request) = (client, timeout, head)
-            let (response, bytes) = try await untilSilent { heard in
+            var request = try makeRequest(.PUT, path: "/v1/uploads/\(file.sha256)", query: query, body: nil, token: token)
+            request.headers.add(name: "Content-Type", value: "application/octet-stream")
+            // The answer's head may wait for the whole body: the silence limit bounds the wait instead.
+            return try await exchangeOnce(headTimeout: .hours(24), decode: { try JSONDecoder().decode(FileUpload.self, from: $0) }) {
+                [request] heard in
                 var sent = request
                 sent.body = .stream(JoinedPieces(body: body, heard: heard), length: .known(body.count))
-                // The answer's head may wait for the whole body: the silence limit bounds the wait instead.
-                let response = try await Self.head(of: sent, client: client, timeout: .hours(24), limit: limit, heard: heard)
-                do {
-                    return (response, try await Self.collect(response.body, heard: heard))
-                } catch let error as TransportError {
-                    throw error
-                } catch {
-                    throw TransportError.droppedExchange(underlying: error)
-                }
-            }
-            let data = Data(buffer: bytes)
-            try TransportRequest.check(status: Int(response.status.code), body: data)
-            return try TransportRequest.decoded(data, status: Int(response.status.code)) {
-                try JSONDecoder().decode(FileUpload.self, from: $0)
+                return sent
             }
         }
     }
@@ -257,9 +245,21 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
         token: String, decode: (Data) throws -> T
     ) async throws -> T {
         let request = try makeRequest(method, path: path, query: query, body: body, contentType: contentType, token: token)
+        return try await exchangeOnce(decode: decode) { _ in request }
+    }
+
+    /// One exchange: the request `make` builds (given the hearing, for a body that tells its progress), its answer
+    /// read whole, checked and decoded.
+    ///
+    /// - Parameter headTimeout: how long AsyncHTTPClient waits for the answer's head, when not the silence limit.
+    private func exchangeOnce<T>(
+        headTimeout: TimeAmount? = nil, decode: (Data) throws -> T,
+        _ make: @escaping @Sendable (DeadlineWatch.Hearing) -> HTTPClientRequest
+    ) async throws -> T {
         let (client, timeout) = (client, timeout)
         let (response, bytes) = try await untilSilent { heard in
-            let response = try await Self.head(of: request, client: client, timeout: timeout, heard: heard)
+            let response = try await Self.head(
+                of: make(heard), client: client, timeout: headTimeout ?? timeout, limit: timeout, heard: heard)
             // The answer began: the server was reached, whatever breaks now.
             do {
                 return (response, try await Self.collect(response.body, heard: heard))

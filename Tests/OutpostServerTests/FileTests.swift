@@ -434,6 +434,19 @@ struct FileTests {
         }
     }
 
+    /// An error answer read from `socket` to the end of its JSON (`}}`), or what came before the socket closed or
+    /// its receive timeout passed.
+    static func errorAnswer(on socket: Int32) -> String {
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while !String(decoding: received, as: UTF8.self).contains("}}") {
+            let count = recv(socket, &buffer, buffer.count, 0)
+            guard count > 0 else { break }
+            received += buffer[..<count]
+        }
+        return String(decoding: received, as: UTF8.self)
+    }
+
     @Test("a file goes up in one request to its end, stored a piece at a time as it arrives", arguments: StorageKind.fileStores)
     func wholeFileInOneRequest(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in
@@ -476,14 +489,7 @@ struct FileTests {
                     guard count > 0 else { return "the server stopped reading at \(offset)" }
                     offset += count
                 }
-                var received: [UInt8] = []
-                var buffer = [UInt8](repeating: 0, count: 4096)
-                while !String(decoding: received, as: UTF8.self).contains("}}") {
-                    let count = recv(socket, &buffer, buffer.count, 0)
-                    guard count > 0 else { break }
-                    received += buffer[..<count]
-                }
-                return String(decoding: received, as: UTF8.self)
+                return Self.errorAnswer(on: socket)
             }
             #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer.prefix(300))")
             #expect(answer.contains("are kept"), "\(answer.prefix(300))")
@@ -522,15 +528,8 @@ struct FileTests {
                 guard let socket = try? AdmissionGateTests.connect(port: port) else { return "no connection" }
                 defer { close(socket) }
                 guard head.withCString({ send(socket, $0, strlen($0), 0) }) > 0 else { return "no head sent" }
-                var received: [UInt8] = []
-                var buffer = [UInt8](repeating: 0, count: 4096)
                 // The answer's head and body, within the socket's 10 s: long before the body's 60 s deadline.
-                while !String(decoding: received, as: UTF8.self).contains("}}") {
-                    let count = recv(socket, &buffer, buffer.count, 0)
-                    guard count > 0 else { break }
-                    received += buffer[..<count]
-                }
-                return String(decoding: received, as: UTF8.self)
+                return Self.errorAnswer(on: socket)
             }
             #expect(answer.hasPrefix("HTTP/1.1 415"), "\(answer.prefix(300))")
             #expect(answer.contains(#""code":"file_type_refused""#), "\(answer.prefix(300))")
