@@ -171,6 +171,28 @@ struct FileSyncTests {
         }
     }
 
+    @Test("a file whose bytes are gone from the device fails the sync with the reason, and sends none of it")
+    func missingDeviceBytesFail() async throws {
+        try await withEngine { h in
+            let photo = Self.photo(1_500_000)
+            try await h.engine.save(
+                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
+                attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
+            // Given an upload cut in the middle of the file's second chunk,
+            h.transport.cutUploads(afterBytes: 700_000)
+            _ = try await h.engine.sync(retrying: false)
+            #expect(await h.server.upload(of: Self.digest(photo))?.received == 700_000)
+            h.transport.isOnline = true
+            // and the store then lost every chunk of the file after its first,
+            try await h.store.writeUnflushed { db in try db.execute(sql: "DELETE FROM file_chunks WHERE start > 0") }
+            // the sync that would resume mid-chunk ends, the record failed, and the file is not completed.
+            let summary = try await h.engine.sync(retrying: false)
+            #expect(summary.synced == 0 && summary.failed == 1)
+            #expect(await h.server.upload(of: Self.digest(photo))?.complete != true)
+            #expect(await h.server.applied.isEmpty)
+        }
+    }
+
     /// A link to the server that takes an upload's bytes and stores none of them.
     struct StallingUploads: FileTransport {
         let base: InMemoryTransport

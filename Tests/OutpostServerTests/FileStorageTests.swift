@@ -35,7 +35,7 @@ struct FileStorageTests {
             #expect(outcome == .refused(Self.state(received: 0)))
             #expect(try await storage.upload(tenant: "acme", sha256: Self.sha) == nil)
             outcome = try await Self.append(storage, 0..<7_000)
-            #expect(outcome == .appended(Self.state(received: 7_000)))
+            #expect(outcome == .appended(Self.state(received: 7_000), began: 1))
             // A range sent again, one ahead, or one of the same digest declared otherwise changes nothing.
             outcome = try await Self.append(storage, 0..<7_000)
             #expect(outcome == .refused(Self.state(received: 7_000)))
@@ -49,7 +49,7 @@ struct FileStorageTests {
             // Not complete before every byte is in,
             #expect(try await !storage.completeUpload(tenant: "acme", sha256: Self.sha))
             outcome = try await Self.append(storage, 7_000..<20_000)
-            #expect(outcome == .appended(Self.state(received: 20_000)))
+            #expect(outcome == .appended(Self.state(received: 20_000), began: 1))
             #expect(try await storage.completeFiles(tenant: "acme", sha256s: [Self.sha]).isEmpty)
             #expect(try await storage.completeUpload(tenant: "acme", sha256: Self.sha))
             // and complete, it takes nothing more and is never discarded.
@@ -72,7 +72,7 @@ struct FileStorageTests {
                     return try await group.reduce(into: []) { $0.append($1) }
                 }
                 let appended = outcomes.filter { if case .appended = $0 { true } else { false } }
-                #expect(appended == [.appended(Self.state(received: Int64(range.upperBound)))], "\(range)")
+                #expect(appended == [.appended(Self.state(received: Int64(range.upperBound)), began: 1)], "\(range)")
             }
             #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, bytes: 14_000))
         }
@@ -90,7 +90,7 @@ struct FileStorageTests {
             // Another tenant's upload of the same file is its own.
             #expect(try await storage.storedFileRows(tenant: "globex") == StoredFileRows(files: 1, bytes: 5_000))
             let outcome = try await Self.append(storage, 0..<7_000)
-            #expect(outcome == .appended(Self.state(received: 7_000)))
+            #expect(outcome == .appended(Self.state(received: 7_000), began: 1))
         }
     }
 
@@ -149,6 +149,42 @@ struct FileStorageTests {
         }
     }
 
+    @Test("PostgreSQL given a file directory reads the files it kept in its database, and restarts their unfinished uploads")
+    func postgresNamesADirectory() async throws {
+        try await withPostgresDatabase { url in
+            let partial = TestFile(count: 5_000, seed: 13)
+            // Given a file and an unfinished upload kept in the database,
+            let before = PostgresStorage(
+                location: try PostgresLocation(url: url), logger: Fixtures.quietLogger, startupTimeout: Fixtures.postgresStartup)
+            try await before.withRunning { storage in
+                try await storage.migrate()
+                for range in [0..<7_000, 7_000..<20_000] { _ = try await Self.append(storage, range) }
+                #expect(try await storage.completeUpload(tenant: "acme", sha256: Self.sha))
+                _ = try await storage.appendRange(
+                    tenant: "acme", sha256: partial.reference.sha256, size: 5_000, type: "image/jpeg", offset: 0,
+                    bytes: ByteBuffer(bytes: partial.range(0..<3_000)), at: 1)
+            }
+            // a server of the same database that names a directory
+            let (after, files) = try StorageKind.postgresFileDirectory.postgres(url: url)
+            defer { if let files { try? FileManager.default.removeItem(at: files) } }
+            try await after.withRunning { storage in
+                try await storage.migrate()
+                // reads the file from the database,
+                var read: [UInt8] = []
+                for try await bytes in storage.fileBytes(tenant: "acme", sha256: Self.sha, from: 0, size: 20_000) {
+                    read += bytes.readableBytesView
+                }
+                #expect(read == Self.file.bytes)
+                // and makes the unfinished upload start again from 0, its bytes not being in the directory.
+                let rest = try await storage.appendRange(
+                    tenant: "acme", sha256: partial.reference.sha256, size: 5_000, type: "image/jpeg", offset: 3_000,
+                    bytes: ByteBuffer(bytes: partial.range(3_000..<5_000)), at: 2)
+                #expect(rest == .refused(FileUpload(sha256: partial.reference.sha256, size: 5_000, type: "image/jpeg", received: 0, complete: false)))
+                #expect(try await storage.upload(tenant: "acme", sha256: partial.reference.sha256) == nil)
+            }
+        }
+    }
+
     @Test("a SQLite store that kept files in its database moves their bytes to its file directory as it opens")
     func movesChunksToDirectory() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-test-\(UUID())")
@@ -184,7 +220,10 @@ struct FileStorageTests {
         let rest = try await storage.appendRange(
             tenant: "acme", sha256: partial.reference.sha256, size: 5_000, type: "image/jpeg", offset: 3_000,
             bytes: ByteBuffer(bytes: partial.range(3_000..<5_000)), at: 2)
-        #expect(rest == .appended(FileUpload(sha256: partial.reference.sha256, size: 5_000, type: "image/jpeg", received: 5_000, complete: false)))
+        #expect(
+            rest
+                == .appended(
+                    FileUpload(sha256: partial.reference.sha256, size: 5_000, type: "image/jpeg", received: 5_000, complete: false), began: 1))
         // Opened again, there is nothing more to move.
         try await storage.migrate()
         #expect(try await storage.storedFileRows() == StoredFileRows(files: 2, bytes: 25_000))

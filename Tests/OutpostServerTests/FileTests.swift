@@ -447,6 +447,37 @@ struct FileTests {
         return String(decoding: received, as: UTF8.self)
     }
 
+    @Test(
+        "bytes counted but missing from the file directory restart the upload from 0, or fail the digest at its end",
+        arguments: [StorageKind.sqlite, .postgresFileDirectory])
+    func missingBytes(kind: StorageKind) async throws {
+        try await withServer(kind) { client, storage in
+            let ana = try await Fixtures.token()
+            let directory = try #require(storage.fileDirectory)
+            // Given 6,000 of 12,000 bytes stored, and the file then gone from the disk (a crash, an operator),
+            let file = TestFile(count: 12_000, seed: 41)
+            #expect(try await client.putRange(file.range(0..<6_000), of: file.reference, at: 0, token: ana).status == .ok)
+            unlink(directory.path(tenant: "acme", sha256: file.reference.sha256))
+            // the next range is refused as at 0 bytes, the upload is forgotten, and the file goes up again whole.
+            let next = try await client.putRange(file.range(6_000..<12_000), of: file.reference, at: 6_000, token: ana)
+            #expect(next.status == .conflict && next.wireError?.message.contains("holds 0 bytes") == true, "\(next.status)")
+            #expect(try await client.uploadState(file.reference, token: ana) == nil)
+            let whole = try await client.putRange(file.bytes, of: file.reference, at: 0, token: ana)
+            #expect(try JSONDecoder().decode(FileUpload.self, from: whole.body).complete)
+
+            // Given every byte of another file counted, none checked, and the file cut short on the disk,
+            let other = TestFile(count: 9_000, seed: 42)
+            _ = try await storage.appendRange(
+                tenant: "acme", sha256: other.reference.sha256, size: 9_000, type: "image/jpeg", offset: 0,
+                bytes: ByteBuffer(bytes: other.bytes), at: Fixtures.serverNow.millisecondsSince1970)
+            truncate(directory.path(tenant: "acme", sha256: other.reference.sha256), 5_000)
+            // its check at the end finds bytes that do not have the digest: 422, and it is forgotten.
+            let end = try await client.putRange([UInt8](), of: other.reference, at: 9_000, token: ana)
+            #expect(end.status == .unprocessableContent && end.wireError?.code == .digestMismatch, "\(end.status)")
+            #expect(try await client.uploadState(other.reference, token: ana) == nil)
+        }
+    }
+
     @Test("a file goes up in one request to its end, stored a piece at a time as it arrives", arguments: StorageKind.fileStores)
     func wholeFileInOneRequest(kind: StorageKind) async throws {
         try await withServer(kind) { client, storage in

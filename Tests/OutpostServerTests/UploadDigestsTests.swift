@@ -48,7 +48,7 @@ struct UploadDigestsTests {
         // A range hashed but not kept (its storing was refused) changes nothing;
         _ = digests.advance(ByteBuffer(bytes: Self.bytes[400..<1000]), at: 400, tenant: "acme", sha256: "f")
         let stored = digests.advance(ByteBuffer(bytes: Self.bytes[400..<1000]), at: 400, tenant: "acme", sha256: "f")
-        digests.keep(stored)
+        digests.keep(stored, began: 0)
         #expect(digests.finish(tenant: "acme", sha256: "f", size: 1000) == Self.digest)
 
         // two ranges hashed at one offset at once: the first kept moves the digest on, the second is then out of
@@ -56,8 +56,21 @@ struct UploadDigestsTests {
         digests.add(ByteBuffer(bytes: Self.bytes[0..<400]), at: 0, tenant: "acme", sha256: "g")
         let first = digests.advance(ByteBuffer(bytes: Self.bytes[400..<1000]), at: 400, tenant: "acme", sha256: "g")
         let second = digests.advance(ByteBuffer(bytes: Self.bytes[400..<1000]), at: 400, tenant: "acme", sha256: "g")
-        digests.keep(first)
-        digests.keep(second)
+        digests.keep(first, began: 0)
+        digests.keep(second, began: 0)
         #expect(digests.finish(tenant: "acme", sha256: "g", size: 1000) == nil)
+    }
+
+    @Test("a running digest follows one upload: the same digest begun again elsewhere is not taken for it")
+    func beganAgain() {
+        let digests = UploadDigests()
+        // This server took the first 400 bytes of the upload begun at 1;
+        digests.add(ByteBuffer(bytes: Self.bytes[0..<400]), at: 0, tenant: "acme", sha256: "f", began: 1)
+        // it was forgotten and begun again at 2 on another server, which took its first 400 bytes (this server
+        // never saw them), and the rest comes here:
+        let rest = digests.advance(ByteBuffer(bytes: Self.bytes[400..<1000]), at: 400, tenant: "acme", sha256: "f")
+        digests.keep(rest, began: 2)
+        // the bytes are read back and hashed whole, not taken from the old upload's digest.
+        #expect(digests.finish(tenant: "acme", sha256: "f", size: 1000) == nil)
     }
 }

@@ -273,9 +273,9 @@ private actor UploadReader {
         guard position < size else { return nil }
         if ready.isEmpty {
             let current = ahead ?? fetch(from: position)
-            ready = try await current.value
+            ready = try await current.value.filter { !$0.isEmpty }
             let end = position + ready.reduce(0) { $0 + Int64($1.count) }
-            guard !ready.isEmpty, end <= size else {
+            guard end > position, end <= size else {
                 throw ClientError(.storeCorrupt, "a file's bytes on the device end before its size")
             }
             ahead = end < size ? fetch(from: end) : nil

@@ -40,6 +40,7 @@ extension FileController {
 
     private func stream(_ request: Request, into start: Receipt) async throws -> FileUpload {
         let silence = configuration.bodyTimeout
+        let length = request.headers[.contentLength].flatMap(Int64.init)
         let watch = DeadlineWatch.shared
         let fellSilent = NIOLockedValueBox(false)
         let reader = NIOLockedValueBox<Task<Receipt, any Error>?>(nil)
@@ -57,8 +58,14 @@ extension FileController {
             // At most one piece is stored while the next arrives.
             var storing: Task<Receipt, any Error>?
             defer { storing?.cancel() }
+            // Waiting on storage is not the body's silence: the deadline waits meanwhile.
+            func stored(_ task: Task<Receipt, any Error>) async throws -> Receipt {
+                watch.hold(deadline)
+                defer { watch.postpone(deadline, by: silence) }
+                return try await task.value
+            }
             func hand(_ bytes: ByteBuffer) async throws {
-                if let storing { receipt = try await storing.value }
+                if let storing { receipt = try await stored(storing) }
                 // A file another upload completed meanwhile takes nothing more.
                 guard !receipt.upload.complete else { return }
                 let from = receipt
@@ -66,7 +73,7 @@ extension FileController {
                 receipt.next += Int64(bytes.readableBytes)
             }
             func settle() async throws {
-                if let stored = try await storing?.value { receipt = stored }
+                if let storing { receipt = try await stored(storing) }
                 storing = nil
             }
             var body = request.body.makeAsyncIterator()
@@ -106,8 +113,10 @@ extension FileController {
         } onCancel: {
             reading.cancel()
         }
-        // Checked first: a read cut short by the deadline may end as if the body were complete.
-        if fellSilent.withLockedValue({ $0 }) {
+        // A read cut short by the deadline may end as if the body were complete: it is cut when it stored less than
+        // its length (or has none).
+        let cut = (try? result.get()).map { $0.next < (start.next + (length ?? .max)) } ?? true
+        if fellSilent.withLockedValue({ $0 }), cut {
             throw OutpostHTTPError(
                 .requestTimeout, .requestTimeout,
                 "the upload fell silent for \(silence.components.seconds) s; the bytes that arrived are kept: go on from them",
@@ -138,8 +147,8 @@ extension FileController {
                     next: stored.received, upload: stored)
             }
             throw Self.offsetMismatch(received: stored.received)
-        case .appended(let upload):
-            digests.keep(await advance)
+        case .appended(let upload, let began):
+            digests.keep(await advance, began: began)
             var receipt = receipt
             receipt.next = upload.received
             receipt.upload = upload

@@ -93,10 +93,15 @@ struct FileController<Storage: SyncStorage> {
         var digest = digests.finish(tenant: tenant, sha256: upload.sha256, size: upload.size)
         if digest == nil {
             var hasher = SHA256()
-            for try await bytes in storage.fileBytes(tenant: tenant, sha256: upload.sha256, from: 0, size: upload.size) {
-                bytes.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
+            do {
+                for try await bytes in storage.fileBytes(tenant: tenant, sha256: upload.sha256, from: 0, size: upload.size) {
+                    bytes.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
+                }
+                digest = hasher.finalize().hexString
+            } catch let error as StorageError where error.code == .corrupt {
+                // Bytes counted but missing from the disk (a crash before they were flushed) have no digest at all.
+                digest = ""
             }
-            digest = hasher.finalize().hexString
         }
         guard digest == upload.sha256 else {
             _ = try await storage.discardUpload(tenant: tenant, sha256: upload.sha256)

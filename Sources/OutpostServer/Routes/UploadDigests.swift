@@ -9,6 +9,9 @@ import NIOCore
 /// pushed out by newer ones, leaves no running digest here, and the file is read back and hashed whole.
 final class UploadDigests: Sendable {
     fileprivate struct Running: Sendable {
+        /// When the upload began: a running digest follows that upload only, not one begun again after it was
+        /// forgotten (on this server or another).
+        var began: Int64
         var received: Int64
         var hasher: SHA256
         var touched: UInt64
@@ -44,7 +47,7 @@ final class UploadDigests: Sendable {
         let key = Self.key(tenant, sha256)
         var running: Running? =
             offset == 0
-            ? Running(received: 0, hasher: SHA256(), touched: 0)
+            ? Running(began: 0, received: 0, hasher: SHA256(), touched: 0)
             : state.withLockedValue { $0.running[key] }.flatMap { $0.received == offset ? $0 : nil }
         if running != nil {
             bytes.withUnsafeReadableBytes { running!.hasher.update(bufferPointer: $0) }
@@ -53,17 +56,20 @@ final class UploadDigests: Sendable {
         return Advance(key: key, offset: offset, running: running)
     }
 
-    /// Keeps `advance` once its range is stored: when the running digest still stands where the range starts (or
-    /// the range starts the file). A range that follows no running digest ends the one there was.
-    func keep(_ advance: Advance) {
+    /// Keeps `advance` once its range is stored in the upload that `began` then: when the running digest still
+    /// stands where the range starts, in that upload (or the range starts the file). A range that follows no
+    /// running digest ends the one there was.
+    func keep(_ advance: Advance, began: Int64) {
         state.withLockedValue { state in
             state.clock += 1
             guard var running = advance.running,
-                advance.offset == 0 || state.running[advance.key]?.received == advance.offset
+                advance.offset == 0
+                    || (running.began == began && state.running[advance.key].map { $0.received == advance.offset && $0.began == began } == true)
             else {
                 state.running[advance.key] = nil
                 return
             }
+            running.began = began
             running.touched = state.clock
             state.running[advance.key] = running
             if state.running.count > capacity, let oldest = state.running.min(by: { $0.value.touched < $1.value.touched })?.key {
@@ -72,9 +78,10 @@ final class UploadDigests: Sendable {
         }
     }
 
-    /// Adds a range stored at `offset` (``advance(_:at:tenant:sha256:)`` kept at once).
-    func add(_ bytes: ByteBuffer, at offset: Int64, tenant: String, sha256: String) {
-        keep(advance(bytes, at: offset, tenant: tenant, sha256: sha256))
+    /// Adds a range stored at `offset` of the upload that `began` then (``advance(_:at:tenant:sha256:)`` kept at
+    /// once).
+    func add(_ bytes: ByteBuffer, at offset: Int64, tenant: String, sha256: String, began: Int64 = 0) {
+        keep(advance(bytes, at: offset, tenant: tenant, sha256: sha256), began: began)
     }
 
     /// The digest of the first `size` bytes, in lower-case hexadecimal, when this process followed every one of them;

@@ -3,8 +3,8 @@ import Logging
 import OutpostProtocol
 import ServiceLifecycle
 
-/// Forgets uploads left unfinished for longer than the configuration's ``ServerConfiguration/uploadLifetime``,
-/// with their bytes, so that abandoned uploads do not hold disk for ever. A device that comes back for one finds
+/// Forgets uploads that took no byte for longer than the configuration's ``ServerConfiguration/uploadLifetime``,
+/// unfinished, with their bytes, so that abandoned uploads do not hold disk for ever. A device that comes back for one finds
 /// none (`GET /v1/uploads` answers 404) and sends the file again from its start.
 ///
 /// It looks every ``interval``; with several servers on one database each looks, and a file is forgotten once.
@@ -25,7 +25,7 @@ struct UploadExpiry<Storage: SyncStorage>: Service {
         }
     }
 
-    /// Forgets the uploads begun more than ``lifetime`` ago and not finished; how many.
+    /// Forgets the unfinished uploads that took no byte for ``lifetime``; how many.
     @discardableResult
     func look() async -> Int {
         let before = Timestamp(now()).millisecondsSince1970 - lifetime.milliseconds

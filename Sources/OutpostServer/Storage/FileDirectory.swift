@@ -62,10 +62,18 @@ package struct FileDirectory: Sendable {
             try FileManager.default.createDirectory(
                 atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
-        let flags = O_WRONLY | O_CREAT | O_CLOEXEC | (offset == 0 ? O_TRUNC : 0)
+        let flags = O_WRONLY | O_CLOEXEC | (offset == 0 ? O_CREAT | O_TRUNC : 0)
         let descriptor = open(path, flags, 0o600)
-        guard descriptor >= 0 else { throw Self.failure("open", path: path) }
+        guard descriptor >= 0 else {
+            if errno == ENOENT { throw Self.missingBytes }
+            throw Self.failure("open", path: path)
+        }
         defer { close(descriptor) }
+        // The bytes counted before the range must be on the file: a file removed, or cut short by a crash, makes
+        // the upload start again instead of holding a hole.
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { throw Self.failure("open", path: path) }
+        guard Int64(status.st_size) >= offset else { throw Self.missingBytes }
         try bytes.withUnsafeReadableBytes { raw in
             guard let start = raw.baseAddress else { return }
             var written = 0
@@ -150,6 +158,14 @@ package struct FileDirectory: Sendable {
     /// of the same digest begun meanwhile waits for it and writes a file of its own.
     package func remove(tenant: String, sha256: String) {
         _ = unlink(path(tenant: tenant, sha256: sha256))
+    }
+
+    /// A range whose file does not hold the bytes counted before it: the engine forgets the upload.
+    package static let missingBytes = StorageError(.corrupt, "the file directory does not hold the bytes of an upload")
+
+    /// Whether `error` is ``missingBytes``.
+    package static func isMissingBytes(_ error: any Error) -> Bool {
+        (error as? StorageError).map { $0.code == missingBytes.code && $0.message == missingBytes.message } ?? false
     }
 
     /// Direct writes where the platform has them (Linux), else nil.

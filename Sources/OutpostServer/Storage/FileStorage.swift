@@ -3,10 +3,12 @@ import OutpostProtocol
 
 /// What appending a range to an upload did.
 package enum RangeAppend: Sendable, Hashable {
-    /// The range is stored; the upload as it now stands.
-    case appended(FileUpload)
+    /// The range is stored; the upload as it now stands, and when it began (milliseconds since 1970): an upload
+    /// forgotten and begun again is another one, whatever its digest.
+    case appended(FileUpload, began: Int64)
     /// Nothing was stored: the server's upload of the digest stands at another offset, is complete, or was
-    /// declared with another size or type. Its state as stored; with no upload yet, the one declared, at 0 bytes.
+    /// declared with another size or type. Its state as stored; with no upload yet (or one whose bytes were
+    /// missing from the file directory, which is then forgotten), the one declared, at 0 bytes.
     case refused(FileUpload)
 }
 
@@ -49,8 +51,8 @@ package protocol FileStorage: Sendable {
     /// Forgets an upload that is not complete, its row and every range; false when there was none to forget.
     func discardUpload(tenant: String, sha256: String) async throws -> Bool
 
-    /// Forgets every upload, of any tenant, that is not complete and began before `time` (milliseconds since 1970),
-    /// its row and its bytes: a device that comes back for it starts again from 0. How many were forgotten.
+    /// Forgets every upload, of any tenant, that is not complete and took no byte since `time` (milliseconds since
+    /// 1970), its row and its bytes: a device that comes back for it starts again from 0. How many were forgotten.
     func discardStaleUploads(before time: Int64) async throws -> Int
 
     /// The complete files among `sha256s`, by digest.

@@ -24,8 +24,8 @@ extension PostgresStorage {
             if offset == 0 {
                 try await connection.query(
                     """
-                    INSERT INTO files (tenant, sha256, size, type, received, complete, created_at)
-                    VALUES (\(tenant), \(sha256), \(size), \(type), 0, FALSE, \(time))
+                    INSERT INTO files (tenant, sha256, size, type, received, complete, created_at, touched_at)
+                    VALUES (\(tenant), \(sha256), \(size), \(type), 0, FALSE, \(time), \(time))
                     ON CONFLICT (tenant, sha256) DO NOTHING
                     """, logger: logger)
             }
@@ -40,11 +40,27 @@ extension PostgresStorage {
             guard stored.size == size, stored.type == type, !stored.complete, stored.received == offset else {
                 return .refused(stored)
             }
-            guard bytes.readableBytes > 0 else { return .appended(stored) }
+            var began: Int64 = 0
+            for try await (created, ) in try await connection.query(
+                "SELECT created_at FROM files WHERE tenant = \(tenant) AND sha256 = \(sha256)", logger: logger
+            ).decode((Int64,).self) {
+                began = created
+            }
+            guard bytes.readableBytes > 0 else { return .appended(stored, began: began) }
             if let files {
                 // Written while the row is locked: one server at a time writes the file, the range the count
                 // says comes next.
-                try await files.appending(bytes, tenant: tenant, sha256: sha256, at: offset)
+                do {
+                    try await files.appending(bytes, tenant: tenant, sha256: sha256, at: offset)
+                } catch  where FileDirectory.isMissingBytes(error) {
+                    // The bytes counted are not on disk (or were kept in the database before the directory was
+                    // named): the upload starts again from 0.
+                    try await connection.query(
+                        "DELETE FROM files WHERE tenant = \(tenant) AND sha256 = \(sha256)", logger: logger)
+                    try await connection.query(
+                        "DELETE FROM file_chunks WHERE tenant = \(tenant) AND sha256 = \(sha256)", logger: logger)
+                    return .refused(declared)
+                }
             } else {
                 try await connection.query(
                     """
@@ -54,14 +70,17 @@ extension PostgresStorage {
             var upload = stored
             upload.received += Int64(bytes.readableBytes)
             try await connection.query(
-                "UPDATE files SET received = \(upload.received) WHERE tenant = \(tenant) AND sha256 = \(sha256)",
-                logger: logger)
-            return .appended(upload)
+                """
+                UPDATE files SET received = \(upload.received), touched_at = \(time)
+                WHERE tenant = \(tenant) AND sha256 = \(sha256)
+                """, logger: logger)
+            return .appended(upload, began: began)
         }
     }
 
     package func fileChunk(tenant: String, sha256: String, containing offset: Int64) async throws -> FileChunk? {
-        if let files { return try await files.read(tenant: tenant, sha256: sha256, at: offset) }
+        // A file stored before the directory was named is read from the database.
+        if let files, let chunk = try await files.read(tenant: tenant, sha256: sha256, at: offset) { return chunk }
         return try await guarded {
             // Ranges follow each other from 0: the one that holds the offset is the last to start at or before it.
             let rows = try await client.query(
@@ -104,7 +123,7 @@ extension PostgresStorage {
     package func discardStaleUploads(before time: Int64) async throws -> Int {
         try await committed { [logger, files] connection in
             let rows = try await connection.query(
-                "DELETE FROM files WHERE NOT complete AND created_at < \(time) RETURNING tenant, sha256", logger: logger)
+                "DELETE FROM files WHERE NOT complete AND touched_at < \(time) RETURNING tenant, sha256", logger: logger)
             var stale: [(String, String)] = []
             for try await row in rows.decode((String, String).self) { stale.append(row) }
             for (tenant, sha256) in stale {

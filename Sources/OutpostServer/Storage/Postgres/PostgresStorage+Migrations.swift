@@ -322,9 +322,13 @@ extension PostgresStorage {
         Migration(
             version: "v13-device-pending-upload-bytes",
             statements: ["ALTER TABLE devices ADD COLUMN pending_upload_bytes BIGINT NOT NULL DEFAULT 0"]),
-        // Unfinished uploads by age, for their expiry.
+        // When an upload last took bytes, and the unfinished ones by it, for their expiry.
         Migration(
             version: "v14-unfinished-uploads",
-            statements: ["CREATE INDEX files_unfinished ON files (created_at) WHERE NOT complete"]),
+            statements: [
+                "ALTER TABLE files ADD COLUMN touched_at BIGINT NOT NULL DEFAULT 0",
+                "UPDATE files SET touched_at = created_at",
+                "CREATE INDEX files_unfinished ON files (touched_at) WHERE NOT complete",
+            ]),
     ]
 }

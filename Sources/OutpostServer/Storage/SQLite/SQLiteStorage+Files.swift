@@ -38,15 +38,24 @@ extension SQLiteStorage {
             guard offset == 0 else { return .refused(declared) }
             try db.execute(
                 sql: """
-                    INSERT INTO files (tenant, sha256, size, type, received, complete, created_at)
-                    VALUES (?, ?, ?, ?, 0, 0, ?)
-                    """, arguments: [tenant, sha256, size, type, time])
-            return .appended(try append(bytes, to: declared, tenant: tenant, db: db))
+                    INSERT INTO files (tenant, sha256, size, type, received, complete, created_at, touched_at)
+                    VALUES (?, ?, ?, ?, 0, 0, ?, ?)
+                    """, arguments: [tenant, sha256, size, type, time, time])
+            return .appended(try append(bytes, to: declared, tenant: tenant, at: time, db: db), began: time)
         }
         guard stored.size == size, stored.type == type, !stored.complete, stored.received == offset else {
             return .refused(stored)
         }
-        return .appended(try append(bytes, to: stored, tenant: tenant, db: db))
+        let began =
+            try Int64.fetchOne(
+                db, sql: "SELECT created_at FROM files WHERE tenant = ? AND sha256 = ?", arguments: [tenant, sha256]) ?? 0
+        do {
+            return .appended(try append(bytes, to: stored, tenant: tenant, at: time, db: db), began: began)
+        } catch  where FileDirectory.isMissingBytes(error) {
+            // The bytes counted are not on disk: the upload starts again from 0.
+            try db.execute(sql: "DELETE FROM files WHERE tenant = ? AND sha256 = ?", arguments: [tenant, sha256])
+            return .refused(declared)
+        }
     }
 
     package func fileChunk(tenant: String, sha256: String, containing offset: Int64) async throws -> FileChunk? {
@@ -94,7 +103,7 @@ extension SQLiteStorage {
     package func discardStaleUploads(before time: Int64) async throws -> Int {
         try await pool.write { [files] db in
             let stale = try Row.fetchAll(
-                db, sql: "DELETE FROM files WHERE NOT complete AND created_at < ? RETURNING tenant, sha256", arguments: [time])
+                db, sql: "DELETE FROM files WHERE NOT complete AND touched_at < ? RETURNING tenant, sha256", arguments: [time])
             for row in stale { files.remove(tenant: row[0], sha256: row[1]) }
             return stale.count
         }
@@ -121,14 +130,16 @@ extension SQLiteStorage {
 
     /// Writes `bytes` on the file at the end of `upload` and counts them received, on the writer's queue: one
     /// range at a time goes on the file, the one the count says comes next.
-    private func append(_ bytes: ByteBuffer, to upload: FileUpload, tenant: String, db: Database) throws -> FileUpload {
+    private func append(
+        _ bytes: ByteBuffer, to upload: FileUpload, tenant: String, at time: Int64, db: Database
+    ) throws -> FileUpload {
         guard bytes.readableBytes > 0 else { return upload }
         try files.append(bytes, tenant: tenant, sha256: upload.sha256, at: upload.received)
         var upload = upload
         upload.received += Int64(bytes.readableBytes)
         try db.execute(
-            sql: "UPDATE files SET received = ? WHERE tenant = ? AND sha256 = ?",
-            arguments: [upload.received, tenant, upload.sha256])
+            sql: "UPDATE files SET received = ?, touched_at = ? WHERE tenant = ? AND sha256 = ?",
+            arguments: [upload.received, time, tenant, upload.sha256])
         return upload
     }
 

@@ -323,9 +323,14 @@ extension SQLiteStorage {
         migrator.registerMigration("v12-device-pending-upload-bytes") { db in
             try db.execute(sql: "ALTER TABLE devices ADD COLUMN pending_upload_bytes INTEGER NOT NULL DEFAULT 0")
         }
-        // Unfinished uploads by age, for their expiry.
+        // When an upload last took bytes, and the unfinished ones by it, for their expiry.
         migrator.registerMigration("v13-unfinished-uploads") { db in
-            try db.execute(sql: "CREATE INDEX files_unfinished ON files (created_at) WHERE NOT complete")
+            try db.execute(
+                sql: """
+                    ALTER TABLE files ADD COLUMN touched_at INTEGER NOT NULL DEFAULT 0;
+                    UPDATE files SET touched_at = created_at;
+                    CREATE INDEX files_unfinished ON files (touched_at) WHERE NOT complete;
+                    """)
         }
         return migrator
     }
