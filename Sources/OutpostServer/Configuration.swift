@@ -68,7 +68,7 @@ public struct ServerConfiguration: Sendable {
     public var publicURL: URL?
     /// How long a link to a file (``FileLinks``) works.
     public var fileLinkLifetime: Duration = .seconds(7 * 24 * 3600)
-    /// How long an upload may stay unfinished before the server forgets it and its bytes (``UploadExpiry``).
+    /// How long an unfinished upload may take no byte before the server forgets it and its bytes (``UploadExpiry``).
     public var uploadLifetime: Duration = .seconds(7 * 24 * 3600)
     /// Set on a venue relay (`outpost serve --upstream`): the server it forwards to and brings its events from.
     /// A relay takes writes in its events only, journals each, and needs the embedded SQLite storage.

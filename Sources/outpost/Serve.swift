@@ -72,7 +72,7 @@ struct Serve: AsyncParsableCommand {
 
     @Option(
         name: .customLong("upload-lifetime"),
-        help: "How long an upload may stay unfinished before the server forgets it and its bytes, such as 2d or 7d.")
+        help: "How long an unfinished upload may take no byte before the server forgets it and its bytes, such as 2d or 7d.")
     var uploadLifetime: DurationArgument = DurationArgument(argument: "7d")!
 
     @Option(
