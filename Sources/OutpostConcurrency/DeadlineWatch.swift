@@ -48,6 +48,9 @@ package final class DeadlineWatch: Sendable {
         self.sleep = { try await clock.sleep(for: $0) }
     }
 
+    /// The time since this watch was made, on its clock.
+    package func timePassed() -> Duration { elapsed() }
+
     /// The watch every storage operation shares.
     package static let shared = DeadlineWatch(clock: ContinuousClock())
 

@@ -149,7 +149,9 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
             return try await exchangeOnce(headTimeout: .hours(24), decode: { try JSONDecoder().decode(FileUpload.self, from: $0) }) {
                 [request] heard in
                 var sent = request
-                sent.body = .stream(JoinedPieces(body: body, heard: heard), length: .known(body.count))
+                sent.body = .stream(
+                    JoinedPieces(body: body, heard: heard, elapsed: { [silence] in silence.timePassed() }),
+                    length: .known(body.count))
                 return sent
             }
         }
@@ -430,33 +432,58 @@ public struct HTTPSyncTransport: BulkSyncTransport, SyncMonitorTransport, Delive
     }
 }
 
-/// An upload's pieces joined into buffers of at least 2 MiB (the last may be shorter), each piece heard as it is
-/// taken: one write and one hand-off to the connection for several pieces of the store.
+/// An upload's pieces as the connection asks for them, in writes sized by how fast it asks: 64 KiB at first and
+/// after any wait of over a second (a slow link), doubled each time it asks again within 100 ms, up to 2 MiB (one
+/// write and one hand-off for four chunks of the store). Each ask is heard: it means the last write went out, so
+/// on a slow link the silence limit counts from the last 64 KiB sent, not the last 2 MiB.
 struct JoinedPieces: AsyncSequence, Sendable {
     typealias Element = ByteBuffer
-    static let minimumBytes = 2 * 1024 * 1024
+    static let smallestBytes = 64 * 1024
+    static let largestBytes = 2 * 1024 * 1024
+    static let quickAsk = Duration.milliseconds(100)
+    static let slowAsk = Duration.seconds(1)
 
     let body: UploadBody
     let heard: DeadlineWatch.Hearing
+    /// The time passed, on the transport's clock.
+    let elapsed: @Sendable () -> Duration
 
     struct AsyncIterator: AsyncIteratorProtocol {
         var pieces: AsyncThrowingStream<Data, any Error>.AsyncIterator
         let heard: DeadlineWatch.Hearing
+        let elapsed: @Sendable () -> Duration
+        var target = JoinedPieces.smallestBytes
+        var lastAsk: Duration?
+        /// Bytes read from the store and not given yet.
+        var pending = ByteBuffer()
 
         mutating func next() async throws -> ByteBuffer? {
-            var joined: ByteBuffer?
-            while let piece = try await pieces.next() {
-                heard()
-                if joined == nil { joined = ByteBufferAllocator().buffer(capacity: Swift.max(JoinedPieces.minimumBytes, piece.count)) }
-                joined?.writeBytes(piece)
-                if let joined, joined.readableBytes >= JoinedPieces.minimumBytes { break }
+            let now = elapsed()
+            if let lastAsk {
+                let wait = now - lastAsk
+                if wait < JoinedPieces.quickAsk {
+                    target = Swift.min(target * 2, JoinedPieces.largestBytes)
+                } else if wait > JoinedPieces.slowAsk {
+                    target = JoinedPieces.smallestBytes
+                }
             }
-            return joined
+            lastAsk = now
+            heard()
+            if pending.readableBytes == 0 {
+                var joined: ByteBuffer?
+                while (joined?.readableBytes ?? 0) < target, let piece = try await pieces.next() {
+                    if joined == nil { joined = ByteBufferAllocator().buffer(capacity: Swift.max(target, piece.count)) }
+                    joined?.writeBytes(piece)
+                }
+                guard let joined else { return nil }
+                pending = joined
+            }
+            return pending.readSlice(length: Swift.min(target, pending.readableBytes))
         }
     }
 
     func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(pieces: body.pieces().makeAsyncIterator(), heard: heard)
+        AsyncIterator(pieces: body.pieces().makeAsyncIterator(), heard: heard, elapsed: elapsed)
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import NIOConcurrencyHelpers
+import OutpostConcurrency
 import OutpostProtocol
 import Testing
 
@@ -147,5 +148,39 @@ struct PullStreamTests {
         } throws: { error in
             (error as? TransportError)?.kind == .invalidResponse
         }
+    }
+}
+
+/// How ``JoinedPieces`` sizes an upload's writes to the pace of its connection.
+@Suite("Upload writes")
+struct UploadWritesTests {
+    @Test("an upload's writes start at 64 KiB, double while the connection asks again at once, and start over after a slow ask")
+    func writesFollowTheLink() async throws {
+        let chunk = 524_288
+        let data = Data((0..<(8 * chunk)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 13) })
+        let body = UploadBody(offset: 0, count: Int64(data.count)) {
+            AsyncThrowingStream { continuation in
+                for start in stride(from: 0, to: data.count, by: chunk) { continuation.yield(data[start..<start + chunk]) }
+                continuation.finish()
+            }
+        }
+        let time = NIOLockedValueBox(Duration.zero)
+        let (sizes, sent) = try await DeadlineWatch(clock: ContinuousClock()).endingSilence(
+            after: .seconds(3600),
+            { heard in
+                var writes = JoinedPieces(body: body, heard: heard, elapsed: { time.withLockedValue { $0 } }).makeAsyncIterator()
+                var sizes: [Int] = []
+                var sent = Data()
+                while let write = try await writes.next() {
+                    sizes.append(write.readableBytes)
+                    sent.append(contentsOf: write.readableBytesView)
+                    // The connection takes two seconds for the fifth write: a slow link.
+                    if sizes.count == 5 { time.withLockedValue { $0 += .seconds(2) } }
+                }
+                return (sizes, sent)
+            }, silenced: { _ in CancellationError() })
+        let start = [65_536, 131_072, 262_144, 65_536, 1_048_576]
+        #expect(sizes == start + start + [1_048_576])
+        #expect(sent == data)
     }
 }
