@@ -509,6 +509,9 @@ struct FileTests {
             let sent = 6 * 1024 * 1024
             let answer = try await Thread.blocking { () -> String in
                 guard let socket = try? AdmissionGateTests.connect(port: port) else { return "no connection" }
+                // The 408 comes once the body timeout has passed, which a loaded machine stretches: wait up to a minute.
+                var patience = timeval(tv_sec: 60, tv_usec: 0)
+                setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &patience, socklen_t(MemoryLayout<timeval>.size))
                 defer { close(socket) }
                 _ = head.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
                 // Six of the ten megabytes, then silence.
