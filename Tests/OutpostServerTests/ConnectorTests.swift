@@ -382,12 +382,12 @@ struct ConnectorTests {
         #expect(ContinuousClock.now - started < .seconds(30))
         #expect(ConnectorMessage.reason(ConnectorMessage.TimedOut()) == "the receiver did not answer in time")
 
-        try await ConnectorMessage.checkAppsScriptOutput(receiver.url("/output/dlv_7"), delivery: "dlv_7", timeout: .seconds(10))
+        try await ConnectorMessage.checkAppsScriptOutput(receiver.url("/output/dlv_7"), delivery: "dlv_7", timeout: .seconds(60))
         await #expect(throws: ConnectorMessage.NotTakenByScript.self) {
-            try await ConnectorMessage.checkAppsScriptOutput(receiver.url("/output/dlv_6"), delivery: "dlv_7", timeout: .seconds(10))
+            try await ConnectorMessage.checkAppsScriptOutput(receiver.url("/output/dlv_6"), delivery: "dlv_7", timeout: .seconds(60))
         }
         await #expect(throws: ConnectorMessage.NotTakenByScript.self) {
-            try await ConnectorMessage.checkAppsScriptOutput(receiver.url("/error-page"), delivery: "dlv_7", timeout: .seconds(10))
+            try await ConnectorMessage.checkAppsScriptOutput(receiver.url("/error-page"), delivery: "dlv_7", timeout: .seconds(60))
         }
     }
 

@@ -22,6 +22,11 @@ func withServer(
     configuration.deliversConnectors = false
     // The tests' receivers listen on loopback.
     configuration.allowsLoopbackReceivers = true
+    // The live test client holds one connection for the whole test: it connects as the server starts, and may next
+    // ask only after the test has worked elsewhere for a while, which a loaded machine stretches past the 10 s and
+    // 60 s a real client is given. A test of either bound sets its own.
+    configuration.requestHeadTimeout = .seconds(600)
+    configuration.idleTimeout = .seconds(600)
     configure(&configuration)
     switch kind {
     case .sqlite:

@@ -107,32 +107,34 @@ extension PostgresStorage {
 
     package func discardUpload(tenant: String, sha256: String) async throws -> Bool {
         try await committed { [logger, files] connection in
-            let rows = try await connection.query(
-                "DELETE FROM files WHERE tenant = \(tenant) AND sha256 = \(sha256) AND NOT complete RETURNING sha256",
+            let deleted = try await connection.query(
+                "DELETE FROM files WHERE tenant = \(tenant) AND sha256 = \(sha256) AND NOT complete RETURNING tenant, sha256",
                 logger: logger)
-            var discarded = false
-            for try await _ in rows { discarded = true }
-            guard discarded else { return false }
-            try await connection.query(
-                "DELETE FROM file_chunks WHERE tenant = \(tenant) AND sha256 = \(sha256)", logger: logger)
-            files?.remove(tenant: tenant, sha256: sha256)
-            return true
+            return try await Self.removeBytes(of: deleted, on: connection, files: files, logger: logger) > 0
         }
     }
 
     package func discardStaleUploads(before time: Int64) async throws -> Int {
         try await committed { [logger, files] connection in
-            let rows = try await connection.query(
+            let deleted = try await connection.query(
                 "DELETE FROM files WHERE NOT complete AND touched_at < \(time) RETURNING tenant, sha256", logger: logger)
-            var stale: [(String, String)] = []
-            for try await row in rows.decode((String, String).self) { stale.append(row) }
-            for (tenant, sha256) in stale {
-                try await connection.query(
-                    "DELETE FROM file_chunks WHERE tenant = \(tenant) AND sha256 = \(sha256)", logger: logger)
-                files?.remove(tenant: tenant, sha256: sha256)
-            }
-            return stale.count
+            return try await Self.removeBytes(of: deleted, on: connection, files: files, logger: logger)
         }
+    }
+
+    /// Removes the bytes of the uploads whose rows `deleted` returns (their tenant and digest), from the table and
+    /// the directory, within the deleting transaction; how many there were.
+    private static func removeBytes(
+        of deleted: PostgresRowSequence, on connection: PostgresConnection, files: FileDirectory?, logger: Logger
+    ) async throws -> Int {
+        var uploads: [(String, String)] = []
+        for try await row in deleted.decode((String, String).self) { uploads.append(row) }
+        for (tenant, sha256) in uploads {
+            try await connection.query(
+                "DELETE FROM file_chunks WHERE tenant = \(tenant) AND sha256 = \(sha256)", logger: logger)
+            files?.remove(tenant: tenant, sha256: sha256)
+        }
+        return uploads.count
     }
 
     package func completeFiles(tenant: String, sha256s: [String]) async throws -> [String: FileUpload] {
