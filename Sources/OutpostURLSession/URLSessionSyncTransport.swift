@@ -140,19 +140,46 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
         ) { try JSONDecoder().decode(FileUpload.self, from: $0) }
     }
 
-    /// The file's bytes from `offset`, read whole from the answer, then given to `receive`: URLSession on Linux
-    /// streams no answer.
+    /// The bytes of one download request: URLSession on Linux streams no answer, so a file comes this many bytes a
+    /// request, each piece given to `receive` before the next is asked for.
+    public static let downloadRangeBytes = 1024 * 1024
+
+    /// The file's bytes from `offset`, ``downloadRangeBytes`` a request, until the answers' `Content-Range` says the
+    /// file has ended. A server that answers a range with the whole file is read from the offset on.
     public func download(
         _ sha256: String, collection: String, scope: String?, recordId: String, from offset: Int64,
         receive: @escaping @Sendable (Data) async throws -> Void
     ) async throws {
         let query = TransportRequest.fileQuery(collection, scope, recordId)
-        let headers = offset > 0 ? ["Range": "bytes=\(offset)-"] : [:]
-        let (bytes, status) = try await send("GET", path: "/v1/files/\(sha256)", query: query, accept: "*/*", headers: headers) {
-            $0
+        var next = offset
+        while true {
+            let last = next + Int64(Self.downloadRangeBytes) - 1
+            let (bytes, answer) = try await send(
+                "GET", path: "/v1/files/\(sha256)", query: query, accept: "*/*", headers: ["Range": "bytes=\(next)-\(last)"]
+            ) { $0 }
+            guard answer.statusCode == 206 else {
+                try await receive(bytes.dropFirst(Int(next)))
+                return
+            }
+            guard let range = answer.value(forHTTPHeaderField: "Content-Range").flatMap(Self.contentRange),
+                range.first == next, range.last - range.first + 1 == Int64(bytes.count), !bytes.isEmpty
+            else {
+                throw TransportError(kind: .invalidResponse, message: "the server's answer to a range of a file is not that range")
+            }
+            try await receive(bytes)
+            next = range.last + 1
+            if next >= range.size { return }
         }
-        // A server that sends the whole file for a range request is read from the offset on.
-        try await receive(status == 206 ? bytes : bytes.dropFirst(Int(offset)))
+    }
+
+    /// The first byte, last byte and file size that a `Content-Range: bytes F-L/S` header gives.
+    static func contentRange(_ header: String) -> (first: Int64, last: Int64, size: Int64)? {
+        guard header.hasPrefix("bytes ") else { return nil }
+        let parts = header.dropFirst("bytes ".count).split(whereSeparator: { $0 == "-" || $0 == "/" })
+        guard parts.count == 3, let first = Int64(parts[0]), let last = Int64(parts[1]), let size = Int64(parts[2]),
+            first <= last, last < size
+        else { return nil }
+        return (first, last, size)
     }
 
     private func send<T>(
@@ -166,7 +193,7 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
         _ method: String, path: String, query: [(String, String?)] = [], body: Data? = nil,
         contentType: String = "application/json", accept: String = "application/json", headers: [String: String] = [:],
         decode: @escaping (Data) throws -> T
-    ) async throws -> (value: T, status: Int) {
+    ) async throws -> (value: T, answer: HTTPURLResponse) {
         let url = try TransportRequest.url(baseURL, path: path, query: query)
         return try await bearer.authorizing { token in
             var request = URLRequest(url: url, timeoutInterval: timeout)
@@ -193,7 +220,7 @@ public struct URLSessionSyncTransport: BulkSyncTransport, SyncMonitorTransport, 
                 throw TransportError(kind: .invalidResponse, message: "the server's answer is not HTTP")
             }
             try TransportRequest.check(status: http.statusCode, body: data)
-            return (try TransportRequest.decoded(data, status: http.statusCode, decode), http.statusCode)
+            return (try TransportRequest.decoded(data, status: http.statusCode, decode), http)
         }
     }
 }

@@ -1,13 +1,14 @@
 import Foundation
+import NIOConcurrencyHelpers
 import OutpostApps
 import OutpostClient
 import OutpostHTTP
 import OutpostProtocol
 import OutpostTesting
-import OutpostURLSession
 import Testing
 
 @testable import OutpostServer
+@testable import OutpostURLSession
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -73,6 +74,44 @@ struct URLSessionTransportTests {
             let whole = try await http.uploadRange(UploadBody(Data(other.bytes), at: 0), of: other.reference, collection: "builds")
             #expect(whole == FileUpload(sha256: other.reference.sha256, size: 2_500_000, type: "image/jpeg", received: 2_500_000, complete: true))
             #expect(try await storage.completeFiles(tenant: "acme", sha256s: [file.reference.sha256, other.reference.sha256]).count == 2)
+        }
+    }
+
+    @Test("a file comes down through URLSession a megabyte a request, from the start or from a byte on, and a range answered wrongly is refused")
+    func downloads() async throws {
+        try await withServer(.sqlite, setup: .live) { client, _ in
+            let port = try #require(client.port)
+            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+            let session = URLSessionSyncTransport(baseURL: base, token: try await Fixtures.token(role: .staff))
+            let file = TestFile(count: 2_500_000, seed: 23)
+            var state: FileUpload?
+            while state?.complete != true {
+                let offset = state?.received ?? 0
+                state = try await session.uploadRange(
+                    UploadBody(Data(file.bytes[Int(offset)...]), at: offset), of: file.reference, collection: "builds")
+            }
+            let pushed = try await session.push(PushRequest(deviceId: "phone-ana", mutations: [FileTests.build("b1", photo: file.reference)]))
+            #expect(pushed.results.map(\.status) == [.applied])
+
+            /// The pieces a download from `offset` gives, in order.
+            func pieces(from offset: Int64) async throws -> [Data] {
+                let received = NIOLockedValueBox<[Data]>([])
+                try await session.download(
+                    file.reference.sha256, collection: "builds", scope: nil, recordId: "b1", from: offset,
+                    receive: { piece in received.withLockedValue { $0.append(piece) } })
+                return received.withLockedValue { $0 }
+            }
+            let whole = try await pieces(from: 0)
+            #expect(whole.map(\.count) == [1_048_576, 1_048_576, 402_848])
+            #expect(Array(whole.joined()) == file.bytes)
+            let rest = try await pieces(from: 2_000_000)
+            #expect(rest.map(\.count) == [500_000])
+            #expect(Array(rest.joined()) == Array(file.bytes[2_000_000...]))
+
+            #expect(URLSessionSyncTransport.contentRange("bytes 0-1048575/2500000")! == (0, 1_048_575, 2_500_000))
+            for wrong in ["bytes 5-4/10", "bytes 0-10/10", "bytes */10", "items 0-1/2", "bytes 0-1"] {
+                #expect(URLSessionSyncTransport.contentRange(wrong) == nil, "\(wrong)")
+            }
         }
     }
 

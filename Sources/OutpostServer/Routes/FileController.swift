@@ -143,7 +143,7 @@ struct FileController<Storage: SyncStorage> {
     }
 
     /// `GET /v1/files/{sha256}?collection=C&recordId=R[&scope=S]`: the file's bytes, streamed a stored range at a
-    /// time; `Range: bytes=N-` answers 206 from byte N. Only to a caller who may read record R as a pull would
+    /// time; a `Range` header answers 206 with the bytes it names (``byteRange(_:size:)``). Only to a caller who may read record R as a pull would
     /// let them, while R is live and one of its fields names the file, and the file is complete: otherwise 404, the
     /// same whichever it is, so that the answer tells nothing of records the caller may not read.
     @Sendable func download(_ request: Request, context: OutpostRequestContext) async throws -> Response {
@@ -170,22 +170,37 @@ struct FileController<Storage: SyncStorage> {
             caller: identity.admissionKey, logger: context.logger)
     }
 
-    /// Where a `Range: bytes=N-` header starts (nil without one, or for any other form of range, which is answered
-    /// with the whole file).
+    /// The bytes a `Range` header asks for (RFC 9110, section 14.1.2): `bytes=N-` from byte N to the end, `bytes=N-M`
+    /// from N to M (or to the end, when M is past it), `bytes=-K` the last K. Nil without a header, and for any other
+    /// form (several ranges, M before N, not a byte range), which is answered with the whole file.
     ///
-    /// - Throws: 416 when N is not before the file's end.
-    static func rangeStart(_ header: String?, size: Int64) throws -> Int64? {
-        guard let header, header.hasPrefix("bytes="), header.hasSuffix("-") else { return nil }
-        let digits = header.utf8.dropFirst("bytes=".utf8.count).dropLast()
-        guard (1...18).contains(digits.count), digits.allSatisfy({ (0x30...0x39).contains($0) }),
-            let start = Int64(String(decoding: digits, as: UTF8.self))
-        else { return nil }
-        guard start < size else {
-            throw OutpostHTTPError(
-                .rangeNotSatisfiable, .invalidRequest, "the file has \(size) bytes; a range starts before its end",
-                headers: [.contentRange: "bytes */\(size)"])
+    /// - Throws: 416 when the range starts at or past the file's end, or asks for the last 0 bytes.
+    static func byteRange(_ header: String?, size: Int64) throws -> ClosedRange<Int64>? {
+        guard let header, header.hasPrefix("bytes=") else { return nil }
+        let bounds = header.dropFirst("bytes=".count).split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard bounds.count == 2 else { return nil }
+        func number(_ digits: Substring) -> Int64? {
+            guard (1...18).contains(digits.utf8.count), digits.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
+            return Int64(digits)
         }
-        return start
+        let unsatisfiable = OutpostHTTPError(
+            .rangeNotSatisfiable, .invalidRequest, "the file has \(size) bytes; a range starts before its end",
+            headers: [.contentRange: "bytes */\(size)"])
+        if bounds[0].isEmpty {
+            guard let last = number(bounds[1]) else { return nil }
+            guard last > 0, size > 0 else { throw unsatisfiable }
+            return max(0, size - last)...(size - 1)
+        }
+        guard let first = number(bounds[0]) else { return nil }
+        let end: Int64?
+        if bounds[1].isEmpty {
+            end = nil
+        } else {
+            guard let given = number(bounds[1]), given >= first else { return nil }
+            end = given
+        }
+        guard first < size else { throw unsatisfiable }
+        return first...min(end ?? (size - 1), size - 1)
     }
 
     /// The file's digest in the path.
