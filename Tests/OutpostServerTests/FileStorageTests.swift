@@ -13,11 +13,12 @@ struct FileStorageTests {
     static var sha: String { file.reference.sha256 }
 
     static func append(
-        _ storage: any SyncStorage, _ range: Range<Int>, size: Int64 = 20_000, type: String = "image/jpeg", tenant: String = "acme"
+        _ storage: any SyncStorage, _ range: Range<Int>, size: Int64 = 20_000, type: String = "image/jpeg", tenant: String = "acme",
+        at time: Int64 = 1
     ) async throws -> RangeAppend {
         try await storage.appendRange(
             tenant: tenant, sha256: sha, size: size, type: type, offset: Int64(range.lowerBound),
-            bytes: ByteBuffer(bytes: file.range(range)), at: 1)
+            bytes: ByteBuffer(bytes: file.range(range)), at: time)
     }
 
     static func state(received: Int64, complete: Bool = false) -> FileUpload {
@@ -91,6 +92,41 @@ struct FileStorageTests {
             #expect(try await storage.storedFileRows(tenant: "globex") == StoredFileRows(files: 1, bytes: 5_000))
             let outcome = try await Self.append(storage, 0..<7_000)
             #expect(outcome == .appended(Self.state(received: 7_000), began: 1))
+        }
+    }
+
+    @Test(
+        "an unfinished upload declared otherwise is forgotten once quiet since the time given, never while it takes bytes, and never once complete",
+        arguments: StorageKind.fileStores)
+    func quietUploadDeclaredOtherwise(kind: StorageKind) async throws {
+        try await withStorage(kind) { storage in
+            func discard(
+                size: Int64 = 20_000, type: String = "image/jpeg", tenant: String = "acme", idleSince time: Int64
+            )
+                async throws -> Bool
+            {
+                try await storage.discardUpload(tenant: tenant, sha256: Self.sha, declaredOtherThan: size, type: type, idleSince: time)
+            }
+            // Given 7,000 bytes of the file declared 30,000 bytes long, the last taken at 1,000, and another tenant's
+            // declared as a PNG,
+            _ = try await Self.append(storage, 0..<5_000, size: 30_000, at: 500)
+            _ = try await Self.append(storage, 5_000..<7_000, size: 30_000, at: 1_000)
+            _ = try await Self.append(storage, 0..<3_000, type: "image/png", tenant: "globex", at: 1_000)
+            // an upload declared alike never gives way to it, nor one that took a byte since the time given;
+            #expect(try await !discard(size: 30_000, idleSince: 5_000))
+            #expect(try await !discard(idleSince: 1_000))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, bytes: 7_000))
+            // quiet since, it is forgotten with its bytes, for another size as for another type,
+            #expect(try await discard(idleSince: 1_001))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 0, bytes: 0))
+            #expect(try await storage.upload(tenant: "acme", sha256: Self.sha) == nil)
+            #expect(try await discard(tenant: "globex", idleSince: 1_001))
+            #expect(try await storage.storedFileRows(tenant: "globex") == StoredFileRows(files: 0, bytes: 0))
+            // and the file declared rightly goes up from 0. Complete, it never gives way.
+            #expect(try await Self.append(storage, 0..<20_000, at: 2_000) == .appended(Self.state(received: 20_000), began: 2_000))
+            #expect(try await storage.completeUpload(tenant: "acme", sha256: Self.sha))
+            #expect(try await !discard(size: 30_000, type: "image/png", idleSince: .max))
+            #expect(try await storage.storedFileRows() == StoredFileRows(files: 1, bytes: 20_000))
         }
     }
 

@@ -6,6 +6,7 @@ import OutpostClient
 import OutpostHTTP
 import OutpostProtocol
 import OutpostRecords
+import OutpostTesting
 import Testing
 
 @testable import OutpostServer
@@ -462,6 +463,43 @@ struct FileTests {
             received += buffer[..<count]
         }
         return String(decoding: received, as: UTF8.self)
+    }
+
+    @Test(
+        "an upload declared wrongly keeps the file's right declaration out while it takes bytes, and gives way once quiet for two minutes",
+        arguments: StorageKind.fileStores)
+    func quietUploadGivesWay(kind: StorageKind) async throws {
+        let now = ManualNow(Fixtures.serverNow.date)
+        try await withServer(kind, now: { now.date }) { client, _ in
+            let ana = try await Fixtures.token()
+            let ben = try await Fixtures.token(user: "ben", name: "Ben")
+            let file = TestFile(count: 12_000, seed: 42)
+            // Given 4,000 bytes of the photo sent by a device that declared it 30,000 bytes long,
+            let wrong = FileReference(sha256: file.reference.sha256, size: 30_000, type: "image/jpeg")
+            #expect(try await client.putRange(file.range(0..<4_000), of: wrong, at: 0, token: ana).status == .ok)
+            // another device that declares it rightly is told what the server holds, and refused while that upload
+            // may still be on its way,
+            #expect(try await client.uploadState(file.reference, token: ben)?.size == 30_000)
+            for wait in [0, 119] {
+                now.advance(seconds: Double(wait))
+                let held = try await client.putRange(file.range(4_000..<12_000), of: file.reference, at: 4_000, token: ben)
+                #expect(held.status == .conflict && held.wireError?.code == .invalidRequest, "\(wait): \(held.status)")
+                #expect(held.wireError?.message.contains("image/jpeg of 30000 bytes") == true)
+            }
+            // then, that upload quiet for over two minutes, it is forgotten: the device goes on from 0, as the
+            // server says, and the file is stored as declared rightly.
+            now.advance(seconds: 2)
+            let given = try await client.putRange(file.range(4_000..<12_000), of: file.reference, at: 4_000, token: ben)
+            #expect(given.status == .conflict && given.wireError?.code == .uploadOffsetMismatch, "\(given.status)")
+            #expect(try await client.uploadState(file.reference, token: ben) == nil)
+            let whole = try await client.putRange(file.bytes, of: file.reference, at: 0, token: ben)
+            #expect(whole.status == .ok)
+            #expect(try await client.uploadState(file.reference, token: ben)?.complete == true)
+            // The file complete, the wrong declaration is refused however long after.
+            now.advance(seconds: 600)
+            let late = try await client.putRange(file.range(0..<4_000), of: wrong, at: 0, token: ana)
+            #expect(late.status == .conflict && late.wireError?.message.contains("image/jpeg of 12000 bytes") == true, "\(late.status) \(String(buffer: late.body))")
+        }
     }
 
     @Test(

@@ -65,7 +65,14 @@ struct FileController<Storage: SyncStorage> {
         if let length = request.headers[.contentLength].flatMap(Int64.init) {
             guard offset + length <= size else { throw Self.pastSize(offset: offset, length: length, size: size) }
         }
-        let stored = try await storage.upload(tenant: identity.tenant, sha256: sha256)
+        var stored = try await storage.upload(tenant: identity.tenant, sha256: sha256)
+        if let held = stored, !held.complete, held.size != size || held.type != type,
+            try await storage.discardUpload(
+                tenant: identity.tenant, sha256: sha256, declaredOtherThan: size, type: type,
+                idleSince: Int64(now().timeIntervalSince1970 * 1000) - Self.quietUploadGivesWay.milliseconds)
+        {
+            stored = nil
+        }
         if let stored, try !Self.takesRange(stored, size: size, type: type, offset: offset) { return try .json(stored) }
         if stored == nil, offset != 0 { throw Self.offsetMismatch(received: 0) }
 
@@ -117,10 +124,16 @@ struct FileController<Storage: SyncStorage> {
         return complete
     }
 
+    /// How long an unfinished upload must have taken no byte before one of the same file declared with another size
+    /// or type replaces it (``FileStorage/discardUpload(tenant:sha256:declaredOtherThan:type:idleSince:)``): well
+    /// past the silence that ends an upload's request, so that an upload on its way is never replaced.
+    static var quietUploadGivesWay: Duration { .seconds(120) }
+
     /// Whether a range at `offset` of the file as declared goes on `stored`: false for a complete file, which
     /// takes nothing more.
     ///
-    /// - Throws: 409 when the server holds the file as another size or type, or another count of its bytes.
+    /// - Throws: 409 when the server holds the file as another size or type (complete, or unfinished and taking
+    ///   bytes), or another count of its bytes.
     static func takesRange(_ stored: FileUpload, size: Int64, type: String, offset: Int64) throws -> Bool {
         guard stored.size == size, stored.type == type else {
             throw OutpostHTTPError(

@@ -51,6 +51,16 @@ package protocol FileStorage: Sendable {
     /// Forgets an upload that is not complete, its row and every range; false when there was none to forget.
     func discardUpload(tenant: String, sha256: String) async throws -> Bool
 
+    /// Forgets the upload of `sha256` when it is not complete, was declared with another size or type than `size`
+    /// and `type`, and took no byte since `time` (milliseconds since 1970), its row and its bytes; false when there
+    /// is none such. The digest fixes the bytes, so two declarations of one file cannot both be right, and the
+    /// server cannot tell which is: the upload that has gone quiet gives way, so that a device that declared a file
+    /// wrongly and went away keeps the others out for minutes, not for the upload's whole lifetime.
+    func discardUpload(
+        tenant: String, sha256: String, declaredOtherThan size: Int64, type: String, idleSince time: Int64
+    )
+        async throws -> Bool
+
     /// Forgets every upload, of any tenant, that is not complete and took no byte since `time` (milliseconds since
     /// 1970), its row and its bytes: a device that comes back for it starts again from 0. How many were forgotten.
     func discardStaleUploads(before time: Int64) async throws -> Int

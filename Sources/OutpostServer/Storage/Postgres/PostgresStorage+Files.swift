@@ -114,6 +114,20 @@ extension PostgresStorage {
         }
     }
 
+    package func discardUpload(
+        tenant: String, sha256: String, declaredOtherThan size: Int64, type: String, idleSince time: Int64
+    ) async throws -> Bool {
+        try await committed { [logger, files] connection in
+            let deleted = try await connection.query(
+                """
+                DELETE FROM files WHERE tenant = \(tenant) AND sha256 = \(sha256) AND NOT complete AND touched_at < \(time)
+                AND (size <> \(size) OR type <> \(type))
+                RETURNING tenant, sha256
+                """, logger: logger)
+            return try await Self.removeBytes(of: deleted, on: connection, files: files, logger: logger) > 0
+        }
+    }
+
     package func discardStaleUploads(before time: Int64) async throws -> Int {
         try await committed { [logger, files] connection in
             let deleted = try await connection.query(

@@ -100,6 +100,21 @@ extension SQLiteStorage {
         }
     }
 
+    package func discardUpload(
+        tenant: String, sha256: String, declaredOtherThan size: Int64, type: String, idleSince time: Int64
+    ) async throws -> Bool {
+        try await pool.write { [files] db in
+            try db.execute(
+                sql: """
+                    DELETE FROM files WHERE tenant = ? AND sha256 = ? AND NOT complete AND touched_at < ?
+                    AND (size <> ? OR type <> ?)
+                    """, arguments: [tenant, sha256, time, size, type])
+            guard db.changesCount > 0 else { return false }
+            files.remove(tenant: tenant, sha256: sha256)
+            return true
+        }
+    }
+
     package func discardStaleUploads(before time: Int64) async throws -> Int {
         try await pool.write { [files] db in
             let stale = try Row.fetchAll(
