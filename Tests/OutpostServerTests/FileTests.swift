@@ -498,7 +498,74 @@ struct FileTests {
             // The file complete, the wrong declaration is refused however long after.
             now.advance(seconds: 600)
             let late = try await client.putRange(file.range(0..<4_000), of: wrong, at: 0, token: ana)
-            #expect(late.status == .conflict && late.wireError?.message.contains("image/jpeg of 12000 bytes") == true, "\(late.status) \(String(buffer: late.body))")
+            #expect(
+                late.status == .conflict && late.wireError?.message.contains("image/jpeg of 12000 bytes") == true,
+                "\(late.status) \(String(buffer: late.body))")
+        }
+    }
+
+    @Test("a device whose file the server holds unfinished as another size goes up from 0 once that upload is quiet; its build is then synced")
+    func deviceAfterWrongDeclaration() async throws {
+        let now = ManualNow(Fixtures.serverNow.date)
+        try await withServer(.sqlite, setup: .live, now: { now.date }) { client, storage in
+            let ana = try await Fixtures.token()
+            let file = TestFile(count: 12_000, seed: 43)
+            // Given 15,000 bytes under the photo's digest, more than the photo has, from a device that declared it
+            // 30,000 bytes long,
+            let wrong = FileReference(sha256: file.reference.sha256, size: 30_000, type: "image/jpeg")
+            #expect(try await client.putRange(TestFile(count: 15_000, seed: 44).bytes, of: wrong, at: 0, token: ana).status == .ok)
+            // a device that saved a build with the photo is refused while that upload may be on its way: the build
+            // waits;
+            let (base, store, directory) = try URLSessionTransportTests.deviceStore(port: client.port)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let engine = SyncEngine(
+                store: store, transport: HTTPSyncTransport(baseURL: base, token: ana),
+                configuration: SyncConfiguration(deviceId: "phone-ana", retryDelays: [], deliversAfterSave: false),
+                now: { Fixtures.serverNow.date })
+            _ = try await engine.save(
+                LocalStore.Write(collection: Build.collection, recordId: "b1", fields: ["name": "Block C"]),
+                attaching: ["photo": Attachment(data: Data(file.bytes), type: "image/jpeg")])
+            _ = try? await engine.sync()
+            #expect(try await storage.upload(tenant: "acme", sha256: file.reference.sha256)?.size == 30_000)
+            #expect(try await storage.record(tenant: "acme", collection: Build.collection, recordId: "b1", scope: "") == nil)
+            // once it is quiet, the next sync sends the photo from 0, and the build is synced.
+            now.advance(seconds: 121)
+            let summary = try await engine.sync()
+            #expect(summary.synced == 1 && summary.isComplete, "\(summary)")
+            #expect(
+                try await storage.upload(tenant: "acme", sha256: file.reference.sha256)
+                    == FileUpload(sha256: file.reference.sha256, size: 12_000, type: "image/jpeg", received: 12_000, complete: true))
+        }
+    }
+
+    @Test("over a real socket: an upload on a slow link is stored as it arrives, a piece every third of the body timeout")
+    func slowLinkStoredAsItArrives() async throws {
+        try await withServer(.sqlite, setup: .live, configure: { $0.bodyTimeout = .seconds(9) }) { client, storage in
+            let port = try #require(client.port)
+            let token = try await Fixtures.token()
+            let file = TestFile(count: 10_000, seed: 45)
+            let head =
+                "PUT /v1/uploads/\(file.reference.sha256)?collection=builds&size=10000&type=image/jpeg&offset=0 HTTP/1.1\r\n"
+                + "Host: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/octet-stream\r\n"
+                + "Content-Length: 10000\r\n\r\n"
+            let socket = try AdmissionGateTests.connect(port: port)
+            defer { close(socket) }
+            _ = head.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            // 100 bytes every 100 ms, a body that would take ten seconds and never makes a piece of 4 MiB: what
+            // arrived is stored while the request still runs, unanswered.
+            var sent = 0
+            var stored: Int64 = 0
+            while sent < 9_900, stored == 0 {
+                _ = file.bytes[sent..<sent + 100].withUnsafeBufferPointer {
+                    send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+                }
+                sent += 100
+                try await Task.sleep(for: .milliseconds(100))
+                stored = try await storage.upload(tenant: "acme", sha256: file.reference.sha256)?.received ?? 0
+            }
+            var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+            #expect(poll(&descriptor, 1, 0) == 0, "the request was answered: it ended before its bytes were stored")
+            #expect(stored > 0 && stored <= Int64(sent), "\(stored) of \(sent)")
         }
     }
 

@@ -1,4 +1,6 @@
 import Foundation
+import Hummingbird
+import HummingbirdTesting
 import NIOConcurrencyHelpers
 import OutpostApps
 import OutpostClient
@@ -77,7 +79,7 @@ struct URLSessionTransportTests {
         }
     }
 
-    @Test("a file comes down through URLSession a megabyte a request, from the start or from a byte on, and a range answered wrongly is refused")
+    @Test("a file comes down through URLSession a megabyte a request, from the start or from a byte on; an empty one whole")
     func downloads() async throws {
         try await withServer(.sqlite, setup: .live) { client, _ in
             let port = try #require(client.port)
@@ -108,10 +110,52 @@ struct URLSessionTransportTests {
             #expect(rest.map(\.count) == [500_000])
             #expect(Array(rest.joined()) == Array(file.bytes[2_000_000...]))
 
+            // An empty file is answered whole, whatever range is asked.
+            let empty = TestFile(count: 0, seed: 24)
+            #expect(
+                try await session.uploadRange(UploadBody(Data(), at: 0), of: empty.reference, collection: "builds").complete)
+            _ = try await session.push(PushRequest(deviceId: "phone-ana", mutations: [FileTests.build("b2", photo: empty.reference)]))
+            let nothing = NIOLockedValueBox<[Data]>([])
+            try await session.download(
+                empty.reference.sha256, collection: "builds", scope: nil, recordId: "b2", from: 0,
+                receive: { piece in nothing.withLockedValue { $0.append(piece) } })
+            #expect(nothing.withLockedValue { $0.allSatisfy(\.isEmpty) })
+
             #expect(URLSessionSyncTransport.contentRange("bytes 0-1048575/2500000")! == (0, 1_048_575, 2_500_000))
             for wrong in ["bytes 5-4/10", "bytes 0-10/10", "bytes */10", "items 0-1/2", "bytes 0-1"] {
                 #expect(URLSessionSyncTransport.contentRange(wrong) == nil, "\(wrong)")
             }
+        }
+    }
+
+    @Test("a server that answers a range with the whole file is read from the offset; one that answers another range is refused")
+    func downloadsFromOtherServers() async throws {
+        let bytes = Data((0..<3_000).map { UInt8($0 % 251) })
+        let router = Router()
+        router.get("/v1/files/:sha256") { _, context -> Response in
+            switch context.parameters.get("sha256") {
+            case "whole":
+                return Response(status: .ok, body: ResponseBody(byteBuffer: ByteBuffer(data: bytes)))
+            default:
+                return Response(
+                    status: .partialContent, headers: [.contentRange: "bytes 5-9/3000"],
+                    body: ResponseBody(byteBuffer: ByteBuffer(data: bytes[5..<10])))
+            }
+        }
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await app.test(.live) { client in
+            let port = try #require(client.port)
+            let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+            let session = URLSessionSyncTransport(baseURL: base, token: "t")
+            let received = NIOLockedValueBox<[Data]>([])
+            try await session.download(
+                "whole", collection: "builds", scope: nil, recordId: "b1", from: 1_000,
+                receive: { piece in received.withLockedValue { $0.append(piece) } })
+            #expect(received.withLockedValue { $0 } == [bytes[1_000...]])
+            let astray = await #expect(throws: TransportError.self) {
+                try await session.download("astray", collection: "builds", scope: nil, recordId: "b1", from: 0, receive: { _ in })
+            }
+            #expect(astray?.kind == .invalidResponse)
         }
     }
 

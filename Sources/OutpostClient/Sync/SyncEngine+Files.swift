@@ -73,7 +73,8 @@ extension SyncEngine {
             publish()
         }
         do {
-            var upload = try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }
+            var upload = Self.resumable(
+                try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }, of: file)
             // What the server holds, known before the next request: a cut one may have left it more than the device
             // was told.
             if let upload { try await store.noteUpload(upload) }
@@ -99,7 +100,9 @@ extension SyncEngine {
                     // Another device uploads the same file, an answer was lost, or the link fell silent: go on from
                     // the bytes the server stored.
                     failure = error
-                    upload = try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) }
+                    upload = Self.resumable(
+                        try await exchange(retrying: retrying) { try await files.upload(of: file.sha256, collection: collection) },
+                        of: file)
                     if let upload { try await store.noteUpload(upload) }
                 }
                 if (upload?.received ?? 0) > offset || upload?.complete == true {
@@ -116,6 +119,15 @@ extension SyncEngine {
             try await store.noteUploadRefused(file.sha256, reason: error.wire?.message ?? Self.describe(error))
         }
         status.pendingUploadBytes = try await store.pendingUploadBytes()
+    }
+
+    /// The server's upload as this device may go on from it. An unfinished one declared with another size or type
+    /// holds no byte of this file as the device declares it: the upload starts from 0, and the server lets it once
+    /// the other has gone quiet. A complete one is the file, whatever its declaration; the push then says whether
+    /// the record may name it so.
+    static func resumable(_ upload: FileUpload?, of file: FileReference) -> FileUpload? {
+        guard let upload, !upload.complete else { return upload }
+        return upload.size == file.size && upload.type == file.type ? upload : nil
     }
 
     /// Tells the status how far the upload of `file` has read (every ``progressBytes``, and at its end).

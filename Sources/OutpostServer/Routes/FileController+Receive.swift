@@ -10,6 +10,11 @@ extension FileController {
     /// own, so a body cut part-way keeps every whole piece and what had arrived of the next.
     static var pieceBytes: Int { 4 * 1024 * 1024 }
 
+    /// How long a piece may take to arrive before it is stored as it stands, a third of the body timeout: an upload
+    /// on a slow link is counted, and its upload touched, that often, and so never taken for a quiet one
+    /// (``quietUploadGivesWay``).
+    var pieceWait: Duration { configuration.bodyTimeout / 3 }
+
     /// One upload's body on its way into storage.
     struct Receipt {
         let tenant: String
@@ -77,6 +82,7 @@ extension FileController {
                 storing = nil
             }
             var body = request.body.makeAsyncIterator()
+            var begun = watch.timePassed()
             do {
                 while let fragment = try await body.next() {
                     watch.postpone(deadline, by: silence)
@@ -85,8 +91,9 @@ extension FileController {
                         throw Self.pastSize(offset: start.next, length: arrived - start.next, size: receipt.size)
                     }
                     piece.writeImmutableBuffer(fragment)
-                    if piece.readableBytes >= Self.pieceBytes {
+                    if piece.readableBytes >= Self.pieceBytes || watch.timePassed() - begun >= pieceWait {
                         try await hand(piece)
+                        begun = watch.timePassed()
                         piece = ByteBufferAllocator().buffer(capacity: Int(min(Int64(room), receipt.size - receipt.next)))
                         if receipt.upload.complete { break }
                     }

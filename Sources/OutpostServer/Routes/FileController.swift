@@ -69,7 +69,7 @@ struct FileController<Storage: SyncStorage> {
         if let held = stored, !held.complete, held.size != size || held.type != type,
             try await storage.discardUpload(
                 tenant: identity.tenant, sha256: sha256, declaredOtherThan: size, type: type,
-                idleSince: Int64(now().timeIntervalSince1970 * 1000) - Self.quietUploadGivesWay.milliseconds)
+                idleSince: Int64(now().timeIntervalSince1970 * 1000) - quietUploadGivesWay.milliseconds)
         {
             stored = nil
         }
@@ -125,9 +125,10 @@ struct FileController<Storage: SyncStorage> {
     }
 
     /// How long an unfinished upload must have taken no byte before one of the same file declared with another size
-    /// or type replaces it (``FileStorage/discardUpload(tenant:sha256:declaredOtherThan:type:idleSince:)``): well
-    /// past the silence that ends an upload's request, so that an upload on its way is never replaced.
-    static var quietUploadGivesWay: Duration { .seconds(120) }
+    /// or type replaces it (``FileStorage/discardUpload(tenant:sha256:declaredOtherThan:type:idleSince:)``): two
+    /// minutes, and at least twice the body timeout. An upload on its way stores what arrived at least every
+    /// ``pieceWait``, and its request ends once it falls silent for the body timeout, so it is never replaced.
+    var quietUploadGivesWay: Duration { max(.seconds(120), configuration.bodyTimeout * 2) }
 
     /// Whether a range at `offset` of the file as declared goes on `stored`: false for a complete file, which
     /// takes nothing more.
@@ -155,10 +156,10 @@ struct FileController<Storage: SyncStorage> {
         OutpostHTTPError.badRequest("a range of \(length) bytes at offset \(offset) runs past the file's size, \(size) bytes")
     }
 
-    /// `GET /v1/files/{sha256}?collection=C&recordId=R[&scope=S]`: the file's bytes, streamed a stored range at a
-    /// time; a `Range` header answers 206 with the bytes it names (``byteRange(_:size:)``). Only to a caller who may read record R as a pull would
-    /// let them, while R is live and one of its fields names the file, and the file is complete: otherwise 404, the
-    /// same whichever it is, so that the answer tells nothing of records the caller may not read.
+    /// `GET /v1/files/{sha256}?collection=C&recordId=R[&scope=S]`: the file's bytes, streamed a stored range at a time; a
+    /// `Range` header answers 206 with the bytes it names (``byteRange(_:size:)``). Only to a caller who may read record R
+    /// as a pull would let them, while R is live and one of its fields names the file, and the file is complete: otherwise
+    /// 404, the same whichever it is, so that the answer tells nothing of records the caller may not read.
     @Sendable func download(_ request: Request, context: OutpostRequestContext) async throws -> Response {
         let policy = try RequestDecoding.collection(in: request, registry: configuration.collections)
         let scope = try RequestDecoding.scope(in: request)
@@ -185,11 +186,11 @@ struct FileController<Storage: SyncStorage> {
 
     /// The bytes a `Range` header asks for (RFC 9110, section 14.1.2): `bytes=N-` from byte N to the end, `bytes=N-M`
     /// from N to M (or to the end, when M is past it), `bytes=-K` the last K. Nil without a header, and for any other
-    /// form (several ranges, M before N, not a byte range), which is answered with the whole file.
+    /// form (several ranges, M before N, not a byte range), and for an empty file, which is answered whole.
     ///
     /// - Throws: 416 when the range starts at or past the file's end, or asks for the last 0 bytes.
     static func byteRange(_ header: String?, size: Int64) throws -> ClosedRange<Int64>? {
-        guard let header, header.hasPrefix("bytes=") else { return nil }
+        guard let header, header.hasPrefix("bytes="), size > 0 else { return nil }
         let bounds = header.dropFirst("bytes=".count).split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
         guard bounds.count == 2 else { return nil }
         func number(_ digits: Substring) -> Int64? {
@@ -201,7 +202,7 @@ struct FileController<Storage: SyncStorage> {
             headers: [.contentRange: "bytes */\(size)"])
         if bounds[0].isEmpty {
             guard let last = number(bounds[1]) else { return nil }
-            guard last > 0, size > 0 else { throw unsatisfiable }
+            guard last > 0 else { throw unsatisfiable }
             return max(0, size - last)...(size - 1)
         }
         guard let first = number(bounds[0]) else { return nil }
