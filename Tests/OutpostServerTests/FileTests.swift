@@ -454,6 +454,15 @@ struct FileTests {
 
     /// An error answer read from `socket` to the end of its JSON (`}}`), or what came before the socket closed or
     /// its receive timeout passed.
+    /// The head of a `PUT` of a whole file from offset 0, as a client sends it before the body.
+    static func uploadHead(
+        _ sha256: String, size: some BinaryInteger, collection: String = "builds", type: String = "image/jpeg", token: String
+    ) -> String {
+        "PUT /v1/uploads/\(sha256)?collection=\(collection)&size=\(size)&type=\(type)&offset=0 HTTP/1.1\r\n"
+            + "Host: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/octet-stream\r\n"
+            + "Content-Length: \(size)\r\n\r\n"
+    }
+
     static func errorAnswer(on socket: Int32) -> String {
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
@@ -544,10 +553,7 @@ struct FileTests {
             let port = try #require(client.port)
             let token = try await Fixtures.token()
             let file = TestFile(count: 10_000, seed: 45)
-            let head =
-                "PUT /v1/uploads/\(file.reference.sha256)?collection=builds&size=10000&type=image/jpeg&offset=0 HTTP/1.1\r\n"
-                + "Host: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/octet-stream\r\n"
-                + "Content-Length: 10000\r\n\r\n"
+            let head = Self.uploadHead(file.reference.sha256, size: 10_000, token: token)
             let socket = try AdmissionGateTests.connect(port: port)
             defer { close(socket) }
             _ = head.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
@@ -624,10 +630,7 @@ struct FileTests {
             let token = try await Fixtures.token()
             let file = TestFile(count: 10 * 1024 * 1024, seed: 10)
             let reference = file.reference
-            let head =
-                "PUT /v1/uploads/\(reference.sha256)?collection=builds&size=\(file.bytes.count)&type=image/jpeg&offset=0 HTTP/1.1\r\n"
-                + "Host: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/octet-stream\r\n"
-                + "Content-Length: \(file.bytes.count)\r\n\r\n"
+            let head = Self.uploadHead(reference.sha256, size: file.bytes.count, token: token)
             let sent = 6 * 1024 * 1024
             let answer = try await Thread.blocking { () -> String in
                 guard let socket = try? AdmissionGateTests.connect(port: port) else { return "no connection" }
@@ -673,10 +676,7 @@ struct FileTests {
             let token = try await Fixtures.token()
             let sha = String(repeating: "c", count: 64)
             // The head of a range of 100,000 bytes, and not a byte of it.
-            let head =
-                "PUT /v1/uploads/\(sha)?collection=attendance&size=100000&type=application/pdf&offset=0 HTTP/1.1\r\n"
-                + "Host: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/octet-stream\r\n"
-                + "Content-Length: 100000\r\n\r\n"
+            let head = Self.uploadHead(sha, size: 100_000, collection: "attendance", type: "application/pdf", token: token)
             let answer = try await Thread.blocking { () -> String in
                 guard let socket = try? AdmissionGateTests.connect(port: port) else { return "no connection" }
                 defer { close(socket) }
@@ -697,10 +697,7 @@ struct FileTests {
             let token = try await Fixtures.token()
             let file = TestFile(count: 2_000, seed: 9)
             let reference = file.reference
-            let head =
-                "PUT /v1/uploads/\(reference.sha256)?collection=builds&size=2000&type=image/jpeg&offset=0 HTTP/1.1\r\n"
-                + "Host: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/octet-stream\r\n"
-                + "Content-Length: 2000\r\n\r\n"
+            let head = Self.uploadHead(reference.sha256, size: 2_000, token: token)
             let socket = try AdmissionGateTests.connect(port: port)
             defer { close(socket) }
             _ = head.withCString { send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
