@@ -50,7 +50,8 @@ package func buildApplication<Storage: SyncStorage>(
                 storage: storage, clock: ContinuousClock(), now: now, logger: logger,
                 deliver: { url, body in try await NotificationWatch<Storage>.post(url: url, body: body) }),
             UploadExpiry(
-                storage: storage, lifetime: configuration.uploadLifetime, clock: ContinuousClock(), now: now, logger: logger),
+                storage: storage, lifetime: configuration.uploadLifetime, clock: ContinuousClock(), now: now, logger: logger,
+                metrics: metrics),
         ],
         onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
         logger: logger
@@ -155,7 +156,7 @@ package func buildRouter<Storage: SyncStorage>(
             middleware: AdmissionMiddleware(
                 gate: gate, callers: callers, maxBodyBytes: FileController<Storage>.pieceBytes, bodyTimeout: configuration.bodyTimeout,
                 defersBody: true))
-    FileController(storage: storage, configuration: configuration, gate: gate, now: now).addRoutes(to: files)
+    FileController(storage: storage, configuration: configuration, gate: gate, metrics: metrics, now: now).addRoutes(to: files)
     // Signed links to files, for systems that hold no token: outside /v1 and its bearer tokens.
     FileLinkController(storage: storage, configuration: configuration, secrets: secrets, gate: gate, now: now).addRoutes(
         to: router)

@@ -172,7 +172,8 @@ struct FileStorageTests {
             func look<S: SyncStorage>(_ storage: S) async -> Int {
                 await UploadExpiry(
                     storage: storage, lifetime: .seconds(7 * 24 * 3600), clock: ContinuousClock(),
-                    now: { Date(timeIntervalSince1970: TimeInterval(9 * day) / 1000) }, logger: Fixtures.quietLogger
+                    now: { Date(timeIntervalSince1970: TimeInterval(9 * day) / 1000) }, logger: Fixtures.quietLogger,
+                    metrics: ServerMetrics()
                 ).look()
             }
             #expect(await look(storage) == 1)

@@ -576,6 +576,46 @@ struct FileTests {
     }
 
     @Test(
+        "/metrics counts the bytes uploads stored and how uploads ended, and says what the files hold, complete and unfinished",
+        arguments: StorageKind.fileStores)
+    func metrics(kind: StorageKind) async throws {
+        let metrics = ServerMetrics()
+        try await withServer(kind, metrics: metrics) { client, storage in
+            let ana = try await Fixtures.token()
+            let whole = TestFile(count: 12_000, seed: 46)
+            let damaged = TestFile(count: 5_000, seed: 47)
+            let unfinished = TestFile(count: 9_000, seed: 48)
+            // A photo in two ranges, one whose bytes are not the ones its digest names, half of another,
+            _ = try await client.putRange(whole.range(0..<7_000), of: whole.reference, at: 0, token: ana)
+            _ = try await client.putRange(whole.range(7_000..<12_000), of: whole.reference, at: 7_000, token: ana)
+            var altered = damaged.bytes
+            altered[10] ^= 0xFF
+            #expect(try await client.putRange(altered, of: damaged.reference, at: 0, token: ana).status == .unprocessableContent)
+            _ = try await client.putRange(unfinished.range(0..<4_000), of: unfinished.reference, at: 0, token: ana)
+            func value(_ line: String) async throws -> String? {
+                let text = String(decoding: try await client.send(.get, "/metrics", token: nil).body.readableBytesView, as: UTF8.self)
+                return text.split(separator: "\n").first { $0.hasPrefix(line + " ") }.map { String($0.dropFirst(line.count + 1)) }
+            }
+            #expect(try await value("outpost_upload_bytes_total") == "21000")
+            #expect(try await value(#"outpost_uploads_total{result="complete"}"#) == "1")
+            #expect(try await value(#"outpost_uploads_total{result="digest_mismatch"}"#) == "1")
+            #expect(try await value(#"outpost_file_bytes{state="complete"}"#) == "12000.0")
+            #expect(try await value(#"outpost_file_bytes{state="unfinished"}"#) == "4000.0")
+            // and the half expired, a week and a day later.
+            func expire<S: SyncStorage>(_ storage: S) async -> Int {
+                await UploadExpiry(
+                    storage: storage, lifetime: .seconds(7 * 24 * 3600), clock: ContinuousClock(),
+                    now: { Fixtures.serverNow.date.addingTimeInterval(8 * 24 * 3600) }, logger: Fixtures.quietLogger,
+                    metrics: metrics
+                ).look()
+            }
+            #expect(await expire(storage) == 1)
+            #expect(try await value(#"outpost_uploads_total{result="expired"}"#) == "1")
+            #expect(try await value(#"outpost_file_bytes{state="unfinished"}"#) == "0.0")
+        }
+    }
+
+    @Test(
         "bytes counted but missing from the file directory restart the upload from 0, or fail the digest at its end",
         arguments: [StorageKind.sqlite, .postgresFileDirectory])
     func missingBytes(kind: StorageKind) async throws {

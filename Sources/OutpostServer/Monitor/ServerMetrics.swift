@@ -30,6 +30,21 @@ package final class ServerMetrics: Sendable {
     /// A venue relay's writes the server took, and those it refused.
     let relayForwarded: Counter
     let relayRefused: Counter
+    /// File bytes stored by uploads, and uploads by how they ended.
+    let uploadBytes: Counter
+    let uploads: [UploadEnd: Counter]
+    /// The bytes the tenants' files hold, complete and in uploads not finished (by `complete`).
+    let fileBytes: [Bool: Gauge]
+
+    /// How an upload ended.
+    enum UploadEnd: String, CaseIterable {
+        /// Its last byte in, its digest checked.
+        case complete
+        /// Its bytes did not have the digest they were sent under: discarded.
+        case digestMismatch = "digest_mismatch"
+        /// Unfinished past the upload lifetime: forgotten.
+        case expired
+    }
 
     static let latencyBuckets: [Duration] = [
         .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
@@ -86,6 +101,22 @@ package final class ServerMetrics: Sendable {
             "outpost_relay_backlog_age_seconds", "How long the oldest write a venue relay holds has waited for the server")
         relayForwarded = counter("outpost_relay_forwarded", "Writes a venue relay forwarded that the server took")
         relayRefused = counter("outpost_relay_refused", "Writes a venue relay forwarded that the server refused")
+        uploadBytes = counter("outpost_upload_bytes", "File bytes stored by uploads")
+        uploads = Dictionary(
+            uniqueKeysWithValues: UploadEnd.allCases.map {
+                ($0, counter("outpost_uploads", "Uploads by how they ended", [("result", $0.rawValue)]))
+            })
+        fileBytes = Dictionary(
+            uniqueKeysWithValues: [true, false].map { complete in
+                (
+                    complete,
+                    registry.makeGauge(
+                        descriptor: MetricNameDescriptor(
+                            metricName: "outpost_file_bytes", unitName: "",
+                            helpText: "Bytes the tenants' files hold: complete, and received by unfinished uploads"),
+                        labels: [("state", complete ? "complete" : "unfinished")])
+                )
+            })
     }
 
     func count(_ results: [MutationResult]) {
@@ -102,12 +133,17 @@ package final class ServerMetrics: Sendable {
             buckets: Self.latencyBuckets)
     }
 
-    /// The exposition text, with the device gauges read from storage first, so that every server sharing
-    /// one database reports the same devices.
-    func exposition(storage: some MonitorStorage & ConnectorStorage, gate: AdmissionGate, now: Date) async throws -> String {
+    /// The exposition text, with the device and file gauges read from storage first, so that every server sharing
+    /// one database reports the same devices and files.
+    func exposition(
+        storage: some MonitorStorage & ConnectorStorage & FileStorage, gate: AdmissionGate, now: Date
+    ) async throws -> String {
         let counts = try await storage.deviceStateCounts(now: Timestamp(now).millisecondsSince1970)
         for (state, gauge) in devices { gauge.set(to: Double(counts[state] ?? 0)) }
         connectorsFailing.set(to: Double(try await storage.failingConnectorCount()))
+        let files = try await storage.storedFileBytes()
+        fileBytes[true]?.set(to: Double(files.complete))
+        fileBytes[false]?.set(to: Double(files.unfinished))
         let admission = gate.snapshot
         requestsRunning.set(to: Double(admission.running))
         requestsWaiting.set(to: Double(admission.waiting))

@@ -155,6 +155,7 @@ extension FileController {
             }
             throw Self.offsetMismatch(received: stored.received)
         case .appended(let upload, let began):
+            metrics.uploadBytes.increment(by: Int64(bytes.readableBytes))
             digests.keep(await advance, began: began)
             var receipt = receipt
             receipt.next = upload.received

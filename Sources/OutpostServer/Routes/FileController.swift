@@ -17,6 +17,7 @@ struct FileController<Storage: SyncStorage> {
     let configuration: ServerConfiguration
     /// Admits each range of a download after its first, as it admits requests.
     let gate: AdmissionGate
+    let metrics: ServerMetrics
     let now: @Sendable () -> Date
     /// The running digests of the uploads this process takes.
     var digests = UploadDigests()
@@ -112,6 +113,7 @@ struct FileController<Storage: SyncStorage> {
         }
         guard digest == upload.sha256 else {
             _ = try await storage.discardUpload(tenant: tenant, sha256: upload.sha256)
+            metrics.uploads[.digestMismatch]?.increment()
             throw OutpostHTTPError(
                 .unprocessableContent, .digestMismatch,
                 "the bytes received do not have the digest they were sent under; none of them is kept: upload the file again")
@@ -119,6 +121,7 @@ struct FileController<Storage: SyncStorage> {
         guard try await storage.completeUpload(tenant: tenant, sha256: upload.sha256) else {
             return try await storage.upload(tenant: tenant, sha256: upload.sha256) ?? upload
         }
+        metrics.uploads[.complete]?.increment()
         var complete = upload
         complete.complete = true
         return complete

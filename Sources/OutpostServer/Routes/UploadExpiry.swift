@@ -14,6 +14,7 @@ struct UploadExpiry<Storage: SyncStorage>: Service {
     let clock: any Clock<Duration>
     let now: @Sendable () -> Date
     let logger: Logger
+    let metrics: ServerMetrics
     var interval: Duration = .seconds(3600)
 
     func run() async throws {
@@ -31,7 +32,10 @@ struct UploadExpiry<Storage: SyncStorage>: Service {
         let before = Timestamp(now()).millisecondsSince1970 - lifetime.milliseconds
         do {
             let forgotten = try await storage.discardStaleUploads(before: before)
-            if forgotten > 0 { logger.info("unfinished uploads expired", metadata: ["count": "\(forgotten)"]) }
+            if forgotten > 0 {
+                logger.info("unfinished uploads expired", metadata: ["count": "\(forgotten)"])
+                metrics.uploads[.expired]?.increment(by: Int64(forgotten))
+            }
             return forgotten
         } catch {
             // A storage error says what failed, never a query or a stored value.

@@ -65,6 +65,9 @@ package protocol FileStorage: Sendable {
     /// 1970), its row and its bytes: a device that comes back for it starts again from 0. How many were forgotten.
     func discardStaleUploads(before time: Int64) async throws -> Int
 
+    /// The bytes every tenant's files hold: of complete files, and received by uploads not finished.
+    func storedFileBytes() async throws -> (complete: Int64, unfinished: Int64)
+
     /// The complete files among `sha256s`, by digest.
     func completeFiles(tenant: String, sha256s: [String]) async throws -> [String: FileUpload]
 }

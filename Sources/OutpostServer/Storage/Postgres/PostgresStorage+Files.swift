@@ -151,6 +151,19 @@ extension PostgresStorage {
         return uploads.count
     }
 
+    package func storedFileBytes() async throws -> (complete: Int64, unfinished: Int64) {
+        try await guarded {
+            let rows = try await client.query(
+                """
+                SELECT COALESCE(SUM(size) FILTER (WHERE complete), 0)::bigint,
+                COALESCE(SUM(received) FILTER (WHERE NOT complete), 0)::bigint
+                FROM files
+                """, logger: logger)
+            for try await (complete, unfinished) in rows.decode((Int64, Int64).self) { return (complete, unfinished) }
+            return (0, 0)
+        }
+    }
+
     package func completeFiles(tenant: String, sha256s: [String]) async throws -> [String: FileUpload] {
         guard !sha256s.isEmpty else { return [:] }
         return try await guarded {

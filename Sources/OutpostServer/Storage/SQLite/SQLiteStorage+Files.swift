@@ -124,6 +124,18 @@ extension SQLiteStorage {
         }
     }
 
+    package func storedFileBytes() async throws -> (complete: Int64, unfinished: Int64) {
+        try await pool.read { db in
+            let row = try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT COALESCE(SUM(CASE WHEN complete THEN size END), 0), COALESCE(SUM(CASE WHEN NOT complete THEN received END), 0)
+                    FROM files
+                    """)
+            return (row?[0] ?? 0, row?[1] ?? 0)
+        }
+    }
+
     package func completeFiles(tenant: String, sha256s: [String]) async throws -> [String: FileUpload] {
         guard !sha256s.isEmpty else { return [:] }
         return try await pool.read { db in
