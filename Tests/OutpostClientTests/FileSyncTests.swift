@@ -299,4 +299,60 @@ struct FileSyncTests {
             #expect(try await h.engine.fileData(reference, of: record) == photo)
         }
     }
+
+    @Test(
+        "past the bytes a device keeps, files the server holds give theirs back least recently used first; files waiting to go, or named by a record that waits, keep theirs; a screen downloads one again"
+    )
+    func keptFileBytes() async throws {
+        try await withStore { store, _ in
+            let now = ManualNow()
+            let transport = InMemoryTransport(server: InMemoryServer())
+            var configuration = SyncConfiguration(deviceId: "dev-1", retryDelays: [], deliversAfterSave: false)
+            configuration.keptFileBytes = 2_500_000
+            let engine = SyncEngine(store: store, transport: transport, configuration: configuration, clock: ManualClock(), now: now.closure)
+            await engine.setOnline(true)
+            // Given three photos of a megabyte each, saved an hour apart,
+            let photos = (0..<4).map { Self.photo(1_000_000, seed: UInt8(20 + $0)) }
+            var records: [LocalRecord] = []
+            for index in 0..<3 {
+                records.append(
+                    try await engine.save(
+                        LocalStore.Write(collection: "builds", recordId: "b\(index)", fields: ["name": "Shed"]),
+                        attaching: ["photo": Attachment(data: photos[index], type: "image/jpeg")]))
+                now.advance(seconds: 3600)
+            }
+            let files = try records.map { try #require(FileReference.references(in: $0.fields)["photo"]) }
+            func stored(_ file: FileReference) async throws -> Int64 { try await engine.fileState(file).storedBytes }
+            // once they are on the server, the oldest gives its bytes back: the other two are within the limit.
+            #expect(try await engine.sync().synced == 3)
+            #expect(try await stored(files[0]) == 0)
+            #expect(try await engine.fileState(files[0]).isOnServer)
+            #expect(try await [stored(files[1]), stored(files[2])] == [1_000_000, 1_000_000])
+
+            // A photo saved offline, waiting to upload, is neither counted nor given back, nor is one a record edited
+            // offline names: the device may have to send them.
+            transport.isOnline = false
+            await engine.setOnline(false)
+            let waiting = try await engine.save(
+                LocalStore.Write(collection: "builds", recordId: "b3", fields: ["name": "Gate"]),
+                attaching: ["photo": Attachment(data: photos[3], type: "image/jpeg")])
+            let waitingFile = try #require(FileReference.references(in: waiting.fields)["photo"])
+            _ = try await engine.save(
+                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed, painted", "photo": files[1].json]))
+            now.advance(seconds: 3600)
+            #expect(try await store.releaseFileBytes(keeping: 0, usedSince: Timestamp(now.date).millisecondsSince1970 - 600_000) == 1_000_000)
+            #expect(try await [stored(files[1]), stored(files[2]), stored(waitingFile)] == [1_000_000, 0, 1_000_000])
+
+            // Back online, the edit and the waiting photo go up. A screen asks for the first photo: it comes down
+            // again whole, and the device, over its limit, gives back the bytes of the photo used longest ago;
+            transport.isOnline = true
+            await engine.setOnline(true)
+            #expect(try await engine.fileData(files[0], of: records[0]) == photos[0])
+            #expect(try await [stored(files[0]), stored(files[1]), stored(waitingFile)] == [1_000_000, 0, 1_000_000])
+            // the photo just opened keeps its bytes whatever the limit.
+            let tenMinutesAgo = Timestamp(now.date).millisecondsSince1970 - 600_000
+            #expect(try await store.releaseFileBytes(keeping: 0, usedSince: tenMinutesAgo) == 1_000_000)
+            #expect(try await [stored(files[0]), stored(waitingFile)] == [1_000_000, 0])
+        }
+    }
 }

@@ -35,6 +35,8 @@ struct FileRow: FetchableRecord, PersistableRecord, Sendable, Hashable {
     var uploaded: Int64
     var uploadError: String?
     var createdAt: Int64
+    /// When the file was last attached, or opened for a screen (milliseconds since 1970).
+    var usedAt: Int64
 
     init(reference: FileReference, state: UploadState, at time: Int64) {
         sha256 = reference.sha256
@@ -44,6 +46,7 @@ struct FileRow: FetchableRecord, PersistableRecord, Sendable, Hashable {
         uploadState = state
         uploaded = 0
         createdAt = time
+        usedAt = time
     }
 
     init(row: Row) throws {
@@ -59,6 +62,7 @@ struct FileRow: FetchableRecord, PersistableRecord, Sendable, Hashable {
         uploaded = row["uploaded"]
         uploadError = row["upload_error"]
         createdAt = row["created_at"]
+        usedAt = row["used_at"]
     }
 
     func encode(to container: inout PersistenceContainer) throws {
@@ -70,6 +74,7 @@ struct FileRow: FetchableRecord, PersistableRecord, Sendable, Hashable {
         container["uploaded"] = uploaded
         container["upload_error"] = uploadError
         container["created_at"] = createdAt
+        container["used_at"] = usedAt
     }
 
     /// Whether every byte of the file is on the device.

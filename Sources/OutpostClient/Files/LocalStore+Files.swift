@@ -24,8 +24,9 @@ extension LocalStore {
                 // Attached again: it is tried again, under the collection's limits as they are now.
                 existing.uploadState = .pending
                 existing.uploadError = nil
-                try existing.update(db)
             }
+            existing.usedAt = time
+            try existing.update(db)
         } else {
             try FileChunks.deleteAll(reference.sha256, db)
             var hasher = SHA256()
@@ -129,13 +130,60 @@ extension LocalStore {
 
     // MARK: Downloads
 
-    /// Starts or resumes keeping `reference` on the device: the bytes already stored, from the start.
+    /// Starts or resumes keeping `reference` on the device, used `at` that time: the bytes already stored, from
+    /// the start.
     func beginDownload(_ reference: FileReference, at time: Date) async throws -> Int64 {
-        try await perform {
+        let time = Timestamp(time).millisecondsSince1970
+        return try await perform {
             try await writeUnflushed { db in
-                if let row = try FileRow.find(reference.sha256, db) { return row.stored }
-                try FileRow(reference: reference, state: .remote, at: Timestamp(time).millisecondsSince1970).insert(db)
+                if var row = try FileRow.find(reference.sha256, db) {
+                    row.usedAt = time
+                    try row.update(db)
+                    return row.stored
+                }
+                try FileRow(reference: reference, state: .remote, at: time).insert(db)
                 return 0
+            }
+        }
+    }
+
+    /// Gives back the bytes of files the server holds, least recently used first, until those the device keeps
+    /// come to at most `limit`: their rows stay, and a screen that asks for one downloads it again. Never those of
+    /// a file a record that waits to sync (or that the server refused) names, which the device may need to send,
+    /// nor of one used since `usedSince` (milliseconds since 1970), which a screen may be reading. The bytes
+    /// given back.
+    @discardableResult
+    package func releaseFileBytes(keeping limit: Int64, usedSince: Int64) async throws -> Int64 {
+        let keptSQL = "SELECT COALESCE(SUM(stored), 0) FROM files WHERE upload_state IN ('uploaded', 'remote')"
+        // Read first: most syncs find the device under its limit, and write nothing.
+        guard try await perform({ try await read { db in try Int64.fetchOne(db, sql: keptSQL) ?? 0 } }) > limit else {
+            return 0
+        }
+        return try await perform {
+            try await writeUnflushed { db in
+                var kept = try Int64.fetchOne(db, sql: keptSQL) ?? 0
+                guard kept > limit else { return 0 }
+                let candidates = try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT sha256, stored FROM files f
+                        WHERE f.upload_state IN ('uploaded', 'remote') AND f.stored > 0 AND f.used_at < ?
+                        AND NOT EXISTS (
+                          SELECT 1 FROM file_uses u JOIN records r
+                            ON r.collection = u.collection AND r.scope = u.scope AND r.record_id = u.record_id
+                          WHERE u.sha256 = f.sha256 AND r.sync_status IN ('pending', 'failed', 'rejected'))
+                        ORDER BY f.used_at
+                        """, arguments: [usedSince])
+                var released: Int64 = 0
+                for candidate in candidates where kept > limit {
+                    let sha256: String = candidate["sha256"]
+                    let stored: Int64 = candidate["stored"]
+                    try FileChunks.deleteAll(sha256, db)
+                    try db.execute(sql: "UPDATE files SET stored = 0 WHERE sha256 = ?", arguments: [sha256])
+                    kept -= stored
+                    released += stored
+                }
+                return released
             }
         }
     }

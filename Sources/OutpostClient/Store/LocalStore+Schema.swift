@@ -272,6 +272,15 @@ extension LocalStore {
                     CREATE INDEX file_uses_by_file ON file_uses (sha256);
                     """)
         }
+        migrator.registerMigration("v13-file-use-times") { db in
+            // When each file was last attached or opened: the bytes of files the server holds are given back least
+            // recently used first (`LocalStore.releaseFileBytes`).
+            try db.execute(
+                sql: """
+                    ALTER TABLE files ADD COLUMN used_at INTEGER NOT NULL DEFAULT 0;
+                    UPDATE files SET used_at = created_at;
+                    """)
+        }
         return migrator
     }
 }

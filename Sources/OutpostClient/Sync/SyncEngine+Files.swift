@@ -182,6 +182,21 @@ extension SyncEngine {
         }
     }
 
+    /// How long after a file was last opened its bytes stay, whatever ``SyncConfiguration/keptFileBytes`` says: a
+    /// screen may still be reading them.
+    static var fileInUse: Duration { .seconds(600) }
+
+    /// Gives back the bytes of files the server holds past ``SyncConfiguration/keptFileBytes``, least recently
+    /// used first, except those opened in the last ten minutes and those a record waiting to sync names. Runs
+    /// after each sync and each download; the bytes given back.
+    @discardableResult
+    public func releaseFileBytes() async throws -> Int64 {
+        guard holdsFiles != false else { return 0 }
+        return try await store.releaseFileBytes(
+            keeping: configuration.keptFileBytes,
+            usedSince: Timestamp(now()).millisecondsSince1970 - Self.fileInUse.milliseconds)
+    }
+
     /// Makes sure the device holds all of `file`.
     private func download(
         _ file: FileReference, of record: LocalRecord, progress: (@Sendable (FileTransfer) -> Void)?
@@ -195,6 +210,8 @@ extension SyncEngine {
             throw TransportError(kind: .invalidResponse, message: "the file the server sent is not the one the record names")
         }
         progress?(FileTransfer(file: file, done: file.size))
+        holdsFiles = true
+        _ = try? await releaseFileBytes()
     }
 }
 

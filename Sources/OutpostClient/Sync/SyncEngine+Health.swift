@@ -147,6 +147,7 @@ extension SyncEngine {
     /// records stored under provisional ids renamed with them.
     func afterSync() async {
         _ = try? await refreshPersistentFailureNotice()
+        _ = try? await releaseFileBytes()
         guard status.isOnline else { return }
         // The heartbeat first: a process about to exit waits for it only a moment after the sync returns.
         startHeartbeat()

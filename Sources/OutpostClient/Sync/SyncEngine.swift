@@ -21,6 +21,11 @@ public struct SyncConfiguration: Sendable {
     /// sync that reached the server, records stored under provisional ids are renamed (see
     /// ``SyncEngine/settleRecordIds(_:)``). The field apps declare `.attendance`.
     public var recordIdSettlements: [RecordIdSettlement] = []
+    /// The most bytes of files the server holds that the device keeps, so that screens show them without a
+    /// download: past it, after a sync or a download, the least recently used give their bytes back (their records
+    /// keep naming them, and a screen that asks downloads them again). Files waiting to upload are never counted
+    /// nor given back. See ``SyncEngine/releaseFileBytes()``.
+    public var keptFileBytes: Int64 = 256 * 1024 * 1024
 
     public init(
         deviceId: String, chunkSize: Int = 50, retryDelays: [Duration] = [.seconds(1), .seconds(2), .seconds(4)],
