@@ -43,6 +43,9 @@ public struct WireError: Error, Sendable, Hashable, Codable, CustomStringConvert
         public static let fileTooLarge = Code("file_too_large")
         /// A file of a media type its collection does not take, or a collection that takes no files.
         public static let fileTypeRefused = Code("file_type_refused")
+        /// The file would take its organization past the bytes the server keeps for it: refused before any byte is
+        /// stored, until files are removed or the operator raises the bound. Not the file's fault: sent again later.
+        public static let fileQuotaExceeded = Code("file_quota_exceeded")
         /// The bytes uploaded do not have the digest they were sent under: nothing of them is kept.
         public static let digestMismatch = Code("digest_mismatch")
         /// A range sent at another offset than the bytes the server holds; the answer says where to go on.

@@ -70,6 +70,10 @@ public struct ServerConfiguration: Sendable {
     public var fileLinkLifetime: Duration = .seconds(7 * 24 * 3600)
     /// How long an unfinished upload may take no byte before the server forgets it and its bytes (``UploadExpiry``).
     public var uploadLifetime: Duration = .seconds(7 * 24 * 3600)
+    /// The most bytes one tenant's files may hold, complete and in unfinished uploads (each counted at its whole
+    /// size, as it begins): an upload that would take the tenant past it is refused (507 `file_quota_exceeded`)
+    /// before any byte is stored. Nil: no bound.
+    public var tenantFileBytes: Int64?
     /// Set on a venue relay (`outpost serve --upstream`): the server it forwards to and brings its events from.
     /// A relay takes writes in its events only, journals each, and needs the embedded SQLite storage.
     public var relay: RelayConfiguration?

@@ -76,6 +76,13 @@ struct Serve: AsyncParsableCommand {
     var uploadLifetime: DurationArgument = DurationArgument(argument: "7d")!
 
     @Option(
+        name: .customLong("tenant-file-gigabytes"),
+        help: ArgumentHelp(
+            "The most gigabytes one organization's files may hold (unfinished uploads at their whole size); an upload past it is refused. No bound by default.",
+            valueName: "n"))
+    var tenantFileGigabytes: Int?
+
+    @Option(
         name: .customLong("collections"),
         help: ArgumentHelp(
             "A YAML or JSON file declaring collections beside the standard ones, with their read and write rules.",
@@ -139,6 +146,9 @@ struct Serve: AsyncParsableCommand {
         }
         guard uploadLifetime.duration >= .seconds(3600), uploadLifetime.duration <= .seconds(366 * 24 * 3600) else {
             throw ValidationError("--upload-lifetime must be from 1 hour to 366 days")
+        }
+        if let tenantFileGigabytes, !(1...1_000_000).contains(tenantFileGigabytes) {
+            throw ValidationError("--tenant-file-gigabytes must be from 1 to 1000000")
         }
         guard !host.isEmpty else { throw ValidationError("--host must not be empty") }
         _ = try identity.provider()
@@ -207,6 +217,7 @@ struct Serve: AsyncParsableCommand {
         configuration.publicURL = try publicAddress()
         configuration.fileLinkLifetime = fileLinkLifetime.duration
         configuration.uploadLifetime = uploadLifetime.duration
+        configuration.tenantFileBytes = tenantFileGigabytes.map { Int64($0) * 1_000_000_000 }
         configuration.maxConnectionsPerAddress = maxConnectionsPerAddress == 0 ? nil : maxConnectionsPerAddress
         configuration.requestHeadTimeout = .seconds(requestHeadTimeout)
         configuration.deliversConnectors = !noConnectorDelivery

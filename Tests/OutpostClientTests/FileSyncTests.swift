@@ -349,10 +349,16 @@ struct FileSyncTests {
             await engine.setOnline(true)
             #expect(try await engine.fileData(files[0], of: records[0]) == photos[0])
             #expect(try await [stored(files[0]), stored(files[1]), stored(waitingFile)] == [1_000_000, 0, 1_000_000])
-            // the photo just opened keeps its bytes whatever the limit.
+            // the photo just opened keeps its bytes whatever the limit,
             let tenMinutesAgo = Timestamp(now.date).millisecondsSince1970 - 600_000
             #expect(try await store.releaseFileBytes(keeping: 0, usedSince: tenMinutesAgo) == 1_000_000)
             #expect(try await [stored(files[0]), stored(waitingFile)] == [1_000_000, 0])
+            // and a download on its way keeps what has arrived, however long ago it began.
+            #expect(try await store.beginDownload(files[2], at: now.date) == 0)
+            try await store.storeDownloaded(
+                files[2].sha256, start: 0, bytes: photos[2].prefix(LocalStore.fileChunkBytes), at: now.date)
+            #expect(try await store.releaseFileBytes(keeping: 0, usedSince: .max) == 1_000_000)
+            #expect(try await [stored(files[0]), stored(files[2])] == [0, Int64(LocalStore.fileChunkBytes)])
         }
     }
 }

@@ -26,6 +26,7 @@ struct CLITests {
         ["serve", "--max-waiting-requests", "-1"],
         ["serve", "--body-timeout", "0"],
         ["serve", "--upload-lifetime", "10m"],
+        ["serve", "--tenant-file-gigabytes", "0"],
         ["serve", "--port", "0", "--file-directory", "/proc/outpost-files"],
         ["serve", "--database-url", "mysql://localhost/db"],
         ["serve", "--database-url", "postgres://localhost"],

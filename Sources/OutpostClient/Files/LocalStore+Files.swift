@@ -150,37 +150,40 @@ extension LocalStore {
     /// Gives back the bytes of files the server holds, least recently used first, until those the device keeps
     /// come to at most `limit`: their rows stay, and a screen that asks for one downloads it again. Never those of
     /// a file a record that waits to sync (or that the server refused) names, which the device may need to send,
-    /// nor of one used since `usedSince` (milliseconds since 1970), which a screen may be reading. The bytes
-    /// given back.
+    /// of one not yet whole (a download on its way), nor of one used since `usedSince` (milliseconds since 1970),
+    /// which a screen may be reading. The bytes given back.
     @discardableResult
     package func releaseFileBytes(keeping limit: Int64, usedSince: Int64) async throws -> Int64 {
-        let keptSQL = "SELECT COALESCE(SUM(stored), 0) FROM files WHERE upload_state IN ('uploaded', 'remote')"
-        // Read first: most syncs find the device under its limit, and write nothing.
-        guard try await perform({ try await read { db in try Int64.fetchOne(db, sql: keptSQL) ?? 0 } }) > limit else {
-            return 0
+        let kept = "SELECT COALESCE(SUM(stored), 0) FROM files WHERE upload_state IN ('uploaded', 'remote')"
+        let candidates = """
+            SELECT sha256, stored FROM files f
+            WHERE f.upload_state IN ('uploaded', 'remote') AND f.stored > 0 AND f.stored = f.size AND f.used_at < ?
+            AND NOT EXISTS (
+              SELECT 1 FROM file_uses u JOIN records r
+                ON r.collection = u.collection AND r.scope = u.scope AND r.record_id = u.record_id
+              WHERE u.sha256 = f.sha256 AND r.sync_status IN ('pending', 'failed', 'rejected'))
+            ORDER BY f.used_at
+            """
+        /// The files to give back, in order, with their bytes, and the bytes kept after.
+        @Sendable func choose(_ db: Database) throws -> [(String, Int64)] {
+            var held = try Int64.fetchOne(db, sql: kept) ?? 0
+            guard held > limit else { return [] }
+            var chosen: [(String, Int64)] = []
+            for row in try Row.fetchAll(db, sql: candidates, arguments: [usedSince]) where held > limit {
+                chosen.append((row["sha256"], row["stored"]))
+                held -= row["stored"]
+            }
+            return chosen
         }
+        // Read first: most syncs find the device under its limit, or nothing it may give back, and write nothing
+        // (a write wakes every live query).
+        guard try await perform({ try await read { db in try choose(db) } }).isEmpty == false else { return 0 }
         return try await perform {
             try await writeUnflushed { db in
-                var kept = try Int64.fetchOne(db, sql: keptSQL) ?? 0
-                guard kept > limit else { return 0 }
-                let candidates = try Row.fetchAll(
-                    db,
-                    sql: """
-                        SELECT sha256, stored FROM files f
-                        WHERE f.upload_state IN ('uploaded', 'remote') AND f.stored > 0 AND f.used_at < ?
-                        AND NOT EXISTS (
-                          SELECT 1 FROM file_uses u JOIN records r
-                            ON r.collection = u.collection AND r.scope = u.scope AND r.record_id = u.record_id
-                          WHERE u.sha256 = f.sha256 AND r.sync_status IN ('pending', 'failed', 'rejected'))
-                        ORDER BY f.used_at
-                        """, arguments: [usedSince])
                 var released: Int64 = 0
-                for candidate in candidates where kept > limit {
-                    let sha256: String = candidate["sha256"]
-                    let stored: Int64 = candidate["stored"]
+                for (sha256, stored) in try choose(db) {
                     try FileChunks.deleteAll(sha256, db)
                     try db.execute(sql: "UPDATE files SET stored = 0 WHERE sha256 = ?", arguments: [sha256])
-                    kept -= stored
                     released += stored
                 }
                 return released
@@ -190,13 +193,16 @@ extension LocalStore {
 
     /// Stores downloaded bytes of `sha256` at `start`, which is where the bytes stored end: whole chunks, but the
     /// file's last. Unflushed: the server gives them again.
-    func storeDownloaded(_ sha256: String, start: Int64, bytes: Data) async throws {
+    func storeDownloaded(_ sha256: String, start: Int64, bytes: Data, at time: Date) async throws {
         let sealer = self.sealer
+        let time = Timestamp(time).millisecondsSince1970
         try await perform {
             try await writeUnflushed { db in
                 guard var row = try FileRow.find(sha256, db), row.stored == start else { return }
                 try FileChunks.insert(sha256, start: start, bytes: bytes, sealer: sealer, db)
                 row.stored = start + Int64(bytes.count)
+                // In use while it arrives: a download longer than the time a file stays in use keeps its bytes.
+                row.usedAt = time
                 try row.update(db)
             }
         }

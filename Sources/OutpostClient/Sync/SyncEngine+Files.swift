@@ -160,7 +160,9 @@ extension SyncEngine {
         _ file: FileReference, of record: LocalRecord, progress: (@Sendable (FileTransfer) -> Void)? = nil
     ) async throws -> Data {
         try await download(file, of: record, progress: progress)
-        return try await store.fileBytes(file.sha256, from: 0, count: Int(file.size))
+        let bytes = try await store.fileBytes(file.sha256, from: 0, count: Int(file.size))
+        guard bytes.count == file.size else { throw ClientError(.storeCorrupt, "a file's bytes on the device end before its size") }
+        return bytes
     }
 
     /// ``fileData(_:of:progress:)`` written to `url`, a piece at a time.
@@ -204,7 +206,7 @@ extension SyncEngine {
         var stored = try await store.beginDownload(file, at: now())
         if stored == file.size { return }
         guard let files = transport as? any FileTransport else { throw TransportError.carriesNoFiles }
-        try await Self.fetch(file, of: record, from: stored, via: files, into: store, progress: progress)
+        try await Self.fetch(file, of: record, from: stored, via: files, into: store, now: now, progress: progress)
         stored = try await store.file(file.sha256)?.stored ?? 0
         guard stored == file.size, try await store.checkDownloaded(file.sha256) else {
             throw TransportError(kind: .invalidResponse, message: "the file the server sent is not the one the record names")
@@ -219,9 +221,9 @@ extension SyncEngine {
     /// Downloads `file` from byte `stored` into `store`, in whole chunks at fixed offsets (the last one short).
     private static func fetch(
         _ file: FileReference, of record: LocalRecord, from stored: Int64, via files: any FileTransport,
-        into store: LocalStore, progress: (@Sendable (FileTransfer) -> Void)?
+        into store: LocalStore, now: @escaping @Sendable () -> Date, progress: (@Sendable (FileTransfer) -> Void)?
     ) async throws {
-        let sink = DownloadSink(file: file, start: stored, store: store, progress: progress)
+        let sink = DownloadSink(file: file, start: stored, store: store, now: now, progress: progress)
         try await files.download(
             file.sha256, collection: record.collection, scope: record.scope.isEmpty ? nil : record.scope,
             recordId: record.recordId, from: stored
@@ -235,14 +237,19 @@ extension SyncEngine {
 private actor DownloadSink {
     let file: FileReference
     let store: LocalStore
+    let now: @Sendable () -> Date
     let progress: (@Sendable (FileTransfer) -> Void)?
     private var start: Int64
     private var buffer = Data()
 
-    init(file: FileReference, start: Int64, store: LocalStore, progress: (@Sendable (FileTransfer) -> Void)?) {
+    init(
+        file: FileReference, start: Int64, store: LocalStore, now: @escaping @Sendable () -> Date,
+        progress: (@Sendable (FileTransfer) -> Void)?
+    ) {
         self.file = file
         self.start = start
         self.store = store
+        self.now = now
         self.progress = progress
     }
 
@@ -254,7 +261,7 @@ private actor DownloadSink {
             let taken = chunkBytes - buffer.count
             buffer.append(rest.prefix(taken))
             rest = rest.dropFirst(taken)
-            try await store.storeDownloaded(file.sha256, start: start, bytes: buffer)
+            try await store.storeDownloaded(file.sha256, start: start, bytes: buffer, at: now())
             buffer = Data()
             start += Int64(chunkBytes)
             progress?(FileTransfer(file: file, done: start))
@@ -266,7 +273,7 @@ private actor DownloadSink {
     /// whole chunks alone, so that every chunk but the last starts at a multiple of the chunk size.
     func finish() async throws {
         guard !buffer.isEmpty, start + Int64(buffer.count) == file.size else { return }
-        try await store.storeDownloaded(file.sha256, start: start, bytes: buffer)
+        try await store.storeDownloaded(file.sha256, start: start, bytes: buffer, at: now())
         buffer = Data()
     }
 }

@@ -42,6 +42,8 @@ package final class ServerMetrics: Sendable {
         case complete
         /// Its bytes did not have the digest they were sent under: discarded.
         case digestMismatch = "digest_mismatch"
+        /// Bytes it counted were gone from the disk at its end (a crash before they were flushed): discarded.
+        case bytesMissing = "bytes_missing"
         /// Unfinished past the upload lifetime: forgotten.
         case expired
     }

@@ -76,6 +76,14 @@ struct FileController<Storage: SyncStorage> {
         }
         if let stored, try !Self.takesRange(stored, size: size, type: type, offset: offset) { return try .json(stored) }
         if stored == nil, offset != 0 { throw Self.offsetMismatch(received: 0) }
+        if stored == nil, let quota = configuration.tenantFileBytes,
+            try await storage.tenantFileBytes(tenant: identity.tenant) + size > quota
+        {
+            throw OutpostHTTPError(
+                HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), .fileQuotaExceeded,
+                "this file would take the organization's files past the \(quota) bytes the server keeps for them; it waits on the device until the operator raises the bound"
+            )
+        }
 
         let upload = try await receive(
             request,
@@ -112,8 +120,9 @@ struct FileController<Storage: SyncStorage> {
             }
         }
         guard digest == upload.sha256 else {
-            _ = try await storage.discardUpload(tenant: tenant, sha256: upload.sha256)
-            metrics.uploads[.digestMismatch]?.increment()
+            if try await storage.discardUpload(tenant: tenant, sha256: upload.sha256) {
+                metrics.uploads[digest == "" ? .bytesMissing : .digestMismatch]?.increment()
+            }
             throw OutpostHTTPError(
                 .unprocessableContent, .digestMismatch,
                 "the bytes received do not have the digest they were sent under; none of them is kept: upload the file again")

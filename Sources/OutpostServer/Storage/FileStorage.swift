@@ -45,7 +45,8 @@ package protocol FileStorage: Sendable {
     /// from the offset), or nil when there is none.
     func fileChunk(tenant: String, sha256: String, containing offset: Int64) async throws -> FileChunk?
 
-    /// Marks the upload complete once it holds all its bytes; false when it does not (or there is none).
+    /// Marks the upload complete once it holds all its bytes; false when it does not, is complete already, or there
+    /// is none.
     func completeUpload(tenant: String, sha256: String) async throws -> Bool
 
     /// Forgets an upload that is not complete, its row and every range; false when there was none to forget.
@@ -67,6 +68,9 @@ package protocol FileStorage: Sendable {
 
     /// The bytes every tenant's files hold: of complete files, and received by uploads not finished.
     func storedFileBytes() async throws -> (complete: Int64, unfinished: Int64)
+
+    /// The bytes `tenant`'s files take: complete ones, and unfinished uploads at their whole declared size.
+    func tenantFileBytes(tenant: String) async throws -> Int64
 
     /// The complete files among `sha256s`, by digest.
     func completeFiles(tenant: String, sha256s: [String]) async throws -> [String: FileUpload]

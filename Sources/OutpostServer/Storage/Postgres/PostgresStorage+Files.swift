@@ -101,6 +101,7 @@ extension PostgresStorage {
         return try await changedRow(
             """
             UPDATE files SET complete = TRUE WHERE tenant = \(tenant) AND sha256 = \(sha256) AND received = size
+            AND NOT complete
             RETURNING sha256
             """)
     }
@@ -161,6 +162,15 @@ extension PostgresStorage {
                 """, logger: logger)
             for try await (complete, unfinished) in rows.decode((Int64, Int64).self) { return (complete, unfinished) }
             return (0, 0)
+        }
+    }
+
+    package func tenantFileBytes(tenant: String) async throws -> Int64 {
+        try await guarded {
+            let rows = try await client.query(
+                "SELECT COALESCE(SUM(size), 0)::bigint FROM files WHERE tenant = \(tenant)", logger: logger)
+            for try await (bytes, ) in rows.decode((Int64,).self) { return bytes }
+            return 0
         }
     }
 

@@ -84,7 +84,7 @@ extension SQLiteStorage {
         try await files.flushing(tenant: tenant, sha256: sha256)
         return try await pool.write { db in
             try db.execute(
-                sql: "UPDATE files SET complete = 1 WHERE tenant = ? AND sha256 = ? AND received = size",
+                sql: "UPDATE files SET complete = 1 WHERE tenant = ? AND sha256 = ? AND received = size AND NOT complete",
                 arguments: [tenant, sha256])
             return db.changesCount > 0
         }
@@ -133,6 +133,12 @@ extension SQLiteStorage {
                     FROM files
                     """)
             return (row?[0] ?? 0, row?[1] ?? 0)
+        }
+    }
+
+    package func tenantFileBytes(tenant: String) async throws -> Int64 {
+        try await pool.read { db in
+            try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) FROM files WHERE tenant = ?", arguments: [tenant]) ?? 0
         }
     }
 
