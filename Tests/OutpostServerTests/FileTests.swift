@@ -645,6 +645,28 @@ struct FileTests {
         }
     }
 
+    @Test("a device whose photo would pass its organization's bound keeps the build, failed with the server's reason, and sends nothing")
+    func deviceOverQuota() async throws {
+        try await withServer(.sqlite, setup: .live, configure: { $0.tenantFileBytes = 10_000 }) { client, storage in
+            let (base, store, directory) = try URLSessionTransportTests.deviceStore(port: client.port)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let engine = SyncEngine(
+                store: store, transport: HTTPSyncTransport(baseURL: base, token: try await Fixtures.token()),
+                configuration: SyncConfiguration(deviceId: "phone-ana", retryDelays: [], deliversAfterSave: false),
+                now: { Fixtures.serverNow.date })
+            let photo = TestFile(count: 12_000, seed: 52)
+            _ = try await engine.save(
+                LocalStore.Write(collection: Build.collection, recordId: "b1", fields: ["name": "Block C"]),
+                attaching: ["photo": Attachment(data: Data(photo.bytes), type: "image/jpeg")])
+            _ = try? await engine.sync()
+            let build = try #require(try await store.record(collection: Build.collection, recordId: "b1"))
+            #expect(build.syncStatus == .failed)
+            #expect(build.syncError?.contains("past the 10000 bytes") == true, "\(String(describing: build.syncError))")
+            #expect(try await storage.upload(tenant: "acme", sha256: photo.reference.sha256) == nil)
+            #expect(try await engine.fileState(photo.reference).storedBytes == 12_000)
+        }
+    }
+
     @Test(
         "bytes counted but missing from the file directory restart the upload from 0, or fail the digest at its end",
         arguments: [StorageKind.sqlite, .postgresFileDirectory])
