@@ -454,6 +454,17 @@ struct FileTests {
 
     /// An error answer read from `socket` to the end of its JSON (`}}`), or what came before the socket closed or
     /// its receive timeout passed.
+    /// Ana's phone on the live server, syncing over HTTP once per call: its engine, and the folder of its store
+    /// (the caller removes it).
+    static func device(of client: any TestClientProtocol, token: String) throws -> (SyncEngine, URL) {
+        let (base, store, directory) = try URLSessionTransportTests.deviceStore(port: client.port)
+        let engine = SyncEngine(
+            store: store, transport: HTTPSyncTransport(baseURL: base, token: token),
+            configuration: SyncConfiguration(deviceId: "phone-ana", retryDelays: [], deliversAfterSave: false),
+            now: { Fixtures.serverNow.date })
+        return (engine, directory)
+    }
+
     /// The head of a `PUT` of a whole file from offset 0, as a client sends it before the body.
     static func uploadHead(
         _ sha256: String, size: some BinaryInteger, collection: String = "builds", type: String = "image/jpeg", token: String
@@ -525,12 +536,8 @@ struct FileTests {
             #expect(try await client.putRange(TestFile(count: 15_000, seed: 44).bytes, of: wrong, at: 0, token: ana).status == .ok)
             // a device that saved a build with the photo is refused while that upload may be on its way: the build
             // waits;
-            let (base, store, directory) = try URLSessionTransportTests.deviceStore(port: client.port)
+            let (engine, directory) = try Self.device(of: client, token: ana)
             defer { try? FileManager.default.removeItem(at: directory) }
-            let engine = SyncEngine(
-                store: store, transport: HTTPSyncTransport(baseURL: base, token: ana),
-                configuration: SyncConfiguration(deviceId: "phone-ana", retryDelays: [], deliversAfterSave: false),
-                now: { Fixtures.serverNow.date })
             _ = try await engine.save(
                 LocalStore.Write(collection: Build.collection, recordId: "b1", fields: ["name": "Block C"]),
                 attaching: ["photo": Attachment(data: Data(file.bytes), type: "image/jpeg")])
@@ -648,12 +655,9 @@ struct FileTests {
     @Test("a device whose photo would pass its organization's bound keeps the build, failed with the server's reason, and sends nothing")
     func deviceOverQuota() async throws {
         try await withServer(.sqlite, setup: .live, configure: { $0.tenantFileBytes = 10_000 }) { client, storage in
-            let (base, store, directory) = try URLSessionTransportTests.deviceStore(port: client.port)
+            let (engine, directory) = try Self.device(of: client, token: try await Fixtures.token())
             defer { try? FileManager.default.removeItem(at: directory) }
-            let engine = SyncEngine(
-                store: store, transport: HTTPSyncTransport(baseURL: base, token: try await Fixtures.token()),
-                configuration: SyncConfiguration(deviceId: "phone-ana", retryDelays: [], deliversAfterSave: false),
-                now: { Fixtures.serverNow.date })
+            let store = engine.store
             let photo = TestFile(count: 12_000, seed: 52)
             _ = try await engine.save(
                 LocalStore.Write(collection: Build.collection, recordId: "b1", fields: ["name": "Block C"]),
