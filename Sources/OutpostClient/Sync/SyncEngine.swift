@@ -13,7 +13,7 @@ public struct SyncConfiguration: Sendable {
     public var appVersion: String
     /// When records count as persistently failing, and whether they are reported to the server.
     public var escalation: EscalationPolicy
-    /// Whether a save made online starts delivering the outbox in the background (see ``SyncEngine/save(_:)``).
+    /// Whether a save made online starts delivering the outbox in the background (see ``SyncEngine/save(_:at:)``).
     /// Off, only ``SyncEngine/sync(retrying:progress:)`` and its triggers deliver: for tests of the sync itself,
     /// and benchmarks.
     public var deliversAfterSave: Bool
@@ -55,7 +55,7 @@ public actor SyncEngine {
 
     public internal(set) var status = SyncStatus()
     private var observers: [UUID: AsyncStream<SyncStatus>.Continuation] = [:]
-    /// The delivery a save started, while it runs (see ``save(_:)``).
+    /// The delivery a save started, while it runs (see ``save(_:at:)``).
     private var delivery: Task<Void, Never>?
     /// A save arrived while the delivery ran: it runs once more.
     private var deliverAgain = false
@@ -67,7 +67,7 @@ public actor SyncEngine {
     /// The probe a save started because the engine did not know yet whether the server is reachable.
     private var probing: Task<Bool, Never>?
     /// Records created while the connection was not known: saved as made offline, and settled online when the
-    /// probe running at the time finds the server (see ``save(_:)``).
+    /// probe running at the time finds the server (see ``save(_:at:)``).
     private var unsettled: Set<RecordKey> = []
     /// Whether a push is on its way: what it carries may reach the server, so no queued entry is settled meanwhile.
     private var pushing = false
