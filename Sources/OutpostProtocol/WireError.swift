@@ -43,8 +43,9 @@ public struct WireError: Error, Sendable, Hashable, Codable, CustomStringConvert
         public static let fileTooLarge = Code("file_too_large")
         /// A file of a media type its collection does not take, or a collection that takes no files.
         public static let fileTypeRefused = Code("file_type_refused")
-        /// The file would take its organization past the bytes the server keeps for it: refused before any byte is
-        /// stored, until files are removed or the operator raises the bound. Not the file's fault: sent again later.
+        /// The file would take its organization past the bytes the server keeps for its files: refused before any
+        /// byte is stored, and a record naming it is refused with it, until the operator raises the bound (or
+        /// unfinished uploads expire) and the record is retried.
         public static let fileQuotaExceeded = Code("file_quota_exceeded")
         /// The bytes uploaded do not have the digest they were sent under: nothing of them is kept.
         public static let digestMismatch = Code("digest_mismatch")

@@ -625,10 +625,11 @@ struct FileTests {
     }
 
     @Test(
-        "an upload that would take its organization past the server's bound is refused with 507 before any byte is stored; uploads begun, and other organizations, go on",
+        "an upload that would take its organization past the server's bound is refused with 507 before any byte is stored, and a record naming it says why; uploads begun, and other organizations, go on",
         arguments: StorageKind.fileStores)
     func tenantQuota(kind: StorageKind) async throws {
-        try await withServer(kind, configure: { $0.tenantFileBytes = 25_000 }) { client, storage in
+        let now = ManualNow(Fixtures.serverNow.date)
+        try await withServer(kind, configure: { $0.tenantFileBytes = 25_000 }, now: { now.date }) { client, storage in
             let ana = try await Fixtures.token()
             let whole = TestFile(count: 12_000, seed: 49)
             let begun = TestFile(count: 9_000, seed: 50)
@@ -641,33 +642,54 @@ struct FileTests {
             #expect(refused.status.code == 507 && refused.wireError?.code == .fileQuotaExceeded, "\(refused.status)")
             #expect(refused.wireError?.message.contains("25000 bytes") == true)
             #expect(try await client.uploadState(over.reference, token: ana) == nil)
-            // the upload begun goes on to its end, and the complete photo is taken again as it is,
+            // a build naming it is refused with the same reason; one naming the upload begun waits for its file.
+            let pushed = try await client.push(
+                [Self.build("b1", photo: over.reference), Self.build("b2", photo: begun.reference, at: 2)], token: ana,
+                device: "phone-ana")
+            #expect(pushed.results.map(\.error?.code) == [.fileQuotaExceeded, .fileMissing])
+            #expect(pushed.results.first?.error?.message.contains("retry the record") == true)
+            // The upload begun goes on to its end, and the complete photo is taken again as it is,
             #expect(try await client.putRange(begun.range(4_000..<9_000), of: begun.reference, at: 4_000, token: ana).status == .ok)
             #expect(try await client.uploadState(begun.reference, token: ana)?.complete == true)
             #expect(try await client.putRange(whole.bytes, of: whole.reference, at: 0, token: ana).status == .ok)
-            // and another organization has its own bound.
+            // and an upload declared wrongly, gone quiet, is not given up for one that would not fit.
+            let small = FileReference(sha256: over.reference.sha256, size: 3_000, type: "image/jpeg")
+            #expect(try await client.putRange(over.range(0..<1_000), of: small, at: 0, token: ana).status == .ok)
+            now.advance(seconds: 180)
+            let replacing = try await client.putRange(over.bytes, of: over.reference, at: 0, token: ana)
+            #expect(replacing.status.code == 507, "\(replacing.status)")
+            #expect(try await client.uploadState(over.reference, token: ana)?.size == 3_000)
+            // Another organization has its own bound.
             let globex = try await Fixtures.token(tenant: "globex")
             #expect(try await client.putRange(over.bytes, of: over.reference, at: 0, token: globex).status == .ok)
-            #expect(try await storage.tenantFileBytes(tenant: "acme") == 21_000)
+            #expect(try await storage.tenantFileBytes(tenant: "acme") == 24_000)
         }
     }
 
-    @Test("a device whose photo would pass its organization's bound keeps the build, failed with the server's reason, and sends nothing")
+    @Test(
+        "a device whose photo would pass its organization's bound sends its other records; the build is refused with the reason, and its photo kept for a retry"
+    )
     func deviceOverQuota() async throws {
         try await withServer(.sqlite, setup: .live, configure: { $0.tenantFileBytes = 10_000 }) { client, storage in
             let (engine, directory) = try Self.device(of: client, token: try await Fixtures.token())
             defer { try? FileManager.default.removeItem(at: directory) }
             let store = engine.store
             let photo = TestFile(count: 12_000, seed: 52)
+            // Given a build with a photo over the bound, then a build without one,
             _ = try await engine.save(
                 LocalStore.Write(collection: Build.collection, recordId: "b1", fields: ["name": "Block C"]),
                 attaching: ["photo": Attachment(data: Data(photo.bytes), type: "image/jpeg")])
-            _ = try? await engine.sync()
+            _ = try await engine.save(LocalStore.Write(collection: Build.collection, recordId: "b2", fields: ["name": "Block D"]))
+            // a sync delivers the second, and the first is refused with the reason, waiting for a person; the photo
+            // stays on the device.
+            let summary = try await engine.sync()
+            #expect(summary.synced == 1 && summary.refused == 1, "\(summary)")
             let build = try #require(try await store.record(collection: Build.collection, recordId: "b1"))
-            #expect(build.syncStatus == .failed)
+            #expect(build.syncStatus == .refused)
             #expect(build.syncError?.contains("past the 10000 bytes") == true, "\(String(describing: build.syncError))")
             #expect(try await storage.upload(tenant: "acme", sha256: photo.reference.sha256) == nil)
             #expect(try await engine.fileState(photo.reference).storedBytes == 12_000)
+            #expect(try await storage.record(tenant: "acme", collection: Build.collection, recordId: "b2", scope: "") != nil)
         }
     }
 

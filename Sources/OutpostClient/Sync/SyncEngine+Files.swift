@@ -354,11 +354,12 @@ extension TransportError {
     static let carriesNoFiles = TransportError(
         kind: .server, status: 501, message: "this connection to the server carries no files")
 
-    /// Whether the server refused a file for good, by its own code: too large, of a type its collection does not
-    /// take, or a collection the person may not write. Any other failure (a digest that did not match, a proxy's
-    /// 4xx) fails the sync, and the next one tries the file again.
+    /// Whether the server refused a file, by its own code, until a person acts: too large, of a type its collection
+    /// does not take, a collection the person may not write, or more than the organization's files may still take.
+    /// Any other failure (a digest that did not match, a proxy's 4xx) fails the sync, and the next one tries the
+    /// file again.
     var refusesFile: Bool {
         guard kind == .server, let code = wire?.code else { return false }
-        return [.fileTooLarge, .fileTypeRefused, .forbidden, .unknownCollection].contains(code)
+        return [.fileTooLarge, .fileTypeRefused, .forbidden, .unknownCollection, .fileQuotaExceeded].contains(code)
     }
 }

@@ -67,7 +67,16 @@ struct FileController<Storage: SyncStorage> {
             guard offset + length <= size else { throw Self.pastSize(offset: offset, length: length, size: size) }
         }
         var stored = try await storage.upload(tenant: identity.tenant, sha256: sha256)
-        if let held = stored, !held.complete, held.size != size || held.type != type,
+        // An unfinished upload declared otherwise may give way to this one: only when this one fits the bound.
+        let replaceable = stored.map { !$0.complete && ($0.size != size || $0.type != type) } ?? false
+        if stored == nil || replaceable, let quota = configuration.tenantFileBytes,
+            try await storage.tenantFileBytes(tenant: identity.tenant) - (replaceable ? stored?.size ?? 0 : 0) + size > quota
+        {
+            throw OutpostHTTPError(
+                HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), .fileQuotaExceeded,
+                TenantFileQuota.message(field: nil, quota: quota))
+        }
+        if replaceable,
             try await storage.discardUpload(
                 tenant: identity.tenant, sha256: sha256, declaredOtherThan: size, type: type,
                 idleSince: Int64(now().timeIntervalSince1970 * 1000) - quietUploadGivesWay.milliseconds)
@@ -76,14 +85,6 @@ struct FileController<Storage: SyncStorage> {
         }
         if let stored, try !Self.takesRange(stored, size: size, type: type, offset: offset) { return try .json(stored) }
         if stored == nil, offset != 0 { throw Self.offsetMismatch(received: 0) }
-        if stored == nil, let quota = configuration.tenantFileBytes,
-            try await storage.tenantFileBytes(tenant: identity.tenant) + size > quota
-        {
-            throw OutpostHTTPError(
-                HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), .fileQuotaExceeded,
-                "this file would take the organization's files past the \(quota) bytes the server keeps for them; it waits on the device until the operator raises the bound"
-            )
-        }
 
         let upload = try await receive(
             request,
@@ -244,5 +245,15 @@ struct FileController<Storage: SyncStorage> {
             throw OutpostHTTPError.badRequest("\(name) must be a whole number of bytes")
         }
         return value
+    }
+}
+
+/// The bound on the bytes one organization's files take (``ServerConfiguration/tenantFileBytes``).
+enum TenantFileQuota {
+    /// Why a file, or the file in `field` of a record, is refused for the bound: what the person can do about it.
+    static func message(field: String?, quota: Int64) -> String {
+        "\(field.map { "the file in \($0)" } ?? "this file") would take the organization's files past the \(quota) bytes "
+            + "the server keeps for them: it can be sent once the operator raises the bound, or unfinished uploads expire; "
+            + "retry the record then"
     }
 }

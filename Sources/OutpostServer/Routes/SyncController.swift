@@ -121,9 +121,15 @@ struct SyncController<Storage: SyncStorage> {
             }
             return item
         }
-        let items = try await Self.refusingMissingFiles(validated) { [storage] digests in
-            try await storage.completeFiles(tenant: identity.tenant, sha256s: digests)
-        }
+        let quota = configuration.tenantFileBytes
+        let items = try await Self.refusingMissingFiles(
+            validated,
+            held: { [storage] digests in try await storage.completeFiles(tenant: identity.tenant, sha256s: digests) },
+            overBound: { [storage] file in
+                // An upload begun is counted already, and fits.
+                guard let quota, try await storage.upload(tenant: identity.tenant, sha256: file.sha256) == nil else { return nil }
+                return try await storage.tenantFileBytes(tenant: identity.tenant) + file.size > quota ? quota : nil
+            })
         var context = PushContext(
             tenant: identity.tenant, deviceId: deviceId, userId: identity.userId, userName: identity.name,
             role: identity.role, receivedAt: Timestamp(receivedAt), attendanceKey: attendanceKey)
@@ -141,9 +147,12 @@ struct SyncController<Storage: SyncStorage> {
     /// (its size and type), refused with `file_missing`: a record the server takes always has its files.
     ///
     /// `held` answers which of some digests are complete files; it is asked once, and only when a mutation names a
-    /// file, so that a push of records without files costs no query more.
+    /// file, so that a push of records without files costs no query more. `overBound` answers, for a file missing,
+    /// the bound on the organization's file bytes when the file would take it past it (nil otherwise): such a file
+    /// is refused with `file_quota_exceeded` and says so, since uploading it first would not help.
     static func refusingMissingFiles(
-        _ items: [PushItem], held: ([String]) async throws -> [String: FileUpload]
+        _ items: [PushItem], held: ([String]) async throws -> [String: FileUpload],
+        overBound: (FileReference) async throws -> Int64? = { _ in nil }
     ) async throws -> [PushItem] {
         var named: [(index: Int, files: [String: FileReference])] = []
         for (index, item) in items.enumerated() {
@@ -158,14 +167,20 @@ struct SyncController<Storage: SyncStorage> {
         for (index, files) in named {
             guard case .valid(let mutation, _) = items[index] else { continue }
             for (field, file) in files.sorted(by: { $0.key < $1.key }) {
+                var code = WireError.Code.fileMissing
                 let message: String
                 if let stored = held[file.sha256] {
                     guard stored.size != file.size || stored.type != file.type else { continue }
                     message = "the file in \(field) is on the server as \(stored.type) of \(stored.size) bytes, not as the record names it"
                 } else {
-                    message = "the file in \(field) is not on the server whole; upload it first"
+                    if let quota = try await overBound(file) {
+                        code = .fileQuotaExceeded
+                        message = TenantFileQuota.message(field: field, quota: quota)
+                    } else {
+                        message = "the file in \(field) is not on the server whole; upload it first"
+                    }
                 }
-                items[index] = .rejected(.rejected(mutation.idempotencyKey, .fileMissing, message))
+                items[index] = .rejected(.rejected(mutation.idempotencyKey, code, message))
                 break
             }
         }
