@@ -39,6 +39,14 @@ struct FileSyncTests {
 
     static func digest(_ data: Data) -> String { Array(SHA256.hash(data: data)).hexString }
 
+    /// A build named `name` saved through `engine` with `photo` attached as its field `photo`, a JPEG.
+    @discardableResult
+    static func saveBuild(_ engine: SyncEngine, _ id: String = "b1", name: String = "Shed", photo: Data) async throws -> LocalRecord {
+        try await engine.save(
+            LocalStore.Write(collection: "builds", recordId: id, fields: ["name": .string(name)]),
+            attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
+    }
+
     @Test("a file attached offline is stored sealed with its record; the record is synced only once the file is on the server")
     func attachedOfflineSyncsWithItsFile() async throws {
         try await withEngine { h in
@@ -79,9 +87,7 @@ struct FileSyncTests {
     func cutUploadResumes() async throws {
         try await withEngine { h in
             let photo = Self.photo(10_000_000)
-            try await h.engine.save(
-                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
-                attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
+            try await Self.saveBuild(h.engine, photo: photo)
             // Given a link that goes down part-way through the file,
             h.transport.cutUploads(afterBytes: 3_000_000)
             let first = try await h.engine.sync(retrying: false)
@@ -105,9 +111,7 @@ struct FileSyncTests {
         try await withEngine { h in
             let photo = Self.photo(700_000)
             for id in ["b1", "b2"] {
-                try await h.engine.save(
-                    LocalStore.Write(collection: "builds", recordId: id, fields: ["name": "Shed"]),
-                    attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
+                try await Self.saveBuild(h.engine, id, photo: photo)
             }
             let chunks = try await h.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM file_chunks") }
             #expect(chunks == 2)
@@ -122,9 +126,7 @@ struct FileSyncTests {
         let server = InMemoryServer()
         await server.setMaxFileBytes(1_000_000)
         try await withEngine(server: server) { h in
-            let record = try await h.engine.save(
-                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
-                attaching: ["photo": Attachment(data: Self.photo(2_000_000), type: "image/jpeg")])
+            let record = try await Self.saveBuild(h.engine, photo: Self.photo(2_000_000))
             let reference = try #require(FileReference.references(in: record.fields)["photo"])
             let summary = try await h.engine.sync(retrying: false)
             #expect(summary.refused == 1)
@@ -161,9 +163,7 @@ struct FileSyncTests {
         try await withEngine { h in
             await h.engine.setOnline(false)
             let photo = Self.photo(LocalStore.walSizeLimit + 1_000_000)
-            try await h.engine.save(
-                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
-                attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
+            try await Self.saveBuild(h.engine, photo: photo)
             let log = try FileManager.default.attributesOfItem(atPath: h.store.url.path + "-wal")[.size] as? Int ?? 0
             #expect(log < 1_000_000, "the log holds \(log) bytes")
             let reference = FileReference(sha256: Self.digest(photo), size: Int64(photo.count), type: "image/jpeg", name: nil)
@@ -175,9 +175,7 @@ struct FileSyncTests {
     func missingDeviceBytesFail() async throws {
         try await withEngine { h in
             let photo = Self.photo(1_500_000)
-            try await h.engine.save(
-                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
-                attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
+            try await Self.saveBuild(h.engine, photo: photo)
             // Given an upload cut in the middle of the file's second chunk,
             h.transport.cutUploads(afterBytes: 700_000)
             _ = try await h.engine.sync(retrying: false)
@@ -232,9 +230,7 @@ struct FileSyncTests {
                 configuration: SyncConfiguration(deviceId: "dev-1", retryDelays: [], deliversAfterSave: false),
                 clock: ManualClock(), now: ManualNow().closure)
             await engine.setOnline(true)
-            try await engine.save(
-                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
-                attaching: ["photo": Attachment(data: Self.photo(700_000), type: "image/jpeg")])
+            try await Self.saveBuild(engine, photo: Self.photo(700_000))
             let summary = try await engine.sync(retrying: false)
             #expect(summary.synced == 0 && summary.failed == 1)
             #expect(stalling.requests.withLockedValue { $0 } == SyncEngine.uploadStalls)
@@ -280,9 +276,7 @@ struct FileSyncTests {
         let photo = Self.photo(1_300_000)
         var sent: LocalRecord?
         try await withEngine(server: server) { h in
-            sent = try await h.engine.save(
-                LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed"]),
-                attaching: ["photo": Attachment(data: photo, type: "image/jpeg")])
+            sent = try await Self.saveBuild(h.engine, photo: photo)
             _ = try await h.engine.sync(retrying: false)
         }
         let record = try #require(sent)
@@ -316,9 +310,7 @@ struct FileSyncTests {
             var records: [LocalRecord] = []
             for index in 0..<3 {
                 records.append(
-                    try await engine.save(
-                        LocalStore.Write(collection: "builds", recordId: "b\(index)", fields: ["name": "Shed"]),
-                        attaching: ["photo": Attachment(data: photos[index], type: "image/jpeg")]))
+                    try await Self.saveBuild(engine, "b\(index)", photo: photos[index]))
                 now.advance(seconds: 3600)
             }
             let files = try records.map { try #require(FileReference.references(in: $0.fields)["photo"]) }
@@ -333,9 +325,7 @@ struct FileSyncTests {
             // offline names: the device may have to send them.
             transport.isOnline = false
             await engine.setOnline(false)
-            let waiting = try await engine.save(
-                LocalStore.Write(collection: "builds", recordId: "b3", fields: ["name": "Gate"]),
-                attaching: ["photo": Attachment(data: photos[3], type: "image/jpeg")])
+            let waiting = try await Self.saveBuild(engine, "b3", name: "Gate", photo: photos[3])
             let waitingFile = try #require(FileReference.references(in: waiting.fields)["photo"])
             _ = try await engine.save(
                 LocalStore.Write(collection: "builds", recordId: "b1", fields: ["name": "Shed, painted", "photo": files[1].json]))

@@ -73,20 +73,14 @@ package final class ServerMetrics: Sendable {
             "outpost_persistent_sync_failures", "Records reported as failing to sync for over a day (each counted once)")
         rejectedRecords = counter(
             "outpost_rejected_records", "Records devices report the server refused, waiting for a person (each counted once)")
+        func gauge(_ name: String, _ help: String, _ labels: [(String, String)] = []) -> Gauge {
+            registry.makeGauge(descriptor: MetricNameDescriptor(metricName: name, unitName: "", helpText: help), labels: labels)
+        }
         devices = Dictionary(
             uniqueKeysWithValues: DeviceState.allCases.map { state in
-                (
-                    state,
-                    registry.makeGauge(
-                        descriptor: MetricNameDescriptor(
-                            metricName: "outpost_devices", unitName: "",
-                            helpText: "Devices seen in the last day, by state (ok, stale after 10 min, offline after 30 min)"),
-                        labels: [("state", state.rawValue)])
-                )
+                let help = "Devices seen in the last day, by state (ok, stale after 10 min, offline after 30 min)"
+                return (state, gauge("outpost_devices", help, [("state", state.rawValue)]))
             })
-        func gauge(_ name: String, _ help: String) -> Gauge {
-            registry.makeGauge(descriptor: MetricNameDescriptor(metricName: name, unitName: "", helpText: help))
-        }
         requestsRunning = gauge("outpost_http_requests_running", "/v1 requests running now")
         requestsWaiting = gauge("outpost_http_requests_waiting", "/v1 requests waiting for their turn now")
         bodiesArriving = gauge(
@@ -110,14 +104,8 @@ package final class ServerMetrics: Sendable {
             })
         fileBytes = Dictionary(
             uniqueKeysWithValues: [true, false].map { complete in
-                (
-                    complete,
-                    registry.makeGauge(
-                        descriptor: MetricNameDescriptor(
-                            metricName: "outpost_file_bytes", unitName: "",
-                            helpText: "Bytes the tenants' files hold: complete, and received by unfinished uploads"),
-                        labels: [("state", complete ? "complete" : "unfinished")])
-                )
+                let help = "Bytes the tenants' files hold: complete, and received by unfinished uploads"
+                return (complete, gauge("outpost_file_bytes", help, [("state", complete ? "complete" : "unfinished")]))
             })
     }
 
