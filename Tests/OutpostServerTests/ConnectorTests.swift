@@ -163,11 +163,13 @@ struct ConnectorTests {
             createdAt: Fixtures.now.millisecondsSince1970)
     }
 
+    /// A delivery on `now` whose receivers, in this process, have a minute to answer: a loaded machine can keep
+    /// one from answering within seconds, and no test here waits for a receiver to time out.
     static func delivery<S: SyncStorage>(_ storage: S, now: ManualNow, metrics: ServerMetrics = ServerMetrics()) -> ConnectorDelivery<S> {
         ConnectorDelivery(
             storage: storage, clock: ManualClock(), now: { now.date }, logger: Fixtures.quietLogger, metrics: metrics,
             send: { connector, body, delivery in
-                try await ConnectorMessage.post(connector, body: body, delivery: delivery, timeout: .seconds(5), now: now.date)
+                try await ConnectorMessage.post(connector, body: body, delivery: delivery, timeout: .seconds(60), now: now.date)
             },
             sealer: { Self.sealer }, batchSize: 3)
     }
@@ -547,7 +549,7 @@ struct ConnectorTests {
         let delivery = ConnectorDelivery(
             storage: storage, clock: ManualClock(), now: { now.date }, logger: Fixtures.quietLogger, metrics: ServerMetrics(),
             send: { connector, body, delivery in
-                try await ConnectorMessage.post(connector, body: body, delivery: delivery, timeout: .seconds(5), now: now.date)
+                try await ConnectorMessage.post(connector, body: body, delivery: delivery, timeout: .seconds(60), now: now.date)
             },
             sealer: { Self.sealer }, batchSize: 1)
         try await storage.addConnector(Self.connector(collection: "builds", url: receiver.url))
